@@ -1,0 +1,6 @@
+/* scaffolding: replaced by the area that owns this command */
+#include <stdio.h>
+#include "core/cli/commands.h"
+int dsv4ctl_list(int argc, char **argv) { (void)argc; fprintf(stderr, "%s: not built yet\n", argv[0]); return 2; }
+int dsv4ctl_describe(int argc, char **argv) { (void)argc; fprintf(stderr, "%s: not built yet\n", argv[0]); return 2; }
+int dsv4ctl_check_plugin(int argc, char **argv) { (void)argc; fprintf(stderr, "%s: not built yet\n", argv[0]); return 2; }
