@@ -1,0 +1,1 @@
+# core/config: build rules (owned by the area)

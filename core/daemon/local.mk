@@ -1,0 +1,1 @@
+# core/daemon: build rules (owned by the area)

@@ -1,0 +1,1 @@
+# core/engine: build rules (owned by the area)

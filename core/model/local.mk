@@ -1,0 +1,1 @@
+# core/model: build rules (owned by the area)

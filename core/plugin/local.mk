@@ -1,0 +1,1 @@
+# core/plugin: build rules (owned by the area)

@@ -1,0 +1,1 @@
+# etc: build rules (owned by the area)

@@ -1,0 +1,1 @@
+# kernels/cpu: build rules (owned by the area)

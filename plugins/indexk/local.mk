@@ -1,0 +1,1 @@
+# plugins/indexk: build rules (owned by the area)

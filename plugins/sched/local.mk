@@ -1,0 +1,1 @@
+# plugins/sched: build rules (owned by the area)

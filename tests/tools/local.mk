@@ -1,0 +1,1 @@
+# tests/tools: build rules (owned by the area)
