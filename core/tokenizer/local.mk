@@ -1,0 +1,1 @@
+# core/tokenizer: build rules (owned by the area)
