@@ -11,3 +11,18 @@ TESTS += tests/unit/t-numfmt-e4m3-matches-ocp \
 tests_unit_t_numfmt_e4m3_matches_ocp_LDADD = $(NUMFMT_TEST_LIBS)
 tests_unit_t_numfmt_bf16_rounds_to_nearest_even_LDADD = $(NUMFMT_TEST_LIBS)
 tests_unit_t_numfmt_e8m0_e2m1_decode_and_round_LDADD = $(NUMFMT_TEST_LIBS)
+
+# The index-K precision plugins: one libtool module each, sharing common.c (page
+# addressing and the store/load/score loops) and the numeric formats.
+INDEXK_COMMON = plugins/indexk/common.c plugins/indexk/common.h
+plugin_LTLIBRARIES += plugins/dsv4-indexk-f32.la plugins/dsv4-indexk-bf16.la \
+	plugins/dsv4-indexk-fp8.la
+plugins_dsv4_indexk_f32_la_SOURCES = plugins/indexk/f32.c $(INDEXK_COMMON)
+plugins_dsv4_indexk_f32_la_LDFLAGS = $(AM_LDFLAGS) $(PLUGIN_MODULE_FLAGS)
+plugins_dsv4_indexk_f32_la_LIBADD = -lm
+plugins_dsv4_indexk_bf16_la_SOURCES = plugins/indexk/bf16.c $(INDEXK_COMMON)
+plugins_dsv4_indexk_bf16_la_LDFLAGS = $(AM_LDFLAGS) $(PLUGIN_MODULE_FLAGS)
+plugins_dsv4_indexk_bf16_la_LIBADD = kernels/libdsv4num.la -lm
+plugins_dsv4_indexk_fp8_la_SOURCES = plugins/indexk/fp8.c $(INDEXK_COMMON)
+plugins_dsv4_indexk_fp8_la_LDFLAGS = $(AM_LDFLAGS) $(PLUGIN_MODULE_FLAGS)
+plugins_dsv4_indexk_fp8_la_LIBADD = kernels/libdsv4num.la -lm

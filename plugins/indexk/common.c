@@ -1,0 +1,151 @@
+/* common.c: page addressing, argument checks and the store/load/score loops shared by the
+ * indexk plugins; the per-format row encoders and decoders are in f32.c, bf16.c, fp8.c. */
+#include "plugins/indexk/common.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+
+typedef struct indexk_state {
+    const dsv4_indexk_format *fmt;
+    const dsv4_host *host;
+    const dsv4_indexk_config *config;
+} indexk_state;
+
+static bool geom_ok(const dsv4_indexk_geom *g)
+{
+    return g && DSV4_HAS_FIELD(g, dsv4_indexk_geom, rows_per_page) && g->dim > 0 &&
+           g->rows_per_page > 0;
+}
+
+size_t dsv4_indexk_page_bytes(const dsv4_indexk_format *fmt, const dsv4_indexk_geom *g)
+{
+    if (!geom_ok(g))
+        return 0;
+    return (size_t)g->rows_per_page * fmt->row_bytes(g);
+}
+
+static uint8_t *page_at(const indexk_state *st, const dsv4_indexk_geom *g, const void *pool,
+                        uint32_t page)
+{
+    return (uint8_t *)pool + (size_t)page * dsv4_indexk_page_bytes(st->fmt, g);
+}
+
+int dsv4_indexk_init(const dsv4_indexk_format *fmt, const dsv4_host *host, const void *config,
+                     void **state_p, char *err, size_t errlen)
+{
+    indexk_state *st = host->alloc(sizeof *st, _Alignof(indexk_state));
+
+    if (!st) {
+        snprintf(err, errlen, "%s: out of memory (state)", fmt->subject);
+        return -ENOMEM;
+    }
+    st->fmt = fmt;
+    st->host = host;
+    st->config = config;
+    *state_p = st;
+    return 0;
+}
+
+void dsv4_indexk_fini(void *state)
+{
+    indexk_state *st = state;
+
+    if (st)
+        st->host->free(st);
+}
+
+/* The pages are plain host memory written and read by the CPU, and the format does not
+ * depend on the KV row dtype or the role, so there is nothing that cannot run here and
+ * no combination to refuse. */
+int dsv4_indexk_probe(const dsv4_host *host, char *why, size_t whylen)
+{
+    return 0;
+}
+
+int dsv4_indexk_check(const dsv4_selection *sel, const void *config, dsv4_report_fn report,
+                      dsv4_diag *diag)
+{
+    return 0;
+}
+
+int dsv4_indexk_store(void *state, const dsv4_indexk_geom *g, void *pool, const float *rows,
+                      const dsv4_indexk_slot *slots, size_t n)
+{
+    const indexk_state *st = state;
+    size_t i, d;
+
+    if (!geom_ok(g) || (n > 0 && (!pool || !rows || !slots)))
+        return -EINVAL;
+    /* Check everything first so a refused batch leaves the pages as they were. */
+    for (i = 0; i < n; i++) {
+        if (slots[i].row >= g->rows_per_page)
+            return -EINVAL;
+        if (!st->config->reject_nonfinite)
+            continue;
+        for (d = 0; d < g->dim; d++) {
+            if (!isfinite(rows[i * g->dim + d])) {
+                st->host->log(DSV4_LOG_WARN, st->fmt->subject,
+                              "store refused (row %zu of the batch, value %zu is %g)", i, d,
+                              (double)rows[i * g->dim + d]);
+                return -EDOM;
+            }
+        }
+    }
+    for (i = 0; i < n; i++)
+        st->fmt->encode(st->config, g, page_at(st, g, pool, slots[i].page), slots[i].row,
+                        rows + i * g->dim);
+    return 0;
+}
+
+int dsv4_indexk_load(void *state, const dsv4_indexk_geom *g, const void *pool,
+                     const dsv4_indexk_slot *slots, size_t n, float *rows_out)
+{
+    const indexk_state *st = state;
+    size_t i;
+
+    if (!geom_ok(g) || (n > 0 && (!pool || !slots || !rows_out)))
+        return -EINVAL;
+    for (i = 0; i < n; i++)
+        if (slots[i].row >= g->rows_per_page)
+            return -EINVAL;
+    for (i = 0; i < n; i++)
+        st->fmt->decode(g, page_at(st, g, pool, slots[i].page), slots[i].row,
+                        rows_out + i * g->dim);
+    return 0;
+}
+
+int dsv4_indexk_score(void *state, const dsv4_indexk_geom *g, const void *pool,
+                      const uint32_t *pages, uint32_t n_rows, const float *q, const float *w,
+                      uint32_t n_heads, float scale, float *scores_out)
+{
+    const indexk_state *st = state;
+    float *k;
+    uint32_t r, h, d;
+
+    if (!geom_ok(g) || (n_rows > 0 && (!pool || !pages || !q || !w || !scores_out)))
+        return -EINVAL;
+    if (n_rows == 0)
+        return 0;
+    k = st->host->alloc((size_t)g->dim * sizeof *k, 64);
+    if (!k)
+        return -ENOMEM;
+    for (r = 0; r < n_rows; r++) {
+        float acc = 0.0f;
+
+        st->fmt->decode(g, page_at(st, g, pool, pages[r / g->rows_per_page]),
+                        r % g->rows_per_page, k);
+        for (h = 0; h < n_heads; h++) {
+            const float *qh = q + (size_t)h * g->dim;
+            float dot = 0.0f;
+
+            for (d = 0; d < g->dim; d++)
+                dot += qh[d] * k[d];
+            /* relu that lets NaN through, as torch.relu does, so a bad query shows. */
+            acc += w[h] * (dot < 0.0f ? 0.0f : dot);
+        }
+        scores_out[r] = scale * acc;
+    }
+    st->host->free(k);
+    return 0;
+}

@@ -1,0 +1,87 @@
+/* common.h: what the three indexk plugins (f32, bf16, fp8) share.
+ *
+ * A plugin is a row format: how many bytes a row takes, how a row of floats is encoded
+ * into its slot of a page and decoded back. Everything else lives here once: page and
+ * slot addressing, argument checks, the store/load loops, the score loop and the shared
+ * config key. The plugin files only add their encoder, decoder and descriptor.
+ *
+ * Page layout: every format stores a page as rows_per_page equal "row records"; the fp8
+ * format splits its record into an e4m3 part (first rows_per_page * dim bytes of the
+ * page, row-major) and an fp32 scale part (after them), like vLLM's indexer cache, so a
+ * page is always rows_per_page * row_bytes bytes.
+ *
+ * Score: decode each row into floats (exactly what load returns), then
+ *     dot_h  = sum over d ascending of q[h][d] * k[d]          (float accumulator)
+ *     acc    = sum over h ascending of w[h] * relu(dot_h)      (float accumulator)
+ *     score  = scale * acc
+ * This order is fixed and documented so scores do not depend on threading or batching,
+ * and a score can be reproduced exactly from load()'s output.
+ */
+#ifndef DSV4_PLUGINS_INDEXK_COMMON_H
+#define DSV4_PLUGINS_INDEXK_COMMON_H
+
+#include <dsv4d/indexk.h>
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* The head of every indexk plugin's config struct (the fp8 struct extends it). */
+typedef struct dsv4_indexk_config {
+    bool reject_nonfinite;
+} dsv4_indexk_config;
+
+/* The schema entry for the shared keys; `conf_type` is the plugin's config struct. */
+#define DSV4_INDEXK_COMMON_OPTIONS(conf_type)                                                       \
+    {.key = "reject_nonfinite",                                                                \
+     .type = DSV4_OPT_BOOL,                                                                    \
+     .def = "true",                                                                            \
+     .min = 1,                                                                                 \
+     .max = 0,                                                                                 \
+     .help = "refuse to store a row holding NaN or infinity (it would poison top-k "           \
+             "selection for every later query)",                                              \
+     .offset = offsetof(conf_type, common.reject_nonfinite)}
+
+/* The descriptor fields that are the same for every indexk plugin. */
+#define DSV4_INDEXK_DESC_HEADER                                                                \
+    .abi_major = DSV4_ABI_MAJOR, .abi_minor = DSV4_ABI_MINOR,                                  \
+    .struct_size = sizeof(dsv4_plugin_desc), .build_signature = DSV4_BUILD_SIGNATURE,          \
+    .family = DSV4_FAMILY_INDEXK, .family_version = DSV4_INDEXK_VERSION,                       \
+    .probe = dsv4_indexk_probe, .check = dsv4_indexk_check, .fini = dsv4_indexk_fini
+
+typedef struct dsv4_indexk_format {
+    const char *subject; /* "indexk/fp8", for log messages */
+    /* Bytes one row takes in a page, its share of scales included. */
+    size_t (*row_bytes)(const dsv4_indexk_geom *g);
+    /* Encode row (g->dim floats, all finite unless the config allows otherwise) into
+     * slot of the page that starts at page. */
+    void (*encode)(const void *config, const dsv4_indexk_geom *g, uint8_t *page, uint32_t slot,
+                   const float *row);
+    void (*decode)(const dsv4_indexk_geom *g, const uint8_t *page, uint32_t slot, float *row_out);
+} dsv4_indexk_format;
+
+/* rows_per_page * fmt->row_bytes(g), or 0 for an unusable geometry. */
+size_t dsv4_indexk_page_bytes(const dsv4_indexk_format *fmt, const dsv4_indexk_geom *g);
+
+/* Create the shared state for fmt; config is the daemon's parsed struct, which starts
+ * with dsv4_indexk_config and outlives the state. 0 or -ENOMEM (err says so). */
+int dsv4_indexk_init(const dsv4_indexk_format *fmt, const dsv4_host *host, const void *config,
+                     void **state_p, char *err, size_t errlen);
+
+/* The hooks and ops every indexk plugin uses unchanged. store fails with -EINVAL on a bad
+ * geometry or a slot row >= rows_per_page and with -EDOM on a non-finite value (when
+ * reject_nonfinite is on); it checks every row before writing any. load and score fail
+ * with -EINVAL on bad arguments and -ENOMEM when scratch memory cannot be had. */
+int dsv4_indexk_probe(const dsv4_host *host, char *why, size_t whylen);
+int dsv4_indexk_check(const dsv4_selection *sel, const void *config, dsv4_report_fn report,
+                      dsv4_diag *diag);
+void dsv4_indexk_fini(void *state);
+int dsv4_indexk_store(void *state, const dsv4_indexk_geom *g, void *pool, const float *rows,
+                      const dsv4_indexk_slot *slots, size_t n);
+int dsv4_indexk_load(void *state, const dsv4_indexk_geom *g, const void *pool,
+                     const dsv4_indexk_slot *slots, size_t n, float *rows_out);
+int dsv4_indexk_score(void *state, const dsv4_indexk_geom *g, const void *pool,
+                      const uint32_t *pages, uint32_t n_rows, const float *q, const float *w,
+                      uint32_t n_heads, float scale, float *scores_out);
+
+#endif
