@@ -26,3 +26,24 @@ plugins_dsv4_indexk_bf16_la_LIBADD = kernels/libdsv4num.la -lm
 plugins_dsv4_indexk_fp8_la_SOURCES = plugins/indexk/fp8.c $(INDEXK_COMMON)
 plugins_dsv4_indexk_fp8_la_LDFLAGS = $(AM_LDFLAGS) $(PLUGIN_MODULE_FLAGS)
 plugins_dsv4_indexk_fp8_la_LIBADD = kernels/libdsv4num.la -lm
+
+# Plugin tests: they dlopen the built modules from $DSV4D_PLUGIN_PATH with a mock host.
+check_LTLIBRARIES += tests/plugin/libplugtest.la
+tests_plugin_libplugtest_la_SOURCES = tests/plugin/plugin-harness.c \
+	tests/plugin/plugin-harness.h
+PLUGIN_TEST_LIBS = tests/plugin/libplugtest.la $(TEST_CORE_LIBS) -ldl
+INDEXK_TEST_SOURCES = tests/plugin/indexk-bounds.c tests/plugin/indexk-bounds.h
+INDEXK_TESTS = tests/plugin/t-indexk-page-bytes-follow-geometry \
+	tests/plugin/t-indexk-store-load-round-trip \
+	tests/plugin/t-indexk-score-matches-double-reference
+check_PROGRAMS += $(INDEXK_TESTS)
+TESTS += $(INDEXK_TESTS)
+tests_plugin_t_indexk_page_bytes_follow_geometry_SOURCES = \
+	tests/plugin/t-indexk-page-bytes-follow-geometry.c $(INDEXK_TEST_SOURCES)
+tests_plugin_t_indexk_page_bytes_follow_geometry_LDADD = $(PLUGIN_TEST_LIBS) -lm
+tests_plugin_t_indexk_store_load_round_trip_SOURCES = \
+	tests/plugin/t-indexk-store-load-round-trip.c $(INDEXK_TEST_SOURCES)
+tests_plugin_t_indexk_store_load_round_trip_LDADD = $(PLUGIN_TEST_LIBS) kernels/libdsv4num.la -lm
+tests_plugin_t_indexk_score_matches_double_reference_SOURCES = \
+	tests/plugin/t-indexk-score-matches-double-reference.c $(INDEXK_TEST_SOURCES)
+tests_plugin_t_indexk_score_matches_double_reference_LDADD = $(PLUGIN_TEST_LIBS) -lm
