@@ -48,6 +48,8 @@ typedef struct dsv4_plugin_entry {
     dsv4_load_stage stage;          /* where loading stopped */
     int status;                     /* 0 or the DSV4_E* / -errno of that stage */
     const char *reason;             /* the full message; "" when ok */
+    const char *detail;             /* the reason without its "plugin f/n (file): " subject,
+                                     * for tables that show the subject in columns */
 } dsv4_plugin_entry;
 
 /* Family names: "indexk", "transport", "hostcache", "sched". */
