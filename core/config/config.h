@@ -23,7 +23,7 @@ typedef struct dsv4_core_conf {
     int64_t cuda_device;    /* -1 = first */
     int64_t threads;        /* CPU worker threads, 0 = one per core */
     bool deterministic;     /* batch-invariant kernels on CUDA */
-    const char *plugin_dir; /* extra plugin directory, or NULL */
+    const char *plugin_dir; /* extra plugin directory, or "" */
     int log_level;          /* dsv4_log_level */
 } dsv4_core_conf;
 
@@ -40,18 +40,18 @@ typedef struct dsv4_model_conf {
 typedef struct dsv4_server_conf {
     int role;               /* dsv4_role */
     const char *listen;     /* host:port */
-    const char *api_key;    /* NULL = none */
+    const char *api_key;    /* "" = none */
     int64_t max_running;    /* requests in the decode batch */
     int64_t prefill_chunk;  /* tokens per prefill chunk (per-step token budget) */
-    int64_t shutdown_grace_ms;
+    int64_t shutdown_grace_ms;  /* key shutdown_grace */
 } dsv4_server_conf;
 
 /* [pd] */
 typedef struct dsv4_pd_conf {
-    const char *listen;     /* control channel host:port (prefill role) */
-    const char *peers;      /* comma-separated prefill control addresses (decode role) */
-    const char *secret;     /* shared secret; required for prefill/decode roles */
-    int64_t bootstrap_timeout_ms;
+    const char *listen;     /* control channel host:port (prefill role), or "" */
+    const char *peers;      /* comma-separated prefill control addresses (decode role), or "" */
+    const char *secret;     /* shared secret; required for prefill/decode roles, or "" */
+    int64_t bootstrap_timeout_ms;   /* keys bootstrap_timeout, waiting_timeout, ... */
     int64_t waiting_timeout_ms;
     int64_t transfer_timeout_ms;
     int64_t retries;
@@ -89,5 +89,14 @@ dsv4_config *dsv4_config_defaults(const dsv4_registry *reg, dsv4_diags *diags);
  * to diags with the file:line of the key they are about. Returns the number of errors. */
 int dsv4_config_check(const dsv4_config *conf, dsv4_diags *diags);
 void dsv4_config_free(dsv4_config *conf);
+
+/* The whole configuration check that `dsv4ctl validate` and `dsv4d -t` run, and that
+ * dsv4d runs before serving: scan plugins (cli_dir, $DSV4D_PLUGIN_PATH, the file's [core]
+ * plugin_dir, the installed directory), load path, run dsv4_config_check. Every finding
+ * goes to diags. Returns 0 when the configuration is valid (warnings allowed) and then
+ * hands over the registry and config; DSV4_ECONFIG when it is invalid; another negative
+ * status when the file cannot be read or plugins cannot be scanned. */
+int dsv4_config_open(const char *path, const char *cli_dir, dsv4_registry **reg_p,
+                     dsv4_config **conf_p, dsv4_diags *diags);
 
 #endif

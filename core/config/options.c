@@ -1,0 +1,123 @@
+/* options.c: the schemas of the core sections [core] [model] [server] [pd].
+ *
+ * These tables are the single source for parsing, defaults, `dsv4ctl describe core`,
+ * etc/dsv4d.ini and dsv4d.ini(5): a key added here must be added to etc/dsv4d.ini too (a
+ * test checks it). Help strings are one line, lowercase, no final period, and say what the
+ * value does, not just its name. */
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/config/config.h"
+#include "core/config/config_priv.h"
+
+/* Enum names, indexed by the dsv4_device / dsv4_log_level / dsv4_kv_dtype / dsv4_role
+ * values the parsed int stands for. */
+static const char *const device_names[] = {"auto", "cpu", "cuda", NULL};
+static const char *const log_level_names[] = {"error", "warn", "info", "debug", NULL};
+static const char *const kv_dtype_names[] = {"f32", "bf16", "fp8", NULL};
+static const char *const role_names[] = {"unified", "prefill", "decode", NULL};
+
+#define NO_RANGE 0, -1
+
+const dsv4_option dsv4_core_options[] = {
+    {"device", DSV4_OPT_ENUM, "auto", NO_RANGE, device_names,
+     "compute backend; auto uses cuda when this build has CUDA and a GPU is visible, else cpu",
+     offsetof(dsv4_core_conf, device)},
+    {"cuda_device", DSV4_OPT_INT, "-1", -1, 1023, NULL,
+     "CUDA device ordinal to run on; -1 uses the first visible device",
+     offsetof(dsv4_core_conf, cuda_device)},
+    {"threads", DSV4_OPT_INT, "0", 0, 4096, NULL,
+     "CPU worker threads for the cpu backend; 0 uses one per online core",
+     offsetof(dsv4_core_conf, threads)},
+    {"deterministic", DSV4_OPT_BOOL, "true", NO_RANGE, NULL,
+     "batch-invariant CUDA kernels (fixed GEMM algorithm, no split-K), so a request's "
+     "output does not depend on what else is batched; the cpu backend always is",
+     offsetof(dsv4_core_conf, deterministic)},
+    {"plugin_dir", DSV4_OPT_STRING, "", NO_RANGE, NULL,
+     "directory searched for plugins after --plugin-dir and DSV4D_PLUGIN_PATH, before the "
+     "installed one; empty adds none",
+     offsetof(dsv4_core_conf, plugin_dir)},
+    {"log_level", DSV4_OPT_ENUM, "info", NO_RANGE, log_level_names,
+     "most verbose messages written to stderr", offsetof(dsv4_core_conf, log_level)},
+    {NULL, 0, NULL, 0, 0, NULL, NULL, 0},
+};
+
+const dsv4_option dsv4_model_options[] = {
+    {"path", DSV4_OPT_STRING, "", NO_RANGE, NULL,
+     "Hugging Face DeepseekV4ForCausalLM checkpoint folder (config.json and safetensors); "
+     "empty runs the embedded tiny synthetic model",
+     offsetof(dsv4_model_conf, path)},
+    {"kv_dtype", DSV4_OPT_ENUM, "bf16", NO_RANGE, kv_dtype_names,
+     "element type of the cached KV rows (window, CSA and HCA); index-K precision is the "
+     "indexk plugin's",
+     offsetof(dsv4_model_conf, kv_dtype)},
+    {"kv_pool", DSV4_OPT_SIZE, "1G", 16ll << 20, 64ll << 40, NULL,
+     "memory for paged KV (every paged buffer of every layer), on the device the model runs on",
+     offsetof(dsv4_model_conf, kv_pool)},
+    {"max_context", DSV4_OPT_INT, "32768", 256, 1 << 20, NULL,
+     "longest sequence (prompt plus generated tokens) one request may reach",
+     offsetof(dsv4_model_conf, max_context)},
+    {"state_slots", DSV4_OPT_INT, "64", 1, 65536, NULL,
+     "requests that can hold per-request KV state (window ring, compressor carry) at once; "
+     "at least [server] max_running",
+     offsetof(dsv4_model_conf, state_slots)},
+    {NULL, 0, NULL, 0, 0, NULL, NULL, 0},
+};
+
+const dsv4_option dsv4_server_options[] = {
+    {"role", DSV4_OPT_ENUM, "unified", NO_RANGE, role_names,
+     "unified serves requests alone; prefill and decode split them across servers (PD)",
+     offsetof(dsv4_server_conf, role)},
+    {"listen", DSV4_OPT_STRING, "127.0.0.1:8000", NO_RANGE, NULL,
+     "HTTP API address as host:port", offsetof(dsv4_server_conf, listen)},
+    {"api_key", DSV4_OPT_STRING, "", NO_RANGE, NULL,
+     "bearer token clients must send in Authorization; empty accepts every client",
+     offsetof(dsv4_server_conf, api_key)},
+    {"max_running", DSV4_OPT_INT, "32", 1, 65536, NULL,
+     "requests in the decode batch at once; more wait in the queue the sched plugin orders",
+     offsetof(dsv4_server_conf, max_running)},
+    {"prefill_chunk", DSV4_OPT_INT, "2048", 64, 1 << 20, NULL,
+     "tokens per prefill chunk, which is also the token budget of one engine step",
+     offsetof(dsv4_server_conf, prefill_chunk)},
+    {"shutdown_grace", DSV4_OPT_DURATION, "30s", 0, 3600000, NULL,
+     "on SIGTERM, how long running requests may finish before they are aborted",
+     offsetof(dsv4_server_conf, shutdown_grace_ms)},
+    {NULL, 0, NULL, 0, 0, NULL, NULL, 0},
+};
+
+const dsv4_option dsv4_pd_options[] = {
+    {"listen", DSV4_OPT_STRING, "", NO_RANGE, NULL,
+     "control channel address (host:port) a prefill server accepts decode peers on; "
+     "required for role = prefill",
+     offsetof(dsv4_pd_conf, listen)},
+    {"peers", DSV4_OPT_STRING, "", NO_RANGE, NULL,
+     "comma-separated control addresses (host:port) of the prefill servers a decode server "
+     "sends work to; required for role = decode",
+     offsetof(dsv4_pd_conf, peers)},
+    {"secret", DSV4_OPT_STRING, "", NO_RANGE, NULL,
+     "shared secret that authenticates PD peers before any KV memory is exposed; required "
+     "for role = prefill or decode",
+     offsetof(dsv4_pd_conf, secret)},
+    {"bootstrap_timeout", DSV4_OPT_DURATION, "10s", 100, 600000, NULL,
+     "deadline for a prefill server to accept a request and its transfer lease",
+     offsetof(dsv4_pd_conf, bootstrap_timeout_ms)},
+    {"waiting_timeout", DSV4_OPT_DURATION, "60s", 100, 3600000, NULL,
+     "deadline for a request to start prefill once accepted (queueing on the prefill server)",
+     offsetof(dsv4_pd_conf, waiting_timeout_ms)},
+    {"transfer_timeout", DSV4_OPT_DURATION, "30s", 100, 600000, NULL,
+     "deadline for the KV pages of a prefilled request to land and verify",
+     offsetof(dsv4_pd_conf, transfer_timeout_ms)},
+    {"retries", DSV4_OPT_INT, "2", 0, 16, NULL,
+     "times a failed or timed-out transfer is retried on another prefill server before the "
+     "client gets an error",
+     offsetof(dsv4_pd_conf, retries)},
+    {NULL, 0, NULL, 0, 0, NULL, NULL, 0},
+};
+
+const dsv4_config_section dsv4_config_sections[] = {
+    {"core", dsv4_core_options, offsetof(dsv4_config, core)},
+    {"model", dsv4_model_options, offsetof(dsv4_config, model)},
+    {"server", dsv4_server_options, offsetof(dsv4_config, server)},
+    {"pd", dsv4_pd_options, offsetof(dsv4_config, pd)},
+    {NULL, NULL, 0},
+};
