@@ -18,8 +18,8 @@ static size_t bf16_row_bytes(const dsv4_indexk_geom *g)
     return (size_t)g->dim * sizeof(uint16_t);
 }
 
-static void bf16_encode(const void *config, const dsv4_indexk_geom *g, uint8_t *page,
-                        uint32_t slot, const float *row)
+static void bf16_encode(const void *config, const dsv4_indexk_geom *g, uint8_t *page, uint32_t slot,
+                        const float *row)
 {
     uint8_t *dst = page + (size_t)slot * bf16_row_bytes(g);
     uint32_t d;

@@ -133,8 +133,8 @@ int dsv4_indexk_score(void *state, const dsv4_indexk_geom *g, const void *pool,
     for (r = 0; r < n_rows; r++) {
         float acc = 0.0f;
 
-        st->fmt->decode(g, page_at(st, g, pool, pages[r / g->rows_per_page]),
-                        r % g->rows_per_page, k);
+        st->fmt->decode(g, page_at(st, g, pool, pages[r / g->rows_per_page]), r % g->rows_per_page,
+                        k);
         for (h = 0; h < n_heads; h++) {
             const float *qh = q + (size_t)h * g->dim;
             float dot = 0.0f;

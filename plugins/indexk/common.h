@@ -32,21 +32,19 @@ typedef struct dsv4_indexk_config {
 } dsv4_indexk_config;
 
 /* The schema entry for the shared keys; `conf_type` is the plugin's config struct. */
-#define DSV4_INDEXK_COMMON_OPTIONS(conf_type)                                                       \
-    {.key = "reject_nonfinite",                                                                \
-     .type = DSV4_OPT_BOOL,                                                                    \
-     .def = "true",                                                                            \
-     .min = 1,                                                                                 \
-     .max = 0,                                                                                 \
-     .help = "refuse to store a row holding NaN or infinity (it would poison top-k "           \
-             "selection for every later query)",                                              \
-     .offset = offsetof(conf_type, common.reject_nonfinite)}
+#define DSV4_INDEXK_COMMON_OPTIONS(conf_type)                                                      \
+    {                                                                                              \
+        .key = "reject_nonfinite", .type = DSV4_OPT_BOOL, .def = "true", .min = 1, .max = 0,       \
+        .help = "refuse to store a row holding NaN or infinity (it would poison top-k "            \
+                "selection for every later query)",                                                \
+        .offset = offsetof(conf_type, common.reject_nonfinite)                                     \
+    }
 
 /* The descriptor fields that are the same for every indexk plugin. */
-#define DSV4_INDEXK_DESC_HEADER                                                                \
-    .abi_major = DSV4_ABI_MAJOR, .abi_minor = DSV4_ABI_MINOR,                                  \
-    .struct_size = sizeof(dsv4_plugin_desc), .build_signature = DSV4_BUILD_SIGNATURE,          \
-    .family = DSV4_FAMILY_INDEXK, .family_version = DSV4_INDEXK_VERSION,                       \
+#define DSV4_INDEXK_DESC_HEADER                                                                    \
+    .abi_major = DSV4_ABI_MAJOR, .abi_minor = DSV4_ABI_MINOR,                                      \
+    .struct_size = sizeof(dsv4_plugin_desc), .build_signature = DSV4_BUILD_SIGNATURE,              \
+    .family = DSV4_FAMILY_INDEXK, .family_version = DSV4_INDEXK_VERSION,                           \
     .probe = dsv4_indexk_probe, .check = dsv4_indexk_check, .fini = dsv4_indexk_fini
 
 typedef struct dsv4_indexk_format {

@@ -16,8 +16,8 @@ static size_t f32_row_bytes(const dsv4_indexk_geom *g)
     return (size_t)g->dim * sizeof(float);
 }
 
-static void f32_encode(const void *config, const dsv4_indexk_geom *g, uint8_t *page,
-                       uint32_t slot, const float *row)
+static void f32_encode(const void *config, const dsv4_indexk_geom *g, uint8_t *page, uint32_t slot,
+                       const float *row)
 {
     memcpy(page + (size_t)slot * f32_row_bytes(g), row, f32_row_bytes(g));
 }

@@ -46,8 +46,8 @@ static float fp8_pow2_ceil(float s)
     return ldexpf(1.0f, m == 0.5f ? e - 1 : e);
 }
 
-static void fp8_encode(const void *config, const dsv4_indexk_geom *g, uint8_t *page,
-                       uint32_t slot, const float *row)
+static void fp8_encode(const void *config, const dsv4_indexk_geom *g, uint8_t *page, uint32_t slot,
+                       const float *row)
 {
     const fp8_config *cfg = config;
     uint8_t *dst = page + (size_t)slot * g->dim;

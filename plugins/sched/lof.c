@@ -5,14 +5,13 @@
 
 #include "plugins/sched/order.h"
 
-static int lof_cmp(const dsv4_sched_req *a, uint64_t key_a, const dsv4_sched_req *b,
-                   uint64_t key_b)
+static int lof_cmp(const dsv4_sched_req *a, uint64_t key_a, const dsv4_sched_req *b, uint64_t key_b)
 {
     return (a->max_new_tokens < b->max_new_tokens) - (a->max_new_tokens > b->max_new_tokens);
 }
 
-static int lof_order(void *state, const dsv4_sched_req *reqs, size_t n,
-                     const dsv4_sched_view *view, uint32_t *order_out)
+static int lof_order(void *state, const dsv4_sched_req *reqs, size_t n, const dsv4_sched_view *view,
+                     uint32_t *order_out)
 {
     return dsv4_sched_sort(reqs, NULL, n, lof_cmp, order_out);
 }

@@ -14,14 +14,13 @@ typedef struct lpm_config {
     int64_t max_queue;
 } lpm_config;
 
-static int lpm_cmp(const dsv4_sched_req *a, uint64_t key_a, const dsv4_sched_req *b,
-                   uint64_t key_b)
+static int lpm_cmp(const dsv4_sched_req *a, uint64_t key_a, const dsv4_sched_req *b, uint64_t key_b)
 {
     return (key_a < key_b) - (key_a > key_b);
 }
 
-static int lpm_order(void *state, const dsv4_sched_req *reqs, size_t n,
-                     const dsv4_sched_view *view, uint32_t *order_out)
+static int lpm_order(void *state, const dsv4_sched_req *reqs, size_t n, const dsv4_sched_view *view,
+                     uint32_t *order_out)
 {
     const lpm_config *cfg = state;
     uint64_t *keys;

@@ -14,8 +14,8 @@
 #include <stdint.h>
 
 /* < 0 when a runs before b, > 0 when after, 0 when the policy has no preference. */
-typedef int (*dsv4_sched_cmp_fn)(const dsv4_sched_req *a, uint64_t key_a,
-                                 const dsv4_sched_req *b, uint64_t key_b);
+typedef int (*dsv4_sched_cmp_fn)(const dsv4_sched_req *a, uint64_t key_a, const dsv4_sched_req *b,
+                                 uint64_t key_b);
 
 /* Write into order_out the permutation of 0..n-1 that sorts reqs by cmp, ties by arrival,
  * then id, then position. keys may be NULL (all keys 0). 0, -EINVAL when n does not
@@ -37,12 +37,11 @@ int dsv4_sched_init(const dsv4_host *host, const void *config, void **state_p, c
 void dsv4_sched_fini(void *state);
 
 /* The descriptor fields that are the same for every sched plugin. */
-#define DSV4_SCHED_DESC_HEADER                                                                 \
-    .abi_major = DSV4_ABI_MAJOR, .abi_minor = DSV4_ABI_MINOR,                                  \
-    .struct_size = sizeof(dsv4_plugin_desc), .build_signature = DSV4_BUILD_SIGNATURE,          \
-    .family = DSV4_FAMILY_SCHED, .family_version = DSV4_SCHED_VERSION,                         \
-    .probe = dsv4_sched_probe, .check = dsv4_sched_check, .init = dsv4_sched_init,             \
-    .fini = dsv4_sched_fini
+#define DSV4_SCHED_DESC_HEADER                                                                     \
+    .abi_major = DSV4_ABI_MAJOR, .abi_minor = DSV4_ABI_MINOR,                                      \
+    .struct_size = sizeof(dsv4_plugin_desc), .build_signature = DSV4_BUILD_SIGNATURE,              \
+    .family = DSV4_FAMILY_SCHED, .family_version = DSV4_SCHED_VERSION, .probe = dsv4_sched_probe,  \
+    .check = dsv4_sched_check, .init = dsv4_sched_init, .fini = dsv4_sched_fini
 
 /* The schema of a plugin without keys. */
 extern const dsv4_option dsv4_sched_no_options[];

@@ -42,13 +42,9 @@ double indexk_elem_bound(indexk_fmt fmt, float k, float scale)
     double a = fabs((double)k), x;
 
     switch (fmt) {
-    case INDEXK_F32:
-        return 0.0;
-    case INDEXK_BF16:
-        return bf16_half_ulp(a);
-    case INDEXK_FP8:
-        x = a / scale;
-        return scale * (e4m3_half_ulp(x) + x * 0x1p-23) + a * 0x1p-23;
+    case INDEXK_F32: return 0.0;
+    case INDEXK_BF16: return bf16_half_ulp(a);
+    case INDEXK_FP8: x = a / scale; return scale * (e4m3_half_ulp(x) + x * 0x1p-23) + a * 0x1p-23;
     }
     return 0.0;
 }

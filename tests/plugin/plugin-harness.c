@@ -42,15 +42,15 @@ const dsv4_plugin_desc *plugtest_open(const char *family, const char *name)
     return desc;
 }
 
-void plugtest_check_desc(const dsv4_plugin_desc *desc, dsv4_family family,
-                         uint32_t family_version, const char *name, size_t ops_size)
+void plugtest_check_desc(const dsv4_plugin_desc *desc, dsv4_family family, uint32_t family_version,
+                         const char *name, size_t ops_size)
 {
     const dsv4_option *o;
     const uint32_t *ops_struct_size = desc->ops;
     bool helps_ok = true;
 
-    ok(desc->abi_major == DSV4_ABI_MAJOR && desc->abi_minor == DSV4_ABI_MINOR,
-       "%s: ABI %u.%u", name, desc->abi_major, desc->abi_minor);
+    ok(desc->abi_major == DSV4_ABI_MAJOR && desc->abi_minor == DSV4_ABI_MINOR, "%s: ABI %u.%u",
+       name, desc->abi_major, desc->abi_minor);
     is_int(desc->struct_size, sizeof(dsv4_plugin_desc), "%s: descriptor struct_size", name);
     is_str(desc->build_signature, DSV4_BUILD_SIGNATURE, "%s: build signature", name);
     ok(desc->family == (uint32_t)family && desc->family_version == family_version,

@@ -17,8 +17,8 @@
 const dsv4_plugin_desc *plugtest_open(const char *family, const char *name);
 /* The loader's rules: ABI, struct size, build signature, family and its version, name,
  * ops struct_size (>= ops_size), one-line lowercase help on every option. */
-void plugtest_check_desc(const dsv4_plugin_desc *desc, dsv4_family family,
-                         uint32_t family_version, const char *name, size_t ops_size);
+void plugtest_check_desc(const dsv4_plugin_desc *desc, dsv4_family family, uint32_t family_version,
+                         const char *name, size_t ops_size);
 /* A host whose log goes to TAP diagnostics and counts warnings. */
 const dsv4_host *plugtest_host(void);
 int plugtest_warnings(void);

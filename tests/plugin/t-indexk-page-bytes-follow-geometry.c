@@ -13,8 +13,8 @@
 
 static int reports;
 
-static void count_report(dsv4_diag *diag, const char *section, const char *key,
-                         const char *fmt, ...)
+static void count_report(dsv4_diag *diag, const char *section, const char *key, const char *fmt,
+                         ...)
 {
     reports++;
 }
@@ -48,8 +48,8 @@ int main(void)
         is_int(ops->page_bytes(&g), want_64x128[f], "%s: page of 64 rows x 128 dims", name);
         is_int(ops->row_bytes(&g), 128 * value_bytes[f] + row_extra[f], "%s: row bytes", name);
         for (i = 0; i < sizeof geoms / sizeof geoms[0]; i++) {
-            dsv4_indexk_geom h = {.struct_size = sizeof h, .rows_per_page = geoms[i][0],
-                                  .dim = geoms[i][1]};
+            dsv4_indexk_geom h = {
+                .struct_size = sizeof h, .rows_per_page = geoms[i][0], .dim = geoms[i][1]};
             size_t want = geoms[i][0] * (geoms[i][1] * value_bytes[f] + row_extra[f]);
             if (ops->page_bytes(&h) != want || ops->row_bytes(&h) * geoms[i][0] != want) {
                 diag("%ux%u: page %zu row %zu, want page %zu", geoms[i][0], geoms[i][1],

@@ -39,8 +39,8 @@ static void run(const variant *v)
     const char *name = indexk_fmt_names[v->fmt];
     const dsv4_plugin_desc *desc = plugtest_open("indexk", name);
     const dsv4_indexk_ops *ops = desc->ops;
-    dsv4_indexk_geom g = {.struct_size = sizeof g, .dim = v->dim,
-                          .rows_per_page = v->rows_per_page};
+    dsv4_indexk_geom g = {
+        .struct_size = sizeof g, .dim = v->dim, .rows_per_page = v->rows_per_page};
     size_t page_bytes = ops->page_bytes(&g), dim = v->dim, n = v->n_rows, H = v->n_heads;
     uint8_t *pool = calloc(N_POOL_PAGES, page_bytes);
     float *rows = malloc(n * dim * sizeof *rows), *back = malloc(n * dim * sizeof *back);
@@ -58,8 +58,8 @@ static void run(const variant *v)
     char label[64];
 
     snprintf(label, sizeof label, "%s%s%s %ux%u, %u heads, %u rows", name,
-             v->scale_format ? "/" : "", v->scale_format ? v->scale_format : "",
-             v->rows_per_page, v->dim, v->n_heads, v->n_rows);
+             v->scale_format ? "/" : "", v->scale_format ? v->scale_format : "", v->rows_per_page,
+             v->dim, v->n_heads, v->n_rows);
     for (r = 0; r < n * dim; r++)
         rows[r] = (float)plugtest_uniform(-2.0, 2.0);
     for (r = 0; r < H * dim; r++)
@@ -78,9 +78,9 @@ static void run(const variant *v)
     for (r = 0; r < n; r++) {
         const float *k = rows + r * dim, *kb = back + r * dim;
         const uint8_t *page = pool + v->pages[r / v->rows_per_page] * page_bytes;
-        float s = v->fmt == INDEXK_FP8 ? indexk_fp8_scale(page, v->rows_per_page, v->dim,
-                                                          r % v->rows_per_page)
-                                       : 0.0f;
+        float s = v->fmt == INDEXK_FP8
+                      ? indexk_fp8_scale(page, v->rows_per_page, v->dim, r % v->rows_per_page)
+                      : 0.0f;
         double ref = 0.0, storage = 0.0, eval = 0.0, bound, err;
         float acc = 0.0f, doc;
 

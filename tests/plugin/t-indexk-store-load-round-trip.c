@@ -87,8 +87,8 @@ static void run(const variant *v)
     const char *name = indexk_fmt_names[v->fmt];
     const dsv4_plugin_desc *desc = plugtest_open("indexk", name);
     const dsv4_indexk_ops *ops = desc->ops;
-    dsv4_indexk_geom g = {.struct_size = sizeof g, .dim = v->dim,
-                          .rows_per_page = v->rows_per_page};
+    dsv4_indexk_geom g = {
+        .struct_size = sizeof g, .dim = v->dim, .rows_per_page = v->rows_per_page};
     size_t page_bytes = ops->page_bytes(&g);
     uint8_t *pool = malloc(N_PAGES * page_bytes);
     float *rows = malloc(N_ROWS * v->dim * sizeof *rows);
@@ -109,8 +109,7 @@ static void run(const variant *v)
     make_rows(rows, N_ROWS, v->dim);
     scatter_slots(slots, N_ROWS + 1, v->rows_per_page);
 
-    is_int(ops->store(state, &g, pool, rows, slots, N_ROWS), 0, "%s: store %u rows", label,
-           N_ROWS);
+    is_int(ops->store(state, &g, pool, rows, slots, N_ROWS), 0, "%s: store %u rows", label, N_ROWS);
     is_int(ops->load(state, &g, pool, slots, N_ROWS, back), 0, "%s: load them", label);
     for (i = 0; i < N_ROWS; i++) {
         const uint8_t *page = pool + slots[i].page * page_bytes;
@@ -132,10 +131,9 @@ static void run(const variant *v)
                 diag("row %u dim %u: stored byte is not at slot * dim + d", i, d);
             if (bound > 0.0 && err / bound > worst)
                 worst = err / bound;
-            if ((err > bound || (v->fmt == INDEXK_F32 && memcmp(&k, &l, sizeof k))) &&
-                bad++ < 5)
-                diag("row %u dim %u: stored %a, loaded %a, bound %a", i, d, (double)k,
-                     (double)l, bound);
+            if ((err > bound || (v->fmt == INDEXK_F32 && memcmp(&k, &l, sizeof k))) && bad++ < 5)
+                diag("row %u dim %u: stored %a, loaded %a, bound %a", i, d, (double)k, (double)l,
+                     bound);
         }
     }
     diag("%s: worst error %.3f of the bound", label, worst);
@@ -150,8 +148,8 @@ static void run(const variant *v)
     is_int(ops->store(state, &g, pool, rows + 2 * v->dim, &slots[N_ROWS], 1), 0,
            "%s: store into a fresh slot", label);
     ops->load(state, &g, pool, slots, N_ROWS, again);
-    ok(!memcmp(back, again, N_ROWS * v->dim * sizeof *back),
-       "%s: a store changes no other slot", label);
+    ok(!memcmp(back, again, N_ROWS * v->dim * sizeof *back), "%s: a store changes no other slot",
+       label);
 
     plugtest_config_free(desc, conf);
     desc->fini(state);
@@ -185,8 +183,8 @@ static void run_nonfinite(indexk_fmt fmt)
            !memcmp(before, pool, ops->page_bytes(&g)) && plugtest_warnings() > warnings,
        "%s: a batch with a NaN is refused with a warning and writes nothing", name);
     ok(ops->store(lt, &g, pool, rows, slots, 2) == 0 &&
-           ops->load(lt, &g, pool, slots, 2, back) == 0 && isnan(back[8 + 5]) &&
-           back[8 + 6] < 0 && (fmt == INDEXK_FP8 ? isfinite(back[8 + 6]) : isinf(back[8 + 6])) &&
+           ops->load(lt, &g, pool, slots, 2, back) == 0 && isnan(back[8 + 5]) && back[8 + 6] < 0 &&
+           (fmt == INDEXK_FP8 ? isfinite(back[8 + 6]) : isinf(back[8 + 6])) &&
            back[8 + 7] != 0.0f && fabsf(back[0] - 0.25f) < 0.01f,
        "%s: with reject_nonfinite = false NaN stays NaN and -inf %s", name,
        fmt == INDEXK_FP8 ? "saturates without zeroing the row" : "stays -inf");
@@ -201,10 +199,9 @@ static void run_nonfinite(indexk_fmt fmt)
 int main(void)
 {
     static const variant variants[] = {
-        {INDEXK_F32, NULL, 64, 128},     {INDEXK_F32, NULL, 32, 64},
-        {INDEXK_BF16, NULL, 64, 128},    {INDEXK_BF16, NULL, 32, 64},
-        {INDEXK_FP8, NULL, 64, 128},     {INDEXK_FP8, NULL, 32, 64},
-        {INDEXK_FP8, "ue8m0", 64, 128},  {INDEXK_FP8, "ue8m0", 16, 40},
+        {INDEXK_F32, NULL, 64, 128},    {INDEXK_F32, NULL, 32, 64},    {INDEXK_BF16, NULL, 64, 128},
+        {INDEXK_BF16, NULL, 32, 64},    {INDEXK_FP8, NULL, 64, 128},   {INDEXK_FP8, NULL, 32, 64},
+        {INDEXK_FP8, "ue8m0", 64, 128}, {INDEXK_FP8, "ue8m0", 16, 40},
     };
     size_t i;
 

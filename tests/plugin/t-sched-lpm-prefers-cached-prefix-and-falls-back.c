@@ -83,8 +83,7 @@ int main(void)
     unsigned calls;
 
     plan(PLUGTEST_DESC_TESTS + 7);
-    plugtest_check_desc(desc, DSV4_FAMILY_SCHED, DSV4_SCHED_VERSION, "lpm",
-                        sizeof(dsv4_sched_ops));
+    plugtest_check_desc(desc, DSV4_FAMILY_SCHED, DSV4_SCHED_VERSION, "lpm", sizeof(dsv4_sched_ops));
 
     ok(ops->order(st_def, sched_queue, SCHED_QUEUE_LEN, &view, got) == 0 &&
            same_order(got, want_lpm, SCHED_QUEUE_LEN) && ctx.calls == SCHED_QUEUE_LEN,

@@ -34,12 +34,11 @@ static void check_policy(const char *name, const uint32_t *want)
     bool same = true;
     size_t i;
 
-    plugtest_check_desc(desc, DSV4_FAMILY_SCHED, DSV4_SCHED_VERSION, name,
-                        sizeof(dsv4_sched_ops));
+    plugtest_check_desc(desc, DSV4_FAMILY_SCHED, DSV4_SCHED_VERSION, name, sizeof(dsv4_sched_ops));
     is_int(ops->order(state, sched_queue, SCHED_QUEUE_LEN, NULL, got), 0, "%s: order", name);
     is_str(fmt_order(got_text, sizeof got_text, got, SCHED_QUEUE_LEN),
-           fmt_order(want_text, sizeof want_text, want, SCHED_QUEUE_LEN),
-           "%s: crafted queue order", name);
+           fmt_order(want_text, sizeof want_text, want, SCHED_QUEUE_LEN), "%s: crafted queue order",
+           name);
     for (i = 0; i < SCHED_QUEUE_LEN; i++)
         rev[i] = sched_queue[SCHED_QUEUE_LEN - 1 - i];
     ops->order(state, rev, SCHED_QUEUE_LEN, NULL, got_rev);

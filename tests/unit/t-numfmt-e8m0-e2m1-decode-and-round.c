@@ -24,8 +24,8 @@ int main(void)
     for (n = 0; n < 16; n++) {
         float want = (n & 8u) ? -mags[n & 7u] : mags[n & 7u];
         float got = dsv4_e2m1_to_f32((uint8_t)n);
-        if ((got != want || !signbit(got) != !signbit(want) ||
-             dsv4_f32_to_e2m1(got) != n) && bad++ < 5)
+        if ((got != want || !signbit(got) != !signbit(want) || dsv4_f32_to_e2m1(got) != n) &&
+            bad++ < 5)
             diag("e2m1 nibble 0x%x decodes to %g", n, (double)got);
     }
     is_int(bad, 0, "all 16 e2m1 nibbles decode (bit 3 sign) and round-trip");
@@ -36,7 +36,8 @@ int main(void)
         unsigned even = (n & 1u) ? n + 1 : n;
         if ((dsv4_f32_to_e2m1(mid) != even || dsv4_f32_to_e2m1(-mid) != (8u | even) ||
              dsv4_f32_to_e2m1(nextafterf(mid, 0.0f)) != n ||
-             dsv4_f32_to_e2m1(nextafterf(mid, 10.0f)) != n + 1) && bad++ < 5)
+             dsv4_f32_to_e2m1(nextafterf(mid, 10.0f)) != n + 1) &&
+            bad++ < 5)
             diag("e2m1 midpoint %g misrounded", (double)mid);
     }
     is_int(bad, 0, "midpoints between adjacent magnitudes tie to even");
