@@ -1,0 +1,64 @@
+/* engine.h: the inference engine API (no server yet): sequences with paged KV, chunked
+ * prefill of a batch, batched decode steps, logits out.
+ *
+ * The engine owns the forward workspace, the thread pool, the KV pool and the indexk
+ * plugin's state; the model and the plugin descriptor (hence the registry that loaded it)
+ * belong to the caller and must outlive the engine. One thread drives an engine.
+ */
+#ifndef DSV4_CORE_ENGINE_H
+#define DSV4_CORE_ENGINE_H
+
+#include <dsv4d/plugin.h>
+
+#include "core/engine/kvpool.h"
+#include "core/model/model.h"
+
+typedef struct dsv4_engine dsv4_engine;
+
+typedef struct dsv4_engine_conf {
+    uint32_t threads;                 /* [core] threads; 0 = one per core */
+    dsv4_kv_dtype kv_dtype;           /* [model] kv_dtype: f32 or bf16 */
+    uint32_t n_pages;                 /* KV pages in the pool */
+    uint32_t n_slots;                 /* sequences with KV state at once */
+    uint32_t page_tokens;             /* source tokens per page; 0 = 256 */
+    uint32_t step_tokens;             /* per-step token budget (the prefill chunk) */
+    const dsv4_plugin_desc *indexk;   /* the indexk plugin (family DSV4_FAMILY_INDEXK) */
+    const void *indexk_conf;          /* its config struct; NULL = its schema defaults */
+    const dsv4_host *host;            /* handed to the plugin; NULL = dsv4_host_default() */
+} dsv4_engine_conf;
+
+typedef enum dsv4_logits_mode {
+    DSV4_LOGITS_NONE,                 /* no logits */
+    DSV4_LOGITS_LAST,                 /* vocab floats for the last token of each sequence */
+    DSV4_LOGITS_ALL,                  /* len * vocab floats, one row per token */
+} dsv4_logits_mode;
+
+/* NULL with the reason in err (bad geometry, plugin init failure, out of memory). */
+dsv4_engine *dsv4_engine_new(const dsv4_model *model, const dsv4_engine_conf *conf, char *err,
+                             size_t errlen);
+void dsv4_engine_free(dsv4_engine *eng);
+
+/* A new empty sequence (a state slot is reserved). -ENOSPC when every slot is taken. */
+int dsv4_engine_seq_new(dsv4_engine *eng, uint32_t *seq_p);
+/* Give the sequence's pages and state slot back to the pool. */
+void dsv4_engine_seq_free(dsv4_engine *eng, uint32_t seq);
+/* Tokens in the sequence's KV so far. */
+uint32_t dsv4_engine_seq_len(const dsv4_engine *eng, uint32_t seq);
+
+/* Append lens[i] tokens to each sequence seqs[i], running as many steps as the per-step
+ * budget needs (a step takes tokens from the sequences in order, splitting a sequence
+ * across steps where the budget ends). logits[i] receives what mode asks for. 0, -ENOSPC
+ * when the pool has no page left (the sequences keep what was computed so far), -EINVAL
+ * for a bad sequence, token id or context overflow. */
+int dsv4_engine_prefill(dsv4_engine *eng, size_t n, const uint32_t *seqs,
+                        const int32_t *const *tokens, const uint32_t *lens,
+                        dsv4_logits_mode mode, float *const *logits);
+/* One decode step for n sequences: token[i] is appended to seqs[i] and its next-token
+ * logits go to logits + i * vocab. Same errors as prefill. */
+int dsv4_engine_decode(dsv4_engine *eng, size_t n, const uint32_t *seqs, const int32_t *tokens,
+                       float *logits);
+
+const dsv4_kv_pool *dsv4_engine_kv(const dsv4_engine *eng);
+uint32_t dsv4_engine_vocab(const dsv4_engine *eng);
+
+#endif

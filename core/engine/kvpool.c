@@ -1,0 +1,252 @@
+/* kvpool.c: allocation of the KV buffers, the buffer table, and the page and state-slot
+ * allocators (see kvpool.h). */
+#include "core/engine/kvpool.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Blocks start on cache lines so rows of different pages never share one. */
+#define DSV4_KV_ALIGN 64
+
+struct dsv4_kv_pool {
+    dsv4_kv_layout layout;
+    dsv4_kv_buffer *buffers;                       /* layout.buffers */
+    int16_t index[DSV4_MAX_LAYERS][DSV4_BUF_KIND_COUNT]; /* buffer per (layer, kind), -1 */
+    uint8_t layer_kind[DSV4_MAX_LAYERS];
+    char *indexk_name;
+    uint32_t *page_refs;                           /* [n_pages] */
+    uint32_t *page_free;                           /* stack of free page ids */
+    uint32_t n_page_free;
+    uint32_t *slot_free;                           /* stack of free slot ids */
+    uint32_t n_slot_free;
+};
+
+size_t dsv4_kv_carry_bytes(bool overlap, uint32_t rate, uint32_t dim)
+{
+    size_t c = overlap ? 2 : 1;
+    size_t floats = 2 * (size_t)rate * c * dim + (overlap ? 2 * (size_t)rate * dim : 0);
+    return (floats * sizeof(float) + DSV4_KV_ALIGN - 1) / DSV4_KV_ALIGN * DSV4_KV_ALIGN;
+}
+
+dsv4_kv_carry dsv4_kv_carry_at(uint8_t *block, bool overlap, uint32_t rate, uint32_t dim)
+{
+    size_t width = (overlap ? 2 : 1) * (size_t)dim;
+    float *f = (float *)block;
+    dsv4_kv_carry c = {f, f + rate * width, NULL, NULL};
+    if (overlap) {
+        c.prev_kv = f + 2 * rate * width;
+        c.prev_logit = c.prev_kv + (size_t)rate * dim;
+    }
+    return c;
+}
+
+static int dsv4_kv_add(dsv4_kv_pool *pool, uint32_t kind, uint32_t layer, size_t block_bytes,
+                       uint32_t n_blocks, uint32_t rows, size_t row_bytes, char *err,
+                       size_t errlen)
+{
+    size_t block = (block_bytes + DSV4_KV_ALIGN - 1) / DSV4_KV_ALIGN * DSV4_KV_ALIGN;
+    size_t bytes = block * n_blocks;
+    uint8_t *base = aligned_alloc(DSV4_KV_ALIGN, bytes ? bytes : DSV4_KV_ALIGN);
+    if (!base) {
+        snprintf(err, errlen, "kv pool: out of memory (%zu bytes for layer %u)", bytes, layer);
+        return -ENOMEM;
+    }
+    /* zeroed so transfers and checksums of never-written rows are reproducible */
+    memset(base, 0, bytes);
+    dsv4_kv_buffer *b = &pool->buffers[pool->layout.n_buffers];
+    *b = (dsv4_kv_buffer){.kind = kind, .layer = layer, .mem = DSV4_MEM_HOST,
+                          .cuda_device = -1, .base = base, .block_bytes = block,
+                          .n_blocks = n_blocks, .rows_per_block = rows, .row_bytes = row_bytes};
+    pool->index[layer][kind] = (int16_t)pool->layout.n_buffers++;
+    return 0;
+}
+
+static int dsv4_kv_check(const dsv4_kv_pool_conf *c, char *err, size_t errlen)
+{
+    const dsv4_model_config *m = c->model;
+    if (c->kv_dtype != DSV4_KV_F32 && c->kv_dtype != DSV4_KV_BF16) {
+        snprintf(err, errlen, "kv pool: kv_dtype not supported by the cpu backend (f32|bf16)");
+        return -EINVAL;
+    }
+    if (m->n_layers == 0 || m->n_layers > DSV4_MAX_LAYERS || c->n_pages == 0 ||
+        c->n_slots == 0 || c->page_tokens == 0) {
+        snprintf(err, errlen, "kv pool: empty geometry (layers %u, pages %u, slots %u)",
+                 m->n_layers, c->n_pages, c->n_slots);
+        return -EINVAL;
+    }
+    for (uint32_t l = 0; l < m->n_layers; l++) {
+        uint32_t rate = m->layer_kind[l] == DSV4_LAYER_CSA   ? m->rate_csa
+                        : m->layer_kind[l] == DSV4_LAYER_HCA ? m->rate_hca
+                                                             : 1;
+        if (rate == 0 || c->page_tokens % rate != 0) {
+            snprintf(err, errlen,
+                     "kv pool: page of %u tokens is not a whole number of rows (layer %u, "
+                     "compress rate %u)",
+                     c->page_tokens, l, rate);
+            return -EINVAL;
+        }
+        if (m->layer_kind[l] == DSV4_LAYER_CSA && !c->indexk) {
+            snprintf(err, errlen, "kv pool: layer %u is CSA but no indexk plugin is given", l);
+            return -EINVAL;
+        }
+    }
+    return 0;
+}
+
+dsv4_kv_pool *dsv4_kv_pool_new(const dsv4_kv_pool_conf *c, char *err, size_t errlen)
+{
+    if (dsv4_kv_check(c, err, errlen) != 0)
+        return NULL;
+    const dsv4_model_config *m = c->model;
+    dsv4_kv_pool *pool = calloc(1, sizeof(*pool));
+    if (!pool)
+        goto fail_oom;
+    memset(pool->index, 0xff, sizeof(pool->index));
+    memcpy(pool->layer_kind, m->layer_kind, m->n_layers);
+    pool->buffers = calloc((size_t)m->n_layers * DSV4_BUF_KIND_COUNT, sizeof(dsv4_kv_buffer));
+    pool->page_refs = calloc(c->n_pages, sizeof(uint32_t));
+    pool->page_free = malloc(c->n_pages * sizeof(uint32_t));
+    pool->slot_free = malloc(c->n_slots * sizeof(uint32_t));
+    pool->indexk_name = strdup(c->indexk_name ? c->indexk_name : "");
+    if (!pool->buffers || !pool->page_refs || !pool->page_free || !pool->slot_free ||
+        !pool->indexk_name)
+        goto fail_oom;
+
+    size_t es = c->kv_dtype == DSV4_KV_BF16 ? 2 : 4, row = es * m->head_dim;
+    dsv4_indexk_geom geom = {sizeof(geom), m->index_dim, c->page_tokens / m->rate_csa};
+    for (uint32_t l = 0; l < m->n_layers; l++) {
+        int rc = dsv4_kv_add(pool, DSV4_BUF_WINDOW, l, row * m->window, c->n_slots, m->window,
+                             row, err, errlen);
+        if (rc == 0 && m->layer_kind[l] == DSV4_LAYER_CSA) {
+            uint32_t rows = c->page_tokens / m->rate_csa;
+            rc = dsv4_kv_add(pool, DSV4_BUF_CSA_KV, l, row * rows, c->n_pages, rows, row, err,
+                             errlen);
+            if (rc == 0)
+                rc = dsv4_kv_add(pool, DSV4_BUF_INDEXK, l, c->indexk->page_bytes(&geom),
+                                 c->n_pages, rows, c->indexk->row_bytes(&geom), err, errlen);
+            if (rc == 0)
+                rc = dsv4_kv_add(pool, DSV4_BUF_CSA_CARRY, l,
+                                 dsv4_kv_carry_bytes(true, m->rate_csa, m->head_dim),
+                                 c->n_slots, 0, 0, err, errlen);
+            if (rc == 0)
+                rc = dsv4_kv_add(pool, DSV4_BUF_INDEX_CARRY, l,
+                                 dsv4_kv_carry_bytes(true, m->rate_csa, m->index_dim),
+                                 c->n_slots, 0, 0, err, errlen);
+        } else if (rc == 0 && m->layer_kind[l] == DSV4_LAYER_HCA) {
+            uint32_t rows = c->page_tokens / m->rate_hca;
+            rc = dsv4_kv_add(pool, DSV4_BUF_HCA_KV, l, row * rows, c->n_pages, rows, row, err,
+                             errlen);
+            if (rc == 0)
+                rc = dsv4_kv_add(pool, DSV4_BUF_HCA_CARRY, l,
+                                 dsv4_kv_carry_bytes(false, m->rate_hca, m->head_dim),
+                                 c->n_slots, 0, 0, err, errlen);
+        }
+        if (rc != 0) {
+            dsv4_kv_pool_free(pool);
+            return NULL;
+        }
+    }
+    for (uint32_t i = 0; i < c->n_pages; i++)
+        pool->page_free[i] = c->n_pages - 1 - i;
+    pool->n_page_free = c->n_pages;
+    for (uint32_t i = 0; i < c->n_slots; i++)
+        pool->slot_free[i] = c->n_slots - 1 - i;
+    pool->n_slot_free = c->n_slots;
+
+    pool->layout = (dsv4_kv_layout){
+        .struct_size = sizeof(dsv4_kv_layout),
+        .page_tokens = c->page_tokens,
+        .n_pages = c->n_pages,
+        .n_state_slots = c->n_slots,
+        .n_layers = m->n_layers,
+        .layer_kind = pool->layer_kind,
+        .kv_dtype = c->kv_dtype,
+        .indexk = pool->indexk_name,
+        .index_dim = m->index_dim,
+        .n_buffers = pool->layout.n_buffers,
+        .buffers = pool->buffers,
+    };
+    return pool;
+
+fail_oom:
+    snprintf(err, errlen, "kv pool: out of memory");
+    dsv4_kv_pool_free(pool);
+    return NULL;
+}
+
+void dsv4_kv_pool_free(dsv4_kv_pool *pool)
+{
+    if (!pool)
+        return;
+    for (uint32_t i = 0; i < pool->layout.n_buffers; i++)
+        free(pool->buffers[i].base);
+    free(pool->buffers);
+    free(pool->page_refs);
+    free(pool->page_free);
+    free(pool->slot_free);
+    free(pool->indexk_name);
+    free(pool);
+}
+
+const dsv4_kv_layout *dsv4_kv_pool_layout(const dsv4_kv_pool *pool)
+{
+    return &pool->layout;
+}
+
+int dsv4_kv_pool_layer(dsv4_kv_pool *pool, uint32_t layer, dsv4_kv_layer_view *view_p)
+{
+    if (layer >= pool->layout.n_layers)
+        return -EINVAL;
+    /* The host tier's per-layer fence will wait here for this layer's pages. */
+    for (uint32_t k = 0; k < DSV4_BUF_KIND_COUNT; k++) {
+        int16_t i = pool->index[layer][k];
+        view_p->buf[k] = i < 0 ? NULL : &pool->buffers[i];
+    }
+    return 0;
+}
+
+int dsv4_kv_page_alloc(dsv4_kv_pool *pool, uint32_t *page_p)
+{
+    if (pool->n_page_free == 0)
+        return -ENOSPC;
+    uint32_t p = pool->page_free[--pool->n_page_free];
+    pool->page_refs[p] = 1;
+    *page_p = p;
+    return 0;
+}
+
+void dsv4_kv_page_ref(dsv4_kv_pool *pool, uint32_t page)
+{
+    pool->page_refs[page]++;
+}
+
+void dsv4_kv_page_unref(dsv4_kv_pool *pool, uint32_t page)
+{
+    if (pool->page_refs[page] > 0 && --pool->page_refs[page] == 0)
+        pool->page_free[pool->n_page_free++] = page;
+}
+
+uint32_t dsv4_kv_pages_free(const dsv4_kv_pool *pool)
+{
+    return pool->n_page_free;
+}
+
+int dsv4_kv_slot_alloc(dsv4_kv_pool *pool, uint32_t *slot_p)
+{
+    if (pool->n_slot_free == 0)
+        return -ENOSPC;
+    *slot_p = pool->slot_free[--pool->n_slot_free];
+    return 0;
+}
+
+void dsv4_kv_slot_free(dsv4_kv_pool *pool, uint32_t slot)
+{
+    pool->slot_free[pool->n_slot_free++] = slot;
+}
+
+uint32_t dsv4_kv_slots_free(const dsv4_kv_pool *pool)
+{
+    return pool->n_slot_free;
+}

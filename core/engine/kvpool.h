@@ -1,0 +1,76 @@
+/* kvpool.h: the paged KV pool and per-request state slots (DESIGN.md §5, spec §4).
+ *
+ * The pool owns every KV buffer of every layer and describes them in one
+ * dsv4_kv_layout (include/dsv4d/kv.h) that the host tier, PD transfer, checksums and
+ * eviction iterate. A page id addresses one block in every paged buffer of every layer:
+ * page_tokens source tokens = page_tokens/rate_csa CSA rows, as many index-K rows (in the
+ * indexk plugin's page format, block size ops->page_bytes) and page_tokens/rate_hca HCA
+ * rows. A state slot addresses one block in every state buffer: the window ring (W rows
+ * of D) and the compressor carry (main and indexer for CSA, main for HCA).
+ *
+ * Pages are reference counted (the radix prefix cache will share them); slots belong to
+ * one request. Kernels reach a layer's memory only through dsv4_kv_pool_layer().
+ */
+#ifndef DSV4_CORE_KVPOOL_H
+#define DSV4_CORE_KVPOOL_H
+
+#include <dsv4d/indexk.h>
+#include <dsv4d/kv.h>
+
+#include "core/model/model.h"
+
+typedef struct dsv4_kv_pool dsv4_kv_pool;
+
+typedef struct dsv4_kv_pool_conf {
+    const dsv4_model_config *model;
+    dsv4_kv_dtype kv_dtype;          /* f32 or bf16 for compressed and window rows */
+    uint32_t page_tokens;            /* source tokens per page (256) */
+    uint32_t n_pages;
+    uint32_t n_slots;
+    const dsv4_indexk_ops *indexk;   /* formats DSV4_BUF_INDEXK */
+    const char *indexk_name;
+} dsv4_kv_pool_conf;
+
+/* One layer's buffers (NULL where the layer has no such buffer). */
+typedef struct dsv4_kv_layer_view {
+    const dsv4_kv_buffer *buf[DSV4_BUF_KIND_COUNT];
+} dsv4_kv_layer_view;
+
+/* The compressor carry inside one state block (f32, spec §3.11): the pending tokens of
+ * the incomplete window (kv and logit = gate + ape, both [rate][overlap*dim]) and, for
+ * overlapping compressors, the "a" half of the last complete window ([rate][dim] each). */
+typedef struct dsv4_kv_carry {
+    float *pend_kv, *pend_logit;
+    float *prev_kv, *prev_logit;     /* NULL without overlap */
+} dsv4_kv_carry;
+
+/* NULL with the reason in err (bad geometry, unsupported kv dtype, out of memory). */
+dsv4_kv_pool *dsv4_kv_pool_new(const dsv4_kv_pool_conf *conf, char *err, size_t errlen);
+void dsv4_kv_pool_free(dsv4_kv_pool *pool);
+
+const dsv4_kv_layout *dsv4_kv_pool_layout(const dsv4_kv_pool *pool);
+
+/* The one accessor through which attention and the indexer get a layer's KV memory.
+ * The host tier's per-layer fence (DESIGN.md §9: wait until that layer's pages have
+ * landed) goes here, so no kernel can read a layer before its load completes.
+ * Returns 0, or -EINVAL for a layer out of range. */
+int dsv4_kv_pool_layer(dsv4_kv_pool *pool, uint32_t layer, dsv4_kv_layer_view *view_p);
+
+/* Page allocator: a new page has one reference. -ENOSPC when none is free. */
+int dsv4_kv_page_alloc(dsv4_kv_pool *pool, uint32_t *page_p);
+void dsv4_kv_page_ref(dsv4_kv_pool *pool, uint32_t page);
+/* Drops one reference; the page is free again at zero. */
+void dsv4_kv_page_unref(dsv4_kv_pool *pool, uint32_t page);
+uint32_t dsv4_kv_pages_free(const dsv4_kv_pool *pool);
+
+/* State slots: -ENOSPC when none is free. */
+int dsv4_kv_slot_alloc(dsv4_kv_pool *pool, uint32_t *slot_p);
+void dsv4_kv_slot_free(dsv4_kv_pool *pool, uint32_t slot);
+uint32_t dsv4_kv_slots_free(const dsv4_kv_pool *pool);
+
+/* Bytes of one carry block for a compressor of `rate` over `dim` channels. */
+size_t dsv4_kv_carry_bytes(bool overlap, uint32_t rate, uint32_t dim);
+/* The carry arrays inside block (a state block of a *_CARRY buffer). */
+dsv4_kv_carry dsv4_kv_carry_at(uint8_t *block, bool overlap, uint32_t rate, uint32_t dim);
+
+#endif

@@ -1,0 +1,80 @@
+/* sample.c: greedy and seeded top-k/top-p sampling (sample.h). */
+#include "core/engine/sample.h"
+
+#include <math.h>
+
+#include "kernels/kernels.h"
+
+static uint64_t dsv4_splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+void dsv4_rng_seed(dsv4_rng *rng, uint64_t seed)
+{
+    for (int i = 0; i < 4; i++)
+        rng->s[i] = dsv4_splitmix64(&seed);
+}
+
+static uint64_t dsv4_rotl(uint64_t x, int k)
+{
+    return (x << k) | (x >> (64 - k));
+}
+
+uint64_t dsv4_rng_next(dsv4_rng *rng)
+{
+    uint64_t *s = rng->s, r = dsv4_rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = dsv4_rotl(s[3], 45);
+    return r;
+}
+
+double dsv4_rng_uniform(dsv4_rng *rng)
+{
+    return (double)(dsv4_rng_next(rng) >> 11) * 0x1.0p-53;
+}
+
+int32_t dsv4_sample(const float *logits, uint32_t n, const dsv4_sample_params *p,
+                    dsv4_rng *rng, void *scratch)
+{
+    uint32_t *idx = (uint32_t *)((float *)scratch + n);
+    if (p->temperature <= 0 || p->top_k == 1) {
+        uint32_t best = 0;
+        for (uint32_t i = 1; i < n; i++)
+            if (logits[i] > logits[best])
+                best = i;
+        return (int32_t)best;
+    }
+    uint32_t k = p->top_k && p->top_k < n ? p->top_k : n;
+    dsv4_k_topk(logits, n, k, idx);
+
+    /* probabilities of the candidates, best first, in double */
+    double m = logits[idx[0]], total = 0;
+    float *prob = scratch;
+    for (uint32_t i = 0; i < k; i++) {
+        prob[i] = (float)exp(((double)logits[idx[i]] - m) / p->temperature);
+        total += prob[i];
+    }
+    if (p->top_p > 0 && p->top_p < 1) {
+        double acc = 0;
+        uint32_t keep = 0;
+        while (keep < k && acc < p->top_p * total)
+            acc += prob[keep++];
+        k = keep ? keep : 1;
+        total = acc ? acc : prob[0];
+    }
+    double r = dsv4_rng_uniform(rng) * total, acc = 0;
+    for (uint32_t i = 0; i < k; i++) {
+        acc += prob[i];
+        if (r < acc)
+            return (int32_t)idx[i];
+    }
+    return (int32_t)idx[k - 1];
+}

@@ -1,0 +1,34 @@
+/* sample.h: next-token choice from logits: greedy, or seeded sampling with temperature,
+ * top-k and top-p over a portable PRNG (xoshiro256**, seeded through splitmix64), so a
+ * seed gives the same tokens on every machine. */
+#ifndef DSV4_CORE_SAMPLE_H
+#define DSV4_CORE_SAMPLE_H
+
+#include <stdint.h>
+
+typedef struct dsv4_rng {
+    uint64_t s[4];
+} dsv4_rng;
+
+void dsv4_rng_seed(dsv4_rng *rng, uint64_t seed);
+uint64_t dsv4_rng_next(dsv4_rng *rng);
+/* Uniform in [0, 1) with 53 random bits. */
+double dsv4_rng_uniform(dsv4_rng *rng);
+
+typedef struct dsv4_sample_params {
+    float temperature;      /* <= 0: greedy */
+    float top_p;            /* (0, 1]; 1 = off */
+    uint32_t top_k;         /* 0 = off */
+} dsv4_sample_params;
+
+/* Scratch the sampler needs for a vocabulary of n. */
+#define DSV4_SAMPLE_SCRATCH(n) ((size_t)(n) * (sizeof(float) + sizeof(uint32_t)))
+
+/* The chosen token id. Greedy picks the highest logit (the lowest id among equals).
+ * Otherwise candidates are the top_k highest logits (ties to the lower id), then the
+ * smallest best-first prefix whose probability reaches top_p; one is drawn from rng.
+ * scratch holds DSV4_SAMPLE_SCRATCH(n) bytes. */
+int32_t dsv4_sample(const float *logits, uint32_t n, const dsv4_sample_params *p,
+                    dsv4_rng *rng, void *scratch);
+
+#endif

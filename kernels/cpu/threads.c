@@ -1,0 +1,159 @@
+/* threads.c: the small pthread pool the CPU kernels split output rows over.
+ *
+ * One job at a time: dsv4_threads_for publishes (fn, ctx, n) under a generation number,
+ * every worker takes the fixed range that belongs to its index, the caller runs range 0
+ * and then waits for the rest. Ranges depend only on n and the pool size, and each item
+ * is computed by exactly one thread, so kernels stay bitwise deterministic. */
+#include "kernels/kernels.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct dsv4_threads;
+
+typedef struct dsv4_worker {
+    struct dsv4_threads *pool;
+    unsigned tid;
+    pthread_t thread;
+} dsv4_worker;
+
+struct dsv4_threads {
+    unsigned n;                 /* threads including the caller */
+    dsv4_worker *workers;       /* n - 1 */
+    pthread_mutex_t lock;
+    pthread_cond_t wake, done;
+    uint64_t generation;
+    unsigned pending;           /* workers still running the current job */
+    bool stop;
+    dsv4_range_fn fn;
+    void *ctx;
+    size_t items;
+};
+
+static void dsv4_threads_range(const dsv4_threads *pool, unsigned tid, size_t *begin_p,
+                               size_t *end_p)
+{
+    size_t chunk = (pool->items + pool->n - 1) / pool->n;
+    size_t b = (size_t)tid * chunk, e = b + chunk;
+
+    if (b > pool->items)
+        b = pool->items;
+    if (e > pool->items)
+        e = pool->items;
+    *begin_p = b;
+    *end_p = e;
+}
+
+static void *dsv4_threads_main(void *arg)
+{
+    dsv4_worker *w = arg;
+    dsv4_threads *pool = w->pool;
+    uint64_t seen = 0;
+
+    pthread_mutex_lock(&pool->lock);
+    for (;;) {
+        while (!pool->stop && pool->generation == seen)
+            pthread_cond_wait(&pool->wake, &pool->lock);
+        if (pool->stop)
+            break;
+        seen = pool->generation;
+        pthread_mutex_unlock(&pool->lock);
+
+        size_t b, e;
+        dsv4_threads_range(pool, w->tid, &b, &e);
+        if (b < e)
+            pool->fn(pool->ctx, b, e, w->tid);
+
+        pthread_mutex_lock(&pool->lock);
+        if (--pool->pending == 0)
+            pthread_cond_signal(&pool->done);
+    }
+    pthread_mutex_unlock(&pool->lock);
+    return NULL;
+}
+
+dsv4_threads *dsv4_threads_new(unsigned n, char *err, size_t errlen)
+{
+    if (n == 0) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        n = cores > 0 ? (unsigned)cores : 1;
+    }
+    dsv4_threads *pool = calloc(1, sizeof(*pool));
+    if (!pool || !(pool->workers = calloc(n, sizeof(*pool->workers)))) {
+        free(pool);
+        snprintf(err, errlen, "thread pool: out of memory");
+        return NULL;
+    }
+    pool->n = 1;
+    pthread_mutex_init(&pool->lock, NULL);
+    pthread_cond_init(&pool->wake, NULL);
+    pthread_cond_init(&pool->done, NULL);
+    for (unsigned i = 1; i < n; i++) {
+        dsv4_worker *w = &pool->workers[i - 1];
+        w->pool = pool;
+        w->tid = i;
+        int rc = pthread_create(&w->thread, NULL, dsv4_threads_main, w);
+        if (rc != 0) {
+            snprintf(err, errlen, "thread pool: cannot start thread %u (%s)", i, strerror(rc));
+            dsv4_threads_free(pool);
+            return NULL;
+        }
+        pool->n = i + 1;
+    }
+    return pool;
+}
+
+void dsv4_threads_free(dsv4_threads *pool)
+{
+    if (!pool)
+        return;
+    pthread_mutex_lock(&pool->lock);
+    pool->stop = true;
+    pthread_cond_broadcast(&pool->wake);
+    pthread_mutex_unlock(&pool->lock);
+    for (unsigned i = 1; i < pool->n; i++)
+        pthread_join(pool->workers[i - 1].thread, NULL);
+    pthread_cond_destroy(&pool->wake);
+    pthread_cond_destroy(&pool->done);
+    pthread_mutex_destroy(&pool->lock);
+    free(pool->workers);
+    free(pool);
+}
+
+unsigned dsv4_threads_count(const dsv4_threads *pool)
+{
+    return pool ? pool->n : 1;
+}
+
+void dsv4_threads_for(dsv4_threads *pool, size_t n, dsv4_range_fn fn, void *ctx)
+{
+    if (n == 0)
+        return;
+    /* Running inline for tiny jobs changes nothing numerically: each item is computed the
+     * same way whichever thread takes it. */
+    if (!pool || pool->n == 1 || n == 1) {
+        fn(ctx, 0, n, 0);
+        return;
+    }
+    pthread_mutex_lock(&pool->lock);
+    pool->fn = fn;
+    pool->ctx = ctx;
+    pool->items = n;
+    pool->pending = pool->n - 1;
+    pool->generation++;
+    pthread_cond_broadcast(&pool->wake);
+    pthread_mutex_unlock(&pool->lock);
+
+    size_t b, e;
+    dsv4_threads_range(pool, 0, &b, &e);
+    if (b < e)
+        fn(ctx, b, e, 0);
+
+    pthread_mutex_lock(&pool->lock);
+    while (pool->pending > 0)
+        pthread_cond_wait(&pool->done, &pool->lock);
+    pthread_mutex_unlock(&pool->lock);
+}
