@@ -1,1 +1,12 @@
-# man: build rules (owned by the area)
+# man/: the manual pages, in mdoc. tests/man checks they lint clean and stay true to the
+# schemas (every key `dsv4ctl describe` prints appears in its page).
+dist_man_MANS += \
+	man/dsv4ctl.1 \
+	man/dsv4d-indexk.5 \
+	man/dsv4d-sched.5 \
+	man/dsv4d.ini.5 \
+	man/dsv4d-plugin.7 \
+	man/dsv4d.8
+
+TESTS += tests/man/t-man-pages-lint-clean.sh tests/man/t-man-pages-cover-every-key.sh
+EXTRA_DIST += tests/man/t-man-pages-lint-clean.sh tests/man/t-man-pages-cover-every-key.sh
