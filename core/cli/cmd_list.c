@@ -82,8 +82,7 @@ static void list_usage(FILE *out)
  * push the other columns apart. */
 static void print_table(struct row *rows, size_t n)
 {
-    static const char *const head[NCOLS] = {"FAMILY", "NAME", "VERSION", "ABI", "PATH",
-                                            "STATUS"};
+    static const char *const head[NCOLS] = {"FAMILY", "NAME", "VERSION", "ABI", "PATH", "STATUS"};
     int w[NCOLS];
 
     for (int c = 0; c < NCOLS; c++)
@@ -243,13 +242,13 @@ static int describe_plugin(int family, const char *name)
         if (e)
             fprintf(stderr, "dsv4ctl describe: %s\n", e->reason);
         else
-            fprintf(stderr, "dsv4ctl describe: no plugin %s/%s in the plugin search path\n",
-                    fam, name);
+            fprintf(stderr, "dsv4ctl describe: no plugin %s/%s in the plugin search path\n", fam,
+                    name);
         dsv4_registry_free(reg);
         return 1;
     }
-    printf("%s/%s %s (ABI %u.%u)\n", fam, d->name, d->version ? d->version : "-",
-           d->abi_major, d->abi_minor);
+    printf("%s/%s %s (ABI %u.%u)\n", fam, d->name, d->version ? d->version : "-", d->abi_major,
+           d->abi_minor);
     printf("%s\n", d->description ? d->description : "");
     print_flags(d->flags);
     printf("path: %s\n\n", e->path);
@@ -319,7 +318,6 @@ int dsv4ctl_check_plugin(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    const dsv4_plugin_entry *e;
     int c;
 
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -332,10 +330,13 @@ int dsv4ctl_check_plugin(int argc, char **argv)
         check_plugin_usage(stderr);
         return 2;
     }
+    /* A registry of its own: the file is checked alone, as if it were the only plugin. */
     dsv4_registry *reg = dsv4_registry_new(NULL);
-    int rc = reg ? dsv4_registry_load_file(reg, argv[optind], &e) : -ENOMEM;
+    const dsv4_plugin_entry *e = NULL;
     int status;
-    if (rc == -ENOMEM && (!reg || dsv4_registry_count(reg) == 0)) {
+    if (reg)
+        dsv4_registry_load_file(reg, argv[optind], &e);
+    if (!e) {
         fprintf(stderr, "dsv4ctl check-plugin: out of memory\n");
         status = 2;
     } else if (e->stage != DSV4_STAGE_OK) {
@@ -343,8 +344,7 @@ int dsv4ctl_check_plugin(int argc, char **argv)
         status = 1;
     } else {
         printf("ok: %s/%s %s (ABI %u.%u)\n", e->family, e->name,
-               e->desc->version ? e->desc->version : "-", e->desc->abi_major,
-               e->desc->abi_minor);
+               e->desc->version ? e->desc->version : "-", e->desc->abi_major, e->desc->abi_minor);
         status = 0;
     }
     dsv4_registry_free(reg);

@@ -25,6 +25,7 @@ tests_plugin_t_loader_host_table_LDADD = $(TEST_CORE_LIBS)
 LOADER_CLI_TESTS = tests/cli/t-check-plugin-reports-each-failure.sh \
 	tests/cli/t-list-shows-failed-plugins.sh \
 	tests/cli/t-list-first-in-search-path-wins.sh \
-	tests/cli/t-describe-prints-schema.sh
+	tests/cli/t-describe-prints-schema.sh \
+	tests/cli/t-list-shipped-plugins-ok.sh
 TESTS += $(LOADER_CLI_TESTS)
 EXTRA_DIST += $(LOADER_CLI_TESTS)

@@ -32,11 +32,11 @@
 
 struct entry {
     dsv4_plugin_entry pub;
-    void *handle;  /* only while pub.stage == DSV4_STAGE_OK */
+    void *handle; /* only while pub.stage == DSV4_STAGE_OK */
     char *path;
-    char *family;  /* NULL when the file name is not dsv4-<family>-<name>.so */
+    char *family; /* NULL when the file name is not dsv4-<family>-<name>.so */
     char *name;
-    char *reason;  /* NULL when ok */
+    char *reason; /* NULL when ok */
 };
 
 struct dsv4_registry {
@@ -47,11 +47,12 @@ struct dsv4_registry {
 
 /* Directories already scanned, by identity, so a directory named twice in the search path
  * does not report every plugin in it as a duplicate of itself. */
+struct dir_id {
+    dev_t dev;
+    ino_t ino;
+};
 struct seen_dirs {
-    struct {
-        dev_t dev;
-        ino_t ino;
-    } *v;
+    struct dir_id *v;
     size_t n;
 };
 
@@ -176,8 +177,7 @@ static int fail(struct entry *e, dsv4_load_stage stage, int status, const char *
 
 /* The stages from the ABI on only read the descriptor. abi_major/abi_minor come first in
  * every version of it, so they are safe to read before the ABI is known to match. */
-static int check_descriptor(const dsv4_registry *reg, struct entry *e,
-                            const dsv4_plugin_desc *d)
+static int check_descriptor(const dsv4_registry *reg, struct entry *e, const dsv4_plugin_desc *d)
 {
     const char *base = base_name(e->path);
 
@@ -201,9 +201,8 @@ static int check_descriptor(const dsv4_registry *reg, struct entry *e,
         return fail(e, DSV4_STAGE_FAMILY, DSV4_EFAMILY, "unknown family %u", d->family);
     const char *family = dsv4_family_name((dsv4_family)d->family);
     if (d->family_version == 0 || d->family_version > have)
-        return fail(e, DSV4_STAGE_FAMILY, DSV4_EFAMILY,
-                    "%s interface %u not supported (daemon %u)", family, d->family_version,
-                    have);
+        return fail(e, DSV4_STAGE_FAMILY, DSV4_EFAMILY, "%s interface %u not supported (daemon %u)",
+                    family, d->family_version, have);
 
     if (!d->name || !d->name[0])
         return fail(e, DSV4_STAGE_NAME, DSV4_ENAME, "descriptor has no name");
@@ -211,8 +210,8 @@ static int check_descriptor(const dsv4_registry *reg, struct entry *e,
     if (asprintf(&want, FILE_PREFIX "%s-%s" FILE_SUFFIX, family, d->name) < 0)
         return fail(e, DSV4_STAGE_NAME, -ENOMEM, "out of memory");
     if (strcmp(base, want) != 0) {
-        int rc = fail(e, DSV4_STAGE_NAME, DSV4_ENAME,
-                      "descriptor is %s/%s (file name must be %s)", family, d->name, want);
+        int rc = fail(e, DSV4_STAGE_NAME, DSV4_ENAME, "descriptor is %s/%s (file name must be %s)",
+                      family, d->name, want);
         free(want);
         return rc;
     }
@@ -226,8 +225,8 @@ static int check_descriptor(const dsv4_registry *reg, struct entry *e,
             strcmp(o->name, e->name) != 0)
             continue;
         if (o->pub.stage == DSV4_STAGE_OK || o->pub.stage == DSV4_STAGE_PROBE)
-            return fail(e, DSV4_STAGE_DUPLICATE, DSV4_EDUP,
-                        "duplicate (already loaded from %s)", o->path);
+            return fail(e, DSV4_STAGE_DUPLICATE, DSV4_EDUP, "duplicate (already loaded from %s)",
+                        o->path);
     }
 
     if (d->probe) {
@@ -235,8 +234,7 @@ static int check_descriptor(const dsv4_registry *reg, struct entry *e,
         int rc = d->probe(reg->host, why, sizeof(why));
         why[sizeof(why) - 1] = '\0';
         if (rc != 0)
-            return fail(e, DSV4_STAGE_PROBE, rc < 0 ? rc : DSV4_EUNAVAIL,
-                        "not available here (%s)",
+            return fail(e, DSV4_STAGE_PROBE, rc < 0 ? rc : DSV4_EUNAVAIL, "not available here (%s)",
                         why[0] ? why : dsv4_strerror(rc < 0 ? rc : DSV4_EUNAVAIL));
     }
     return 0;
@@ -304,8 +302,7 @@ static int load(dsv4_registry *reg, const char *path, struct entry **e_p)
     return 0;
 }
 
-int dsv4_registry_load_file(dsv4_registry *reg, const char *path,
-                            const dsv4_plugin_entry **entry_p)
+int dsv4_registry_load_file(dsv4_registry *reg, const char *path, const dsv4_plugin_entry **entry_p)
 {
     struct entry *e;
     int rc = load(reg, path, &e);

@@ -31,8 +31,8 @@ static void order_with(const dsv4_plugin_desc *d, const char *const *kv, uint32_
     if (!conf || dsv4_schema_defaults(d->options, conf, err, sizeof(err)) != 0)
         bail_out("defaults (%s)", err);
     for (; kv && kv[0]; kv += 2)
-        if (dsv4_schema_set(dsv4_schema_find(d->options, kv[0]), conf, kv[1], err,
-                            sizeof(err)) != 0)
+        if (dsv4_schema_set(dsv4_schema_find(d->options, kv[0]), conf, kv[1], err, sizeof(err)) !=
+            0)
             bail_out("%s = %s (%s)", kv[0], kv[1], err);
     if (d->init(host, conf, &state, err, sizeof(err)) != 0)
         bail_out("init (%s)", err);
@@ -73,7 +73,8 @@ int main(void)
     is_str(d->version, "1.0.0", "its version");
 
     order_with(d, NULL, order);
-    expect_ids(order, (const uint64_t[]){13, 11, 14, 10, 12}, "defaults: shortest first, ties by arrival");
+    expect_ids(order, (const uint64_t[]){13, 11, 14, 10, 12},
+               "defaults: shortest first, ties by arrival");
 
     order_with(d, (const char *const[]){"direction", "longest", NULL}, order);
     expect_ids(order, (const uint64_t[]){10, 12, 11, 14, 13}, "direction = longest");
@@ -82,7 +83,8 @@ int main(void)
     expect_ids(order, (const uint64_t[]){11, 13, 14, 10, 12}, "priority_first = yes");
 
     order_with(d, (const char *const[]){"window", "2", NULL}, order);
-    expect_ids(order, (const uint64_t[]){11, 10, 12, 13, 14}, "window = 2: the rest in arrival order");
+    expect_ids(order, (const uint64_t[]){11, 10, 12, 13, 14},
+               "window = 2: the rest in arrival order");
 
     dsv4_registry_free(reg);
     return done_testing();

@@ -110,8 +110,7 @@ int main(void)
     FILE *f = fopen(path, "w");
     if (!f || fputs("not an ELF object\n", f) < 0 || fclose(f) != 0)
         bail_out("write %s failed", path);
-    snprintf(want, sizeof(want), "plugin sched/text (dsv4-sched-text.so): cannot load (%s: ",
-             path);
+    snprintf(want, sizeof(want), "plugin sched/text (dsv4-sched-text.so): cannot load (%s: ", path);
     expect_load(reg, path, DSV4_STAGE_DLOPEN, DSV4_EFORMAT, want, true);
 
     /* A file not named dsv4-<family>-<name>.so is still checked, under its file name. */

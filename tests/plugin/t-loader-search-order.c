@@ -32,8 +32,8 @@ static dsv4_registry *scan(const char *cli, const char *env, const char *conf)
         unsetenv("DSV4D_PLUGIN_PATH");
     if (!reg)
         bail_out("out of memory");
-    is_int(dsv4_registry_scan(reg, cli, conf), 0, "scan (cli %s, env %s, conf %s)",
-           cli ? cli : "-", env ? env : "-", conf ? conf : "-");
+    is_int(dsv4_registry_scan(reg, cli, conf), 0, "scan (cli %s, env %s, conf %s)", cli ? cli : "-",
+           env ? env : "-", conf ? conf : "-");
     return reg;
 }
 
