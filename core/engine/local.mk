@@ -5,3 +5,17 @@ core_libdsv4core_la_SOURCES += \
 	core/engine/forward.c core/engine/forward.h \
 	core/engine/engine.c core/engine/engine.h \
 	core/engine/sample.c core/engine/sample.h
+
+# Engine tests: random in-memory models (tests/unit/engine-testmodel.c) through the
+# real indexk plugins found on DSV4D_PLUGIN_PATH.
+ENGINE_TEST_HELPER = tests/unit/engine-testmodel.c tests/unit/engine-testmodel.h
+ENGINE_TESTS = tests/unit/t-engine-logits-invariant
+tests_unit_t_engine_logits_invariant_SOURCES = tests/unit/t-engine-logits-invariant.c \
+	$(ENGINE_TEST_HELPER)
+tests_unit_t_engine_logits_invariant_LDADD = $(TEST_CORE_LIBS)
+ENGINE_TESTS += tests/unit/t-engine-matches-naive-reference
+tests_unit_t_engine_matches_naive_reference_SOURCES = \
+	tests/unit/t-engine-matches-naive-reference.c $(ENGINE_TEST_HELPER)
+tests_unit_t_engine_matches_naive_reference_LDADD = $(TEST_CORE_LIBS) -lm
+check_PROGRAMS += $(ENGINE_TESTS)
+TESTS += $(ENGINE_TESTS)
