@@ -1,1 +1,23 @@
-# core/model: build rules (owned by the area)
+# core/model: checkpoint loading (config.json, safetensors, dequantisation) and the
+# synthetic checkpoint writer behind `dsv4ctl mkmodel`. A convenience library of its own
+# so that DSV4_MODEL_DIR is defined for these sources only; it is part of the core.
+noinst_LTLIBRARIES += core/model/libdsv4model.la
+core_model_libdsv4model_la_SOURCES = \
+	core/model/model.h \
+	core/model/safetensors.c core/model/safetensors.h \
+	core/model/checkpoint.c core/model/checkpoint.h \
+	core/model/config_json.c \
+	core/model/tensors.c core/model/tensors.h \
+	core/model/dequant.c core/model/dequant.h \
+	core/model/load.c \
+	core/model/mkmodel.c core/model/mkmodel.h
+core_model_libdsv4model_la_CPPFLAGS = $(AM_CPPFLAGS) \
+	-DDSV4_MODEL_DIR='"$(localstatedir)/lib/dsv4d/models/tiny"'
+core_model_libdsv4model_la_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS)
+core_model_libdsv4model_la_LIBADD = kernels/libdsv4num.la $(JANSSON_LIBS) -lm
+core_libdsv4core_la_LIBADD += core/model/libdsv4model.la
+
+# Tests
+check_PROGRAMS += tests/unit/t-model-loads-mkmodel-values
+TESTS += tests/unit/t-model-loads-mkmodel-values
+tests_unit_t_model_loads_mkmodel_values_LDADD = $(TEST_CORE_LIBS)

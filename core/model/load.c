@@ -1,0 +1,282 @@
+/* load.c: dsv4_model_load: config.json plus the checkpoint's tensors, found under either
+ * naming scheme, shape-checked and dequantised to f32 into one arena. */
+#include "config.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/model/checkpoint.h"
+#include "core/model/dequant.h"
+#include "core/model/model.h"
+#include "core/model/tensors.h"
+#include "core/util/status.h"
+
+#define CONFIG_MAX ((long)16 << 20)
+#define ARENA_ALIGN 64
+
+typedef struct loader {
+    dsv4_model *m;
+    dsv4_ckpt *ck;
+    unsigned char *arena;
+    size_t used;            /* bytes handed out (or, while sizing, needed) */
+    char *err;
+    size_t errlen;
+} loader;
+
+static void lerr(loader *ld, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void lerr(loader *ld, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ld->err, ld->errlen, fmt, ap);
+    va_end(ap);
+}
+
+static const char *base_name(const dsv4_st_file *f)
+{
+    const char *p = dsv4_st_path(f), *s = strrchr(p, '/');
+    return s ? s + 1 : p;
+}
+
+static size_t slot_bytes(const dsv4_tensor_desc *d)
+{
+    size_t b = d->slot_elems * (d->wclass == DSV4_WC_INDEX ? sizeof(int32_t) : sizeof(float));
+    return (b + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1);
+}
+
+static int size_fn(void *ctx, const dsv4_tensor_desc *d)
+{
+    loader *ld = ctx;
+    if (d->elem_offset == 0)
+        ld->used += slot_bytes(d);
+    return 0;
+}
+
+/* The block scale of weight t: upstream `X.scale` for `X.weight`, or the FP8 quantizer's
+ * `X.weight_scale_inv` (`X_scale_inv` for a merged expert tensor). */
+static const dsv4_st_tensor *find_scale(loader *ld, const dsv4_st_tensor *t, char *tried,
+                                        size_t len)
+{
+    char a[256], b[256];
+    size_t n = strlen(t->name);
+    if (n > 7 && strcmp(t->name + n - 7, ".weight") == 0)
+        snprintf(a, sizeof(a), "%.*s.scale", (int)(n - 7), t->name);
+    else
+        snprintf(a, sizeof(a), "%s.scale", t->name);
+    snprintf(b, sizeof(b), "%s_scale_inv", t->name);
+    snprintf(tried, len, "%s or %s", a, b);
+    const dsv4_st_tensor *s = dsv4_ckpt_find(ld->ck, a, NULL);
+    return s ? s : dsv4_ckpt_find(ld->ck, b, NULL);
+}
+
+static bool shape_is(const dsv4_st_tensor *t, uint32_t nd, const uint64_t *shape)
+{
+    if (t->ndim != nd)
+        return false;
+    for (uint32_t i = 0; i < nd; i++)
+        if (t->shape[i] != shape[i])
+            return false;
+    return true;
+}
+
+static int shape_err(loader *ld, const dsv4_st_file *f, const dsv4_st_tensor *t, uint32_t nd,
+                     const uint64_t *want)
+{
+    char got[160], exp[160];
+    lerr(ld, "%s: %s: shape %s, expected %s (%s)", base_name(f), t->name,
+         dsv4_st_shape_str(t->ndim, t->shape, got, sizeof(got)),
+         dsv4_st_shape_str(nd, want, exp, sizeof(exp)), dsv4_st_dtype_name(t->dtype));
+    return DSV4_EFORMAT;
+}
+
+static int load_index(loader *ld, const dsv4_tensor_desc *d, const dsv4_st_file *f,
+                      const dsv4_st_tensor *t, int32_t *out)
+{
+    const uint64_t want[2] = {d->rows, d->cols};
+    if (t->dtype != DSV4_ST_I32 && t->dtype != DSV4_ST_I64) {
+        lerr(ld, "%s: %s: dtype %s, expected I32 or I64", base_name(f), t->name,
+             dsv4_st_dtype_name(t->dtype));
+        return DSV4_EFORMAT;
+    }
+    if (!shape_is(t, 2, want))
+        return shape_err(ld, f, t, 2, want);
+    const unsigned char *p = t->data;
+    for (uint64_t i = 0; i < t->nelem; i++) {
+        int64_t v;
+        if (t->dtype == DSV4_ST_I32) {
+            int32_t x;
+            memcpy(&x, p + 4 * i, 4);
+            v = x;
+        } else {
+            memcpy(&v, p + 8 * i, 8);
+        }
+        if (v < 0 || v >= (int64_t)ld->m->cfg.n_experts) {
+            lerr(ld, "%s: %s: entry %llu is %lld, not an expert id (0..%u)", base_name(f),
+                 t->name, (unsigned long long)i, (long long)v, ld->m->cfg.n_experts - 1);
+            return DSV4_EFORMAT;
+        }
+        out[i] = (int32_t)v;
+    }
+    return 0;
+}
+
+/* Check a float weight's dtype, shape and scale, then dequantise it into out. merged: the
+ * tensor is a Hugging Face merged expert tensor [E, hf_rows, cols]. */
+static int load_float(loader *ld, const dsv4_tensor_desc *d, const dsv4_st_file *f,
+                      const dsv4_st_tensor *t, bool merged, float *out)
+{
+    const uint64_t E = ld->m->cfg.n_experts, rows = merged ? d->hf_rows : d->rows;
+    dsv4_wsrc src = {.t = t, .mat = merged ? (uint64_t)d->expert : 0, .rows = rows,
+                     .cols = d->cols};
+    uint64_t want[3], swant[3];
+    uint32_t nd = 0;
+    if (merged)
+        want[nd++] = E;
+    want[nd++] = rows;
+    if (d->ndim == 2)
+        want[nd++] = d->cols;
+    memcpy(swant, want, sizeof(want));
+    bool packed = t->dtype == DSV4_ST_I8 || t->dtype == DSV4_ST_U8;
+    bool quant = packed || t->dtype == DSV4_ST_F8_E4M3;
+    if (!quant && t->dtype != DSV4_ST_F32 && t->dtype != DSV4_ST_BF16) {
+        lerr(ld, "%s: %s: dtype %s is not supported (F32, BF16, F8_E4M3, packed FP4 I8/U8)",
+             base_name(f), t->name, dsv4_st_dtype_name(t->dtype));
+        return DSV4_EFORMAT;
+    }
+    if (quant && (d->ndim != 2 || (packed && d->cols % DSV4_FP4_GROUP))) {
+        lerr(ld, "%s: %s: dtype %s cannot hold this tensor (%s)", base_name(f), t->name,
+             dsv4_st_dtype_name(t->dtype),
+             d->ndim != 2 ? "not a matrix" : "inputs not a multiple of 32");
+        return DSV4_EFORMAT;
+    }
+    if (packed) {
+        want[nd - 1] = d->cols / 2;
+        swant[nd - 1] = d->cols / DSV4_FP4_GROUP;
+    } else if (quant) {
+        swant[nd - 2] = (rows + DSV4_FP8_BLOCK - 1) / DSV4_FP8_BLOCK;
+        swant[nd - 1] = (d->cols + DSV4_FP8_BLOCK - 1) / DSV4_FP8_BLOCK;
+    }
+    if (!shape_is(t, nd, want))
+        return shape_err(ld, f, t, nd, want);
+    if (quant) {
+        char tried[600];
+        const dsv4_st_file *sf = NULL;
+        src.scale = find_scale(ld, t, tried, sizeof(tried));
+        if (!src.scale) {
+            lerr(ld, "%s: %s: %s weight without its scale (%s)", base_name(f), t->name,
+                 dsv4_st_dtype_name(t->dtype), tried);
+            return DSV4_EFORMAT;
+        }
+        dsv4_ckpt_find(ld->ck, src.scale->name, &sf);
+        if (src.scale->dtype != DSV4_ST_F8_E8M0 && src.scale->dtype != DSV4_ST_F32) {
+            lerr(ld, "%s: %s: scale dtype %s, expected F8_E8M0 or F32", base_name(sf),
+                 src.scale->name, dsv4_st_dtype_name(src.scale->dtype));
+            return DSV4_EFORMAT;
+        }
+        if (!shape_is(src.scale, nd, swant))
+            return shape_err(ld, sf, src.scale, nd, swant);
+    }
+    dsv4_dequant_rows(&src, merged ? d->hf_row0 : 0, d->rows, out);
+    return 0;
+}
+
+static int load_fn(void *ctx, const dsv4_tensor_desc *d)
+{
+    loader *ld = ctx;
+    void **slot = dsv4_tensor_slot(ld->m, d);
+    if (d->elem_offset == 0) {
+        *slot = ld->arena + ld->used;
+        ld->used += slot_bytes(d);
+    }
+    const dsv4_st_file *f = NULL;
+    bool merged = false;
+    const dsv4_st_tensor *t = dsv4_ckpt_find(ld->ck, d->name, &f);
+    if (!t) {
+        t = dsv4_ckpt_find(ld->ck, d->hf_name, &f);
+        merged = t && d->expert >= 0;
+    }
+    if (!t && d->hf_alt[0])
+        t = dsv4_ckpt_find(ld->ck, d->hf_alt, &f);
+    if (!t) {
+        lerr(ld, "%s: tensor %s is missing (nor found as %s)", ld->m->dir, d->name, d->hf_name);
+        return DSV4_EFORMAT;
+    }
+    if (d->wclass == DSV4_WC_INDEX)
+        return load_index(ld, d, f, t, (int32_t *)*slot + d->elem_offset);
+    return load_float(ld, d, f, t, merged, (float *)*slot + d->elem_offset);
+}
+
+/* config.json as text (a NUL-terminated copy); NULL with err. */
+static char *read_config(const char *path, size_t *len_p, char *err, size_t errlen)
+{
+    FILE *fp = fopen(path, "rb");
+    if (!fp) {
+        snprintf(err, errlen, "%s: cannot open (%s)", path, strerror(errno));
+        return NULL;
+    }
+    char *buf = malloc(CONFIG_MAX + 1);
+    size_t n = buf ? fread(buf, 1, CONFIG_MAX + 1, fp) : 0;
+    int bad = ferror(fp);
+    fclose(fp);
+    if (!buf || bad || n > CONFIG_MAX) {
+        snprintf(err, errlen, "%s: %s", path,
+                 !buf ? "out of memory" : bad ? "read error" : "larger than 16 MiB");
+        free(buf);
+        return NULL;
+    }
+    buf[n] = '\0';
+    *len_p = n;
+    return buf;
+}
+
+dsv4_model *dsv4_model_load(const char *dir, char *err, size_t errlen)
+{
+    char path[4096];
+    size_t len;
+    snprintf(path, sizeof(path), "%s/config.json", dir);
+    char *text = read_config(path, &len, err, errlen);
+    if (!text)
+        return NULL;
+    dsv4_model *m = calloc(1, sizeof(*m));
+    loader ld = {.m = m, .err = err, .errlen = errlen};
+    if (!m || !(m->dir = strdup(dir))) {
+        snprintf(err, errlen, "%s: out of memory", dir);
+        goto fail;
+    }
+    if (dsv4_model_config_parse(text, len, &m->cfg, err, errlen) != 0)
+        goto fail;
+    if (!(ld.ck = dsv4_ckpt_open(dir, err, errlen)))
+        goto fail;
+    dsv4_tensor_each(&m->cfg, size_fn, &ld);
+    m->storage = aligned_alloc(ARENA_ALIGN, ld.used ? ld.used : ARENA_ALIGN);
+    if (!m->storage) {
+        snprintf(err, errlen, "%s: out of memory for %zu bytes of weights", dir, ld.used);
+        goto fail;
+    }
+    ld.arena = m->storage;
+    ld.used = 0;
+    if (dsv4_tensor_each(&m->cfg, load_fn, &ld) != 0)
+        goto fail;
+    dsv4_ckpt_close(ld.ck);
+    free(text);
+    return m;
+fail:
+    dsv4_ckpt_close(ld.ck);
+    free(text);
+    dsv4_model_free(m);
+    return NULL;
+}
+
+void dsv4_model_free(dsv4_model *m)
+{
+    if (!m)
+        return;
+    free(m->storage);
+    free(m->dir);
+    free(m);
+}
+
+const char *dsv4_model_default_dir(void) { return DSV4_MODEL_DIR; }
