@@ -20,8 +20,7 @@ struct dsv4_diag {
     dsv4_diag_severity severity;
 };
 
-static void vreport(dsv4_diag *d, const char *section, const char *key, const char *fmt,
-                    va_list ap)
+static void vreport(dsv4_diag *d, const char *section, const char *key, const char *fmt, va_list ap)
 {
     int line = dsv4_config_line(d->conf, section, key);
     dsv4_diags_vadd(d->diags, d->severity, d->conf->path, line, section, key, fmt, ap);
@@ -69,7 +68,8 @@ static void pd_role_needs_secret(const dsv4_config *c, dsv4_diag *d)
 static void prefill_needs_pd_listen(const dsv4_config *c, dsv4_diag *d)
 {
     if (c->server.role == DSV4_ROLE_PREFILL && c->pd.listen[0] == '\0')
-        report(d, "server", "role", "role prefill needs [pd] listen (where decode servers connect)");
+        report(d, "server", "role",
+               "role prefill needs [pd] listen (where decode servers connect)");
 }
 
 static void decode_needs_pd_peers(const dsv4_config *c, dsv4_diag *d)
@@ -89,8 +89,9 @@ static void cuda_needs_cuda_build(const dsv4_config *c, dsv4_diag *d)
 {
 #ifndef HAVE_CUDA
     if (c->core.device == DSV4_DEVICE_CUDA)
-        report(d, "core", "device", "device cuda is not available (this dsv4d was built without "
-                                    "CUDA; see dsv4d -VV)");
+        report(d, "core", "device",
+               "device cuda is not available (this dsv4d was built without "
+               "CUDA; see dsv4d -VV)");
 #else
     (void)c;
     (void)d;
@@ -169,8 +170,8 @@ static bool host_port_ok(const char *s, size_t len)
 }
 
 /* One host:port, or with list a comma-separated list of them. */
-static void check_addresses(dsv4_diag *d, const char *section, const char *key,
-                            const char *value, bool list)
+static void check_addresses(dsv4_diag *d, const char *section, const char *key, const char *value,
+                            bool list)
 {
     if (!list && strchr(value, ',')) {
         report(d, section, key, "expected one host:port, got a list '%s'", value);
@@ -187,8 +188,8 @@ static void check_addresses(dsv4_diag *d, const char *section, const char *key,
         while (len > 0 && s[len - 1] == ' ')
             len--;
         if (!host_port_ok(s, len))
-            report(d, section, key, "expected host:port like 127.0.0.1:8000, got '%.*s'",
-                   (int)len, s);
+            report(d, section, key, "expected host:port like 127.0.0.1:8000, got '%.*s'", (int)len,
+                   s);
         p += n;
     } while (*p++ == ',');
 }

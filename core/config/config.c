@@ -32,8 +32,8 @@ const dsv4_ini *dsv4_config_ini(const dsv4_config *conf)
 
 int dsv4_config_line(const dsv4_config *conf, const char *section, const char *key)
 {
-    const dsv4_ini_section *sec = section ? dsv4_ini_section_find(dsv4_config_ini(conf), section)
-                                          : NULL;
+    const dsv4_ini_section *sec =
+        section ? dsv4_ini_section_find(dsv4_config_ini(conf), section) : NULL;
     if (!sec)
         return 0;
     const dsv4_ini_entry *e = key ? dsv4_ini_entry_find(sec, key) : NULL;
@@ -132,8 +132,7 @@ static void unknown_section(const char *path, const dsv4_ini_section *sec, dsv4_
 }
 
 /* `[<family>] plugin = <name>`: the only key a family section has. */
-static void family_section(dsv4_config *conf, int f, const dsv4_ini_section *sec,
-                           dsv4_diags *diags)
+static void family_section(dsv4_config *conf, int f, const dsv4_ini_section *sec, dsv4_diags *diags)
 {
     for (size_t i = 0; i < sec->n; i++) {
         const dsv4_ini_entry *e = &sec->v[i];

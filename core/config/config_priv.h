@@ -21,7 +21,7 @@ extern const dsv4_config_section dsv4_config_sections[];
 
 typedef struct dsv4_config_priv {
     dsv4_config pub;
-    dsv4_ini *ini;      /* the file as read; an empty document for dsv4_config_defaults */
+    dsv4_ini *ini; /* the file as read; an empty document for dsv4_config_defaults */
 } dsv4_config_priv;
 
 const dsv4_ini *dsv4_config_ini(const dsv4_config *conf);

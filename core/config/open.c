@@ -19,9 +19,8 @@ static char *peek_plugin_dir(const char *path)
     dsv4_diags_init(&scratch);
     dsv4_ini *ini = dsv4_ini_read(path, &scratch);
     dsv4_diags_free(&scratch);
-    const dsv4_ini_entry *e = ini ? dsv4_ini_entry_find(dsv4_ini_section_find(ini, "core"),
-                                                        "plugin_dir")
-                                  : NULL;
+    const dsv4_ini_entry *e =
+        ini ? dsv4_ini_entry_find(dsv4_ini_section_find(ini, "core"), "plugin_dir") : NULL;
     char *dir = e && e->value[0] ? strdup(e->value) : NULL;
     dsv4_ini_free(ini);
     return dir;
@@ -59,8 +58,8 @@ int dsv4_config_open(const char *path, const char *cli_dir, dsv4_registry **reg_
     int rc = dsv4_registry_scan(reg, cli_dir, conf_dir);
     free(conf_dir);
     if (rc != 0) {
-        dsv4_diags_add(diags, DSV4_DIAG_ERROR, NULL, 0, NULL, NULL,
-                       "cannot scan for plugins (%s)", dsv4_strerror(rc));
+        dsv4_diags_add(diags, DSV4_DIAG_ERROR, NULL, 0, NULL, NULL, "cannot scan for plugins (%s)",
+                       dsv4_strerror(rc));
         goto fail_registry;
     }
     size_t errors_before = diags->n_errors, first = diags->n;

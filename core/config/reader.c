@@ -28,11 +28,11 @@ typedef enum section_state { NO_SECTION, GOOD_SECTION, BAD_SECTION } section_sta
 typedef struct reader {
     dsv4_ini *ini;
     dsv4_diags *diags;
-    char **lines;       /* NUL-terminated, without the line ending */
-    size_t *lens;       /* bytes before the line ending (a NUL inside shows as len > strlen) */
-    bool *blank;        /* hand this line to inih as a blank line */
+    char **lines; /* NUL-terminated, without the line ending */
+    size_t *lens; /* bytes before the line ending (a NUL inside shows as len > strlen) */
+    bool *blank;  /* hand this line to inih as a blank line */
     size_t n_lines;
-    size_t fed;         /* lines handed to inih so far = the line inih is on */
+    size_t fed; /* lines handed to inih so far = the line inih is on */
     bool oom;
 } reader;
 
@@ -62,17 +62,16 @@ static char *find_chars_or_comment(char *s, const char *chars)
     return s;
 }
 
-static void error_at(reader *r, size_t idx, const char *section, const char *key,
-                     const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static void error_at(reader *r, size_t idx, const char *section, const char *key, const char *fmt,
+                     ...) __attribute__((format(printf, 5, 6)));
 
 /* Report line idx (0-based) and hand it to inih blank. */
-static void error_at(reader *r, size_t idx, const char *section, const char *key,
-                     const char *fmt, ...)
+static void error_at(reader *r, size_t idx, const char *section, const char *key, const char *fmt,
+                     ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    dsv4_diags_vadd(r->diags, DSV4_DIAG_ERROR, r->ini->path, (int)idx + 1, section, key, fmt,
-                    ap);
+    dsv4_diags_vadd(r->diags, DSV4_DIAG_ERROR, r->ini->path, (int)idx + 1, section, key, fmt, ap);
     va_end(ap);
     r->blank[idx] = true;
 }
@@ -157,8 +156,8 @@ static section_state header_line(reader *r, size_t idx, char *start, const char 
 
 /* A "key = value" line or anything else that is neither comment nor header. On success
  * the key is remembered in prev_key: an indented line below it would continue its value. */
-static void key_line(reader *r, size_t idx, char *start, section_state state,
-                     const char *section, char *prev_key, size_t prev_len)
+static void key_line(reader *r, size_t idx, char *start, section_state state, const char *section,
+                     char *prev_key, size_t prev_len)
 {
     const char *where = state == GOOD_SECTION ? section : NULL;
     char *end = find_chars_or_comment(start, "=:");
@@ -212,8 +211,8 @@ static void raw_pass(reader *r)
         }
         if (r->lens[i] > max) {
             error_at(r, i, NULL, NULL,
-                     "line is %zu characters long (inih reads at most %zu; shorten it)",
-                     r->lens[i], max);
+                     "line is %zu characters long (inih reads at most %zu; shorten it)", r->lens[i],
+                     max);
             /* an unreadable header hides which section the next keys are in */
             if (*lskip(r->lines[i]) == '[')
                 state = BAD_SECTION;

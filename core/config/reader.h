@@ -23,7 +23,7 @@ typedef struct dsv4_ini_entry {
 
 typedef struct dsv4_ini_section {
     char *name;
-    int line;               /* of the [name] header */
+    int line; /* of the [name] header */
     dsv4_ini_entry *v;
     size_t n, cap;
 } dsv4_ini_section;

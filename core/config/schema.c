@@ -24,7 +24,9 @@ static const unit size_units[] = {
     {"T", 1ull << 40}, {"G", 1ull << 30}, {"M", 1ull << 20}, {"K", 1ull << 10}, {"", 1},
 };
 static const unit duration_units[] = {
-    {"m", 60000}, {"s", 1000}, {"ms", 1},
+    {"m", 60000},
+    {"s", 1000},
+    {"ms", 1},
 };
 #define N_UNITS(t) (sizeof(t) / sizeof((t)[0]))
 
@@ -158,12 +160,10 @@ void dsv4_schema_range_text(const dsv4_option *opt, char *buf, size_t len)
     if (opt->type == DSV4_OPT_ENUM) {
         size_t w = 0;
         for (const char *const *e = opt->enum_values; e && *e && w < len; e++)
-            w += (size_t)snprintf(buf + w, len - w, "%s%s", e == opt->enum_values ? "" : "|",
-                                  *e);
+            w += (size_t)snprintf(buf + w, len - w, "%s%s", e == opt->enum_values ? "" : "|", *e);
         return;
     }
-    if (opt->type != DSV4_OPT_INT && opt->type != DSV4_OPT_SIZE &&
-        opt->type != DSV4_OPT_DURATION)
+    if (opt->type != DSV4_OPT_INT && opt->type != DSV4_OPT_SIZE && opt->type != DSV4_OPT_DURATION)
         return;
     if (!has_range(opt))
         return;

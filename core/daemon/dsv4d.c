@@ -95,12 +95,9 @@ static int start_plugins(const dsv4_config *conf)
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"config", required_argument, NULL, 'c'},
-        {"plugin-dir", required_argument, NULL, 'P'},
-        {"test", no_argument, NULL, 't'},
-        {"version", no_argument, NULL, 'V'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        {"config", required_argument, NULL, 'c'}, {"plugin-dir", required_argument, NULL, 'P'},
+        {"test", no_argument, NULL, 't'},         {"version", no_argument, NULL, 'V'},
+        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
     };
     const char *path = DSV4_CONFIG_FILE, *plugin_dir = NULL;
     bool test = false;

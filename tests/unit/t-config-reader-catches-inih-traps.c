@@ -101,8 +101,9 @@ int main(void)
     sprintf(text, "[core]\nthreads = 1\n[%s]\nthreads = 2\n", over);
     ini = read_text(text);
     is_int(diags.n, 1, "over-long header: one diagnostic");
-    is_str(value_of(ini, "core", "threads"), "1", "over-long header: keys below are not filed "
-                                                  "under the previous section");
+    is_str(value_of(ini, "core", "threads"), "1",
+           "over-long header: keys below are not filed "
+           "under the previous section");
     dsv4_ini_free(ini);
     free(text);
     free(fits);
@@ -157,7 +158,8 @@ int main(void)
     if (diags.n == 1) {
         char got[256];
         dsv4_diag_format(&diags.v[0], got, sizeof(got));
-        is_str(got, "/nonexistent/dsv4d.ini: cannot read the configuration (No such file or directory)",
+        is_str(got,
+               "/nonexistent/dsv4d.ini: cannot read the configuration (No such file or directory)",
                "and says which file and why");
     } else {
         ok(false, "one diagnostic for an unreadable file");

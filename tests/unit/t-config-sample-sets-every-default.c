@@ -60,8 +60,8 @@ int main(void)
             if (!e)
                 continue;
             is_str(e->value, o->def, "[%s] %s is at its default", sections[s].name, o->key);
-            ok(line_at(lines, n_lines, e->line - 1)[0] == ';',
-               "[%s] %s has a comment above it", sections[s].name, o->key);
+            ok(line_at(lines, n_lines, e->line - 1)[0] == ';', "[%s] %s has a comment above it",
+               sections[s].name, o->key);
         }
         is_int(sec ? sec->n : 0, n_opts, "[%s] has no key the table lacks", sections[s].name);
     }

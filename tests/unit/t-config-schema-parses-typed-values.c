@@ -92,7 +92,8 @@ int main(void)
     rejects(&c, "i", "", "expected an integer like 42, got ''");
     rejects(&c, "i", "0x10", "expected an integer like 42, got '0x10'");
     rejects(&c, "i", "-", "expected an integer like 42, got '-'");
-    rejects(&c, "i", "99999999999999999999", "'99999999999999999999' is too large (expected -8..64)");
+    rejects(&c, "i", "99999999999999999999",
+            "'99999999999999999999' is too large (expected -8..64)");
     ok(set(&c, "open_i", "9223372036854775807") == 0 && c.open_i == INT64_MAX,
        "int64 maximum is accepted");
     rejects(&c, "open_i", "9223372036854775808",
@@ -123,7 +124,8 @@ int main(void)
     rejects(&c, "ms", "1h", "expected a duration like 500ms, 30s or 5m, got '1h'");
     rejects(&c, "ms", "99ms", "'99ms' is out of range (expected 100ms..10m)");
     rejects(&c, "ms", "11m", "'11m' is out of range (expected 100ms..10m)");
-    rejects(&c, "ms", "9223372036854775807m", "'9223372036854775807m' is too large (expected 100ms..10m)");
+    rejects(&c, "ms", "9223372036854775807m",
+            "'9223372036854775807m' is too large (expected 100ms..10m)");
 
     /* enum */
     ok(set(&c, "e", "fp8") == 0 && c.e == 2, "enum fp8 is index 2");
