@@ -1,0 +1,1 @@
+# core/http: build rules (owned by the area)

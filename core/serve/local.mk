@@ -1,0 +1,1 @@
+# core/serve: build rules (owned by the area)

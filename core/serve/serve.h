@@ -1,0 +1,88 @@
+/* serve.h: the serving loop (DESIGN.md §7) and the request interface front ends use.
+ *
+ * One engine thread owns the engine, the KV pool and the radix prefix cache. It runs
+ * continuous batching: every step it admits waiting requests in the order the sched
+ * plugin gives (as far as the per-step token budget and free pages with decode headroom
+ * allow), runs prefill chunks and one decode step for the running batch, samples, and
+ * delivers events. When pages run out it retracts the newest running request (its pages
+ * go back, it re-queues and later recomputes; nothing the client saw is lost or repeated).
+ *
+ * Front ends (HTTP, and later the PD control channel) talk to it only through this
+ * interface, from any thread. Events are delivered on the engine thread through the
+ * request's callback, which must not block (copy and signal). After a request's terminal
+ * event (DONE or ERROR) no further callback for it happens, and its ctx may be freed.
+ */
+#ifndef DSV4_CORE_SERVE_H
+#define DSV4_CORE_SERVE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/config/config.h"
+#include "core/engine/engine.h"
+
+typedef struct dsv4_server dsv4_server;
+
+typedef struct dsv4_gen_params {
+    uint32_t max_tokens;       /* tokens to generate at most (>= 1) */
+    float temperature;         /* 0 = greedy */
+    float top_p;               /* 1 = off */
+    uint32_t top_k;            /* 0 = off */
+    uint64_t seed;             /* sampling seed (used when temperature > 0) */
+    int32_t priority;          /* for the priority sched plugin; larger first */
+    bool logprobs;             /* fill dsv4_gen_event.logprob */
+    bool ignore_eos;           /* keep going past the model's eos token */
+} dsv4_gen_params;
+
+typedef enum dsv4_gen_event_kind {
+    DSV4_EV_TOKEN,             /* one generated token */
+    DSV4_EV_DONE,              /* finished: finish says why */
+    DSV4_EV_ERROR,             /* failed: status and message say why */
+} dsv4_gen_event_kind;
+
+typedef enum dsv4_finish {
+    DSV4_FINISH_NONE,
+    DSV4_FINISH_STOP,          /* eos token */
+    DSV4_FINISH_LENGTH,        /* max_tokens or the context limit */
+    DSV4_FINISH_ABORT,         /* cancelled by the front end (disconnect, stop string) */
+} dsv4_finish;
+
+typedef struct dsv4_gen_event {
+    dsv4_gen_event_kind kind;
+    int32_t token;             /* TOKEN */
+    float logprob;             /* TOKEN, when params.logprobs */
+    dsv4_finish finish;        /* DONE */
+    int status;                /* ERROR: negative status */
+    const char *message;       /* ERROR: valid during the callback only */
+    uint32_t prompt_tokens;    /* DONE and ERROR: usage */
+    uint32_t cached_tokens;    /* prompt tokens served from the prefix cache */
+    uint32_t completion_tokens;
+} dsv4_gen_event;
+
+typedef void (*dsv4_gen_event_fn)(void *ctx, const dsv4_gen_event *ev);
+
+/* Start the engine thread for a loaded model and a checked configuration (the selected
+ * sched and indexk plugins come from conf->desc[]). NULL with the reason in err. */
+dsv4_server *dsv4_server_start(const dsv4_config *conf, const dsv4_model *model, char *err,
+                               size_t errlen);
+/* Stop accepting, let running requests finish until the deadline, abort the rest (each
+ * gets its terminal event), join the engine thread and free everything. */
+void dsv4_server_stop(dsv4_server *srv, uint64_t grace_ms);
+
+/* Queue a request. The prompt is copied. 0 and *id_p set, or -EINVAL (empty prompt, bad
+ * token id, prompt + max_tokens over the context limit), -ESHUTDOWN (stopping). On
+ * failure no callback is made. */
+int dsv4_server_submit(dsv4_server *srv, const int32_t *prompt, size_t n,
+                       const dsv4_gen_params *params, dsv4_gen_event_fn fn, void *ctx,
+                       uint64_t *id_p);
+/* Ask for a request to end; its DONE(ABORT) event follows (or whatever terminal event it
+ * reached first). Pages are released by the engine thread. -ENOENT when already done. */
+int dsv4_server_cancel(dsv4_server *srv, uint64_t id);
+
+/* The model's limits and tokens, for front-end validation. */
+uint32_t dsv4_server_vocab(const dsv4_server *srv);
+uint32_t dsv4_server_max_context(const dsv4_server *srv);
+int32_t dsv4_server_eos(const dsv4_server *srv);
+
+#endif
