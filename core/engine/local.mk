@@ -19,3 +19,8 @@ tests_unit_t_engine_matches_naive_reference_SOURCES = \
 tests_unit_t_engine_matches_naive_reference_LDADD = $(TEST_CORE_LIBS) -lm
 check_PROGRAMS += $(ENGINE_TESTS)
 TESTS += $(ENGINE_TESTS)
+
+# dsv4ctl logits / generate (core/cli/cmd_logits.c) on the tiny synthetic checkpoint.
+ENGINE_CLI_TESTS = tests/cli/t-logits-paths-agree.sh tests/cli/t-generate-greedy-and-seeded.sh
+TESTS += $(ENGINE_CLI_TESTS)
+EXTRA_DIST += $(ENGINE_CLI_TESTS)
