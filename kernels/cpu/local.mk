@@ -13,3 +13,16 @@ kernels_libdsv4cpu_la_SOURCES = kernels/kernels.h \
 kernels_libdsv4cpu_la_CFLAGS = $(AM_CFLAGS) -ffp-contract=off
 kernels_libdsv4cpu_la_LIBADD = kernels/libdsv4num.la -lm $(PTHREAD_LIBS)
 core_libdsv4core_la_LIBADD += kernels/libdsv4cpu.la
+
+# Kernel tests against straightforward double-precision references.
+KERNEL_TESTS = tests/unit/t-kernels-rope-yarn-check-values tests/unit/t-kernels-hc-sinkhorn \
+	tests/unit/t-kernels-attention-sink tests/unit/t-kernels-moe-routing \
+	tests/unit/t-kernels-linear-thread-invariant
+check_PROGRAMS += $(KERNEL_TESTS)
+TESTS += $(KERNEL_TESTS)
+KERNEL_TEST_LIBS = tests/libtap.la kernels/libdsv4cpu.la -lm
+tests_unit_t_kernels_rope_yarn_check_values_LDADD = $(KERNEL_TEST_LIBS)
+tests_unit_t_kernels_hc_sinkhorn_LDADD = $(KERNEL_TEST_LIBS)
+tests_unit_t_kernels_attention_sink_LDADD = $(KERNEL_TEST_LIBS)
+tests_unit_t_kernels_moe_routing_LDADD = $(KERNEL_TEST_LIBS)
+tests_unit_t_kernels_linear_thread_invariant_LDADD = $(KERNEL_TEST_LIBS)
