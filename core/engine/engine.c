@@ -190,6 +190,16 @@ uint32_t dsv4_engine_seq_len(const dsv4_engine *eng, uint32_t seq)
     return seq < eng->conf.n_slots && eng->seqs[seq].live ? eng->seqs[seq].len : 0;
 }
 
+const uint32_t *dsv4_engine_seq_pages(const dsv4_engine *eng, uint32_t seq, uint32_t *slot_p,
+                                      uint32_t *n_pages_p)
+{
+    if (seq >= eng->conf.n_slots || !eng->seqs[seq].live)
+        return NULL;
+    *slot_p = eng->seqs[seq].slot;
+    *n_pages_p = eng->seqs[seq].n_pages;
+    return eng->seqs[seq].pages;
+}
+
 const dsv4_kv_pool *dsv4_engine_kv(const dsv4_engine *eng)
 {
     return eng->pool;
@@ -249,6 +259,9 @@ int dsv4_engine_prefill(dsv4_engine *eng, size_t n, const uint32_t *seqs,
     for (size_t i = 0; i < n; i++) {
         if (lens[i] > max_context - eng->seqs[seqs[i]].len)
             return -EINVAL;
+        for (uint32_t j = 0; j < lens[i]; j++)
+            if (tokens[i][j] < 0 || (uint32_t)tokens[i][j] >= eng->model->cfg.vocab_size)
+                return -EINVAL;
         eng->done[i] = 0;
     }
     for (;;) {

@@ -44,12 +44,18 @@ int dsv4_engine_seq_new(dsv4_engine *eng, uint32_t *seq_p);
 void dsv4_engine_seq_free(dsv4_engine *eng, uint32_t seq);
 /* Tokens in the sequence's KV so far. */
 uint32_t dsv4_engine_seq_len(const dsv4_engine *eng, uint32_t seq);
+/* The sequence's state slot and its pages in order (n_pages_p gets the count); NULL for a
+ * sequence that does not exist. Valid until the next call that changes the sequence. */
+const uint32_t *dsv4_engine_seq_pages(const dsv4_engine *eng, uint32_t seq, uint32_t *slot_p,
+                                      uint32_t *n_pages_p);
 
 /* Append lens[i] tokens to each sequence seqs[i], running as many steps as the per-step
  * budget needs (a step takes tokens from the sequences in order, splitting a sequence
- * across steps where the budget ends). logits[i] receives what mode asks for. 0, -ENOSPC
- * when the pool has no page left (the sequences keep what was computed so far), -EINVAL
- * for a bad sequence, token id or context overflow. */
+ * across steps where the budget ends). logits[i] receives what mode asks for. 0, or
+ * -EINVAL for a bad or repeated sequence, a token id outside the vocabulary or a context
+ * overflow (checked before anything runs), -ENOSPC when the pool has no page left, or
+ * the indexk plugin's status. After -ENOSPC or a plugin failure a sequence's KV may be
+ * partly extended: free it. */
 int dsv4_engine_prefill(dsv4_engine *eng, size_t n, const uint32_t *seqs,
                         const int32_t *const *tokens, const uint32_t *lens,
                         dsv4_logits_mode mode, float *const *logits);

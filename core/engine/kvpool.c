@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Blocks start on cache lines so rows of different pages never share one. */
+/* Buffers and carry blocks start on cache lines. */
 #define DSV4_KV_ALIGN 64
 
 struct dsv4_kv_pool {
@@ -46,9 +46,11 @@ static int dsv4_kv_add(dsv4_kv_pool *pool, uint32_t kind, uint32_t layer, size_t
                        uint32_t n_blocks, uint32_t rows, size_t row_bytes, char *err,
                        size_t errlen)
 {
-    size_t block = (block_bytes + DSV4_KV_ALIGN - 1) / DSV4_KV_ALIGN * DSV4_KV_ALIGN;
-    size_t bytes = block * n_blocks;
-    uint8_t *base = aligned_alloc(DSV4_KV_ALIGN, bytes ? bytes : DSV4_KV_ALIGN);
+    /* blocks are exactly block_bytes apart: the indexk plugin addresses page p at
+     * base + p * page_bytes */
+    size_t block = block_bytes, bytes = block * n_blocks;
+    size_t alloc = (bytes + DSV4_KV_ALIGN) / DSV4_KV_ALIGN * DSV4_KV_ALIGN;
+    uint8_t *base = aligned_alloc(DSV4_KV_ALIGN, alloc);
     if (!base) {
         snprintf(err, errlen, "kv pool: out of memory (%zu bytes for layer %u)", bytes, layer);
         return -ENOMEM;
