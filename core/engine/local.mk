@@ -17,6 +17,11 @@ ENGINE_TESTS += tests/unit/t-engine-matches-naive-reference
 tests_unit_t_engine_matches_naive_reference_SOURCES = \
 	tests/unit/t-engine-matches-naive-reference.c $(ENGINE_TEST_HELPER)
 tests_unit_t_engine_matches_naive_reference_LDADD = $(TEST_CORE_LIBS) -lm
+ENGINE_TESTS += tests/unit/t-engine-sampling-seeded tests/unit/t-engine-pool-returns-to-baseline
+tests_unit_t_engine_sampling_seeded_LDADD = $(TEST_CORE_LIBS) -lm
+tests_unit_t_engine_pool_returns_to_baseline_SOURCES = \
+	tests/unit/t-engine-pool-returns-to-baseline.c $(ENGINE_TEST_HELPER)
+tests_unit_t_engine_pool_returns_to_baseline_LDADD = $(TEST_CORE_LIBS)
 check_PROGRAMS += $(ENGINE_TESTS)
 TESTS += $(ENGINE_TESTS)
 
