@@ -37,3 +37,5 @@ tests_unit_t_model_load_rejects_bad_checkpoint_LDADD = $(TEST_CORE_LIBS)
 check_PROGRAMS += tests/unit/t-model-dequant-known-values
 TESTS += tests/unit/t-model-dequant-known-values
 tests_unit_t_model_dequant_known_values_LDADD = $(TEST_CORE_LIBS)
+TESTS += tests/cli/t-mkmodel-is-deterministic.sh
+EXTRA_DIST += tests/cli/t-mkmodel-is-deterministic.sh

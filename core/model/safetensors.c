@@ -177,13 +177,10 @@ static int cmp_offset(const void *a, const void *b)
     return x->nbytes < y->nbytes ? -1 : x->nbytes > y->nbytes;
 }
 
-/* qsort has no context argument: the name index sorts through this file-scope pointer,
- * set only for the duration of the sort by the opening thread. */
-static __thread const dsv4_st_tensor *sort_tensors;
-
-static int cmp_name_idx(const void *a, const void *b)
+static int cmp_name_idx(const void *a, const void *b, void *ctx)
 {
-    return strcmp(sort_tensors[*(const size_t *)a].name, sort_tensors[*(const size_t *)b].name);
+    const dsv4_st_tensor *t = ctx;
+    return strcmp(t[*(const size_t *)a].name, t[*(const size_t *)b].name);
 }
 
 /* A short excerpt of the header before byte pos, for messages about malformed JSON. */
@@ -263,9 +260,7 @@ static int parse_header(dsv4_st_file *f, const char *hdr, size_t hlen, uint64_t 
     }
     for (size_t i = 0; i < f->n; i++)
         f->by_name[i] = i;
-    sort_tensors = f->tensors;
-    qsort(f->by_name, f->n, sizeof(*f->by_name), cmp_name_idx);
-    sort_tensors = NULL;
+    qsort_r(f->by_name, f->n, sizeof(*f->by_name), cmp_name_idx, f->tensors);
     return 0;
 }
 
@@ -519,7 +514,7 @@ int dsv4_st_writer_begin(dsv4_st_writer *w, const char *path, char *err, size_t 
     sprintf(w->tmp, "%s.tmp", path);
     w->fp = fopen(w->tmp, "wb");
     if (!w->fp) {
-        int e = errno;
+        int e = errno ? errno : EIO;
         seterr(err, errlen, "%s: cannot create (%s)", w->tmp, strerror(e));
         free(hdr);
         writer_abort(w);
@@ -531,7 +526,7 @@ int dsv4_st_writer_begin(dsv4_st_writer *w, const char *path, char *err, size_t 
     bool okw = fwrite(len8, 1, 8, w->fp) == 8 && fwrite(hdr, 1, hlen, w->fp) == hlen;
     free(hdr);
     if (!okw) {
-        int e = errno;
+        int e = errno ? errno : EIO;
         seterr(err, errlen, "%s: write failed (%s)", w->tmp, strerror(e));
         writer_abort(w);
         return -e;
@@ -553,7 +548,7 @@ int dsv4_st_writer_put(dsv4_st_writer *w, const void *bytes, size_t n, char *err
         return DSV4_EFORMAT;
     }
     if (n && fwrite(bytes, 1, n, w->fp) != n) {
-        int e = errno;
+        int e = errno ? errno : EIO;
         seterr(err, errlen, "%s: write failed (%s)", w->tmp, strerror(e));
         writer_abort(w);
         return -e;
@@ -577,7 +572,7 @@ int dsv4_st_writer_end(dsv4_st_writer *w, char *err, size_t errlen)
     int rc = fclose(w->fp);
     w->fp = NULL;
     if (rc != 0 || rename(w->tmp, w->path) != 0) {
-        int e = errno;
+        int e = errno ? errno : EIO;
         seterr(err, errlen, "%s: cannot finish (%s)", w->path, strerror(e));
         unlink(w->tmp);
         writer_abort(w);
