@@ -51,7 +51,7 @@ float dsv4_k_rms_scale(const float *x, size_t n, float eps);
 /* ---- rotary embedding (spec §3.3) -------------------------------------------------------- */
 typedef struct dsv4_rope_params {
     double theta;
-    uint32_t dims;          /* R: rotated trailing dims (even) */
+    uint32_t dims; /* R: rotated trailing dims (even) */
     bool yarn;
     double factor, original_max_pos, beta_fast, beta_slow;
 } dsv4_rope_params;
@@ -69,14 +69,14 @@ void dsv4_k_rope(float *x, const float *freq, uint32_t dims, int64_t pos, bool i
 void dsv4_k_hc_mix(const float *z, const float *base, const float *scale, uint32_t n,
                    uint32_t iters, float eps_hc, float *pre, float *post, float *comb);
 /* pre for the final head: pre_j = sigmoid(scale * z_j + base_j) + eps_hc. */
-void dsv4_k_hc_head_pre(const float *z, const float *base, float scale, uint32_t n,
-                        float eps_hc, float *pre);
+void dsv4_k_hc_head_pre(const float *z, const float *base, float scale, uint32_t n, float eps_hc,
+                        float *pre);
 /* u[h] = sum_j pre[j] * X[j][h]   (X: [n][hidden]) */
 void dsv4_k_hc_collapse(const float *x, const float *pre, uint32_t n, size_t hidden, float *u);
 /* X'[k] = post[k] * y + sum_j comb[j][k] * X[j]  (C transposed applied to the streams);
  * x is updated in place. */
-void dsv4_k_hc_expand(float *x, const float *y, const float *post, const float *comb,
-                      uint32_t n, size_t hidden);
+void dsv4_k_hc_expand(float *x, const float *y, const float *post, const float *comb, uint32_t n,
+                      size_t hidden);
 
 /* ---- attention (spec §3.3, §3.7) ---------------------------------------------------------- */
 typedef enum dsv4_k_dtype { DSV4_K_F32 = 0, DSV4_K_BF16 = 1 } dsv4_k_dtype;
@@ -84,8 +84,8 @@ typedef enum dsv4_k_dtype { DSV4_K_F32 = 0, DSV4_K_BF16 = 1 } dsv4_k_dtype;
 /* One head: o[d] = sum_v e^{l_v - M} row_v / (e^{sink - M} + sum_v e^{l_v - M}) with
  * l_v = scale * q . row_v over n key rows (K = V), each stored as `dtype`. scores is
  * scratch of n floats. With n = 0, o is zero. */
-void dsv4_k_attend(const float *q, const void *const *rows, size_t n, dsv4_k_dtype dtype,
-                   size_t d, float scale, float sink, float *scores, float *o);
+void dsv4_k_attend(const float *q, const void *const *rows, size_t n, dsv4_k_dtype dtype, size_t d,
+                   float scale, float sink, float *scores, float *o);
 /* Store an f32 row as dtype, and load it back. */
 void dsv4_k_row_store(void *dst, const float *src, size_t d, dsv4_k_dtype dtype);
 void dsv4_k_row_load(float *dst, const void *src, size_t d, dsv4_k_dtype dtype);

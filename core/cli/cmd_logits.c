@@ -42,12 +42,15 @@ typedef struct run_ctx {
 
 enum { OPT_MODEL = 256, OPT_INDEXK, OPT_KV_DTYPE, OPT_THREADS, OPT_CHUNK };
 
-#define RUN_LONG_OPTS                                                                          \
-    {"model", required_argument, NULL, OPT_MODEL},                                             \
-        {"indexk", required_argument, NULL, OPT_INDEXK},                                       \
-        {"kv-dtype", required_argument, NULL, OPT_KV_DTYPE},                                   \
-        {"threads", required_argument, NULL, OPT_THREADS},                                     \
-        {"chunk", required_argument, NULL, OPT_CHUNK}, {"help", no_argument, NULL, 'h'}
+/* clang-format off */
+#define RUN_LONG_OPTS                                                                      \
+    {"model", required_argument, NULL, OPT_MODEL},                                         \
+    {"indexk", required_argument, NULL, OPT_INDEXK},                                       \
+    {"kv-dtype", required_argument, NULL, OPT_KV_DTYPE},                                   \
+    {"threads", required_argument, NULL, OPT_THREADS},                                     \
+    {"chunk", required_argument, NULL, OPT_CHUNK},                                         \
+    {"help", no_argument, NULL, 'h'}
+/* clang-format on */
 
 static bool parse_u32(const char *s, uint32_t min, uint32_t *v_p)
 {
@@ -72,8 +75,7 @@ static int run_opt(run_opts *o, int c, const char *arg, const char *cmd)
         else if (strcmp(arg, "bf16") == 0)
             o->kv_dtype = DSV4_KV_BF16;
         else {
-            fprintf(stderr, "dsv4ctl %s: --kv-dtype: expected f32 or bf16, got '%s'\n", cmd,
-                    arg);
+            fprintf(stderr, "dsv4ctl %s: --kv-dtype: expected f32 or bf16, got '%s'\n", cmd, arg);
             return -1;
         }
         return 1;
@@ -85,8 +87,7 @@ static int run_opt(run_opts *o, int c, const char *arg, const char *cmd)
         return 1;
     case OPT_CHUNK:
         if (!parse_u32(arg, 1, &o->chunk)) {
-            fprintf(stderr, "dsv4ctl %s: --chunk: expected a positive count, got '%s'\n", cmd,
-                    arg);
+            fprintf(stderr, "dsv4ctl %s: --chunk: expected a positive count, got '%s'\n", cmd, arg);
             return -1;
         }
         return 1;
@@ -119,8 +120,7 @@ static int run_load(run_ctx *r, const run_opts *o, const char *cmd)
         return 2;
     }
     const dsv4_plugin_entry *entry = NULL;
-    const dsv4_plugin_desc *ik =
-        dsv4_registry_find(r->reg, DSV4_FAMILY_INDEXK, o->indexk, &entry);
+    const dsv4_plugin_desc *ik = dsv4_registry_find(r->reg, DSV4_FAMILY_INDEXK, o->indexk, &entry);
     if (!ik) {
         fprintf(stderr, "dsv4ctl %s: plugin indexk/%s: %s\n", cmd, o->indexk,
                 entry && entry->reason[0] ? entry->reason : "not found on the plugin path");
@@ -182,12 +182,11 @@ static int32_t *logits_read_ids(const char *path, uint32_t vocab, uint32_t *b_p,
         fprintf(stderr, "dsv4ctl logits: %s: no tensor input_ids\n", path);
         goto done;
     }
-    if ((t->dtype != DSV4_ST_I32 && t->dtype != DSV4_ST_I64) || t->ndim != 2 ||
-        t->shape[0] == 0 || t->shape[1] == 0 || t->shape[0] > UINT32_MAX ||
-        t->shape[1] > UINT32_MAX) {
+    if ((t->dtype != DSV4_ST_I32 && t->dtype != DSV4_ST_I64) || t->ndim != 2 || t->shape[0] == 0 ||
+        t->shape[1] == 0 || t->shape[0] > UINT32_MAX || t->shape[1] > UINT32_MAX) {
         fprintf(stderr, "dsv4ctl logits: %s: input_ids: %s %s, expected I32 [B,T]\n", path,
-                dsv4_st_dtype_name(t->dtype), dsv4_st_shape_str(t->ndim, t->shape, shape,
-                                                                 sizeof(shape)));
+                dsv4_st_dtype_name(t->dtype),
+                dsv4_st_shape_str(t->ndim, t->shape, shape, sizeof(shape)));
         goto done;
     }
     ids = malloc(t->nelem * sizeof(int32_t));
@@ -287,8 +286,10 @@ int dsv4ctl_logits(int argc, char **argv)
         case 'o': out = optarg; break;
         case 'k':
             if (!parse_u32(optarg, 1, &decode_from)) {
-                fprintf(stderr, "dsv4ctl logits: --decode-from: expected a position >= 1, "
-                                "got '%s'\n", optarg);
+                fprintf(stderr,
+                        "dsv4ctl logits: --decode-from: expected a position >= 1, "
+                        "got '%s'\n",
+                        optarg);
                 return 2;
             }
             break;

@@ -16,7 +16,7 @@
 typedef struct dsv4_eseq {
     bool live;
     uint32_t slot;
-    uint32_t len;           /* tokens in its KV */
+    uint32_t len; /* tokens in its KV */
     uint32_t *pages;
     uint32_t n_pages, cap_pages;
 } dsv4_eseq;
@@ -28,17 +28,17 @@ struct dsv4_engine {
     dsv4_kv_pool *pool;
     dsv4_fwd *fwd;
     const dsv4_plugin_desc *ik_desc;
-    void *ik_conf;          /* owned when the caller gave none */
+    void *ik_conf; /* owned when the caller gave none */
     void *ik_state;
-    dsv4_eseq *seqs;        /* [n_slots], the sequence id is the index */
+    dsv4_eseq *seqs; /* [n_slots], the sequence id is the index */
     /* step building, sized once */
-    dsv4_fwd_seq *step;     /* [n_slots] */
-    uint32_t *step_of;      /* [n_slots] which request entry each step entry serves */
-    uint32_t *done;         /* [n_slots] tokens of each request entry already run */
-    float **lptr;           /* [step_tokens] */
-    const int32_t **tokp;   /* [n_slots] decode tokens */
-    uint32_t *ones;         /* [n_slots] = 1 */
-    float **dlog;           /* [n_slots] decode outputs */
+    dsv4_fwd_seq *step;   /* [n_slots] */
+    uint32_t *step_of;    /* [n_slots] which request entry each step entry serves */
+    uint32_t *done;       /* [n_slots] tokens of each request entry already run */
+    float **lptr;         /* [step_tokens] */
+    const int32_t **tokp; /* [n_slots] decode tokens */
+    uint32_t *ones;       /* [n_slots] = 1 */
+    float **dlog;         /* [n_slots] decode outputs */
 };
 
 static int dsv4_engine_plugin(dsv4_engine *eng, const dsv4_engine_conf *conf, char *err,
@@ -93,12 +93,16 @@ dsv4_engine *dsv4_engine_new(const dsv4_model *model, const dsv4_engine_conf *co
         goto fail;
     if (!(eng->threads = dsv4_threads_new(conf->threads, err, errlen)))
         goto fail;
-    dsv4_kv_pool_conf pc = {&model->cfg,        conf->kv_dtype,   eng->conf.page_tokens,
-                            conf->n_pages,      S,                eng->ik_desc->ops,
-                            eng->ik_desc->name};
+    dsv4_kv_pool_conf pc = {&model->cfg, conf->kv_dtype,    eng->conf.page_tokens, conf->n_pages,
+                            S,           eng->ik_desc->ops, eng->ik_desc->name};
     if (!(eng->pool = dsv4_kv_pool_new(&pc, err, errlen)))
         goto fail;
-    dsv4_fwd_conf fc = {model, eng->pool, eng->threads, eng->ik_desc->ops, eng->ik_state, B,
+    dsv4_fwd_conf fc = {model,
+                        eng->pool,
+                        eng->threads,
+                        eng->ik_desc->ops,
+                        eng->ik_state,
+                        B,
                         conf->n_pages * eng->conf.page_tokens};
     if (!(eng->fwd = dsv4_fwd_new(&fc, err, errlen)))
         goto fail;
@@ -248,8 +252,8 @@ static int dsv4_engine_check(const dsv4_engine *eng, size_t n, const uint32_t *s
 }
 
 int dsv4_engine_prefill(dsv4_engine *eng, size_t n, const uint32_t *seqs,
-                        const int32_t *const *tokens, const uint32_t *lens,
-                        dsv4_logits_mode mode, float *const *logits)
+                        const int32_t *const *tokens, const uint32_t *lens, dsv4_logits_mode mode,
+                        float *const *logits)
 {
     size_t V = eng->model->cfg.vocab_size;
     uint32_t max_context = eng->conf.n_pages * eng->conf.page_tokens;
@@ -283,8 +287,8 @@ int dsv4_engine_prefill(dsv4_engine *eng, size_t n, const uint32_t *seqs,
                     out = logits[i];
                 eng->lptr[lp + j] = out;
             }
-            eng->step[ns] = (dsv4_fwd_seq){s->slot, s->pages, s->len, take,
-                                           tokens[i] + eng->done[i], eng->lptr + lp};
+            eng->step[ns] = (dsv4_fwd_seq){
+                s->slot, s->pages, s->len, take, tokens[i] + eng->done[i], eng->lptr + lp};
             eng->step_of[ns++] = (uint32_t)i;
             lp += take;
             budget -= take;
@@ -310,6 +314,5 @@ int dsv4_engine_decode(dsv4_engine *eng, size_t n, const uint32_t *seqs, const i
         eng->tokp[i] = tokens + i;
         eng->dlog[i] = logits + i * (size_t)eng->model->cfg.vocab_size;
     }
-    return dsv4_engine_prefill(eng, n, seqs, eng->tokp, eng->ones, DSV4_LOGITS_LAST,
-                               eng->dlog);
+    return dsv4_engine_prefill(eng, n, seqs, eng->tokp, eng->ones, DSV4_LOGITS_LAST, eng->dlog);
 }

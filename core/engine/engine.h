@@ -16,21 +16,21 @@
 typedef struct dsv4_engine dsv4_engine;
 
 typedef struct dsv4_engine_conf {
-    uint32_t threads;                 /* [core] threads; 0 = one per core */
-    dsv4_kv_dtype kv_dtype;           /* [model] kv_dtype: f32 or bf16 */
-    uint32_t n_pages;                 /* KV pages in the pool */
-    uint32_t n_slots;                 /* sequences with KV state at once */
-    uint32_t page_tokens;             /* source tokens per page; 0 = 256 */
-    uint32_t step_tokens;             /* per-step token budget (the prefill chunk) */
-    const dsv4_plugin_desc *indexk;   /* the indexk plugin (family DSV4_FAMILY_INDEXK) */
-    const void *indexk_conf;          /* its config struct; NULL = its schema defaults */
-    const dsv4_host *host;            /* handed to the plugin; NULL = dsv4_host_default() */
+    uint32_t threads;               /* [core] threads; 0 = one per core */
+    dsv4_kv_dtype kv_dtype;         /* [model] kv_dtype: f32 or bf16 */
+    uint32_t n_pages;               /* KV pages in the pool */
+    uint32_t n_slots;               /* sequences with KV state at once */
+    uint32_t page_tokens;           /* source tokens per page; 0 = 256 */
+    uint32_t step_tokens;           /* per-step token budget (the prefill chunk) */
+    const dsv4_plugin_desc *indexk; /* the indexk plugin (family DSV4_FAMILY_INDEXK) */
+    const void *indexk_conf;        /* its config struct; NULL = its schema defaults */
+    const dsv4_host *host;          /* handed to the plugin; NULL = dsv4_host_default() */
 } dsv4_engine_conf;
 
 typedef enum dsv4_logits_mode {
-    DSV4_LOGITS_NONE,                 /* no logits */
-    DSV4_LOGITS_LAST,                 /* vocab floats for the last token of each sequence */
-    DSV4_LOGITS_ALL,                  /* len * vocab floats, one row per token */
+    DSV4_LOGITS_NONE, /* no logits */
+    DSV4_LOGITS_LAST, /* vocab floats for the last token of each sequence */
+    DSV4_LOGITS_ALL,  /* len * vocab floats, one row per token */
 } dsv4_logits_mode;
 
 /* NULL with the reason in err (bad geometry, plugin init failure, out of memory). */
@@ -57,8 +57,8 @@ const uint32_t *dsv4_engine_seq_pages(const dsv4_engine *eng, uint32_t seq, uint
  * the indexk plugin's status. After -ENOSPC or a plugin failure a sequence's KV may be
  * partly extended: free it. */
 int dsv4_engine_prefill(dsv4_engine *eng, size_t n, const uint32_t *seqs,
-                        const int32_t *const *tokens, const uint32_t *lens,
-                        dsv4_logits_mode mode, float *const *logits);
+                        const int32_t *const *tokens, const uint32_t *lens, dsv4_logits_mode mode,
+                        float *const *logits);
 /* One decode step for n sequences: token[i] is appended to seqs[i] and its next-token
  * logits go to logits + i * vocab. Same errors as prefill. */
 int dsv4_engine_decode(dsv4_engine *eng, size_t n, const uint32_t *seqs, const int32_t *tokens,

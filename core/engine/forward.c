@@ -25,10 +25,10 @@
 #define DSV4_FWD_HEAD_ROWS 16
 
 typedef struct dsv4_fwd_scratch {
-    const void **rows;          /* key row pointers of one query */
-    float *scores;              /* attention scores, or indexer scores */
-    uint32_t *sel;              /* indexer top-k */
-    float *route;               /* router scratch */
+    const void **rows; /* key row pointers of one query */
+    float *scores;     /* attention scores, or indexer scores */
+    uint32_t *sel;     /* indexer top-k */
+    float *route;      /* router scratch */
 } dsv4_fwd_scratch;
 
 struct dsv4_fwd {
@@ -41,7 +41,7 @@ struct dsv4_fwd {
     dsv4_indexk_geom geom;
     uint32_t max_tokens, max_context, max_comp, max_rate;
     dsv4_k_dtype kvt;
-    size_t row_bytes;           /* one window/compressed row in the KV dtype */
+    size_t row_bytes; /* one window/compressed row in the KV dtype */
     float *freq_main, *freq_comp;
 
     /* per token of the step */
@@ -97,8 +97,8 @@ static bool dsv4_fwd_has(const dsv4_model_config *c, dsv4_layer_kind kind)
 
 static void dsv4_fwd_rope_params(const dsv4_rope_conf *r, dsv4_rope_params *p)
 {
-    *p = (dsv4_rope_params){r->theta,  r->dims,           r->yarn,     r->factor,
-                            r->original_max_pos, r->beta_fast, r->beta_slow};
+    *p = (dsv4_rope_params){r->theta,     r->dims,     r->yarn, r->factor, r->original_max_pos,
+                            r->beta_fast, r->beta_slow};
 }
 
 /* Geometry the kernels rely on; the loader checks shapes, this checks combinations. */
@@ -133,8 +133,8 @@ static int dsv4_fwd_check(const dsv4_model *m, char *err, size_t errlen)
             continue;
         for (size_t i = 0; t && i < (size_t)c->vocab_size * c->top_k; i++) {
             if (t[i] < 0 || (uint32_t)t[i] >= c->n_experts) {
-                snprintf(err, errlen, "forward: layer %u tid2eid[%zu] = %d is not an expert",
-                         l, i / c->top_k, t[i]);
+                snprintf(err, errlen, "forward: layer %u tid2eid[%zu] = %d is not an expert", l,
+                         i / c->top_k, t[i]);
                 return -EINVAL;
             }
         }
@@ -242,11 +242,10 @@ dsv4_fwd *dsv4_fwd_new(const dsv4_fwd_conf *conf, char *err, size_t errlen)
     for (size_t i = 0; ok && i < f->n_allocs; i++)
         ok = f->allocs[i] != NULL;
     for (unsigned t = 0; ok && t < nth; t++)
-        f->scr[t] = (dsv4_fwd_scratch){rows + t * n_rows, scores + t * score_n,
-                                       sel + t * n_sel, route + t * n_route};
+        f->scr[t] = (dsv4_fwd_scratch){rows + t * n_rows, scores + t * score_n, sel + t * n_sel,
+                                       route + t * n_route};
     if (!ok) {
-        snprintf(err, errlen, "forward: out of memory (workspace for %u tokens)",
-                 conf->max_tokens);
+        snprintf(err, errlen, "forward: out of memory (workspace for %u tokens)", conf->max_tokens);
         dsv4_fwd_free(f);
         return NULL;
     }
@@ -332,8 +331,7 @@ static void dsv4_fwd_qkv_range(void *ctx, size_t b, size_t e, unsigned tid)
 {
     dsv4_fwd *f = ctx;
     const dsv4_model_config *c = f->c;
-    size_t D = c->head_dim, R = f->freq == f->freq_comp ? c->rope_compress.dims
-                                                        : c->rope_main.dims;
+    size_t D = c->head_dim, R = f->freq == f->freq_comp ? c->rope_compress.dims : c->rope_main.dims;
     float eps = (float)c->rms_eps;
     (void)tid;
     for (size_t t = b; t < e; t++) {
@@ -419,8 +417,7 @@ static int dsv4_fwd_compressors(dsv4_fwd *f, const dsv4_fwd_seq *seqs, size_t n_
                 dsv4_k_row_store(dsv4_fwd_row(rows, sq->pages, w), f->crow, D, f->kvt);
             if (csa && dsv4_fwd_compress(f, &lw->idx_comp, true, rate, DI, &icy, p,
                                          f->ikc + t * 2 * DI, f->igc + t * 2 * DI, f->crow)) {
-                dsv4_indexk_slot slot = {sq->pages[w / ik->rows_per_block],
-                                         w % ik->rows_per_block};
+                dsv4_indexk_slot slot = {sq->pages[w / ik->rows_per_block], w % ik->rows_per_block};
                 int rc = f->ik->store(f->ik_state, &f->geom, ik->base, f->crow, &slot, 1);
                 if (rc != 0)
                     return rc;
@@ -460,8 +457,8 @@ static void dsv4_fwd_index_range(void *ctx, size_t b, size_t e, unsigned tid)
         }
         for (uint32_t h = 0; h < NI; h++)
             dsv4_k_rope(q + h * DI + DI - R, f->freq_comp, R, p, false);
-        int rc = f->ik->score(f->ik_state, &f->geom, ik->base, f->seqs[f->tseq[t]].pages, valid,
-                              q, f->iw + t * NI, NI, scale, scr->scores);
+        int rc = f->ik->score(f->ik_state, &f->geom, ik->base, f->seqs[f->tseq[t]].pages, valid, q,
+                              f->iw + t * NI, NI, scale, scr->scores);
         if (rc != 0) {
             f->status = rc;
             f->nsel[t] = 0;
@@ -483,8 +480,8 @@ static void dsv4_fwd_attend_range(void *ctx, size_t b, size_t e, unsigned tid)
     uint32_t R = f->freq == f->freq_comp ? c->rope_compress.dims : c->rope_main.dims;
     uint8_t kind = c->layer_kind[f->layer];
     const dsv4_kv_buffer *win = f->view.buf[DSV4_BUF_WINDOW];
-    const dsv4_kv_buffer *rows = f->view.buf[kind == DSV4_LAYER_CSA ? DSV4_BUF_CSA_KV
-                                                                    : DSV4_BUF_HCA_KV];
+    const dsv4_kv_buffer *rows =
+        f->view.buf[kind == DSV4_LAYER_CSA ? DSV4_BUF_CSA_KV : DSV4_BUF_HCA_KV];
     float scale = 1.0f / sqrtf((float)D);
     dsv4_fwd_scratch *scr = &f->scr[tid];
 
@@ -581,8 +578,8 @@ static void dsv4_fwd_route_range(void *ctx, size_t b, size_t e, unsigned tid)
             hash = lw->tid2eid + (size_t)tok * K;
         }
         dsv4_k_route(f->router + t * E, c->hash_moe[f->layer] ? NULL : lw->gate_bias, E, K,
-                     (dsv4_k_scoring)c->scoring, hash, (float)c->routed_scale,
-                     f->scr[tid].route, f->rid + t * K, f->rw + t * K);
+                     (dsv4_k_scoring)c->scoring, hash, (float)c->routed_scale, f->scr[tid].route,
+                     f->rid + t * K, f->rw + t * K);
     }
 }
 
@@ -609,8 +606,8 @@ static void dsv4_fwd_expert(dsv4_fwd *f, const float *wg, const float *wu, const
     dsv4_k_linear(f->th, wg, I, H, x, H, n, g, I);
     dsv4_k_linear(f->th, wu, I, H, x, H, n, u, I);
     for (size_t t = 0; t < n; t++)
-        dsv4_k_swiglu(g + t * I, u + t * I, I, (float)f->c->swiglu_limit,
-                      (dsv4_k_act)f->c->act, h + t * I);
+        dsv4_k_swiglu(g + t * I, u + t * I, I, (float)f->c->swiglu_limit, (dsv4_k_act)f->c->act,
+                      h + t * I);
     dsv4_k_linear(f->th, wd, H, I, h, I, n, out, H);
 }
 
@@ -622,8 +619,8 @@ static void dsv4_fwd_moe(dsv4_fwd *f)
 
     dsv4_k_linear(f->th, lw->gate, E, H, f->u, H, n, f->router, E);
     dsv4_threads_for(f->th, n, dsv4_fwd_route_range, f);
-    dsv4_fwd_expert(f, lw->sh_gate, lw->sh_up, lw->sh_down, f->u, n, f->sh_g, f->sh_u,
-                    f->sh_h, f->sh_o);
+    dsv4_fwd_expert(f, lw->sh_gate, lw->sh_up, lw->sh_down, f->u, n, f->sh_g, f->sh_u, f->sh_h,
+                    f->sh_o);
 
     /* group the (token, choice) pairs by expert; epos maps a pair to its output row */
     memset(f->ecount, 0, (E + 1) * sizeof(uint32_t));
@@ -713,8 +710,7 @@ int dsv4_fwd_step(dsv4_fwd *f, const dsv4_fwd_seq *seqs, size_t n_seqs)
             f->pos[t] = seqs[s].start + i;
             f->tseq[t] = (uint32_t)s;
             for (size_t j = 0; j < N; j++)
-                memcpy(f->x + (t * N + j) * H, f->m->embed + (size_t)tok * H,
-                       H * sizeof(float));
+                memcpy(f->x + (t * N + j) * H, f->m->embed + (size_t)tok * H, H * sizeof(float));
         }
     }
     f->n_tok = t;

@@ -25,21 +25,21 @@ typedef struct dsv4_fwd_conf {
     const dsv4_model *model;
     dsv4_kv_pool *pool;
     dsv4_threads *threads;
-    const dsv4_indexk_ops *indexk;   /* stores and scores index-K rows */
+    const dsv4_indexk_ops *indexk; /* stores and scores index-K rows */
     void *indexk_state;
-    uint32_t max_tokens;             /* tokens per step */
-    uint32_t max_context;            /* tokens per sequence */
+    uint32_t max_tokens;  /* tokens per step */
+    uint32_t max_context; /* tokens per sequence */
 } dsv4_fwd_conf;
 
 /* One sequence's part of a step. */
 typedef struct dsv4_fwd_seq {
-    uint32_t slot;                   /* its state slot */
-    const uint32_t *pages;           /* its pages, covering start + n tokens */
-    uint32_t start;                  /* tokens already in its KV (position of the first) */
-    uint32_t n;                      /* tokens in this step */
-    const int32_t *tokens;           /* [n] */
-    float *const *logits;            /* [n] outputs of vocab floats, NULL = not wanted;
-                                        the array itself may be NULL */
+    uint32_t slot;         /* its state slot */
+    const uint32_t *pages; /* its pages, covering start + n tokens */
+    uint32_t start;        /* tokens already in its KV (position of the first) */
+    uint32_t n;            /* tokens in this step */
+    const int32_t *tokens; /* [n] */
+    float *const *logits;  /* [n] outputs of vocab floats, NULL = not wanted;
+                              the array itself may be NULL */
 } dsv4_fwd_seq;
 
 /* NULL with the reason in err. */

@@ -12,14 +12,14 @@
 
 struct dsv4_kv_pool {
     dsv4_kv_layout layout;
-    dsv4_kv_buffer *buffers;                       /* layout.buffers */
+    dsv4_kv_buffer *buffers;                             /* layout.buffers */
     int16_t index[DSV4_MAX_LAYERS][DSV4_BUF_KIND_COUNT]; /* buffer per (layer, kind), -1 */
     uint8_t layer_kind[DSV4_MAX_LAYERS];
     char *indexk_name;
-    uint32_t *page_refs;                           /* [n_pages] */
-    uint32_t *page_free;                           /* stack of free page ids */
+    uint32_t *page_refs; /* [n_pages] */
+    uint32_t *page_free; /* stack of free page ids */
     uint32_t n_page_free;
-    uint32_t *slot_free;                           /* stack of free slot ids */
+    uint32_t *slot_free; /* stack of free slot ids */
     uint32_t n_slot_free;
 };
 
@@ -43,8 +43,7 @@ dsv4_kv_carry dsv4_kv_carry_at(uint8_t *block, bool overlap, uint32_t rate, uint
 }
 
 static int dsv4_kv_add(dsv4_kv_pool *pool, uint32_t kind, uint32_t layer, size_t block_bytes,
-                       uint32_t n_blocks, uint32_t rows, size_t row_bytes, char *err,
-                       size_t errlen)
+                       uint32_t n_blocks, uint32_t rows, size_t row_bytes, char *err, size_t errlen)
 {
     /* blocks are exactly block_bytes apart: the indexk plugin addresses page p at
      * base + p * page_bytes */
@@ -58,9 +57,15 @@ static int dsv4_kv_add(dsv4_kv_pool *pool, uint32_t kind, uint32_t layer, size_t
     /* zeroed so transfers and checksums of never-written rows are reproducible */
     memset(base, 0, bytes);
     dsv4_kv_buffer *b = &pool->buffers[pool->layout.n_buffers];
-    *b = (dsv4_kv_buffer){.kind = kind, .layer = layer, .mem = DSV4_MEM_HOST,
-                          .cuda_device = -1, .base = base, .block_bytes = block,
-                          .n_blocks = n_blocks, .rows_per_block = rows, .row_bytes = row_bytes};
+    *b = (dsv4_kv_buffer){.kind = kind,
+                          .layer = layer,
+                          .mem = DSV4_MEM_HOST,
+                          .cuda_device = -1,
+                          .base = base,
+                          .block_bytes = block,
+                          .n_blocks = n_blocks,
+                          .rows_per_block = rows,
+                          .row_bytes = row_bytes};
     pool->index[layer][kind] = (int16_t)pool->layout.n_buffers++;
     return 0;
 }
@@ -72,8 +77,8 @@ static int dsv4_kv_check(const dsv4_kv_pool_conf *c, char *err, size_t errlen)
         snprintf(err, errlen, "kv pool: kv_dtype not supported by the cpu backend (f32|bf16)");
         return -EINVAL;
     }
-    if (m->n_layers == 0 || m->n_layers > DSV4_MAX_LAYERS || c->n_pages == 0 ||
-        c->n_slots == 0 || c->page_tokens == 0) {
+    if (m->n_layers == 0 || m->n_layers > DSV4_MAX_LAYERS || c->n_pages == 0 || c->n_slots == 0 ||
+        c->page_tokens == 0) {
         snprintf(err, errlen, "kv pool: empty geometry (layers %u, pages %u, slots %u)",
                  m->n_layers, c->n_pages, c->n_slots);
         return -EINVAL;
@@ -119,31 +124,31 @@ dsv4_kv_pool *dsv4_kv_pool_new(const dsv4_kv_pool_conf *c, char *err, size_t err
     size_t es = c->kv_dtype == DSV4_KV_BF16 ? 2 : 4, row = es * m->head_dim;
     dsv4_indexk_geom geom = {sizeof(geom), m->index_dim, c->page_tokens / m->rate_csa};
     for (uint32_t l = 0; l < m->n_layers; l++) {
-        int rc = dsv4_kv_add(pool, DSV4_BUF_WINDOW, l, row * m->window, c->n_slots, m->window,
-                             row, err, errlen);
+        int rc = dsv4_kv_add(pool, DSV4_BUF_WINDOW, l, row * m->window, c->n_slots, m->window, row,
+                             err, errlen);
         if (rc == 0 && m->layer_kind[l] == DSV4_LAYER_CSA) {
             uint32_t rows = c->page_tokens / m->rate_csa;
             rc = dsv4_kv_add(pool, DSV4_BUF_CSA_KV, l, row * rows, c->n_pages, rows, row, err,
                              errlen);
             if (rc == 0)
-                rc = dsv4_kv_add(pool, DSV4_BUF_INDEXK, l, c->indexk->page_bytes(&geom),
-                                 c->n_pages, rows, c->indexk->row_bytes(&geom), err, errlen);
+                rc = dsv4_kv_add(pool, DSV4_BUF_INDEXK, l, c->indexk->page_bytes(&geom), c->n_pages,
+                                 rows, c->indexk->row_bytes(&geom), err, errlen);
             if (rc == 0)
                 rc = dsv4_kv_add(pool, DSV4_BUF_CSA_CARRY, l,
-                                 dsv4_kv_carry_bytes(true, m->rate_csa, m->head_dim),
-                                 c->n_slots, 0, 0, err, errlen);
+                                 dsv4_kv_carry_bytes(true, m->rate_csa, m->head_dim), c->n_slots, 0,
+                                 0, err, errlen);
             if (rc == 0)
                 rc = dsv4_kv_add(pool, DSV4_BUF_INDEX_CARRY, l,
-                                 dsv4_kv_carry_bytes(true, m->rate_csa, m->index_dim),
-                                 c->n_slots, 0, 0, err, errlen);
+                                 dsv4_kv_carry_bytes(true, m->rate_csa, m->index_dim), c->n_slots,
+                                 0, 0, err, errlen);
         } else if (rc == 0 && m->layer_kind[l] == DSV4_LAYER_HCA) {
             uint32_t rows = c->page_tokens / m->rate_hca;
             rc = dsv4_kv_add(pool, DSV4_BUF_HCA_KV, l, row * rows, c->n_pages, rows, row, err,
                              errlen);
             if (rc == 0)
                 rc = dsv4_kv_add(pool, DSV4_BUF_HCA_CARRY, l,
-                                 dsv4_kv_carry_bytes(false, m->rate_hca, m->head_dim),
-                                 c->n_slots, 0, 0, err, errlen);
+                                 dsv4_kv_carry_bytes(false, m->rate_hca, m->head_dim), c->n_slots,
+                                 0, 0, err, errlen);
         }
         if (rc != 0) {
             dsv4_kv_pool_free(pool);

@@ -23,11 +23,11 @@ typedef struct dsv4_kv_pool dsv4_kv_pool;
 
 typedef struct dsv4_kv_pool_conf {
     const dsv4_model_config *model;
-    dsv4_kv_dtype kv_dtype;          /* f32 or bf16 for compressed and window rows */
-    uint32_t page_tokens;            /* source tokens per page (256) */
+    dsv4_kv_dtype kv_dtype; /* f32 or bf16 for compressed and window rows */
+    uint32_t page_tokens;   /* source tokens per page (256) */
     uint32_t n_pages;
     uint32_t n_slots;
-    const dsv4_indexk_ops *indexk;   /* formats DSV4_BUF_INDEXK */
+    const dsv4_indexk_ops *indexk; /* formats DSV4_BUF_INDEXK */
     const char *indexk_name;
 } dsv4_kv_pool_conf;
 
@@ -41,7 +41,7 @@ typedef struct dsv4_kv_layer_view {
  * overlapping compressors, the "a" half of the last complete window ([rate][dim] each). */
 typedef struct dsv4_kv_carry {
     float *pend_kv, *pend_logit;
-    float *prev_kv, *prev_logit;     /* NULL without overlap */
+    float *prev_kv, *prev_logit; /* NULL without overlap */
 } dsv4_kv_carry;
 
 /* NULL with the reason in err (bad geometry, unsupported kv dtype, out of memory). */

@@ -41,8 +41,8 @@ double dsv4_rng_uniform(dsv4_rng *rng)
     return (double)(dsv4_rng_next(rng) >> 11) * 0x1.0p-53;
 }
 
-int32_t dsv4_sample(const float *logits, uint32_t n, const dsv4_sample_params *p,
-                    dsv4_rng *rng, void *scratch)
+int32_t dsv4_sample(const float *logits, uint32_t n, const dsv4_sample_params *p, dsv4_rng *rng,
+                    void *scratch)
 {
     uint32_t *idx = (uint32_t *)((float *)scratch + n);
     if (p->temperature <= 0 || p->top_k == 1) {

@@ -16,9 +16,9 @@ uint64_t dsv4_rng_next(dsv4_rng *rng);
 double dsv4_rng_uniform(dsv4_rng *rng);
 
 typedef struct dsv4_sample_params {
-    float temperature;      /* <= 0: greedy */
-    float top_p;            /* (0, 1]; 1 = off */
-    uint32_t top_k;         /* 0 = off */
+    float temperature; /* <= 0: greedy */
+    float top_p;       /* (0, 1]; 1 = off */
+    uint32_t top_k;    /* 0 = off */
 } dsv4_sample_params;
 
 /* Scratch the sampler needs for a vocabulary of n. */
@@ -28,7 +28,7 @@ typedef struct dsv4_sample_params {
  * Otherwise candidates are the top_k highest logits (ties to the lower id), then the
  * smallest best-first prefix whose probability reaches top_p; one is drawn from rng.
  * scratch holds DSV4_SAMPLE_SCRATCH(n) bytes. */
-int32_t dsv4_sample(const float *logits, uint32_t n, const dsv4_sample_params *p,
-                    dsv4_rng *rng, void *scratch);
+int32_t dsv4_sample(const float *logits, uint32_t n, const dsv4_sample_params *p, dsv4_rng *rng,
+                    void *scratch);
 
 #endif

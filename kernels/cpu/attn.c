@@ -52,13 +52,12 @@ static float dsv4_dot_bf16(const float *q, const uint16_t *row, size_t n)
     return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
 
-void dsv4_k_attend(const float *q, const void *const *rows, size_t n, dsv4_k_dtype dtype,
-                   size_t d, float scale, float sink, float *scores, float *o)
+void dsv4_k_attend(const float *q, const void *const *rows, size_t n, dsv4_k_dtype dtype, size_t d,
+                   float scale, float sink, float *scores, float *o)
 {
     float m = sink;
     for (size_t v = 0; v < n; v++) {
-        float dot = dtype == DSV4_K_F32 ? dsv4_k_dot(q, rows[v], d)
-                                        : dsv4_dot_bf16(q, rows[v], d);
+        float dot = dtype == DSV4_K_F32 ? dsv4_k_dot(q, rows[v], d) : dsv4_dot_bf16(q, rows[v], d);
         scores[v] = dot * scale;
         m = scores[v] > m ? scores[v] : m;
     }
@@ -80,8 +79,7 @@ void dsv4_k_attend(const float *q, const void *const *rows, size_t n, dsv4_k_dty
     }
 }
 
-void dsv4_k_pool(const float *const *kv, const float *const *logit, size_t ns, size_t d,
-                 float *out)
+void dsv4_k_pool(const float *const *kv, const float *const *logit, size_t ns, size_t d, float *out)
 {
     for (size_t c = 0; c < d; c++) {
         float m = -INFINITY, sum = 0, acc = 0;

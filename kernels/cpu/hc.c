@@ -58,8 +58,8 @@ void dsv4_k_hc_mix(const float *z, const float *base, const float *scale, uint32
     }
 }
 
-void dsv4_k_hc_head_pre(const float *z, const float *base, float scale, uint32_t n,
-                        float eps_hc, float *pre)
+void dsv4_k_hc_head_pre(const float *z, const float *base, float scale, uint32_t n, float eps_hc,
+                        float *pre)
 {
     for (uint32_t j = 0; j < n; j++)
         pre[j] = dsv4_sigmoid(scale * z[j] + base[j]) + eps_hc;
@@ -75,8 +75,8 @@ void dsv4_k_hc_collapse(const float *x, const float *pre, uint32_t n, size_t hid
     }
 }
 
-void dsv4_k_hc_expand(float *x, const float *y, const float *post, const float *comb,
-                      uint32_t n, size_t hidden)
+void dsv4_k_hc_expand(float *x, const float *y, const float *post, const float *comb, uint32_t n,
+                      size_t hidden)
 {
     float col[DSV4_HC_MAX];
     for (size_t h = 0; h < hidden; h++) {

@@ -21,12 +21,12 @@ typedef struct dsv4_worker {
 } dsv4_worker;
 
 struct dsv4_threads {
-    unsigned n;                 /* threads including the caller */
-    dsv4_worker *workers;       /* n - 1 */
+    unsigned n;           /* threads including the caller */
+    dsv4_worker *workers; /* n - 1 */
     pthread_mutex_t lock;
     pthread_cond_t wake, done;
     uint64_t generation;
-    unsigned pending;           /* workers still running the current job */
+    unsigned pending; /* workers still running the current job */
     bool stop;
     dsv4_range_fn fn;
     void *ctx;

@@ -10,12 +10,30 @@
 
 dsv4_test_shape dsv4_test_shape_default(void)
 {
-    return (dsv4_test_shape){
-        .vocab = 61, .hidden = 32, .heads = 2, .head_dim = 16, .rope_dims = 8, .q_lora = 24,
-        .o_groups = 4, .o_lora = 8, .window = 8, .kinds = "SCHC", .hash = "1100",
-        .rate_csa = 4, .rate_hca = 8, .experts = 4, .top_k = 2, .inter = 12,
-        .index_heads = 2, .index_dim = 16, .index_topk = 3, .hc_mult = 2, .sinkhorn = 20,
-        .yarn = true, .act = DSV4_ACT_SILU, .scoring = DSV4_SCORE_SQRTSOFTPLUS};
+    return (dsv4_test_shape){.vocab = 61,
+                             .hidden = 32,
+                             .heads = 2,
+                             .head_dim = 16,
+                             .rope_dims = 8,
+                             .q_lora = 24,
+                             .o_groups = 4,
+                             .o_lora = 8,
+                             .window = 8,
+                             .kinds = "SCHC",
+                             .hash = "1100",
+                             .rate_csa = 4,
+                             .rate_hca = 8,
+                             .experts = 4,
+                             .top_k = 2,
+                             .inter = 12,
+                             .index_heads = 2,
+                             .index_dim = 16,
+                             .index_topk = 3,
+                             .hc_mult = 2,
+                             .sinkhorn = 20,
+                             .yarn = true,
+                             .act = DSV4_ACT_SILU,
+                             .scoring = DSV4_SCORE_SQRTSOFTPLUS};
 }
 
 /* Every array of a test model, for free. */
@@ -80,28 +98,51 @@ dsv4_model *dsv4_test_model_new(const dsv4_test_shape *s, uint64_t seed)
     dsv4_rng_seed(&rng, seed);
     m->storage = st;
     dsv4_model_config *c = &m->cfg;
-    *c = (dsv4_model_config){
-        .vocab_size = s->vocab, .hidden = s->hidden, .n_layers = (uint32_t)strlen(s->kinds),
-        .n_heads = s->heads, .head_dim = s->head_dim, .q_lora_rank = s->q_lora,
-        .o_groups = s->o_groups, .o_lora_rank = s->o_lora, .window = s->window,
-        .rate_csa = s->rate_csa, .rate_hca = s->rate_hca, .n_experts = s->experts,
-        .n_shared_experts = 1, .top_k = s->top_k, .moe_inter = s->inter,
-        .scoring = s->scoring, .routed_scale = 1.5, .norm_topk_prob = true,
-        .swiglu_limit = 10.0, .act = s->act,
-        .rope_main = {.theta = 10000, .dims = s->rope_dims},
-        .rope_compress = {.theta = 160000, .dims = s->rope_dims, .yarn = s->yarn,
-                          .factor = 16, .original_max_pos = 65536, .beta_fast = 32,
-                          .beta_slow = 1},
-        .index_heads = s->index_heads, .index_dim = s->index_dim,
-        .index_topk = s->index_topk, .hc_mult = s->hc_mult,
-        .hc_sinkhorn_iters = s->sinkhorn, .hc_eps = 1e-6, .rms_eps = 1e-6, .bos_id = 0,
-        .eos_id = 1, .max_positions = 1 << 20};
+    *c = (dsv4_model_config){.vocab_size = s->vocab,
+                             .hidden = s->hidden,
+                             .n_layers = (uint32_t)strlen(s->kinds),
+                             .n_heads = s->heads,
+                             .head_dim = s->head_dim,
+                             .q_lora_rank = s->q_lora,
+                             .o_groups = s->o_groups,
+                             .o_lora_rank = s->o_lora,
+                             .window = s->window,
+                             .rate_csa = s->rate_csa,
+                             .rate_hca = s->rate_hca,
+                             .n_experts = s->experts,
+                             .n_shared_experts = 1,
+                             .top_k = s->top_k,
+                             .moe_inter = s->inter,
+                             .scoring = s->scoring,
+                             .routed_scale = 1.5,
+                             .norm_topk_prob = true,
+                             .swiglu_limit = 10.0,
+                             .act = s->act,
+                             .rope_main = {.theta = 10000, .dims = s->rope_dims},
+                             .rope_compress = {.theta = 160000,
+                                               .dims = s->rope_dims,
+                                               .yarn = s->yarn,
+                                               .factor = 16,
+                                               .original_max_pos = 65536,
+                                               .beta_fast = 32,
+                                               .beta_slow = 1},
+                             .index_heads = s->index_heads,
+                             .index_dim = s->index_dim,
+                             .index_topk = s->index_topk,
+                             .hc_mult = s->hc_mult,
+                             .hc_sinkhorn_iters = s->sinkhorn,
+                             .hc_eps = 1e-6,
+                             .rms_eps = 1e-6,
+                             .bos_id = 0,
+                             .eos_id = 1,
+                             .max_positions = 1 << 20};
     size_t H = s->hidden, N = s->hc_mult, mix = (2 + N) * N, D = s->head_dim;
     size_t QH = (size_t)s->heads * D, E = s->experts, I = s->inter;
     for (uint32_t l = 0; l < c->n_layers; l++) {
         char k = s->kinds[l];
-        c->layer_kind[l] = k == 'C' ? DSV4_LAYER_CSA : k == 'H' ? DSV4_LAYER_HCA
-                                                                : DSV4_LAYER_SLIDING;
+        c->layer_kind[l] = k == 'C'   ? DSV4_LAYER_CSA
+                           : k == 'H' ? DSV4_LAYER_HCA
+                                      : DSV4_LAYER_SLIDING;
         c->hash_moe[l] = s->hash[l] == '1';
     }
     m->embed = dsv4_test_rand(st, &rng, (size_t)s->vocab * H, 0, 1);
@@ -124,10 +165,9 @@ dsv4_model *dsv4_test_model_new(const dsv4_test_shape *s, uint64_t seed)
         w->sinks = dsv4_test_rand(st, &rng, s->heads, 0, 1);
         if (c->layer_kind[l] == DSV4_LAYER_CSA) {
             dsv4_test_comp(st, &rng, &w->comp, 2 * D, D, s->rate_csa, H);
-            dsv4_test_comp(st, &rng, &w->idx_comp, 2 * s->index_dim, s->index_dim,
-                           s->rate_csa, H);
-            w->idx_wq_b = dsv4_test_matrix(st, &rng, (size_t)s->index_heads * s->index_dim,
-                                           s->q_lora);
+            dsv4_test_comp(st, &rng, &w->idx_comp, 2 * s->index_dim, s->index_dim, s->rate_csa, H);
+            w->idx_wq_b =
+                dsv4_test_matrix(st, &rng, (size_t)s->index_heads * s->index_dim, s->q_lora);
             w->idx_weights = dsv4_test_matrix(st, &rng, s->index_heads, H);
         } else if (c->layer_kind[l] == DSV4_LAYER_HCA) {
             dsv4_test_comp(st, &rng, &w->comp, D, D, s->rate_hca, H);
@@ -174,12 +214,16 @@ const dsv4_plugin_desc *dsv4_test_indexk(dsv4_registry **reg_p, const char *name
     return d;
 }
 
-dsv4_engine *dsv4_test_engine(const dsv4_model *m, const dsv4_plugin_desc *ik,
-                              uint32_t threads, uint32_t step_tokens, dsv4_kv_dtype dtype)
+dsv4_engine *dsv4_test_engine(const dsv4_model *m, const dsv4_plugin_desc *ik, uint32_t threads,
+                              uint32_t step_tokens, dsv4_kv_dtype dtype)
 {
     char err[256];
-    dsv4_engine_conf conf = {.threads = threads, .kv_dtype = dtype, .n_pages = 64,
-                             .n_slots = 8, .page_tokens = 16, .step_tokens = step_tokens,
+    dsv4_engine_conf conf = {.threads = threads,
+                             .kv_dtype = dtype,
+                             .n_pages = 64,
+                             .n_slots = 8,
+                             .page_tokens = 16,
+                             .step_tokens = step_tokens,
                              .indexk = ik};
     dsv4_engine *eng = dsv4_engine_new(m, &conf, err, sizeof(err));
     if (!eng)

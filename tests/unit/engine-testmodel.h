@@ -9,8 +9,8 @@
 
 typedef struct dsv4_test_shape {
     uint32_t vocab, hidden, heads, head_dim, rope_dims, q_lora, o_groups, o_lora, window;
-    const char *kinds;          /* one letter per layer: S sliding, C CSA, H HCA */
-    const char *hash;           /* one letter per layer: 1 hash-routed MoE, 0 top-k */
+    const char *kinds; /* one letter per layer: S sliding, C CSA, H HCA */
+    const char *hash;  /* one letter per layer: 1 hash-routed MoE, 0 top-k */
     uint32_t rate_csa, rate_hca, experts, top_k, inter;
     uint32_t index_heads, index_dim, index_topk, hc_mult, sinkhorn;
     bool yarn;
@@ -28,8 +28,8 @@ void dsv4_test_model_free(dsv4_model *m);
 const dsv4_plugin_desc *dsv4_test_indexk(dsv4_registry **reg_p, const char *name);
 
 /* An engine with page_tokens 16 (so short prompts span several pages). */
-dsv4_engine *dsv4_test_engine(const dsv4_model *m, const dsv4_plugin_desc *ik,
-                              uint32_t threads, uint32_t step_tokens, dsv4_kv_dtype dtype);
+dsv4_engine *dsv4_test_engine(const dsv4_model *m, const dsv4_plugin_desc *ik, uint32_t threads,
+                              uint32_t step_tokens, dsv4_kv_dtype dtype);
 
 /* Deterministic token ids in [0, vocab). */
 void dsv4_test_tokens(int32_t *ids, uint32_t n, uint32_t vocab, uint64_t seed);

@@ -18,8 +18,8 @@
 
 typedef struct run_opts {
     uint32_t threads, step;
-    uint32_t decode_from;     /* tokens prefilled; the rest come one decode step at a time */
-    bool batched;             /* run beside two other requests */
+    uint32_t decode_from; /* tokens prefilled; the rest come one decode step at a time */
+    bool batched;         /* run beside two other requests */
 } run_opts;
 
 static const dsv4_plugin_desc *ik;
@@ -50,12 +50,10 @@ static float *run(const dsv4_model *m, dsv4_kv_dtype dtype, run_opts o)
     if (o.batched)
         rc |= dsv4_engine_prefill(eng, 3, order, toks, lens, DSV4_LOGITS_ALL, outs);
     else
-        rc |= dsv4_engine_prefill(eng, 1, &s[0], &toks[1], &lens[1], DSV4_LOGITS_ALL,
-                                  &outs[1]);
+        rc |= dsv4_engine_prefill(eng, 1, &s[0], &toks[1], &lens[1], DSV4_LOGITS_ALL, &outs[1]);
     for (uint32_t p = o.decode_from; p < T && rc == 0; p++) {
         int32_t next[3] = {other_a[p % 29], prompt[p], other_b[p % 5]};
-        rc |= dsv4_engine_decode(eng, n, o.batched ? order : s, o.batched ? next : &next[1],
-                                 dec);
+        rc |= dsv4_engine_decode(eng, n, o.batched ? order : s, o.batched ? next : &next[1], dec);
         memcpy(out + (size_t)p * V, dec + (o.batched ? V : 0), V * sizeof(float));
     }
     if (rc != 0)
@@ -63,8 +61,8 @@ static float *run(const dsv4_model *m, dsv4_kv_dtype dtype, run_opts o)
     for (size_t i = 0; i < n; i++)
         dsv4_engine_seq_free(eng, s[i]);
     if (dsv4_kv_pages_free(pool) != pages0 || dsv4_kv_slots_free(pool) != slots0)
-        bail_out("pool not back to baseline: pages %u/%u slots %u/%u",
-                 dsv4_kv_pages_free(pool), pages0, dsv4_kv_slots_free(pool), slots0);
+        bail_out("pool not back to baseline: pages %u/%u slots %u/%u", dsv4_kv_pages_free(pool),
+                 pages0, dsv4_kv_slots_free(pool), slots0);
     dsv4_engine_free(eng);
     free(scratch_a);
     free(scratch_b);

@@ -106,8 +106,8 @@ static void hc_pre(const dsv4_hc_weights *hc, const double *X, double *pre, doub
         for (size_t j = 0; j < N; j++)
             m = fmax(m, hc->scale[2] * z[2 * N + i * N + j] + hc->base[2 * N + i * N + j]);
         for (size_t j = 0; j < N; j++)
-            s += comb[i * N + j] = exp(hc->scale[2] * z[2 * N + i * N + j] +
-                                       hc->base[2 * N + i * N + j] - m);
+            s += comb[i * N + j] =
+                exp(hc->scale[2] * z[2 * N + i * N + j] + hc->base[2 * N + i * N + j] - m);
         for (size_t j = 0; j < N; j++)
             comb[i * N + j] = comb[i * N + j] / s + C->hc_eps;
     }
@@ -151,8 +151,8 @@ static void hc_post(double *X, const double *y, const double *post, const double
 
 /* Compressed rows of a whole sequence from per-token a (spec §3.4-3.5); returns the
  * number of complete rows. */
-static uint32_t compress(const dsv4_compressor_weights *cw, bool overlap, uint32_t m,
-                         uint32_t d, double *const *a, uint32_t T, double *rows)
+static uint32_t compress(const dsv4_compressor_weights *cw, bool overlap, uint32_t m, uint32_t d,
+                         double *const *a, uint32_t T, double *rows)
 {
     size_t width = (overlap ? 2 : 1) * (size_t)d, H = C->hidden;
     double *k = dalloc(T * width), *g = dalloc(T * width);
@@ -302,18 +302,16 @@ static void attention(uint32_t l, double *const *a, uint32_t T, double *const *y
     free(irows);
 }
 
-static void expert(const float *wg, const float *wu, const float *wd, const double *b,
-                   double *out)
+static void expert(const float *wg, const float *wu, const float *wd, const double *b, double *out)
 {
     size_t H = C->hidden, I = C->moe_inter;
     double g[256], u[256], h[256];
     mv(wg, I, H, b, g);
     mv(wu, I, H, b, u);
     for (size_t i = 0; i < I; i++) {
-        double gg = fmin(g[i], C->swiglu_limit), uu = fmax(-C->swiglu_limit,
-                                                            fmin(u[i], C->swiglu_limit));
-        double act = C->act == DSV4_ACT_GELU ? 0.5 * gg * (1 + erf(gg / sqrt(2.0)))
-                                             : gg * sigm(gg);
+        double gg = fmin(g[i], C->swiglu_limit),
+               uu = fmax(-C->swiglu_limit, fmin(u[i], C->swiglu_limit));
+        double act = C->act == DSV4_ACT_GELU ? 0.5 * gg * (1 + erf(gg / sqrt(2.0))) : gg * sigm(gg);
         h[i] = act * uu;
     }
     mv(wd, H, I, h, out);
@@ -343,7 +341,8 @@ static void moe(uint32_t l, const double *b, int32_t tok, double *y)
         for (size_t i = 0; i < K; i++) {
             int best = -1;
             for (size_t e = 0; e < E; e++)
-                if (!taken[e] && (best < 0 || s[e] + lw->gate_bias[e] > s[best] + lw->gate_bias[best]))
+                if (!taken[e] &&
+                    (best < 0 || s[e] + lw->gate_bias[e] > s[best] + lw->gate_bias[best]))
                     best = (int)e;
             taken[best] = true;
             ids[i] = best;
@@ -355,8 +354,7 @@ static void moe(uint32_t l, const double *b, int32_t tok, double *y)
     expert(lw->sh_gate, lw->sh_up, lw->sh_down, b, y);
     for (size_t i = 0; i < K; i++) {
         size_t e = (size_t)ids[i];
-        expert(lw->exp_gate + e * I * H, lw->exp_up + e * I * H, lw->exp_down + e * H * I, b,
-               out);
+        expert(lw->exp_gate + e * I * H, lw->exp_up + e * I * H, lw->exp_down + e * H * I, b, out);
         for (size_t h = 0; h < H; h++)
             y[h] += s[e] / (tot + 1e-20) * C->routed_scale * out[h];
     }
@@ -379,15 +377,13 @@ static double *reference(const int32_t *tok, uint32_t T)
     for (uint32_t l = 0; l < C->n_layers; l++) {
         const dsv4_layer_weights *lw = &M->layers[l];
         for (uint32_t t = 0; t < T; t++) {
-            hc_pre(&lw->hc_attn, X + t * N * H, pre + t * N, post + t * N, comb + t * N * N,
-                   a[t]);
+            hc_pre(&lw->hc_attn, X + t * N * H, pre + t * N, post + t * N, comb + t * N * N, a[t]);
             rms(a[t], H, lw->attn_norm);
         }
         attention(l, a, T, y);
         for (uint32_t t = 0; t < T; t++) {
             hc_post(X + t * N * H, y[t], post + t * N, comb + t * N * N);
-            hc_pre(&lw->hc_ffn, X + t * N * H, pre + t * N, post + t * N, comb + t * N * N,
-                   a[t]);
+            hc_pre(&lw->hc_ffn, X + t * N * H, pre + t * N, post + t * N, comb + t * N * N, a[t]);
             rms(a[t], H, lw->ffn_norm);
             moe(l, a[t], tok[t], y[t]);
             hc_post(X + t * N * H, y[t], post + t * N, comb + t * N * N);

@@ -101,7 +101,8 @@ int main(void)
     float out[2];
     dsv4_k_pool(kv, lg, 3, 2, out);
     double w0 = exp(0.5) / (exp(0.5) + exp(1.5)), w1 = exp(-1.0) / (exp(-1.0) + exp(2.0));
-    ok(fabs(out[0] - (w0 * 1 + (1 - w0) * 3)) < 1e-6 && fabs(out[1] - (w1 * 2 - (1 - w1) * 4)) < 1e-6,
+    ok(fabs(out[0] - (w0 * 1 + (1 - w0) * 3)) < 1e-6 &&
+           fabs(out[1] - (w1 * 2 - (1 - w1) * 4)) < 1e-6,
        "pooling: per-channel softmax over slots, -inf slots weigh nothing");
     dsv4_k_pool(kv, lg, 1, 2, out);
     ok(out[0] == 1 && out[1] == 2, "one slot pools to itself");

@@ -12,8 +12,7 @@
 
 #define N 4
 
-static void ref_comb(const float *z, const float *base, float s, int iters, double eps,
-                     double *c)
+static void ref_comb(const float *z, const float *base, float s, int iters, double eps, double *c)
 {
     for (int i = 0; i < N; i++) {
         double m = -INFINITY, sum = 0;

@@ -19,7 +19,7 @@
 #define MAXT 32
 
 static const dsv4_model *M;
-static void *ik_state;  /* a plugin instance of our own, to read index-K rows back */
+static void *ik_state; /* a plugin instance of our own, to read index-K rows back */
 
 /* the first layer's attention input a_t for token id tok (kernels in fp32, as the
  * forward computes it: it is the input of the compressors, not what is tested) */
@@ -79,9 +79,13 @@ static void naive_row(const dsv4_compressor_weights *cw, bool overlap, uint32_t 
     for (uint32_t i = 0; i < d; i++)
         row[i] *= rs * cw->norm[i];
     float f[32];
-    dsv4_rope_params rp = {c->rope_compress.theta, c->rope_compress.dims, c->rope_compress.yarn,
-                           c->rope_compress.factor, c->rope_compress.original_max_pos,
-                           c->rope_compress.beta_fast, c->rope_compress.beta_slow};
+    dsv4_rope_params rp = {c->rope_compress.theta,
+                           c->rope_compress.dims,
+                           c->rope_compress.yarn,
+                           c->rope_compress.factor,
+                           c->rope_compress.original_max_pos,
+                           c->rope_compress.beta_fast,
+                           c->rope_compress.beta_slow};
     dsv4_k_rope_freqs(&rp, f);
     double *t = row + d - rp.dims;
     for (uint32_t i = 0; i < rp.dims / 2; i++) {
@@ -148,10 +152,10 @@ static void check(const char *kinds, uint32_t T, const dsv4_plugin_desc *ik)
     const dsv4_indexk_ops *ops = ik->ops;
     dsv4_indexk_geom g = {sizeof(g), DI, l->page_tokens / s.rate_csa};
     for (uint32_t w = 0; w < np * rows->rows_per_block; w++) {
-        const float *row = (const float *)(rows->base +
-                                           (size_t)pages[w / rows->rows_per_block] *
-                                               rows->block_bytes +
-                                           (w % rows->rows_per_block) * rows->row_bytes);
+        const float *row =
+            (const float *)(rows->base +
+                            (size_t)pages[w / rows->rows_per_block] * rows->block_bytes +
+                            (w % rows->rows_per_block) * rows->row_bytes);
         bool nonzero = false;
         for (uint32_t i = 0; i < D; i++)
             nonzero = nonzero || row[i] != 0;
@@ -177,8 +181,7 @@ static void check(const char *kinds, uint32_t T, const dsv4_plugin_desc *ik)
     static uint8_t a_bytes[1 << 20], b_bytes[1 << 20];
     size_t na = snapshot(full, sf, a_bytes), nb = snapshot(step, ss, b_bytes);
     ok(na == nb && memcmp(a_bytes, b_bytes, na) == 0,
-       "%s T = %u: one prefill and token-by-token leave the same KV bytes", csa ? "CSA" : "HCA",
-       T);
+       "%s T = %u: one prefill and token-by-token leave the same KV bytes", csa ? "CSA" : "HCA", T);
     dsv4_engine_free(full);
     dsv4_engine_free(step);
     dsv4_test_model_free(m);

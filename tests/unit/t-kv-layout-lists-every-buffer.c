@@ -90,8 +90,7 @@ int main(void)
     dsv4_kv_page_unref(pool, pages[3]);
     is_int(dsv4_kv_pages_free(pool), 0, "a shared page stays allocated after one unref");
     dsv4_kv_page_unref(pool, pages[3]);
-    ok(dsv4_kv_pages_free(pool) == 1 && dsv4_kv_page_alloc(pool, &extra) == 0 &&
-           extra == pages[3],
+    ok(dsv4_kv_pages_free(pool) == 1 && dsv4_kv_page_alloc(pool, &extra) == 0 && extra == pages[3],
        "and is free after the last");
     for (uint32_t i = 0; i < n; i++)
         dsv4_kv_page_unref(pool, pages[i]);
@@ -111,8 +110,7 @@ int main(void)
     conf.kv_dtype = DSV4_KV_F32;
     conf.page_tokens = 12;
     pool = dsv4_kv_pool_new(&conf, err, sizeof(err));
-    ok(!pool && strstr(err, "not a whole number of rows"), "a page must hold whole rows (%s)",
-       err);
+    ok(!pool && strstr(err, "not a whole number of rows"), "a page must hold whole rows (%s)", err);
     dsv4_test_model_free(m);
     dsv4_registry_free(reg);
     return done_testing();
