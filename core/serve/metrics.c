@@ -1,0 +1,164 @@
+/* metrics.c: the metric table, lock-free updates and the Prometheus text rendering
+ * (see metrics.h). */
+#include "core/serve/metrics.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum dsv4_metric_type { DSV4_MT_COUNTER, DSV4_MT_GAUGE, DSV4_MT_HISTOGRAM } dsv4_metric_type;
+
+typedef struct dsv4_metric_def {
+    const char *name;
+    dsv4_metric_type type;
+    const char *help;
+} dsv4_metric_def;
+
+static const dsv4_metric_def dsv4_metric_defs[DSV4_M_COUNT] = {
+    [DSV4_M_REQUESTS] = {"dsv4d_requests_total", DSV4_MT_COUNTER, "requests accepted"},
+    [DSV4_M_REQUESTS_FAILED] = {"dsv4d_requests_failed_total", DSV4_MT_COUNTER,
+                                "requests that ended in an error"},
+    [DSV4_M_REQUESTS_ABORTED] = {"dsv4d_requests_aborted_total", DSV4_MT_COUNTER,
+                                 "requests cancelled or aborted at shutdown"},
+    [DSV4_M_HTTP_ERRORS] = {"dsv4d_http_errors_total", DSV4_MT_COUNTER,
+                            "http requests answered with a 4xx or 5xx status"},
+    [DSV4_M_PROMPT_TOKENS] = {"dsv4d_prompt_tokens_total", DSV4_MT_COUNTER,
+                              "prompt tokens of accepted requests"},
+    [DSV4_M_GENERATED_TOKENS] = {"dsv4d_generation_tokens_total", DSV4_MT_COUNTER,
+                                 "tokens generated"},
+    [DSV4_M_PREFIX_HIT_TOKENS] = {"dsv4d_prefix_cache_hit_tokens_total", DSV4_MT_COUNTER,
+                                  "prompt tokens served from the prefix cache"},
+    [DSV4_M_PREFIX_QUERY_TOKENS] = {"dsv4d_prefix_cache_query_tokens_total", DSV4_MT_COUNTER,
+                                    "prompt tokens looked up in the prefix cache"},
+    [DSV4_M_RETRACTIONS] = {"dsv4d_retractions_total", DSV4_MT_COUNTER,
+                            "running requests retracted because the kv pool ran out of pages"},
+    [DSV4_M_EVICTED_PAGES] = {"dsv4d_prefix_cache_evicted_pages_total", DSV4_MT_COUNTER,
+                              "kv pages evicted from the prefix cache"},
+    [DSV4_M_ENGINE_STEPS] = {"dsv4d_engine_steps_total", DSV4_MT_COUNTER,
+                             "steps of the engine loop that ran the model"},
+    [DSV4_M_RUNNING] = {"dsv4d_requests_running", DSV4_MT_GAUGE,
+                        "requests admitted to the running batch"},
+    [DSV4_M_WAITING] = {"dsv4d_requests_waiting", DSV4_MT_GAUGE,
+                        "requests waiting for admission"},
+    [DSV4_M_PAGES_USED] = {"dsv4d_kv_pages_used", DSV4_MT_GAUGE,
+                           "kv pages in use (by requests or the prefix cache)"},
+    [DSV4_M_PAGES_TOTAL] = {"dsv4d_kv_pages_total", DSV4_MT_GAUGE, "kv pages in the pool"},
+    [DSV4_M_PAGES_CACHED] = {"dsv4d_prefix_cache_pages", DSV4_MT_GAUGE,
+                             "kv pages held only by the prefix cache"},
+    [DSV4_M_SLOTS_USED] = {"dsv4d_kv_state_slots_used", DSV4_MT_GAUGE,
+                           "per-request kv state slots in use (requests and cache snapshots)"},
+    [DSV4_M_TTFT] = {"dsv4d_time_to_first_token_seconds", DSV4_MT_HISTOGRAM,
+                     "time from submission to the first generated token"},
+    [DSV4_M_ITL] = {"dsv4d_inter_token_latency_seconds", DSV4_MT_HISTOGRAM,
+                    "time between consecutive generated tokens of a request"},
+    [DSV4_M_E2E] = {"dsv4d_request_duration_seconds", DSV4_MT_HISTOGRAM,
+                    "time from submission to the end of a request"},
+};
+
+/* Upper bounds (seconds) shared by every latency histogram: from a fast decode step on a
+ * GPU (1 ms) to a long generation on the CPU (10 min). */
+static const double dsv4_metric_bounds[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                            0.25,  0.5,    1,     2.5,  5,     10,   30,
+                                            60,    120,    300,   600};
+#define DSV4_N_BOUNDS (sizeof(dsv4_metric_bounds) / sizeof(dsv4_metric_bounds[0]))
+#define DSV4_N_HIST (DSV4_M_COUNT - DSV4_M_TTFT)
+
+typedef struct dsv4_histogram {
+    /* per bucket (not cumulative), the last one is +Inf */
+    _Atomic uint64_t bucket[DSV4_N_BOUNDS + 1];
+    _Atomic uint64_t sum_bits; /* a double, added to by compare and swap */
+} dsv4_histogram;
+
+static _Atomic int64_t dsv4_metric_values[DSV4_M_TTFT];
+static dsv4_histogram dsv4_metric_hists[DSV4_N_HIST];
+
+void dsv4_metric_add(dsv4_metric m, uint64_t v)
+{
+    if (m < DSV4_M_TTFT)
+        atomic_fetch_add_explicit(&dsv4_metric_values[m], (int64_t)v, memory_order_relaxed);
+}
+
+void dsv4_metric_set(dsv4_metric m, int64_t v)
+{
+    if (m < DSV4_M_TTFT)
+        atomic_store_explicit(&dsv4_metric_values[m], v, memory_order_relaxed);
+}
+
+int64_t dsv4_metric_get(dsv4_metric m)
+{
+    return m < DSV4_M_TTFT ? atomic_load_explicit(&dsv4_metric_values[m], memory_order_relaxed)
+                           : 0;
+}
+
+void dsv4_metric_observe(dsv4_metric m, double seconds)
+{
+    if (m < DSV4_M_TTFT || m >= DSV4_M_COUNT)
+        return;
+    dsv4_histogram *h = &dsv4_metric_hists[m - DSV4_M_TTFT];
+    size_t b = 0;
+    while (b < DSV4_N_BOUNDS && seconds > dsv4_metric_bounds[b])
+        b++;
+    atomic_fetch_add_explicit(&h->bucket[b], 1, memory_order_relaxed);
+    uint64_t old = atomic_load_explicit(&h->sum_bits, memory_order_relaxed), upd;
+    do {
+        double sum;
+        memcpy(&sum, &old, sizeof(sum));
+        sum += seconds;
+        memcpy(&upd, &sum, sizeof(upd));
+    } while (!atomic_compare_exchange_weak_explicit(&h->sum_bits, &old, upd,
+                                                    memory_order_relaxed, memory_order_relaxed));
+}
+
+static void dsv4_metric_render_hist(FILE *f, const char *name, dsv4_histogram *h)
+{
+    uint64_t cum = 0, sum_bits = atomic_load_explicit(&h->sum_bits, memory_order_relaxed);
+    double sum;
+    memcpy(&sum, &sum_bits, sizeof(sum));
+    for (size_t b = 0; b <= DSV4_N_BOUNDS; b++) {
+        cum += atomic_load_explicit(&h->bucket[b], memory_order_relaxed);
+        if (b < DSV4_N_BOUNDS)
+            fprintf(f, "%s_bucket{le=\"%g\"} %llu\n", name, dsv4_metric_bounds[b],
+                    (unsigned long long)cum);
+        else
+            fprintf(f, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cum);
+    }
+    /* _count is the +Inf bucket, so a scrape racing an observe stays self-consistent */
+    fprintf(f, "%s_sum %.9g\n%s_count %llu\n", name, sum, name, (unsigned long long)cum);
+}
+
+char *dsv4_metrics_render(size_t *len_p)
+{
+    static const char *const type_names[] = {"counter", "gauge", "histogram"};
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f)
+        return NULL;
+    for (int m = 0; m < DSV4_M_COUNT; m++) {
+        const dsv4_metric_def *d = &dsv4_metric_defs[m];
+        fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", d->name, d->help, d->name,
+                type_names[d->type]);
+        if (d->type == DSV4_MT_HISTOGRAM)
+            dsv4_metric_render_hist(f, d->name, &dsv4_metric_hists[m - DSV4_M_TTFT]);
+        else
+            fprintf(f, "%s %lld\n", d->name, (long long)dsv4_metric_get((dsv4_metric)m));
+    }
+    if (fclose(f) != 0) {
+        free(text);
+        return NULL;
+    }
+    *len_p = len;
+    return text;
+}
+
+void dsv4_metrics_reset(void)
+{
+    for (int m = 0; m < DSV4_M_TTFT; m++)
+        atomic_store(&dsv4_metric_values[m], 0);
+    for (size_t h = 0; h < DSV4_N_HIST; h++) {
+        for (size_t b = 0; b <= DSV4_N_BOUNDS; b++)
+            atomic_store(&dsv4_metric_hists[h].bucket[b], 0);
+        atomic_store(&dsv4_metric_hists[h].sum_bits, 0);
+    }
+}

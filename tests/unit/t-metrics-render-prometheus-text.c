@@ -1,0 +1,111 @@
+/* t-metrics-render-prometheus-text: /metrics is well-formed Prometheus text (0.0.4):
+ * every metric has one HELP and one TYPE line before its samples, counters and gauges
+ * show what was added and set, histograms have cumulative _bucket{le} lines ending in
+ * +Inf with _sum and _count, and reset zeroes everything. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/serve/metrics.h"
+#include "tests/tap.h"
+
+/* The value on the sample line that starts with `series ` (NaN-free: -1 when absent). */
+static double sample(const char *text, const char *series)
+{
+    size_t n = strlen(series);
+    for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+        if (strncmp(p, series, n) == 0 && p[n] == ' ')
+            return strtod(p + n + 1, NULL);
+    return -1;
+}
+
+static int count_lines(const char *text, const char *prefix)
+{
+    int n = 0;
+    size_t len = strlen(prefix);
+    for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+        n += strncmp(p, prefix, len) == 0;
+    return n;
+}
+
+/* Every line is a comment or `name[{labels}] value`, and every sample's metric family
+ * was announced by a TYPE line before it. */
+static bool well_formed(const char *text)
+{
+    char family[128] = "";
+    for (const char *p = text; *p;) {
+        const char *e = strchr(p, '\n');
+        if (!e)
+            return false;
+        if (strncmp(p, "# TYPE ", 7) == 0) {
+            sscanf(p + 7, "%127s", family);
+        } else if (strncmp(p, "# HELP ", 7) != 0) {
+            size_t fl = strlen(family);
+            if (fl == 0 || strncmp(p, family, fl) != 0)
+                return false;
+            const char *sp = memchr(p, ' ', (size_t)(e - p));
+            char *end;
+            if (!sp)
+                return false;
+            strtod(sp + 1, &end);
+            if (end != e)
+                return false;
+        }
+        p = e + 1;
+    }
+    return true;
+}
+
+int main(void)
+{
+    plan(17);
+    dsv4_metrics_reset();
+    dsv4_metric_add(DSV4_M_REQUESTS, 3);
+    dsv4_metric_add(DSV4_M_REQUESTS, 4);
+    dsv4_metric_set(DSV4_M_PAGES_TOTAL, 1000);
+    dsv4_metric_set(DSV4_M_RUNNING, 5);
+    dsv4_metric_set(DSV4_M_RUNNING, 2);
+    dsv4_metric_observe(DSV4_M_TTFT, 0.003);
+    dsv4_metric_observe(DSV4_M_TTFT, 0.2);
+    dsv4_metric_observe(DSV4_M_TTFT, 5000);
+
+    is_int(dsv4_metric_get(DSV4_M_REQUESTS), 7, "counter adds");
+    is_int(dsv4_metric_get(DSV4_M_RUNNING), 2, "gauge keeps the last value set");
+
+    size_t len = 0;
+    char *text = dsv4_metrics_render(&len);
+    if (!text)
+        bail_out("render failed");
+    is_int(len, strlen(text), "length is the text's length");
+    ok(well_formed(text), "every line is a comment or a sample of an announced family");
+    has_str(text, "# HELP dsv4d_requests_total requests accepted\n", "HELP line");
+    has_str(text, "# TYPE dsv4d_requests_total counter\n", "counter TYPE line");
+    has_str(text, "# TYPE dsv4d_kv_pages_used gauge\n", "gauge TYPE line");
+    has_str(text, "# TYPE dsv4d_time_to_first_token_seconds histogram\n",
+            "histogram TYPE line");
+    is_int(count_lines(text, "# TYPE "), DSV4_M_COUNT, "one TYPE line per metric");
+    ok(sample(text, "dsv4d_requests_total") == 7 && sample(text, "dsv4d_kv_pages_total") == 1000,
+       "counter and gauge values rendered");
+    ok(sample(text, "dsv4d_time_to_first_token_seconds_bucket{le=\"0.001\"}") == 0 &&
+           sample(text, "dsv4d_time_to_first_token_seconds_bucket{le=\"0.005\"}") == 1 &&
+           sample(text, "dsv4d_time_to_first_token_seconds_bucket{le=\"0.25\"}") == 2 &&
+           sample(text, "dsv4d_time_to_first_token_seconds_bucket{le=\"600\"}") == 2,
+       "buckets are cumulative");
+    is_int(sample(text, "dsv4d_time_to_first_token_seconds_bucket{le=\"+Inf\"}"), 3,
+           "+Inf bucket counts everything");
+    is_int(sample(text, "dsv4d_time_to_first_token_seconds_count"), 3, "_count");
+    ok(sample(text, "dsv4d_time_to_first_token_seconds_sum") > 5000.2 &&
+           sample(text, "dsv4d_time_to_first_token_seconds_sum") < 5000.21,
+       "_sum adds the observations");
+    is_int(sample(text, "dsv4d_request_duration_seconds_count"), 0,
+           "an empty histogram renders zeros");
+    free(text);
+
+    dsv4_metrics_reset();
+    text = dsv4_metrics_render(&len);
+    is_int(sample(text, "dsv4d_requests_total"), 0, "reset zeroes counters");
+    is_int(sample(text, "dsv4d_time_to_first_token_seconds_count"), 0,
+           "reset zeroes histograms");
+    free(text);
+    return done_testing();
+}
