@@ -452,7 +452,8 @@ int dsv4_st_writer_add(dsv4_st_writer *w, const char *name, dsv4_st_dtype dtype,
     }
     e->dtype = dtype;
     e->ndim = ndim;
-    memcpy(e->shape, shape, ndim * sizeof(*shape));
+    if (ndim)
+        memcpy(e->shape, shape, ndim * sizeof(*shape));
     e->nbytes = nbytes;
     e->data = data;
     w->n++;
