@@ -1,24 +1,68 @@
 /* linalg.c: dot products, the batched linear layer, RMSNorm and axpy in fp32.
  *
- * Every dot product goes through dsv4_k_dot: 8 interleaved partial sums combined as a
+ * Every dot product has dsv4_k_dot's order: 8 interleaved partial sums combined as a
  * fixed tree. The linear layer tiles output rows so a tile of W stays in cache across the
- * batch, but each output is still one dsv4_k_dot call, so its value depends only on its
- * own row of W and its own input row (never on the batch or the thread count). */
+ * batch and computes four rows per pass over x, but each output still gets exactly that
+ * order, so its value depends only on its own row of W and its own input row (never on
+ * the batch, the tiling or the thread count). */
 #include "kernels/kernels.h"
 
 #include <math.h>
+#include <string.h>
+
+/* Four fp32 lanes (one SSE register); a dot product keeps two of them, lanes 0-3 and 4-7.
+ * Vector operations are elementwise, so the lanes compute exactly what scalar code
+ * would. */
+typedef float dsv4_v4 __attribute__((vector_size(16)));
+
+static inline dsv4_v4 dsv4_load4(const float *p)
+{
+    dsv4_v4 v;
+    memcpy(&v, p, sizeof(v));
+    return v;
+}
+
+/* Add the tail (n - i < 8 elements) lane by lane and combine the 8 lanes as a fixed
+ * tree. */
+static inline float dsv4_dot_finish(const dsv4_v4 *lo, const dsv4_v4 *hi, const float *a,
+                                    const float *b, size_t i, size_t n)
+{
+    float l[8];
+    memcpy(l, lo, sizeof(*lo));
+    memcpy(l + 4, hi, sizeof(*hi));
+    for (int j = 0; i + (size_t)j < n; j++)
+        l[j] += a[i + j] * b[i + j];
+    return ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]));
+}
 
 float dsv4_k_dot(const float *a, const float *b, size_t n)
 {
-    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    dsv4_v4 lo = {0, 0, 0, 0}, hi = lo;
     size_t i = 0;
 
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++)
-            acc[j] += a[i + j] * b[i + j];
-    for (int j = 0; i + (size_t)j < n; j++)
-        acc[j] += a[i + j] * b[i + j];
-    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for (; i + 8 <= n; i += 8) {
+        lo += dsv4_load4(a + i) * dsv4_load4(b + i);
+        hi += dsv4_load4(a + i + 4) * dsv4_load4(b + i + 4);
+    }
+    return dsv4_dot_finish(&lo, &hi, a, b, i, n);
+}
+
+/* Four dot products of rows w, w + in, w + 2in, w + 3in with x, each bitwise
+ * dsv4_k_dot's, sharing the loads of x. */
+static void dsv4_dot4(const float *w, size_t in, const float *x, float *y)
+{
+    dsv4_v4 lo[4] = {{0, 0, 0, 0}}, hi[4] = {{0, 0, 0, 0}};
+    size_t i = 0;
+
+    for (; i + 8 <= in; i += 8) {
+        dsv4_v4 xl = dsv4_load4(x + i), xh = dsv4_load4(x + i + 4);
+        for (int r = 0; r < 4; r++) {
+            lo[r] += dsv4_load4(w + r * in + i) * xl;
+            hi[r] += dsv4_load4(w + r * in + i + 4) * xh;
+        }
+    }
+    for (int r = 0; r < 4; r++)
+        y[r] = dsv4_dot_finish(&lo[r], &hi[r], w + r * in, x, i, in);
 }
 
 typedef struct dsv4_linear_job {
@@ -39,7 +83,10 @@ static void dsv4_linear_range(void *ctx, size_t begin, size_t end, unsigned tid)
         for (size_t t = 0; t < j->n; t++) {
             const float *x = j->x + t * j->x_stride;
             float *y = j->y + t * j->y_stride;
-            for (size_t o = o0; o < o1; o++)
+            size_t o = o0;
+            for (; o + 4 <= o1; o += 4)
+                dsv4_dot4(j->w + o * j->in, j->in, x, y + o);
+            for (; o < o1; o++)
                 y[o] = dsv4_k_dot(j->w + o * j->in, x, j->in);
         }
     }
@@ -74,6 +121,13 @@ void dsv4_k_rmsnorm(float *x, size_t n, const float *w, float eps)
 
 void dsv4_k_axpy(float *y, float a, const float *x, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
+    dsv4_v4 va = {a, a, a, a};
+    size_t i = 0;
+
+    for (; i + 4 <= n; i += 4) {
+        dsv4_v4 v = dsv4_load4(y + i) + va * dsv4_load4(x + i);
+        memcpy(y + i, &v, sizeof(v));
+    }
+    for (; i < n; i++)
         y[i] += a * x[i];
 }

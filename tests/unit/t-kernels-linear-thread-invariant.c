@@ -1,6 +1,7 @@
 /* t-kernels-linear-thread-invariant: y = W x computes every output with the same fixed
  * reduction order whatever the thread count (1, 2, 3, 5), the batch size or the row's
- * position in the batch, so results are bitwise equal; they agree with double; the pool
+ * position in the batch or the 4-row blocking, so results are bitwise equal; they agree
+ * with double; the pool
  * runs every item of a range exactly once. */
 #include <math.h>
 #include <stdlib.h>
@@ -23,7 +24,7 @@ static void count_range(void *ctx, size_t b, size_t e, unsigned tid)
 
 int main(void)
 {
-    plan(6);
+    plan(7);
     static float w[OUT * IN], x[B * IN], y1[B * OUT], y[B * OUT], one[OUT];
     char err[128];
     for (int i = 0; i < OUT * IN; i++)
@@ -41,6 +42,13 @@ int main(void)
             worst = fmax(worst, fabs(y1[t * OUT + o] - s));
         }
     ok(worst < 1e-5, "agrees with double (%.1e)", worst);
+    bool dot_order = true;
+    for (int t = 0; t < B; t++)
+        for (int o = 0; o < OUT; o++) {
+            float d = dsv4_k_dot(w + o * IN, x + t * IN, IN);
+            dot_order = dot_order && memcmp(&d, &y1[t * OUT + o], sizeof(d)) == 0;
+        }
+    ok(dot_order, "every output is bitwise dsv4_k_dot of its row (blocked or not)");
     static const unsigned counts[] = {2, 3, 5};
     for (int k = 0; k < 3; k++) {
         dsv4_threads *p = dsv4_threads_new(counts[k], err, sizeof(err));
