@@ -191,9 +191,15 @@ static int load_fn(void *ctx, const dsv4_tensor_desc *d)
         *slot = ld->arena + ld->used;
         ld->used += slot_bytes(d);
     }
+    /* Upstream names, the same under `model.` (transformers 5.x save_pretrained reverses
+     * its renames but keeps the prefix), HF-internal names, then the other spelling. */
     const dsv4_st_file *f = NULL;
     bool merged = false;
+    char prefixed[sizeof(d->name) + 8];
+    snprintf(prefixed, sizeof(prefixed), "model.%s", d->name);
     const dsv4_st_tensor *t = dsv4_ckpt_find(ld->ck, d->name, &f);
+    if (!t)
+        t = dsv4_ckpt_find(ld->ck, prefixed, &f);
     if (!t) {
         t = dsv4_ckpt_find(ld->ck, d->hf_name, &f);
         merged = t && d->expert >= 0;

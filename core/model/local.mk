@@ -39,3 +39,6 @@ TESTS += tests/unit/t-model-dequant-known-values
 tests_unit_t_model_dequant_known_values_LDADD = $(TEST_CORE_LIBS)
 TESTS += tests/cli/t-mkmodel-is-deterministic.sh
 EXTRA_DIST += tests/cli/t-mkmodel-is-deterministic.sh
+check_PROGRAMS += tests/unit/t-model-loads-hf-fixtures
+TESTS += tests/unit/t-model-loads-hf-fixtures
+tests_unit_t_model_loads_hf_fixtures_LDADD = $(TEST_CORE_LIBS)

@@ -140,8 +140,8 @@ static void emit_layer(emitter *em, const dsv4_model_config *c, int l)
          nhD, qr, LW(wq_b));
     emit(em, "attn.wkv.weight", "self_attn.kv_proj.weight", NULL, DSV4_WC_FP8, DSV4_WI_LINEAR, D,
          H, LW(wkv));
-    emit(em, "attn.kv_norm.weight", "self_attn.kv_norm.weight", NULL, DSV4_WC_BF16, DSV4_WI_NORM,
-         D, 0, LW(kv_norm));
+    emit(em, "attn.kv_norm.weight", "self_attn.kv_norm.weight", "attn.norm.weight", DSV4_WC_BF16,
+         DSV4_WI_NORM, D, 0, LW(kv_norm));
     emit(em, "attn.wo_a.weight", "self_attn.o_a_proj.weight", NULL, DSV4_WC_FP8, DSV4_WI_LINEAR,
          G * orr, nhD / G, LW(wo_a));
     emit(em, "attn.wo_b.weight", "self_attn.o_b_proj.weight", NULL, DSV4_WC_FP8, DSV4_WI_LINEAR,

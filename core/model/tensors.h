@@ -38,7 +38,9 @@ typedef enum dsv4_winit {
 typedef struct dsv4_tensor_desc {
     char name[96];          /* upstream name */
     char hf_name[112];      /* HF-internal name; for routed experts the merged tensor */
-    char hf_alt[112];       /* another HF spelling (indexer without `scorer.`), or "" */
+    char hf_alt[112];       /* another spelling, or "": the indexer's weights_proj without
+                               `scorer.`; kv_norm as transformers 5.x save_pretrained
+                               writes it (`model.layers.L.attn.norm.weight`) */
     int layer;              /* -1 for the global tensors */
     dsv4_wclass wclass;
     dsv4_winit init;
