@@ -123,6 +123,8 @@ static int dsv4_fwd_check(const dsv4_model *m, char *err, size_t errlen)
         why = "sliding_window must be at least 1";
     else if (c->top_k == 0 || c->top_k > c->n_experts)
         why = "num_experts_per_tok must be 1..n_routed_experts";
+    else if (c->n_shared_experts != 1)
+        why = "exactly one shared expert is supported";
     if (why) {
         snprintf(err, errlen, "forward: unsupported model geometry (%s)", why);
         return -EINVAL;
@@ -564,6 +566,16 @@ static int dsv4_fwd_attention(dsv4_fwd *f, const dsv4_fwd_seq *seqs, size_t n_se
 
 /* ---- MoE ---------------------------------------------------------------------------------- */
 
+static dsv4_k_scoring dsv4_fwd_scoring(dsv4_scoring s)
+{
+    switch (s) {
+    case DSV4_SCORE_SIGMOID: return DSV4_K_SIGMOID;
+    case DSV4_SCORE_SOFTMAX: return DSV4_K_SOFTMAX;
+    case DSV4_SCORE_SQRTSOFTPLUS: break;
+    }
+    return DSV4_K_SQRTSOFTPLUS;
+}
+
 static void dsv4_fwd_route_range(void *ctx, size_t b, size_t e, unsigned tid)
 {
     dsv4_fwd *f = ctx;
@@ -578,7 +590,7 @@ static void dsv4_fwd_route_range(void *ctx, size_t b, size_t e, unsigned tid)
             hash = lw->tid2eid + (size_t)tok * K;
         }
         dsv4_k_route(f->router + t * E, c->hash_moe[f->layer] ? NULL : lw->gate_bias, E, K,
-                     (dsv4_k_scoring)c->scoring, hash, (float)c->routed_scale, f->scr[tid].route,
+                     dsv4_fwd_scoring(c->scoring), hash, (float)c->routed_scale, f->scr[tid].route,
                      f->rid + t * K, f->rw + t * K);
     }
 }
@@ -606,8 +618,8 @@ static void dsv4_fwd_expert(dsv4_fwd *f, const float *wg, const float *wu, const
     dsv4_k_linear(f->th, wg, I, H, x, H, n, g, I);
     dsv4_k_linear(f->th, wu, I, H, x, H, n, u, I);
     for (size_t t = 0; t < n; t++)
-        dsv4_k_swiglu(g + t * I, u + t * I, I, (float)f->c->swiglu_limit, (dsv4_k_act)f->c->act,
-                      h + t * I);
+        dsv4_k_swiglu(g + t * I, u + t * I, I, (float)f->c->swiglu_limit,
+                      f->c->act == DSV4_ACT_GELU ? DSV4_K_GELU : DSV4_K_SILU, h + t * I);
     dsv4_k_linear(f->th, wd, H, I, h, I, n, out, H);
 }
 
