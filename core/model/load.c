@@ -47,9 +47,20 @@ static size_t slot_bytes(const dsv4_tensor_desc *d)
     return (b + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1);
 }
 
+/* Sizing pass. The table's element counts are plain products of config sizes: check them
+ * here, so that a config with absurd sizes fails instead of wrapping the arena size. */
 static int size_fn(void *ctx, const dsv4_tensor_desc *d)
 {
     loader *ld = ctx;
+    uint64_t n;
+    bool over = __builtin_mul_overflow(d->rows, d->cols, &n);
+    if (d->expert >= 0)
+        over |= __builtin_mul_overflow(n, (uint64_t)ld->m->cfg.n_experts, &n);
+    over |= n > SIZE_MAX / 16 || ld->used > SIZE_MAX / 2;
+    if (over) {
+        lerr(ld, "%s: %s: too large for this machine (config sizes)", ld->m->dir, d->name);
+        return DSV4_EFORMAT;
+    }
     if (d->elem_offset == 0)
         ld->used += slot_bytes(d);
     return 0;
@@ -256,7 +267,8 @@ dsv4_model *dsv4_model_load(const char *dir, char *err, size_t errlen)
         goto fail;
     if (!(ld.ck = dsv4_ckpt_open(dir, err, errlen)))
         goto fail;
-    dsv4_tensor_each(&m->cfg, size_fn, &ld);
+    if (dsv4_tensor_each(&m->cfg, size_fn, &ld) != 0)
+        goto fail;
     m->storage = aligned_alloc(ARENA_ALIGN, ld.used ? ld.used : ARENA_ALIGN);
     if (!m->storage) {
         snprintf(err, errlen, "%s: out of memory for %zu bytes of weights", dir, ld.used);

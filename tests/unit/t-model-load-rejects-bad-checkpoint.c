@@ -90,7 +90,7 @@ int main(void)
 {
     if (!mkdtemp(root))
         bail_out("mkdtemp failed");
-    plan(2 * 19 + 3);
+    plan(2 * 20 + 3);
     const char *d;
 
     d = variant("missing", "upstream", E({.name = "layers.2.attn.wkv.weight", .drop = true, .dtype = -1}));
@@ -162,6 +162,12 @@ int main(void)
     refused(d, "config.json: cannot open", "no config.json");
     write_text(d, "config.json", "{\"num_hidden_layers\": 2}");
     refused(d, "config.json: neither layer_types nor compress_ratios", "a config without layers");
+    write_text(d, "config.json",
+               "{\"num_hidden_layers\": 1, \"layer_types\": [\"sliding_attention\"], "
+               "\"hidden_size\": 16777216, \"moe_intermediate_size\": 16777216, "
+               "\"n_routed_experts\": 65536}");
+    refused(d, "layers.0.ffn.experts.0.w1.weight: too large for this machine",
+            "sizes whose product overflows");
     d = variant("truncated", "upstream", NULL, 0);
     snprintf(path, sizeof(path), "%s/model.safetensors", d);
     if (truncate(path, 300000) != 0)
