@@ -32,9 +32,12 @@ typedef void (*dsv4_range_fn)(void *ctx, size_t begin, size_t end, unsigned tid)
 dsv4_threads *dsv4_threads_new(unsigned n, char *err, size_t errlen);
 void dsv4_threads_free(dsv4_threads *pool);
 unsigned dsv4_threads_count(const dsv4_threads *pool);
-/* Split [0, n) into contiguous ranges, one per thread, and wait for all of them. Not
- * reentrant: fn must not call dsv4_threads_for on the same pool. */
-void dsv4_threads_for(dsv4_threads *pool, size_t n, dsv4_range_fn fn, void *ctx);
+/* Split [0, n) into contiguous ranges, one per thread, and wait for all of them. work is
+ * the job's rough cost in multiply-adds: below DSV4_THREADS_MIN_WORK the caller runs it
+ * alone, since waking the pool would cost more (the results are the same either way).
+ * Not reentrant: fn must not call dsv4_threads_for on the same pool. */
+#define DSV4_THREADS_MIN_WORK 262144
+void dsv4_threads_for(dsv4_threads *pool, size_t n, size_t work, dsv4_range_fn fn, void *ctx);
 
 /* ---- dense algebra ---------------------------------------------------------------------- */
 /* Dot product in the kernels' fixed order (8 interleaved partial sums, combined as a

@@ -69,6 +69,7 @@ struct dsv4_fwd {
     const dsv4_hc_weights *hc;
     const float *hc_norm;
     uint32_t head_first, head_n;
+    uint32_t max_pos; /* 1 + the highest position in the step (for work estimates) */
     uint32_t *head_tok;
     float **head_out;
     int status;
@@ -295,7 +296,7 @@ static void dsv4_fwd_hc_pre(dsv4_fwd *f, const dsv4_hc_weights *hc, const float 
     dsv4_k_linear(f->th, hc->fn, mix, NH, f->x, NH, f->n_tok, f->mixz, mix);
     f->hc = hc;
     f->hc_norm = norm;
-    dsv4_threads_for(f->th, f->n_tok, dsv4_fwd_hc_pre_range, f);
+    dsv4_threads_for(f->th, f->n_tok, f->n_tok * NH * 4, dsv4_fwd_hc_pre_range, f);
 }
 
 static void dsv4_fwd_hc_post_range(void *ctx, size_t b, size_t e, unsigned tid)
@@ -525,7 +526,7 @@ static int dsv4_fwd_attention(dsv4_fwd *f, const dsv4_fwd_seq *seqs, size_t n_se
         dsv4_k_rmsnorm(f->cq + t * qr, qr, lw->q_norm, eps);
     dsv4_k_linear(f->th, lw->wq_b, QH, qr, f->cq, qr, n, f->q, QH);
     dsv4_k_linear(f->th, lw->wkv, D, H, f->u, H, n, f->kv, D);
-    dsv4_threads_for(f->th, n, dsv4_fwd_qkv_range, f);
+    dsv4_threads_for(f->th, n, n * (QH + D) * 4, dsv4_fwd_qkv_range, f);
 
     if (kind != DSV4_LAYER_SLIDING) {
         size_t cw = (kind == DSV4_LAYER_CSA ? 2 : 1) * D;
@@ -543,11 +544,14 @@ static int dsv4_fwd_attention(dsv4_fwd *f, const dsv4_fwd_seq *seqs, size_t n_se
         return rc;
     if (kind == DSV4_LAYER_CSA) {
         f->status = 0;
-        dsv4_threads_for(f->th, n, dsv4_fwd_index_range, f);
+        dsv4_threads_for(f->th, n,
+                         n * (f->max_pos / c->rate_csa + 1) * c->index_heads * c->index_dim,
+                         dsv4_fwd_index_range, f);
         if (f->status != 0)
             return f->status;
     }
-    dsv4_threads_for(f->th, n * c->n_heads, dsv4_fwd_attend_range, f);
+    dsv4_threads_for(f->th, n * c->n_heads, n * c->n_heads * (c->window + f->max_pos) * D * 2,
+                     dsv4_fwd_attend_range, f);
 
     /* the step's rows join the window rings only now (see the file comment) */
     const dsv4_kv_buffer *win = f->view.buf[DSV4_BUF_WINDOW];
@@ -630,7 +634,7 @@ static void dsv4_fwd_moe(dsv4_fwd *f)
     size_t n = f->n_tok, H = c->hidden, E = c->n_experts, K = c->top_k, I = c->moe_inter;
 
     dsv4_k_linear(f->th, lw->gate, E, H, f->u, H, n, f->router, E);
-    dsv4_threads_for(f->th, n, dsv4_fwd_route_range, f);
+    dsv4_threads_for(f->th, n, n * E * 8, dsv4_fwd_route_range, f);
     dsv4_fwd_expert(f, lw->sh_gate, lw->sh_up, lw->sh_down, f->u, n, f->sh_g, f->sh_u, f->sh_h,
                     f->sh_o);
 
@@ -658,7 +662,7 @@ static void dsv4_fwd_moe(dsv4_fwd *f)
                             f->eo + first * H);
         first = end;
     }
-    dsv4_threads_for(f->th, n, dsv4_fwd_combine_range, f);
+    dsv4_threads_for(f->th, n, n * (K + 1) * H, dsv4_fwd_combine_range, f);
 }
 
 /* ---- head --------------------------------------------------------------------------------- */
@@ -684,7 +688,7 @@ static void dsv4_fwd_head_range(void *ctx, size_t b, size_t e, unsigned tid)
 
 static void dsv4_fwd_head(dsv4_fwd *f, const dsv4_fwd_seq *seqs, size_t n_seqs)
 {
-    size_t V = f->c->vocab_size, H = f->c->hidden;
+    size_t V = f->c->vocab_size, H = f->c->hidden, N = f->c->hc_mult;
     float **out = f->head_out;
     uint32_t n = 0, t = 0;
     for (size_t s = 0; s < n_seqs; s++)
@@ -696,7 +700,7 @@ static void dsv4_fwd_head(dsv4_fwd *f, const dsv4_fwd_seq *seqs, size_t n_seqs)
     for (uint32_t first = 0; first < n; first += DSV4_FWD_HEAD_ROWS) {
         f->head_first = first;
         f->head_n = n - first < DSV4_FWD_HEAD_ROWS ? n - first : DSV4_FWD_HEAD_ROWS;
-        dsv4_threads_for(f->th, f->head_n, dsv4_fwd_head_range, f);
+        dsv4_threads_for(f->th, f->head_n, f->head_n * (N + 2) * N * H, dsv4_fwd_head_range, f);
         dsv4_k_linear(f->th, f->m->head, V, H, f->u, H, f->head_n, f->logits, V);
         for (uint32_t i = 0; i < f->head_n; i++)
             memcpy(out[first + i], f->logits + i * V, V * sizeof(float));
@@ -712,6 +716,7 @@ int dsv4_fwd_step(dsv4_fwd *f, const dsv4_fwd_seq *seqs, size_t n_seqs)
     uint32_t t = 0;
     int rc;
 
+    f->max_pos = 0;
     for (size_t s = 0; s < n_seqs; s++) {
         if (seqs[s].n > f->max_tokens - t || seqs[s].start + seqs[s].n > f->max_context)
             return -EINVAL;
@@ -720,6 +725,7 @@ int dsv4_fwd_step(dsv4_fwd *f, const dsv4_fwd_seq *seqs, size_t n_seqs)
             if (tok < 0 || (uint32_t)tok >= c->vocab_size)
                 return -EINVAL;
             f->pos[t] = seqs[s].start + i;
+            f->max_pos = f->pos[t] + 1 > f->max_pos ? f->pos[t] + 1 : f->max_pos;
             f->tseq[t] = (uint32_t)s;
             for (size_t j = 0; j < N; j++)
                 memcpy(f->x + (t * N + j) * H, f->m->embed + (size_t)tok * H, H * sizeof(float));
@@ -738,10 +744,10 @@ int dsv4_fwd_step(dsv4_fwd *f, const dsv4_fwd_seq *seqs, size_t n_seqs)
         dsv4_fwd_hc_pre(f, &f->lw->hc_attn, f->lw->attn_norm);
         if ((rc = dsv4_fwd_attention(f, seqs, n_seqs)) != 0)
             return rc;
-        dsv4_threads_for(f->th, t, dsv4_fwd_hc_post_range, f);
+        dsv4_threads_for(f->th, t, (size_t)t * N * (N + 1) * H, dsv4_fwd_hc_post_range, f);
         dsv4_fwd_hc_pre(f, &f->lw->hc_ffn, f->lw->ffn_norm);
         dsv4_fwd_moe(f);
-        dsv4_threads_for(f->th, t, dsv4_fwd_hc_post_range, f);
+        dsv4_threads_for(f->th, t, (size_t)t * N * (N + 1) * H, dsv4_fwd_hc_post_range, f);
     }
     dsv4_fwd_head(f, seqs, n_seqs);
     return 0;

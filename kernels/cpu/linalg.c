@@ -98,7 +98,7 @@ void dsv4_k_linear(dsv4_threads *pool, const float *w, size_t out, size_t in, co
     dsv4_linear_job j = {w, x, y, in, n, x_stride, y_stride};
     if (n == 0 || out == 0)
         return;
-    dsv4_threads_for(pool, out, dsv4_linear_range, &j);
+    dsv4_threads_for(pool, out, out * in * n, dsv4_linear_range, &j);
 }
 
 float dsv4_k_rms_scale(const float *x, size_t n, float eps)

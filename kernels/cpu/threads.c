@@ -128,13 +128,13 @@ unsigned dsv4_threads_count(const dsv4_threads *pool)
     return pool ? pool->n : 1;
 }
 
-void dsv4_threads_for(dsv4_threads *pool, size_t n, dsv4_range_fn fn, void *ctx)
+void dsv4_threads_for(dsv4_threads *pool, size_t n, size_t work, dsv4_range_fn fn, void *ctx)
 {
     if (n == 0)
         return;
-    /* Running inline for tiny jobs changes nothing numerically: each item is computed the
+    /* Running inline for small jobs changes nothing numerically: each item is computed the
      * same way whichever thread takes it. */
-    if (!pool || pool->n == 1 || n == 1) {
+    if (!pool || pool->n == 1 || n == 1 || work < DSV4_THREADS_MIN_WORK) {
         fn(ctx, 0, n, 0);
         return;
     }

@@ -60,7 +60,7 @@ int main(void)
     ok(memcmp(one, y1 + 4 * OUT, sizeof(one)) == 0, "a row alone = the same row in a batch");
     dsv4_threads *p3 = dsv4_threads_new(3, err, sizeof(err));
     int hits[1000] = {0};
-    dsv4_threads_for(p3, 1000, count_range, hits);
+    dsv4_threads_for(p3, 1000, DSV4_THREADS_MIN_WORK, count_range, hits);
     bool once = true;
     for (int i = 0; i < 1000; i++)
         once = once && hits[i] == 1;
