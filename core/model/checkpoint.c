@@ -17,7 +17,7 @@
 struct dsv4_ckpt {
     dsv4_st_file **files;
     size_t n;
-    json_t *weight_map;     /* NULL for a single file */
+    json_t *weight_map; /* NULL for a single file */
 };
 
 void dsv4_ckpt_close(dsv4_ckpt *c)
@@ -52,7 +52,10 @@ static int add_file(dsv4_ckpt *c, const char *dir, const char *name, char *err, 
 }
 
 /* A file's name within the folder (every file is opened as dir/name). */
-static const char *file_name(const dsv4_st_file *f) { return strrchr(dsv4_st_path(f), '/') + 1; }
+static const char *file_name(const dsv4_st_file *f)
+{
+    return strrchr(dsv4_st_path(f), '/') + 1;
+}
 
 /* The shard index of file name fn, opening it on first use. */
 static int shard_of(dsv4_ckpt *c, const char *dir, const char *fn, size_t *idx_p, char *err,
@@ -93,7 +96,8 @@ static int open_index(dsv4_ckpt *c, const char *dir, const char *path, char *err
     json_decref(root);
     const char *name;
     json_t *v;
-    json_object_foreach(c->weight_map, name, v) {
+    json_object_foreach(c->weight_map, name, v)
+    {
         size_t idx;
         if (!json_is_string(v)) {
             snprintf(err, errlen, "%s: weight_map.%s is not a file name", path, name);

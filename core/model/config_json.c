@@ -76,8 +76,7 @@ static uint32_t get_uint(cfg_parser *p, json_t *obj, const char *key, uint32_t d
     return (uint32_t)x;
 }
 
-static double get_num(cfg_parser *p, json_t *obj, const char *key, double def, double lo,
-                      double hi)
+static double get_num(cfg_parser *p, json_t *obj, const char *key, double def, double lo, double hi)
 {
     json_t *v = get(obj, key);
     if (!v)
@@ -107,8 +106,8 @@ static bool get_bool(cfg_parser *p, json_t *obj, const char *key, bool def)
 }
 
 /* The index of v in names[]; label names the key in messages. */
-static int enum_value(cfg_parser *p, json_t *v, const char *label, const char *const *names,
-                      int n, int def)
+static int enum_value(cfg_parser *p, json_t *v, const char *label, const char *const *names, int n,
+                      int def)
 {
     for (int i = 0; json_is_string(v) && i < n; i++)
         if (strcmp(json_string_value(v), names[i]) == 0)
@@ -125,8 +124,8 @@ static int enum_value(cfg_parser *p, json_t *v, const char *label, const char *c
 }
 
 /* One of names[] (index returned), def when absent. */
-static int get_enum(cfg_parser *p, json_t *obj, const char *key, const char *const *names,
-                    int n, int def)
+static int get_enum(cfg_parser *p, json_t *obj, const char *key, const char *const *names, int n,
+                    int def)
 {
     json_t *v = get(obj, key);
     return v ? enum_value(p, v, key, names, n, def) : def;
@@ -134,8 +133,7 @@ static int get_enum(cfg_parser *p, json_t *obj, const char *key, const char *con
 
 /* bos/eos: an integer or a list whose first entry is used; def when the key is absent
  * (Hugging Face's default), -1 when it is null. */
-static int32_t get_token(cfg_parser *p, json_t *obj, const char *key, int32_t def,
-                         uint32_t vocab)
+static int32_t get_token(cfg_parser *p, json_t *obj, const char *key, int32_t def, uint32_t vocab)
 {
     json_t *v = json_object_get(obj, key);
     if (!v)
@@ -184,8 +182,8 @@ static void parse_rope(cfg_parser *p, json_t *o, const char *what, double theta,
         if (!get(o, "factor"))
             fail(p, "%s: yarn needs factor", what);
         r->factor = get_num(p, o, "factor", 1, 1, 1e6);
-        r->original_max_pos = get_num(p, o, "original_max_position_embeddings", (double)max_pos,
-                                      1, 1e15);
+        r->original_max_pos =
+            get_num(p, o, "original_max_position_embeddings", (double)max_pos, 1, 1e15);
         r->beta_fast = get_num(p, o, "beta_fast", 32, 0, 1e6);
         r->beta_slow = get_num(p, o, "beta_slow", 1, 0, 1e6);
     }
@@ -222,8 +220,8 @@ static void parse_ropes(cfg_parser *p, dsv4_model_config *c)
     c->rope_main.theta = get_num(p, root, "rope_theta", 10000, 1, 1e12);
     double ctheta = get_num(p, root, "compress_rope_theta", 160000, 1, 1e12);
     if (rp)
-        parse_rope(p, rp, get(root, "rope_parameters") ? "rope_parameters" : "rope_scaling",
-                   ctheta, c->max_positions, &c->rope_compress);
+        parse_rope(p, rp, get(root, "rope_parameters") ? "rope_parameters" : "rope_scaling", ctheta,
+                   c->max_positions, &c->rope_compress);
     else
         c->rope_compress.theta = ctheta;
 }
@@ -236,10 +234,10 @@ static void parse_layers(cfg_parser *p, dsv4_model_config *c)
     if (rates && !json_is_object(rates))
         fail(p, "compress_rates must be an object (got %s)", kind(rates));
     json_t *ro = rates ? rates : root;
-    c->rate_csa = get_uint(p, ro, rates ? "compressed_sparse_attention" : "compress_rate_csa", 4,
+    c->rate_csa = get_uint(p, ro, rates ? "compressed_sparse_attention" : "compress_rate_csa", 4, 1,
+                           1u << 20);
+    c->rate_hca = get_uint(p, ro, rates ? "heavily_compressed_attention" : "compress_rate_hca", 128,
                            1, 1u << 20);
-    c->rate_hca = get_uint(p, ro, rates ? "heavily_compressed_attention" : "compress_rate_hca",
-                           128, 1, 1u << 20);
 
     /* Lists longer than num_hidden_layers are cut (Hugging Face does the same; the real
      * compress_ratios has an entry for the MTP layer). */
@@ -269,13 +267,13 @@ static void parse_layers(cfg_parser *p, dsv4_model_config *c)
                 fail(p, "compress_ratios[%u] must be 0, 4 or 128", l);
                 return;
             }
-            c->layer_kind[l] = r == 0 ? DSV4_LAYER_SLIDING
+            c->layer_kind[l] = r == 0   ? DSV4_LAYER_SLIDING
                                : r == 4 ? DSV4_LAYER_CSA
                                         : DSV4_LAYER_HCA;
         }
     } else {
         fail(p, "neither layer_types nor compress_ratios is given (the layer pattern is not "
-             "guessed)");
+                "guessed)");
         return;
     }
 
@@ -305,8 +303,8 @@ static void check(cfg_parser *p, const dsv4_model_config *c)
     if (p->rc)
         return;
     if (R == 0 || R % 2 || R >= c->head_dim || c->rope_compress.dims != R)
-        fail(p, "rope dims %u (compress %u) must be even, non-zero, equal and below head_dim %u",
-             R, c->rope_compress.dims, c->head_dim);
+        fail(p, "rope dims %u (compress %u) must be even, non-zero, equal and below head_dim %u", R,
+             c->rope_compress.dims, c->head_dim);
     else if (R > c->index_dim)
         fail(p, "index_head_dim %u is smaller than the rope dims %u", c->index_dim, R);
     else if ((uint64_t)c->n_heads * c->head_dim % c->o_groups)

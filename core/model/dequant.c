@@ -21,9 +21,7 @@ void dsv4_dequant_rows(const dsv4_wsrc *s, uint64_t row0, uint64_t n, float *out
     const uint64_t R = s->rows, C = s->cols;
     const unsigned char *p = s->t->data;
     switch (s->t->dtype) {
-    case DSV4_ST_F32:
-        memcpy(out, p + 4 * (s->mat * R + row0) * C, 4 * n * C);
-        break;
+    case DSV4_ST_F32: memcpy(out, p + 4 * (s->mat * R + row0) * C, 4 * n * C); break;
     case DSV4_ST_BF16: {
         const unsigned char *src = p + 2 * (s->mat * R + row0) * C;
         for (uint64_t i = 0; i < n * C; i++) {
@@ -52,7 +50,8 @@ void dsv4_dequant_rows(const dsv4_wsrc *s, uint64_t row0, uint64_t n, float *out
             const unsigned char *q = p + row * (C / 2);
             for (uint64_t c = 0; c < C; c++) {
                 uint8_t nib = c % 2 ? q[c / 2] >> 4 : q[c / 2] & 0xf;
-                out[r * C + c] = dsv4_dq_fp4(nib, scale_at(s->scale, row * groups + c / DSV4_FP4_GROUP));
+                out[r * C + c] =
+                    dsv4_dq_fp4(nib, scale_at(s->scale, row * groups + c / DSV4_FP4_GROUP));
             }
         }
         break;

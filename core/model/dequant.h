@@ -18,13 +18,16 @@
 #define DSV4_FP4_GROUP 32
 
 typedef struct dsv4_wsrc {
-    const dsv4_st_tensor *t;      /* the stored weight */
-    const dsv4_st_tensor *scale;  /* its scales (FP8, FP4), else NULL */
-    uint64_t mat;                 /* matrix index along a leading expert dimension, else 0 */
-    uint64_t rows, cols;          /* the logical shape of one matrix */
+    const dsv4_st_tensor *t;     /* the stored weight */
+    const dsv4_st_tensor *scale; /* its scales (FP8, FP4), else NULL */
+    uint64_t mat;                /* matrix index along a leading expert dimension, else 0 */
+    uint64_t rows, cols;         /* the logical shape of one matrix */
 } dsv4_wsrc;
 
-static inline float dsv4_dq_fp8(uint8_t q, float scale) { return dsv4_e4m3_to_f32(q) * scale; }
+static inline float dsv4_dq_fp8(uint8_t q, float scale)
+{
+    return dsv4_e4m3_to_f32(q) * scale;
+}
 static inline float dsv4_dq_fp4(uint8_t nibble, float scale)
 {
     return dsv4_e2m1_to_f32(nibble) * scale;

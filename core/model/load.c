@@ -21,7 +21,7 @@ typedef struct loader {
     dsv4_model *m;
     dsv4_ckpt *ck;
     unsigned char *arena;
-    size_t used;            /* bytes handed out (or, while sizing, needed) */
+    size_t used; /* bytes handed out (or, while sizing, needed) */
     char *err;
     size_t errlen;
 } loader;
@@ -125,8 +125,8 @@ static int load_index(loader *ld, const dsv4_tensor_desc *d, const dsv4_st_file 
             memcpy(&v, p + 8 * i, 8);
         }
         if (v < 0 || v >= (int64_t)ld->m->cfg.n_experts) {
-            lerr(ld, "%s: %s: entry %llu is %lld, not an expert id (0..%u)", base_name(f),
-                 t->name, (unsigned long long)i, (long long)v, ld->m->cfg.n_experts - 1);
+            lerr(ld, "%s: %s: entry %llu is %lld, not an expert id (0..%u)", base_name(f), t->name,
+                 (unsigned long long)i, (long long)v, ld->m->cfg.n_experts - 1);
             return DSV4_EFORMAT;
         }
         out[i] = (int32_t)v;
@@ -140,8 +140,8 @@ static int load_float(loader *ld, const dsv4_tensor_desc *d, const dsv4_st_file 
                       const dsv4_st_tensor *t, bool merged, float *out)
 {
     const uint64_t E = ld->m->cfg.n_experts, rows = merged ? d->hf_rows : d->rows;
-    dsv4_wsrc src = {.t = t, .mat = merged ? (uint64_t)d->expert : 0, .rows = rows,
-                     .cols = d->cols};
+    dsv4_wsrc src = {
+        .t = t, .mat = merged ? (uint64_t)d->expert : 0, .rows = rows, .cols = d->cols};
     uint64_t want[3], swant[3];
     uint32_t nd = 0;
     if (merged)
@@ -240,7 +240,9 @@ static char *read_config(const char *path, size_t *len_p, char *err, size_t errl
     fclose(fp);
     if (!buf || bad || n > CONFIG_MAX) {
         snprintf(err, errlen, "%s: %s", path,
-                 !buf ? "out of memory" : bad ? "read error" : "larger than 16 MiB");
+                 !buf  ? "out of memory"
+                 : bad ? "read error"
+                       : "larger than 16 MiB");
         free(buf);
         return NULL;
     }
@@ -297,4 +299,7 @@ void dsv4_model_free(dsv4_model *m)
     free(m);
 }
 
-const char *dsv4_model_default_dir(void) { return DSV4_MODEL_DIR; }
+const char *dsv4_model_default_dir(void)
+{
+    return DSV4_MODEL_DIR;
+}

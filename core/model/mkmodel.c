@@ -22,19 +22,19 @@
 
 typedef struct preset_def {
     const char *name;
-    const char *dtype;      /* default --dtype */
+    const char *dtype; /* default --dtype */
     uint32_t V, H, L, nh, D, R, qr, G, orr, W, csa, hca, E, k, I, nI, DI, KI, N, hash;
     int32_t bos, eos;
-    const char *kinds;      /* per layer: s sliding, c CSA, h HCA; "" = the V4-Flash rule */
+    const char *kinds; /* per layer: s sliding, c CSA, h HCA; "" = the V4-Flash rule */
 } preset_def;
 
 static const preset_def presets[] = {
-    {"tiny", "f32", 320, 64, 5, 4, 64, 16, 32, 8, 16, 16, 4, 16, 8, 2, 32, 2, 32, 4, 2, 3,
-     256, 257, "sschc"},
-    {"small", "f32", 1024, 256, 8, 8, 128, 32, 128, 4, 64, 64, 4, 32, 16, 4, 128, 4, 64, 16, 4,
-     3, 256, 257, "sschchch"},
-    {"flash-shape", "fp8", 129280, 4096, 43, 64, 512, 64, 1024, 8, 1024, 128, 4, 128, 8, 6,
-     2048, 64, 128, 512, 4, 3, 0, 1, ""},
+    {"tiny", "f32", 320, 64, 5, 4,  64, 16, 32, 8,   16,  16,     4,
+     16,     8,     2,   32, 2, 32, 4,  2,  3,  256, 257, "sschc"},
+    {"small", "f32", 1024, 256, 8, 8,  128, 32, 128, 4,   64,  64,        4,
+     32,      16,    4,    128, 4, 64, 16,  4,  3,   256, 257, "sschchch"},
+    {"flash-shape", "fp8", 129280, 4096, 43, 64,  512, 64, 1024, 8, 1024, 128, 4,
+     128,           8,     6,      2048, 64, 128, 512, 4,  3,    0, 1,    ""},
 };
 
 static const preset_def *preset_find(const char *name)
@@ -62,8 +62,9 @@ int dsv4_mkmodel_preset(const char *name, dsv4_model_config *c)
     c->window = p->W;
     for (uint32_t l = 0; l < p->L; l++) {
         char k = p->kinds[0] ? p->kinds[l] : l < 2 ? 's' : l % 2 ? 'h' : 'c';
-        c->layer_kind[l] = k == 's' ? DSV4_LAYER_SLIDING : k == 'c' ? DSV4_LAYER_CSA
-                                                                    : DSV4_LAYER_HCA;
+        c->layer_kind[l] = k == 's'   ? DSV4_LAYER_SLIDING
+                           : k == 'c' ? DSV4_LAYER_CSA
+                                      : DSV4_LAYER_HCA;
         c->hash_moe[l] = l < p->hash;
     }
     c->rate_csa = p->csa;
@@ -78,9 +79,13 @@ int dsv4_mkmodel_preset(const char *name, dsv4_model_config *c)
     c->swiglu_limit = 10.0;
     c->act = DSV4_ACT_SILU;
     c->rope_main = (dsv4_rope_conf){.theta = 10000, .dims = p->R};
-    c->rope_compress = (dsv4_rope_conf){.theta = 160000, .dims = p->R, .yarn = true,
-                                        .factor = 16, .original_max_pos = 65536,
-                                        .beta_fast = 32, .beta_slow = 1};
+    c->rope_compress = (dsv4_rope_conf){.theta = 160000,
+                                        .dims = p->R,
+                                        .yarn = true,
+                                        .factor = 16,
+                                        .original_max_pos = 65536,
+                                        .beta_fast = 32,
+                                        .beta_slow = 1};
     c->index_heads = p->nI;
     c->index_dim = p->DI;
     c->index_topk = p->KI;
@@ -96,7 +101,15 @@ int dsv4_mkmodel_preset(const char *name, dsv4_model_config *c)
 
 /* ---- values ------------------------------------------------------------------------- */
 
-typedef enum store_fmt { ST_F32, ST_BF16, ST_FP8_E8M0, ST_FP8_F32, ST_FP4, ST_I32, ST_I64 } store_fmt;
+typedef enum store_fmt {
+    ST_F32,
+    ST_BF16,
+    ST_FP8_E8M0,
+    ST_FP8_F32,
+    ST_FP4,
+    ST_I32,
+    ST_I64
+} store_fmt;
 
 typedef struct gen {
     uint64_t seed;
@@ -215,8 +228,8 @@ static size_t row_bytes(store_fmt f, uint64_t cols)
 
 /* Rows [r0, r0 + n) of a float tensor: val gets what the loader must return, enc the
  * stored bytes; either may be NULL. */
-static void gen_rows(const gen *g, const dsv4_tensor_desc *d, store_fmt f, uint64_t r0,
-                     uint64_t n, float *val, unsigned char *enc)
+static void gen_rows(const gen *g, const dsv4_tensor_desc *d, store_fmt f, uint64_t r0, uint64_t n,
+                     float *val, unsigned char *enc)
 {
     const uint64_t C = d->cols, key = tensor_key(g, d);
     const float amp = amplitude(d);
@@ -407,15 +420,15 @@ static ftensor *add_ftensor(plan *p, const dsv4_tensor_desc *d, const char *name
     snprintf(t->name, sizeof(t->name), "%s", name);
     t->dtype = dtype;
     t->first = p->np;
-    t->shard = p->shards <= 1 || d->layer < 0 ? 0
-                                              : (unsigned)((uint64_t)d->layer * p->shards /
-                                                           p->g.cfg->n_layers);
+    t->shard = p->shards <= 1 || d->layer < 0
+                   ? 0
+                   : (unsigned)((uint64_t)d->layer * p->shards / p->g.cfg->n_layers);
     return t;
 }
 
 static const dsv4_st_dtype data_dtype[] = {
-    [ST_F32] = DSV4_ST_F32,     [ST_BF16] = DSV4_ST_BF16, [ST_FP8_E8M0] = DSV4_ST_F8_E4M3,
-    [ST_FP8_F32] = DSV4_ST_F8_E4M3, [ST_FP4] = DSV4_ST_I8, [ST_I32] = DSV4_ST_I32,
+    [ST_F32] = DSV4_ST_F32,         [ST_BF16] = DSV4_ST_BF16, [ST_FP8_E8M0] = DSV4_ST_F8_E4M3,
+    [ST_FP8_F32] = DSV4_ST_F8_E4M3, [ST_FP4] = DSV4_ST_I8,    [ST_I32] = DSV4_ST_I32,
     [ST_I64] = DSV4_ST_I64,
 };
 
@@ -438,9 +451,12 @@ static int plan_desc(plan *p, size_t i)
         snprintf(sname, sizeof(sname), "%.*s.scale", (int)(n - 7), d->name);
     bool quant = f == ST_FP8_E8M0 || f == ST_FP8_F32 || f == ST_FP4;
     for (int s = 0; s < 1 + quant; s++) {
-        ftensor *t = add_ftensor(p, d, s ? sname : p->g.hf ? d->hf_name : d->name,
-                                 s ? (f == ST_FP8_F32 ? DSV4_ST_F32 : DSV4_ST_F8_E8M0)
-                                   : data_dtype[f]);
+        ftensor *t =
+            add_ftensor(p, d,
+                        s         ? sname
+                        : p->g.hf ? d->hf_name
+                                  : d->name,
+                        s ? (f == ST_FP8_F32 ? DSV4_ST_F32 : DSV4_ST_F8_E8M0) : data_dtype[f]);
         if (!t)
             return -ENOMEM;
         uint64_t rows = merged ? d->hf_rows : d->rows;
@@ -452,8 +468,9 @@ static int plan_desc(plan *p, size_t i)
         } else {
             t->shape[t->ndim++] = rows;
             if (d->ndim == 2)
-                t->shape[t->ndim++] = s ? d->cols / DSV4_FP4_GROUP
-                                        : f == ST_FP4 ? d->cols / 2 : d->cols;
+                t->shape[t->ndim++] = s             ? d->cols / DSV4_FP4_GROUP
+                                      : f == ST_FP4 ? d->cols / 2
+                                                    : d->cols;
         }
         int rc = 0;
         if (!merged)
@@ -545,8 +562,8 @@ static int write_shard(plan *p, unsigned s, const char *dir, char *err, size_t e
     }
     for (size_t i = 0; i < p->nf && !rc; i++)
         if (p->ft[i].shard == s)
-            rc = dsv4_st_writer_add(w, p->ft[i].name, p->ft[i].dtype, p->ft[i].ndim,
-                                    p->ft[i].shape, NULL, err, errlen);
+            rc = dsv4_st_writer_add(w, p->ft[i].name, p->ft[i].dtype, p->ft[i].ndim, p->ft[i].shape,
+                                    NULL, err, errlen);
     if (!rc)
         rc = dsv4_st_writer_begin(w, path, err, errlen);
     for (size_t i = 0; i < p->nf && !rc; i++)
@@ -589,8 +606,8 @@ static int write_index(plan *p, const char *dir, char *err, size_t errlen)
             b *= p->ft[i].shape[k];
         total += b;
     }
-    json_t *root = json_pack("{s:{s:I}, s:o}", "metadata", "total_size", (json_int_t)total,
-                             "weight_map", map);
+    json_t *root =
+        json_pack("{s:{s:I}, s:o}", "metadata", "total_size", (json_int_t)total, "weight_map", map);
     return write_json(root, dir, "model.safetensors.index.json", err, errlen);
 }
 
@@ -641,9 +658,9 @@ static int write_config(const gen *g, const dsv4_mkmodel_opts *o, const char *di
     SETI("max_position_embeddings", c->max_positions);
     SET("layer_types", lt);
     SET("mlp_layer_types", mt);
-    SET("compress_rates", json_pack("{s:I, s:I}", "compressed_sparse_attention",
-                                    (json_int_t)c->rate_csa, "heavily_compressed_attention",
-                                    (json_int_t)c->rate_hca));
+    SET("compress_rates",
+        json_pack("{s:I, s:I}", "compressed_sparse_attention", (json_int_t)c->rate_csa,
+                  "heavily_compressed_attention", (json_int_t)c->rate_hca));
     SETI("n_routed_experts", c->n_experts);
     SETI("n_shared_experts", c->n_shared_experts);
     SETI("num_experts_per_tok", c->top_k);
@@ -742,7 +759,7 @@ int dsv4_mkmodel_run(const dsv4_mkmodel_opts *o, const char *dir, char *err, siz
 int dsv4_mkmodel_write(const char *preset, uint64_t seed, const char *dtype, const char *names,
                        const char *dir, char *err, size_t errlen)
 {
-    dsv4_mkmodel_opts o = {.preset = preset, .seed = seed, .dtype = dtype, .names = names,
-                           .shards = 1};
+    dsv4_mkmodel_opts o = {
+        .preset = preset, .seed = seed, .dtype = dtype, .names = names, .shards = 1};
     return dsv4_mkmodel_run(&o, dir, err, errlen);
 }

@@ -29,11 +29,11 @@
 #include "core/model/tensors.h"
 
 typedef struct dsv4_mkmodel_opts {
-    const char *preset;   /* tiny | small | flash-shape */
+    const char *preset; /* tiny | small | flash-shape */
     uint64_t seed;
-    const char *dtype;    /* f32 | bf16 | fp8; NULL: the preset's default */
-    const char *names;    /* upstream | hf; NULL: upstream */
-    unsigned shards;      /* 1: model.safetensors; more: an index over that many files */
+    const char *dtype; /* f32 | bf16 | fp8; NULL: the preset's default */
+    const char *names; /* upstream | hf; NULL: upstream */
+    unsigned shards;   /* 1: model.safetensors; more: an index over that many files */
 } dsv4_mkmodel_opts;
 
 /* A preset's configuration. 0, or DSV4_EFORMAT for an unknown name. */

@@ -21,16 +21,22 @@ static const struct {
     const char *name;
     size_t size;
 } dtypes[] = {
-    [DSV4_ST_F32] = {"F32", 4},       [DSV4_ST_F16] = {"F16", 2},
-    [DSV4_ST_BF16] = {"BF16", 2},     [DSV4_ST_F8_E4M3] = {"F8_E4M3", 1},
+    [DSV4_ST_F32] = {"F32", 4},         [DSV4_ST_F16] = {"F16", 2},
+    [DSV4_ST_BF16] = {"BF16", 2},       [DSV4_ST_F8_E4M3] = {"F8_E4M3", 1},
     [DSV4_ST_F8_E8M0] = {"F8_E8M0", 1}, [DSV4_ST_I8] = {"I8", 1},
-    [DSV4_ST_U8] = {"U8", 1},         [DSV4_ST_I32] = {"I32", 4},
+    [DSV4_ST_U8] = {"U8", 1},           [DSV4_ST_I32] = {"I32", 4},
     [DSV4_ST_I64] = {"I64", 8},
 };
 
-const char *dsv4_st_dtype_name(dsv4_st_dtype dtype) { return dtypes[dtype].name; }
+const char *dsv4_st_dtype_name(dsv4_st_dtype dtype)
+{
+    return dtypes[dtype].name;
+}
 
-size_t dsv4_st_dtype_size(dsv4_st_dtype dtype) { return dtypes[dtype].size; }
+size_t dsv4_st_dtype_size(dsv4_st_dtype dtype)
+{
+    return dtypes[dtype].size;
+}
 
 int dsv4_st_dtype_parse(const char *name, dsv4_st_dtype *dtype_p)
 {
@@ -61,11 +67,11 @@ struct dsv4_st_file {
     char *path;
     void *map;
     size_t map_len;
-    json_t *header;            /* owns the tensor names */
-    json_t *meta;              /* borrowed from header, or NULL */
-    dsv4_st_tensor *tensors;   /* data order */
+    json_t *header;          /* owns the tensor names */
+    json_t *meta;            /* borrowed from header, or NULL */
+    dsv4_st_tensor *tensors; /* data order */
     size_t n;
-    size_t *by_name;           /* indices into tensors, sorted by name */
+    size_t *by_name; /* indices into tensors, sorted by name */
 };
 
 static void seterr(char *err, size_t errlen, const char *fmt, ...)
@@ -104,8 +110,10 @@ static int parse_entry(const char *path, const char *name, json_t *v, uint64_t d
     json_t *jd = json_object_get(v, "dtype"), *js = json_object_get(v, "shape"),
            *jo = json_object_get(v, "data_offsets");
     if (!json_is_string(jd) || !json_is_array(js) || !json_is_array(jo)) {
-        seterr(err, errlen, "%s: %s: header entry needs dtype (string), shape (array) and "
-               "data_offsets (array)", path, name);
+        seterr(err, errlen,
+               "%s: %s: header entry needs dtype (string), shape (array) and "
+               "data_offsets (array)",
+               path, name);
         return DSV4_EFORMAT;
     }
     t->name = name;
@@ -125,8 +133,7 @@ static int parse_entry(const char *path, const char *name, json_t *v, uint64_t d
     for (size_t i = 0; i < nd; i++) {
         json_t *d = json_array_get(js, i);
         if (!json_is_integer(d) || json_integer_value(d) < 0) {
-            seterr(err, errlen, "%s: %s: shape entries must be non-negative integers", path,
-                   name);
+            seterr(err, errlen, "%s: %s: shape entries must be non-negative integers", path, name);
             return DSV4_EFORMAT;
         }
         t->shape[i] = (uint64_t)json_integer_value(d);
@@ -141,8 +148,7 @@ static int parse_entry(const char *path, const char *name, json_t *v, uint64_t d
     json_t *b = json_array_get(jo, 0), *e = json_array_get(jo, 1);
     if (json_array_size(jo) != 2 || !json_is_integer(b) || !json_is_integer(e) ||
         json_integer_value(b) < 0 || json_integer_value(e) < 0) {
-        seterr(err, errlen, "%s: %s: data_offsets must be two non-negative integers", path,
-               name);
+        seterr(err, errlen, "%s: %s: data_offsets must be two non-negative integers", path, name);
         return DSV4_EFORMAT;
     }
     uint64_t begin = (uint64_t)json_integer_value(b), end = (uint64_t)json_integer_value(e);
@@ -193,8 +199,8 @@ static void excerpt(const char *hdr, size_t hlen, int pos, char *buf, size_t len
     buf[o] = '\0';
 }
 
-static int parse_header(dsv4_st_file *f, const char *hdr, size_t hlen, uint64_t data_len,
-                        char *err, size_t errlen)
+static int parse_header(dsv4_st_file *f, const char *hdr, size_t hlen, uint64_t data_len, char *err,
+                        size_t errlen)
 {
     json_error_t jerr;
     f->header = json_loadb(hdr, hlen, JSON_REJECT_DUPLICATES, &jerr);
@@ -202,11 +208,11 @@ static int parse_header(dsv4_st_file *f, const char *hdr, size_t hlen, uint64_t 
         char ex[48];
         excerpt(hdr, hlen, jerr.position, ex, sizeof(ex));
         if (json_error_code(&jerr) == json_error_duplicate_key)
-            seterr(err, errlen, "%s: header names a tensor twice (before byte %d: '%s')",
-                   f->path, jerr.position, ex);
+            seterr(err, errlen, "%s: header names a tensor twice (before byte %d: '%s')", f->path,
+                   jerr.position, ex);
         else
-            seterr(err, errlen, "%s: header is not valid JSON (%s, at byte %d)", f->path,
-                   jerr.text, jerr.position);
+            seterr(err, errlen, "%s: header is not valid JSON (%s, at byte %d)", f->path, jerr.text,
+                   jerr.position);
         return DSV4_EFORMAT;
     }
     if (!json_is_object(f->header)) {
@@ -223,7 +229,8 @@ static int parse_header(dsv4_st_file *f, const char *hdr, size_t hlen, uint64_t 
     }
     const char *key;
     json_t *v;
-    json_object_foreach(f->header, key, v) {
+    json_object_foreach(f->header, key, v)
+    {
         if (strcmp(key, "__metadata__") == 0) {
             const char *mk;
             json_t *mv;
@@ -232,10 +239,11 @@ static int parse_header(dsv4_st_file *f, const char *hdr, size_t hlen, uint64_t 
                        json_kind(v));
                 return DSV4_EFORMAT;
             }
-            json_object_foreach(v, mk, mv) {
+            json_object_foreach(v, mk, mv)
+            {
                 if (!json_is_string(mv)) {
-                    seterr(err, errlen, "%s: __metadata__.%s is a %s, expected a string",
-                           f->path, mk, json_kind(mv));
+                    seterr(err, errlen, "%s: __metadata__.%s is a %s, expected a string", f->path,
+                           mk, json_kind(mv));
                     return DSV4_EFORMAT;
                 }
             }
@@ -251,8 +259,8 @@ static int parse_header(dsv4_st_file *f, const char *hdr, size_t hlen, uint64_t 
     for (size_t i = 1; i < f->n; i++) {
         const dsv4_st_tensor *p = &f->tensors[i - 1], *t = &f->tensors[i];
         if (t->nbytes && p->nbytes && t->begin < p->begin + p->nbytes) {
-            seterr(err, errlen, "%s: %s: data_offsets [%llu,%llu] overlap %s [%llu,%llu]",
-                   f->path, t->name, (unsigned long long)t->begin,
+            seterr(err, errlen, "%s: %s: data_offsets [%llu,%llu] overlap %s [%llu,%llu]", f->path,
+                   t->name, (unsigned long long)t->begin,
                    (unsigned long long)(t->begin + t->nbytes), p->name,
                    (unsigned long long)p->begin, (unsigned long long)(p->begin + p->nbytes));
             return DSV4_EFORMAT;
@@ -302,8 +310,10 @@ dsv4_st_file *dsv4_st_open(const char *path, char *err, size_t errlen)
         goto fail;
     }
     if (hlen > f->map_len - 8) {
-        seterr(err, errlen, "%s: header length %llu exceeds the file (%zu bytes after the "
-               "length; truncated?)", path, (unsigned long long)hlen, f->map_len - 8);
+        seterr(err, errlen,
+               "%s: header length %llu exceeds the file (%zu bytes after the "
+               "length; truncated?)",
+               path, (unsigned long long)hlen, f->map_len - 8);
         goto fail;
     }
     const char *hdr = (const char *)p + 8;
@@ -333,9 +343,15 @@ void dsv4_st_close(dsv4_st_file *f)
     free(f);
 }
 
-const char *dsv4_st_path(const dsv4_st_file *f) { return f->path; }
+const char *dsv4_st_path(const dsv4_st_file *f)
+{
+    return f->path;
+}
 
-size_t dsv4_st_count(const dsv4_st_file *f) { return f->n; }
+size_t dsv4_st_count(const dsv4_st_file *f)
+{
+    return f->n;
+}
 
 const dsv4_st_tensor *dsv4_st_at(const dsv4_st_file *f, size_t i)
 {
@@ -378,13 +394,16 @@ typedef struct st_entry {
 struct dsv4_st_writer {
     st_entry *v;
     size_t n, cap;
-    uint64_t total;      /* data bytes declared */
-    uint64_t written;    /* data bytes put so far */
+    uint64_t total;   /* data bytes declared */
+    uint64_t written; /* data bytes put so far */
     FILE *fp;
     char *path, *tmp;
 };
 
-dsv4_st_writer *dsv4_st_writer_new(void) { return calloc(1, sizeof(dsv4_st_writer)); }
+dsv4_st_writer *dsv4_st_writer_new(void)
+{
+    return calloc(1, sizeof(dsv4_st_writer));
+}
 
 static void writer_abort(dsv4_st_writer *w)
 {
@@ -565,8 +584,8 @@ int dsv4_st_writer_end(dsv4_st_writer *w, char *err, size_t errlen)
         return -EINVAL;
     }
     if (w->written != w->total) {
-        seterr(err, errlen, "%s: %llu data bytes written, the declared tensors hold %llu",
-               w->path, (unsigned long long)w->written, (unsigned long long)w->total);
+        seterr(err, errlen, "%s: %llu data bytes written, the declared tensors hold %llu", w->path,
+               (unsigned long long)w->written, (unsigned long long)w->total);
         writer_abort(w);
         return DSV4_EFORMAT;
     }

@@ -41,8 +41,8 @@ typedef struct dsv4_st_tensor {
     dsv4_st_dtype dtype;
     uint32_t ndim;
     uint64_t shape[DSV4_ST_MAX_DIMS];
-    uint64_t nelem;        /* product of shape (1 for a scalar) */
-    uint64_t begin;        /* offset in the data area */
+    uint64_t nelem; /* product of shape (1 for a scalar) */
+    uint64_t begin; /* offset in the data area */
     size_t nbytes;
     const void *data;
 } dsv4_st_tensor;

@@ -16,8 +16,8 @@ typedef struct emitter {
 
 /* Emit one tensor. up/hf are leaf names appended to the layer prefixes (or full names for
  * globals); hf_alt may be NULL. */
-static void emit(emitter *em, const char *up, const char *hf, const char *hf_alt,
-                 dsv4_wclass wc, dsv4_winit init, uint64_t rows, uint64_t cols, size_t field)
+static void emit(emitter *em, const char *up, const char *hf, const char *hf_alt, dsv4_wclass wc,
+                 dsv4_winit init, uint64_t rows, uint64_t cols, size_t field)
 {
     if (em->rc)
         return;
@@ -68,9 +68,9 @@ static void emit_compressor(emitter *em, const char *up, const char *hf, uint64_
                             uint64_t rate, uint64_t hidden, size_t base)
 {
     char u[96], h[96];
-#define COMP(uleaf, hleaf, wc, init, r, c, f)                                                     \
-    snprintf(u, sizeof(u), "%s.%s", up, uleaf);                                                   \
-    snprintf(h, sizeof(h), "%s.%s", hf, hleaf);                                                   \
+#define COMP(uleaf, hleaf, wc, init, r, c, f)                                                      \
+    snprintf(u, sizeof(u), "%s.%s", up, uleaf);                                                    \
+    snprintf(h, sizeof(h), "%s.%s", hf, hleaf);                                                    \
     emit(em, u, h, NULL, wc, init, r, c, base + offsetof(dsv4_compressor_weights, f))
     COMP("wkv.weight", "kv_proj.weight", DSV4_WC_BF16, DSV4_WI_LINEAR, cd, hidden, wkv);
     COMP("wgate.weight", "gate_proj.weight", DSV4_WC_BF16, DSV4_WI_LINEAR, cd, hidden, wgate);
@@ -130,22 +130,22 @@ static void emit_layer(emitter *em, const dsv4_model_config *c, int l)
             3);
     emit(em, "attn_norm.weight", "input_layernorm.weight", NULL, DSV4_WC_BF16, DSV4_WI_NORM, H, 0,
          LW(attn_norm));
-    emit(em, "ffn_norm.weight", "post_attention_layernorm.weight", NULL, DSV4_WC_BF16,
-         DSV4_WI_NORM, H, 0, LW(ffn_norm));
-    emit(em, "attn.wq_a.weight", "self_attn.q_a_proj.weight", NULL, DSV4_WC_FP8, DSV4_WI_LINEAR,
-         qr, H, LW(wq_a));
+    emit(em, "ffn_norm.weight", "post_attention_layernorm.weight", NULL, DSV4_WC_BF16, DSV4_WI_NORM,
+         H, 0, LW(ffn_norm));
+    emit(em, "attn.wq_a.weight", "self_attn.q_a_proj.weight", NULL, DSV4_WC_FP8, DSV4_WI_LINEAR, qr,
+         H, LW(wq_a));
     emit(em, "attn.q_norm.weight", "self_attn.q_a_norm.weight", NULL, DSV4_WC_BF16, DSV4_WI_NORM,
          qr, 0, LW(q_norm));
     emit(em, "attn.wq_b.weight", "self_attn.q_b_proj.weight", NULL, DSV4_WC_FP8, DSV4_WI_LINEAR,
          nhD, qr, LW(wq_b));
-    emit(em, "attn.wkv.weight", "self_attn.kv_proj.weight", NULL, DSV4_WC_FP8, DSV4_WI_LINEAR, D,
-         H, LW(wkv));
+    emit(em, "attn.wkv.weight", "self_attn.kv_proj.weight", NULL, DSV4_WC_FP8, DSV4_WI_LINEAR, D, H,
+         LW(wkv));
     emit(em, "attn.kv_norm.weight", "self_attn.kv_norm.weight", "attn.norm.weight", DSV4_WC_BF16,
          DSV4_WI_NORM, D, 0, LW(kv_norm));
     emit(em, "attn.wo_a.weight", "self_attn.o_a_proj.weight", NULL, DSV4_WC_FP8, DSV4_WI_LINEAR,
          G * orr, nhD / G, LW(wo_a));
-    emit(em, "attn.wo_b.weight", "self_attn.o_b_proj.weight", NULL, DSV4_WC_FP8, DSV4_WI_LINEAR,
-         H, G * orr, LW(wo_b));
+    emit(em, "attn.wo_b.weight", "self_attn.o_b_proj.weight", NULL, DSV4_WC_FP8, DSV4_WI_LINEAR, H,
+         G * orr, LW(wo_b));
     emit(em, "attn.attn_sink", "self_attn.sinks", NULL, DSV4_WC_F32, DSV4_WI_SMALL, c->n_heads, 0,
          LW(sinks));
     if (kind != DSV4_LAYER_SLIDING) {

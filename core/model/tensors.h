@@ -16,11 +16,11 @@
 
 /* What the real (FP8) checkpoint stores (spec §5). */
 typedef enum dsv4_wclass {
-    DSV4_WC_F32,    /* HC params, sinks, ape, gate bias */
-    DSV4_WC_BF16,   /* embeddings, head, norms, router, compressors, weights_proj */
-    DSV4_WC_FP8,    /* F8_E4M3 with 128x128 block scales */
-    DSV4_WC_FP4,    /* routed experts: packed MXFP4 with E8M0 scales per 32 inputs */
-    DSV4_WC_INDEX,  /* tid2eid: I32 or I64 */
+    DSV4_WC_F32,   /* HC params, sinks, ape, gate bias */
+    DSV4_WC_BF16,  /* embeddings, head, norms, router, compressors, weights_proj */
+    DSV4_WC_FP8,   /* F8_E4M3 with 128x128 block scales */
+    DSV4_WC_FP4,   /* routed experts: packed MXFP4 with E8M0 scales per 32 inputs */
+    DSV4_WC_INDEX, /* tid2eid: I32 or I64 */
 } dsv4_wclass;
 
 /* How mkmodel fills a tensor: non-trivial values where Hugging Face initialises to 0 or 1. */
@@ -36,22 +36,22 @@ typedef enum dsv4_winit {
 } dsv4_winit;
 
 typedef struct dsv4_tensor_desc {
-    char name[96];          /* upstream name */
-    char hf_name[112];      /* HF-internal name; for routed experts the merged tensor */
-    char hf_alt[112];       /* another spelling, or "": the indexer's weights_proj without
-                               `scorer.`; kv_norm as transformers 5.x save_pretrained
-                               writes it (`model.layers.L.attn.norm.weight`) */
-    int layer;              /* -1 for the global tensors */
+    char name[96];     /* upstream name */
+    char hf_name[112]; /* HF-internal name; for routed experts the merged tensor */
+    char hf_alt[112];  /* another spelling, or "": the indexer's weights_proj without
+                          `scorer.`; kv_norm as transformers 5.x save_pretrained
+                          writes it (`model.layers.L.attn.norm.weight`) */
+    int layer;         /* -1 for the global tensors */
     dsv4_wclass wclass;
     dsv4_winit init;
-    uint32_t ndim;          /* logical: 1 or 2 */
-    uint64_t rows, cols;    /* logical [rows, cols] ([rows] when ndim is 1; cols = 1) */
-    int expert;             /* routed expert index, else -1 */
-    uint64_t hf_rows;       /* merged HF tensor: [E, hf_rows, cols] */
-    uint64_t hf_row0;       /* this expert matrix starts at this row of hf_rows */
-    size_t field;           /* offsetof(dsv4_model or dsv4_layer_weights, the pointer) */
-    uint64_t slot_elems;    /* elements behind that pointer (all experts together) */
-    uint64_t elem_offset;   /* where this tensor starts behind the pointer */
+    uint32_t ndim;        /* logical: 1 or 2 */
+    uint64_t rows, cols;  /* logical [rows, cols] ([rows] when ndim is 1; cols = 1) */
+    int expert;           /* routed expert index, else -1 */
+    uint64_t hf_rows;     /* merged HF tensor: [E, hf_rows, cols] */
+    uint64_t hf_row0;     /* this expert matrix starts at this row of hf_rows */
+    size_t field;         /* offsetof(dsv4_model or dsv4_layer_weights, the pointer) */
+    uint64_t slot_elems;  /* elements behind that pointer (all experts together) */
+    uint64_t elem_offset; /* where this tensor starts behind the pointer */
 } dsv4_tensor_desc;
 
 typedef int (*dsv4_tensor_fn)(void *ctx, const dsv4_tensor_desc *d);

@@ -118,8 +118,8 @@ static void legacy_flash(void)
            c.rope_compress.beta_slow == 1,
        "rope_scaling is YaRN on the compress rope (theta 1.6e5, factor 16, L0 65536, 32/1)");
     ok(c.rate_csa == 4 && c.rate_hca == 128 && c.n_experts == 256 && c.top_k == 6 &&
-           c.moe_inter == 2048 && c.o_groups == 8 && c.o_lora_rank == 1024 &&
-           c.index_heads == 64 && c.index_dim == 128 && c.index_topk == 512 && c.hc_mult == 4,
+           c.moe_inter == 2048 && c.o_groups == 8 && c.o_lora_rank == 1024 && c.index_heads == 64 &&
+           c.index_dim == 128 && c.index_topk == 512 && c.hc_mult == 4,
        "widths as in the spec");
     ok(c.scoring == DSV4_SCORE_SQRTSOFTPLUS && c.routed_scale == 1.5 && c.swiglu_limit == 10 &&
            c.act == DSV4_ACT_SILU && c.bos_id == 0 && c.eos_id == 1 && c.rms_eps == 1e-6 &&
@@ -133,9 +133,9 @@ static void current_forms(void)
     char err[512] = "";
     int rc = parse_with(
         EDITS({"qk_rope_head_dim", NULL}, {"head_dim", "32"}, {"index_head_dim", "16"},
-              {"o_groups", "2"}, {"compress_rates",
-                                  "{\"compressed_sparse_attention\": 4, "
-                                  "\"heavily_compressed_attention\": 16}"},
+              {"o_groups", "2"},
+              {"compress_rates", "{\"compressed_sparse_attention\": 4, "
+                                 "\"heavily_compressed_attention\": 16}"},
               {"rope_parameters",
                "{\"main\": {\"rope_type\": \"default\", \"rope_theta\": 5000.0, "
                "\"partial_rotary_factor\": 0.25}, \"compress\": {\"rope_type\": \"yarn\", "
@@ -174,9 +174,9 @@ static void current_forms(void)
     const char *diff = "{\"num_hidden_layers\": 2, \"layer_types\": "
                        "[\"compressed_sparse_attention\", \"heavily_compressed_attention\"]}";
     rc = dsv4_model_config_parse(diff, strlen(diff), &c, err, sizeof(err));
-    ok(rc == 0 && c.hidden == 4096 && c.n_heads == 64 && c.vocab_size == 129280 &&
-           c.hash_moe[0] && c.hash_moe[1] && c.rope_main.dims == 64 && c.bos_id == 0 &&
-           c.eos_id == 1 && c.swiglu_limit == 10,
+    ok(rc == 0 && c.hidden == 4096 && c.n_heads == 64 && c.vocab_size == 129280 && c.hash_moe[0] &&
+           c.hash_moe[1] && c.rope_main.dims == 64 && c.bos_id == 0 && c.eos_id == 1 &&
+           c.swiglu_limit == 10,
        "diff-only config: absent keys take Hugging Face's defaults (3 hash layers, 64 rope dims)");
 }
 
@@ -198,7 +198,8 @@ static void mkmodel_config(void)
            got.n_layers == want.n_layers && got.n_heads == want.n_heads &&
            got.head_dim == want.head_dim && got.q_lora_rank == want.q_lora_rank &&
            got.o_groups == want.o_groups && got.o_lora_rank == want.o_lora_rank &&
-           got.window == want.window && !memcmp(got.layer_kind, want.layer_kind, sizeof(got.layer_kind)) &&
+           got.window == want.window &&
+           !memcmp(got.layer_kind, want.layer_kind, sizeof(got.layer_kind)) &&
            !memcmp(got.hash_moe, want.hash_moe, sizeof(got.hash_moe)) &&
            got.rate_csa == want.rate_csa && got.rate_hca == want.rate_hca &&
            got.n_experts == want.n_experts && got.top_k == want.top_k &&
@@ -249,11 +250,15 @@ int main(void)
     rejects(EDITS({"hidden_size", "\"64\""}), "hidden_size must be an integer (got a string)");
     rejects(EDITS({"hidden_size", "0"}), "hidden_size is 0 (allowed 1..");
     rejects(EDITS({"num_hidden_layers", "200"}), "num_hidden_layers is 200 (allowed 1..128)");
-    rejects(EDITS({"num_experts_per_tok", "9"}), "num_experts_per_tok 9 exceeds n_routed_experts 8");
-    rejects(EDITS({"o_groups", "3"}), "num_attention_heads * head_dim (256) is not divisible by o_groups 3");
-    rejects(EDITS({"qk_rope_head_dim", "64"}), "must be even, non-zero, equal and below head_dim 64");
+    rejects(EDITS({"num_experts_per_tok", "9"}),
+            "num_experts_per_tok 9 exceeds n_routed_experts 8");
+    rejects(EDITS({"o_groups", "3"}),
+            "num_attention_heads * head_dim (256) is not divisible by o_groups 3");
+    rejects(EDITS({"qk_rope_head_dim", "64"}),
+            "must be even, non-zero, equal and below head_dim 64");
     rejects(EDITS({"index_head_dim", "8"}), "index_head_dim 8 is smaller than the rope dims 16");
-    rejects(EDITS({"hidden_act", "\"relu\""}), "hidden_act 'relu' is not supported (one of silu, gelu)");
+    rejects(EDITS({"hidden_act", "\"relu\""}),
+            "hidden_act 'relu' is not supported (one of silu, gelu)");
     rejects(EDITS({"scoring_func", "3"}), "scoring_func must be a string (got an integer)");
     rejects(EDITS({"rope_scaling", "{\"type\": \"yarn\"}"}), "rope_scaling: yarn needs factor");
     rejects(EDITS({"rope_parameters", "[1]"}), "rope_parameters must be an object (got an array)");
@@ -262,6 +267,7 @@ int main(void)
     rejects(EDITS({"tie_word_embeddings", "true"}), "tie_word_embeddings true is not supported");
     rejects(EDITS({"num_key_value_heads", "2"}), "num_key_value_heads is 2 (allowed 1..1)");
     rejects(EDITS({"bos_token_id", "320"}), "bos_token_id must be a token id below vocab_size 320");
-    rejects(EDITS({"vocab_size", "320, \"vocab_size\": 321"}), "config.json: not valid JSON (duplicate");
+    rejects(EDITS({"vocab_size", "320, \"vocab_size\": 321"}),
+            "config.json: not valid JSON (duplicate");
     return done_testing();
 }

@@ -49,9 +49,9 @@ int main(void)
 
     /* MXFP4 [2, 64] packed as U8 [2, 32], scales [2, 2]. */
     unsigned char q4[2 * 32] = {0};
-    q4[0] = 0x21;       /* col 0: 0.5, col 1: 1.0 */
-    q4[16] = 0x7f;      /* col 32: -6, col 33: 6 */
-    q4[32 + 31] = 0x9a; /* row 1, col 62: -1.0, col 63: -0.5 */
+    q4[0] = 0x21;                                     /* col 0: 0.5, col 1: 1.0 */
+    q4[16] = 0x7f;                                    /* col 32: -6, col 33: 6 */
+    q4[32 + 31] = 0x9a;                               /* row 1, col 62: -1.0, col 63: -0.5 */
     const unsigned char s4[4] = {127, 128, 126, 129}; /* row 0: 1, 2; row 1: 0.5, 4 */
     dsv4_st_tensor w4 = tensor(DSV4_ST_U8, 2, 2, 32, 0, q4);
     dsv4_st_tensor sc4 = tensor(DSV4_ST_F8_E8M0, 2, 2, 2, 0, s4);
@@ -69,9 +69,9 @@ int main(void)
     unsigned char m4[2 * 4 * 32] = {0};
     unsigned char ms[2 * 4 * 2];
     memset(ms, 127, sizeof(ms));
-    m4[(1 * 4 + 2) * 32] = 0x05;         /* expert 1, row 2, col 0: 3.0 */
-    ms[(1 * 4 + 3) * 2 + 1] = 130;       /* expert 1, row 3, group 1: scale 8 */
-    m4[(1 * 4 + 3) * 32 + 31] = 0x30;    /* expert 1, row 3, col 63: 1.5 */
+    m4[(1 * 4 + 2) * 32] = 0x05;      /* expert 1, row 2, col 0: 3.0 */
+    ms[(1 * 4 + 3) * 2 + 1] = 130;    /* expert 1, row 3, group 1: scale 8 */
+    m4[(1 * 4 + 3) * 32 + 31] = 0x30; /* expert 1, row 3, col 63: 1.5 */
     dsv4_st_tensor wm = tensor(DSV4_ST_I8, 3, 2, 4, 32, m4);
     dsv4_st_tensor sm = tensor(DSV4_ST_F8_E8M0, 3, 2, 4, 2, ms);
     dsv4_wsrc msrc = {.t = &wm, .scale = &sm, .mat = 1, .rows = 4, .cols = 64};

@@ -19,12 +19,12 @@ static char root[] = "/tmp/t-model-bad-XXXXXX";
 
 typedef struct edit {
     const char *name;
-    const char *rename;   /* NULL: keep */
-    bool drop, add;       /* add: a new tensor with the fields below */
-    int dtype;            /* -1: keep */
-    uint32_t ndim;        /* 0 with shape unset: keep */
+    const char *rename; /* NULL: keep */
+    bool drop, add;     /* add: a new tensor with the fields below */
+    int dtype;          /* -1: keep */
+    uint32_t ndim;      /* 0 with shape unset: keep */
     uint64_t shape[4];
-    const void *data;     /* NULL: keep */
+    const void *data; /* NULL: keep */
 } edit;
 
 /* dir/name: the tiny checkpoint (fp8, names as given) with the edits applied. */
@@ -93,50 +93,62 @@ int main(void)
     plan(2 * 20 + 3);
     const char *d;
 
-    d = variant("missing", "upstream", E({.name = "layers.2.attn.wkv.weight", .drop = true, .dtype = -1}));
-    refused(d, "tensor layers.2.attn.wkv.weight is missing (nor found as "
-               "model.layers.2.self_attn.kv_proj.weight)", "a missing tensor");
+    d = variant("missing", "upstream",
+                E({.name = "layers.2.attn.wkv.weight", .drop = true, .dtype = -1}));
+    refused(d,
+            "tensor layers.2.attn.wkv.weight is missing (nor found as "
+            "model.layers.2.self_attn.kv_proj.weight)",
+            "a missing tensor");
     d = variant("shape", "upstream",
                 E({.name = "layers.1.attn.attn_sink", .dtype = -1, .ndim = 2, .shape = {2, 2}}));
     refused(d, "model.safetensors: layers.1.attn.attn_sink: shape [2,2], expected [4] (F32)",
             "a wrong shape");
     d = variant("f16", "upstream", E({.name = "layers.0.attn_norm.weight", .dtype = DSV4_ST_F16}));
     refused(d, "layers.0.attn_norm.weight: dtype F16 is not supported", "an unsupported dtype");
-    d = variant("i32w", "upstream", E({.name = "head.weight", .dtype = DSV4_ST_I32, .ndim = 2,
-                                       .shape = {160, 64}}));
+    d = variant("i32w", "upstream",
+                E({.name = "head.weight", .dtype = DSV4_ST_I32, .ndim = 2, .shape = {160, 64}}));
     refused(d, "head.weight: dtype I32 is not supported", "an integer weight");
-    d = variant("noscale", "upstream", E({.name = "layers.0.attn.wq_a.scale", .drop = true, .dtype = -1}));
-    refused(d, "layers.0.attn.wq_a.weight: F8_E4M3 weight without its scale "
-               "(layers.0.attn.wq_a.scale or layers.0.attn.wq_a.weight_scale_inv)",
+    d = variant("noscale", "upstream",
+                E({.name = "layers.0.attn.wq_a.scale", .drop = true, .dtype = -1}));
+    refused(d,
+            "layers.0.attn.wq_a.weight: F8_E4M3 weight without its scale "
+            "(layers.0.attn.wq_a.scale or layers.0.attn.wq_a.weight_scale_inv)",
             "an FP8 weight without its scale");
-    d = variant("scaledtype", "upstream", E({.name = "layers.0.attn.wq_a.scale", .dtype = DSV4_ST_U8}));
+    d = variant("scaledtype", "upstream",
+                E({.name = "layers.0.attn.wq_a.scale", .dtype = DSV4_ST_U8}));
     refused(d, "layers.0.attn.wq_a.scale: scale dtype U8, expected F8_E8M0 or F32",
             "a scale of the wrong dtype");
     d = variant("scaleshape", "upstream",
                 E({.name = "layers.0.attn.wq_a.scale", .dtype = -1, .ndim = 1, .shape = {1}}));
     refused(d, "layers.0.attn.wq_a.scale: shape [1], expected [1,1]", "a scale of the wrong shape");
-    d = variant("fp8vec", "upstream", E({.name = "layers.0.attn_norm.weight",
-                                         .dtype = DSV4_ST_F8_E4M3}));
+    d = variant("fp8vec", "upstream",
+                E({.name = "layers.0.attn_norm.weight", .dtype = DSV4_ST_F8_E4M3}));
     refused(d, "layers.0.attn_norm.weight: dtype F8_E4M3 cannot hold this tensor (not a matrix)",
             "an FP8 vector");
-    d = variant("fp4shape", "upstream", E({.name = "layers.3.ffn.experts.5.w2.weight", .dtype = -1,
-                                           .ndim = 2, .shape = {32, 32}}));
+    d = variant(
+        "fp4shape", "upstream",
+        E({.name = "layers.3.ffn.experts.5.w2.weight", .dtype = -1, .ndim = 2, .shape = {32, 32}}));
     refused(d, "layers.3.ffn.experts.5.w2.weight: shape [32,32], expected [64,16] (I8)",
             "packed experts of the wrong shape");
     static const int32_t bad_route[2] = {3, 8};
-    d = variant("route", "upstream", E({.name = "layers.1.ffn.gate.tid2eid", .dtype = -1,
-                                        .ndim = 2, .shape = {1, 2}, .data = bad_route}));
+    d = variant("route", "upstream",
+                E({.name = "layers.1.ffn.gate.tid2eid",
+                   .dtype = -1,
+                   .ndim = 2,
+                   .shape = {1, 2},
+                   .data = bad_route}));
     refused(d, "layers.1.ffn.gate.tid2eid: shape [1,2], expected [320,2] (I32)",
             "a hash table of the wrong shape");
     static int32_t routes[640];
     for (int i = 0; i < 640; i++)
         routes[i] = i % 8;
     routes[7] = 8;
-    d = variant("route8", "upstream", E({.name = "layers.1.ffn.gate.tid2eid", .dtype = -1,
-                                         .data = routes}));
+    d = variant("route8", "upstream",
+                E({.name = "layers.1.ffn.gate.tid2eid", .dtype = -1, .data = routes}));
     refused(d, "layers.1.ffn.gate.tid2eid: entry 7 is 8, not an expert id (0..7)",
             "a hash route past the last expert");
-    d = variant("routef", "upstream", E({.name = "layers.0.ffn.gate.tid2eid", .dtype = DSV4_ST_F32}));
+    d = variant("routef", "upstream",
+                E({.name = "layers.0.ffn.gate.tid2eid", .dtype = DSV4_ST_F32}));
     refused(d, "layers.0.ffn.gate.tid2eid: dtype F32, expected I32 or I64", "float hash routes");
 
     /* Folder-level failures. */
@@ -177,8 +189,13 @@ int main(void)
     /* Accepted variations. */
     static const float mtp[4] = {1, 2, 3, 4};
     char err[1024] = "";
-    d = variant("mtp", "upstream", E({.name = "mtp.0.enorm.weight", .add = true,
-                                      .dtype = DSV4_ST_F32, .ndim = 1, .shape = {4}, .data = mtp}));
+    d = variant("mtp", "upstream",
+                E({.name = "mtp.0.enorm.weight",
+                   .add = true,
+                   .dtype = DSV4_ST_F32,
+                   .ndim = 1,
+                   .shape = {4},
+                   .data = mtp}));
     dsv4_model *m = dsv4_model_load(d, err, sizeof(err));
     ok(m != NULL, "mtp.* tensors are ignored");
     if (!m)
@@ -186,9 +203,11 @@ int main(void)
     dsv4_model_free(m);
 
     const char *scorer = "model.layers.2.self_attn.compressor.indexer.scorer.weights_proj.weight";
-    d = variant("noscorer", "hf", E({.name = scorer, .dtype = -1,
-                                     .rename = "model.layers.2.self_attn.compressor.indexer."
-                                               "weights_proj.weight"}));
+    d = variant("noscorer", "hf",
+                E({.name = scorer,
+                   .dtype = -1,
+                   .rename = "model.layers.2.self_attn.compressor.indexer."
+                             "weights_proj.weight"}));
     m = dsv4_model_load(d, err, sizeof(err));
     if (!ok(m != NULL, "the indexer's weights_proj without scorer. loads"))
         diag("%s", err);
@@ -196,8 +215,8 @@ int main(void)
     dsv4_tensor_desc want_d;
     float want[2 * 64];
     uint64_t n = 0;
-    const float *got = m ? dsv4_model_weight(m, "layers.2.attn.indexer.weights_proj.weight", &n)
-                         : NULL;
+    const float *got =
+        m ? dsv4_model_weight(m, "layers.2.attn.indexer.weights_proj.weight", &n) : NULL;
     memset(&want_d, 0, sizeof(want_d));
     snprintf(want_d.name, sizeof(want_d.name), "layers.2.attn.indexer.weights_proj.weight");
     want_d.wclass = DSV4_WC_BF16;

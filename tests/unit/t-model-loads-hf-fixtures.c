@@ -78,8 +78,8 @@ int main(void)
     ok(l2 && same(l2->exp_up + 3 * I * H, raw, "model.layers.2.mlp.experts.gate_up_proj",
                   (3 * 2 * I + I) * H, I * H),
        "expert 3 w3 = gate_up_proj[3, I:2I]");
-    ok(l2 && same(l2->exp_down + 5 * H * I, raw, "model.layers.2.mlp.experts.down_proj",
-                  5 * H * I, H * I),
+    ok(l2 && same(l2->exp_down + 5 * H * I, raw, "model.layers.2.mlp.experts.down_proj", 5 * H * I,
+                  H * I),
        "expert 5 w2 = down_proj[5]");
     ok(l2 && same(l2->kv_norm, raw, "model.layers.2.self_attn.kv_norm.weight", 0, 32) &&
            same(l2->comp.norm, raw, "model.layers.2.self_attn.compressor.kv_norm.weight", 0, 32),
@@ -101,8 +101,8 @@ int main(void)
     ok(l1 && same(l1->exp_up + 2 * 16 * 32, raw, "model.layers.1.ffn.experts.2.w3.weight", 0,
                   16 * 32),
        "per-expert w3 under model.");
-    ok(l1 && same(l1->idx_weights, raw, "model.layers.1.attn.indexer.weights_proj.weight", 0,
-                  2 * 32),
+    ok(l1 &&
+           same(l1->idx_weights, raw, "model.layers.1.attn.indexer.weights_proj.weight", 0, 2 * 32),
        "indexer weights_proj");
     ok(m && same(m->head, raw, "head.weight", 0, 96 * 32) &&
            same(m->embed, raw, "model.embed_tokens.weight", 0, 96 * 32),

@@ -25,8 +25,7 @@ typedef struct cmp_ctx {
 
 /* Is got within the storage format's rounding of the f32 value x? amp: the tensor's
  * largest magnitude (scales are powers of two at most amp/2). */
-static bool close_enough(const cmp_ctx *c, const dsv4_tensor_desc *d, float got, float x,
-                         float amp)
+static bool close_enough(const cmp_ctx *c, const dsv4_tensor_desc *d, float got, float x, float amp)
 {
     float e = fabsf(got - x);
     if (d->wclass == DSV4_WC_F32 || d->wclass == DSV4_WC_INDEX || !strcmp(c->o->dtype, "f32"))
@@ -73,8 +72,8 @@ static void roundtrip(const char *root, const char *dtype, const char *names, un
 {
     char dir[512], err[512];
     snprintf(dir, sizeof(dir), "%s/%s-%s-%u", root, dtype, names, shards);
-    dsv4_mkmodel_opts o = {.preset = "tiny", .seed = 42, .dtype = dtype, .names = names,
-                           .shards = shards};
+    dsv4_mkmodel_opts o = {
+        .preset = "tiny", .seed = 42, .dtype = dtype, .names = names, .shards = shards};
     int rc = dsv4_mkmodel_run(&o, dir, err, sizeof(err));
     if (!ok(rc == 0, "mkmodel tiny %s %s shards %u", dtype, names, shards))
         diag("%s", err);

@@ -115,12 +115,13 @@ int main(void)
     }
 
     /* A good file: two tensors, out of header order, with metadata. */
-    const char *good = craft("good.safetensors", 0,
-                             "{\"__metadata__\": {\"format\": \"pt\"},"
-                             " \"z\": {\"dtype\": \"I64\", \"shape\": [1], \"data_offsets\": [4,12]},"
-                             " \"a\": {\"dtype\": \"BF16\", \"shape\": [2,1], \"data_offsets\": [0,4]},"
-                             " \"e\": {\"dtype\": \"U8\", \"shape\": [0], \"data_offsets\": [12,12]}}  ",
-                             12);
+    const char *good =
+        craft("good.safetensors", 0,
+              "{\"__metadata__\": {\"format\": \"pt\"},"
+              " \"z\": {\"dtype\": \"I64\", \"shape\": [1], \"data_offsets\": [4,12]},"
+              " \"a\": {\"dtype\": \"BF16\", \"shape\": [2,1], \"data_offsets\": [0,4]},"
+              " \"e\": {\"dtype\": \"U8\", \"shape\": [0], \"data_offsets\": [12,12]}}  ",
+              12);
     char err[256] = "";
     dsv4_st_file *f = dsv4_st_open(good, err, sizeof(err));
     if (!ok(f != NULL, "good.safetensors opens"))
@@ -131,9 +132,9 @@ int main(void)
     ok(z && z->dtype == DSV4_ST_I64 && z->ndim == 1 && z->shape[0] == 1 && z->nbytes == 8,
        "z is I64 [1], 8 bytes");
     const dsv4_st_tensor *a = dsv4_st_find(f, "a");
-    ok(a && a->ndim == 2 && a->shape[0] == 2 && a->shape[1] == 1 && a->nelem == 2,
-       "a is [2,1]");
-    ok(z && a && (const char *)z->data - (const char *)a->data == 4, "data pointers follow the offsets");
+    ok(a && a->ndim == 2 && a->shape[0] == 2 && a->shape[1] == 1 && a->nelem == 2, "a is [2,1]");
+    ok(z && a && (const char *)z->data - (const char *)a->data == 4,
+       "data pointers follow the offsets");
     ok(dsv4_st_find(f, "b") == NULL, "an absent name is not found");
     is_str(dsv4_st_meta(f, "format"), "pt", "metadata format is pt");
     ok(dsv4_st_meta(f, "other") == NULL, "absent metadata is NULL");

@@ -23,8 +23,8 @@ int main(void)
     int64_t ids[2] = {5, -1};
     uint8_t sc = 127;
     dsv4_st_writer *w = dsv4_st_writer_new();
-    int rc = dsv4_st_writer_add(w, "logits", DSV4_ST_F32, 3, (uint64_t[]){1, 2, 3}, f, err,
-                                sizeof(err));
+    int rc =
+        dsv4_st_writer_add(w, "logits", DSV4_ST_F32, 3, (uint64_t[]){1, 2, 3}, f, err, sizeof(err));
     rc |= dsv4_st_writer_add(w, "ids", DSV4_ST_I64, 1, (uint64_t[]){2}, ids, err, sizeof(err));
     rc |= dsv4_st_writer_add(w, "scale", DSV4_ST_F8_E8M0, 0, NULL, &sc, err, sizeof(err));
     ok(rc == 0, "three tensors declared");
@@ -45,8 +45,7 @@ int main(void)
     t = dsv4_st_find(r, "ids");
     ok(t && t->dtype == DSV4_ST_I64 && memcmp(t->data, ids, sizeof(ids)) == 0, "ids I64 [2]");
     t = dsv4_st_find(r, "scale");
-    ok(t && t->ndim == 0 && t->nelem == 1 && *(const uint8_t *)t->data == 127,
-       "a scalar F8_E8M0");
+    ok(t && t->ndim == 0 && t->nelem == 1 && *(const uint8_t *)t->data == 127, "a scalar F8_E8M0");
     is_str(dsv4_st_meta(r, "format"), "pt", "metadata format pt");
     dsv4_st_close(r);
 
