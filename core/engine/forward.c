@@ -179,8 +179,8 @@ dsv4_fwd *dsv4_fwd_new(const dsv4_fwd_conf *conf, char *err, size_t errlen)
     f->max_comp = csa ? (c->index_topk < csa_rows ? c->index_topk : csa_rows) : 0;
     if (hca && conf->max_context / c->rate_hca > f->max_comp)
         f->max_comp = conf->max_context / c->rate_hca;
-    f->max_rate = (csa ? c->rate_csa : 1) > (hca ? c->rate_hca : 1) ? (csa ? c->rate_csa : 1)
-                                                                    : (hca ? c->rate_hca : 1);
+    uint32_t rate_c = csa ? c->rate_csa : 1, rate_h = hca ? c->rate_hca : 1;
+    f->max_rate = rate_c > rate_h ? rate_c : rate_h;
 
     size_t B = conf->max_tokens, N = c->hc_mult, H = c->hidden, D = c->head_dim;
     size_t mix = (2 + N) * N, QH = (size_t)c->n_heads * D, K = c->top_k, I = c->moe_inter;
@@ -463,7 +463,8 @@ static void dsv4_fwd_index_range(void *ctx, size_t b, size_t e, unsigned tid)
         int rc = f->ik->score(f->ik_state, &f->geom, ik->base, f->seqs[f->tseq[t]].pages, valid, q,
                               f->iw + t * NI, NI, scale, scr->scores);
         if (rc != 0) {
-            f->status = rc;
+            /* several tokens may fail at once; any one status will do */
+            __atomic_store_n(&f->status, rc, __ATOMIC_RELAXED);
             f->nsel[t] = 0;
             continue;
         }
