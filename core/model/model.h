@@ -67,7 +67,7 @@ typedef struct dsv4_model_config {
     uint32_t hc_sinkhorn_iters;
     double hc_eps;
     double rms_eps;
-    int32_t bos_id, eos_id;       /* -1 when absent */
+    int32_t bos_id, eos_id;       /* -1 when null; absent keys take HF's defaults 0 and 1 */
     uint64_t max_positions;
 } dsv4_model_config;
 
