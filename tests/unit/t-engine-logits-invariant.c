@@ -4,7 +4,8 @@
  * requests of mixed lengths (in prefill and in decode); and on 1, 2 or 3 threads. The
  * model has a window (8) shorter than the prompt, index_topk (3) below the number of
  * candidate rows, and a 45-token prompt that crosses the CSA (4) and HCA (8) boundaries
- * and three 16-token pages. Checked for f32 and bf16 KV, and for hc_mult 2 and 4.
+ * and three 16-token pages. Checked for f32 and bf16 KV, f32 and fp8 index-K (the
+ * indexk plugin), and hc_mult 2 and 4.
  * Freeing every request returns the pool to its baseline. */
 #include <math.h>
 #include <stdio.h>
@@ -138,7 +139,7 @@ int main(void)
     dsv4_test_tokens(other_a, 29, 61, 12);
     dsv4_test_tokens(other_b, 5, 61, 13);
 
-    plan(3 * 11 + 2);
+    plan(4 * 11 + 2);
     dsv4_test_shape shape = dsv4_test_shape_default();
     dsv4_model *m = dsv4_test_model_new(&shape, 1);
     check_model(m, DSV4_KV_F32, "f32 kv");
@@ -154,6 +155,11 @@ int main(void)
     ok(memcmp(a, b, (size_t)T * 61 * sizeof(float)) != 0, "bf16 kv changes the logits");
     free(a);
     free(b);
+    const dsv4_plugin_desc *f32 = ik;
+    dsv4_registry *reg8;
+    ik = dsv4_test_indexk(&reg8, "fp8");
+    check_model(m, DSV4_KV_F32, "fp8 index-K");
+    ik = f32;
     dsv4_test_model_free(m);
 
     shape.hc_mult = 4;
@@ -162,6 +168,7 @@ int main(void)
     m = dsv4_test_model_new(&shape, 2);
     check_model(m, DSV4_KV_F32, "hc_mult 4, gelu, 1 group");
     dsv4_test_model_free(m);
+    dsv4_registry_free(reg8);
     dsv4_registry_free(reg);
     return done_testing();
 }
