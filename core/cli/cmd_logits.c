@@ -285,10 +285,8 @@ int dsv4ctl_logits(int argc, char **argv)
         case 'i': in = optarg; break;
         case 'o': out = optarg; break;
         case 'k':
-            if (!parse_u32(optarg, 1, &decode_from)) {
-                fprintf(stderr,
-                        "dsv4ctl logits: --decode-from: expected a position >= 1, "
-                        "got '%s'\n",
+            if (!parse_u32(optarg, 0, &decode_from)) {
+                fprintf(stderr, "dsv4ctl logits: --decode-from: expected a position, got '%s'\n",
                         optarg);
                 return 2;
             }

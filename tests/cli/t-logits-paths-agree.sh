@@ -1,12 +1,12 @@
 #!/bin/sh
 # t-logits-paths-agree: `dsv4ctl logits` writes the same bytes whichever way it runs the
-# model (one prefill, chunks of 1 or 5 tokens, decode steps from position 1 or 7, 3
+# model (one prefill, chunks of 1 or 5 tokens, decode steps from position 0, 1 or 7, 3
 # threads), on the tiny synthetic checkpoint with three rows of 40 ids (crossing the
 # window, the CSA and HCA rates and the indexer's top-k); bf16 KV really changes the
 # result; bad input is refused with a clear message and the documented exit status.
 . "$top_srcdir/tests/tap.sh"
 tap_tmpdir
-plan 14
+plan 15
 
 le32() {
     printf "\\$(printf %03o $(($1 & 255)))\\$(printf %03o $((($1 >> 8) & 255)))"
@@ -38,10 +38,11 @@ run() { # name args...: logits of $IN into $TAP_TMP/name.st
 ok "one prefill runs" run full
 ok "chunks of 1" run c1 --chunk 1
 ok "chunks of 5 from 3 threads" run c5 --chunk 5 --threads 3
+ok "decode from position 0 (no prefill)" run d0 --decode-from 0
 ok "decode from position 1" run d1 --decode-from 1
 ok "chunks of 3 then decode from position 7" run d7 --chunk 3 --decode-from 7
 same=0
-for n in c1 c5 d1 d7; do cmp -s "$TAP_TMP/full.st" "$TAP_TMP/$n.st" || same=1; done
+for n in c1 c5 d0 d1 d7; do cmp -s "$TAP_TMP/full.st" "$TAP_TMP/$n.st" || same=1; done
 is "$same" 0 "every path writes the same logits bytes"
 ok "bf16 kv runs" run bf16 --kv-dtype bf16
 ok "bf16 kv changes the logits" sh -c "! cmp -s '$TAP_TMP/full.st' '$TAP_TMP/bf16.st'"
