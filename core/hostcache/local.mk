@@ -1,0 +1,1 @@
+# core/hostcache: build rules (owned by the area)

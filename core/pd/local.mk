@@ -1,0 +1,1 @@
+# core/pd: build rules (owned by the area)

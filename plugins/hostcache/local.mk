@@ -1,0 +1,1 @@
+# plugins/hostcache: build rules (owned by the area)

@@ -1,0 +1,1 @@
+# plugins/transport: build rules (owned by the area)
