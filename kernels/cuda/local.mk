@@ -1,0 +1,1 @@
+# kernels/cuda: build rules (owned by the area)
