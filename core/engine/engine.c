@@ -1,6 +1,6 @@
 /* engine.c: sequences, page bookkeeping and step scheduling around the forward pass
  * (engine.h). */
-#include "core/engine/engine.h"
+#include "core/engine/engine_priv.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -10,36 +10,7 @@
 #include <dsv4d/indexk.h>
 
 #include "core/config/schema.h"
-#include "core/engine/forward.h"
 #include "core/plugin/registry.h"
-
-typedef struct dsv4_eseq {
-    bool live;
-    uint32_t slot;
-    uint32_t len; /* tokens in its KV */
-    uint32_t *pages;
-    uint32_t n_pages, cap_pages;
-} dsv4_eseq;
-
-struct dsv4_engine {
-    const dsv4_model *model;
-    dsv4_engine_conf conf;
-    dsv4_threads *threads;
-    dsv4_kv_pool *pool;
-    dsv4_fwd *fwd;
-    const dsv4_plugin_desc *ik_desc;
-    void *ik_conf; /* owned when the caller gave none */
-    void *ik_state;
-    dsv4_eseq *seqs; /* [n_slots], the sequence id is the index */
-    /* step building, sized once */
-    dsv4_fwd_seq *step;   /* [n_slots] */
-    uint32_t *step_of;    /* [n_slots] which request entry each step entry serves */
-    uint32_t *done;       /* [n_slots] tokens of each request entry already run */
-    float **lptr;         /* [step_tokens] */
-    const int32_t **tokp; /* [n_slots] decode tokens */
-    uint32_t *ones;       /* [n_slots] = 1 */
-    float **dlog;         /* [n_slots] decode outputs */
-};
 
 static int dsv4_engine_plugin(dsv4_engine *eng, const dsv4_engine_conf *conf, char *err,
                               size_t errlen)
@@ -214,22 +185,30 @@ uint32_t dsv4_engine_vocab(const dsv4_engine *eng)
     return eng->model->cfg.vocab_size;
 }
 
+int dsv4_eseq_reserve(dsv4_eseq *s, uint32_t n_pages)
+{
+    if (n_pages <= s->cap_pages)
+        return 0;
+    uint32_t cap = s->cap_pages ? s->cap_pages : 4;
+    while (cap < n_pages)
+        cap *= 2;
+    uint32_t *p = realloc(s->pages, cap * sizeof(uint32_t));
+    if (!p)
+        return -ENOMEM;
+    s->pages = p;
+    s->cap_pages = cap;
+    return 0;
+}
+
 /* Give s pages for its first `tokens` tokens. */
 static int dsv4_engine_pages(dsv4_engine *eng, dsv4_eseq *s, uint32_t tokens)
 {
     uint32_t need = (tokens + eng->conf.page_tokens - 1) / eng->conf.page_tokens;
-    if (need > s->cap_pages) {
-        uint32_t cap = s->cap_pages ? s->cap_pages : 4;
-        while (cap < need)
-            cap *= 2;
-        uint32_t *p = realloc(s->pages, cap * sizeof(uint32_t));
-        if (!p)
-            return -ENOMEM;
-        s->pages = p;
-        s->cap_pages = cap;
-    }
+    int rc = dsv4_eseq_reserve(s, need);
+    if (rc != 0)
+        return rc;
     while (s->n_pages < need) {
-        int rc = dsv4_kv_page_alloc(eng->pool, &s->pages[s->n_pages]);
+        rc = dsv4_kv_page_alloc(eng->pool, &s->pages[s->n_pages]);
         if (rc != 0)
             return rc;
         s->n_pages++;

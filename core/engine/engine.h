@@ -67,4 +67,22 @@ int dsv4_engine_decode(dsv4_engine *eng, size_t n, const uint32_t *seqs, const i
 const dsv4_kv_pool *dsv4_engine_kv(const dsv4_engine *eng);
 uint32_t dsv4_engine_vocab(const dsv4_engine *eng);
 
+/* For the prefix cache (prefix.c; a sequence's pages come from dsv4_engine_seq_pages). A
+ * cached prefix is whole pages plus a snapshot of the per-sequence state (every state
+ * buffer: window ring, compressor carries) at its end. */
+
+/* Page references, for pages a cache keeps beyond the sequences that wrote them. */
+void dsv4_engine_page_ref(dsv4_engine *eng, uint32_t page);
+void dsv4_engine_page_unref(dsv4_engine *eng, uint32_t page);
+/* A spare state slot to hold a snapshot (it counts against n_slots). -ENOSPC. */
+int dsv4_engine_slot_alloc(dsv4_engine *eng, uint32_t *slot_p);
+void dsv4_engine_slot_free(dsv4_engine *eng, uint32_t slot);
+/* Copy the sequence's state into the spare slot. 0 or -EINVAL. */
+int dsv4_engine_seq_snapshot(dsv4_engine *eng, uint32_t seq, uint32_t slot);
+/* Start an empty sequence from n_pages full pages (each gains a reference) and the state
+ * snapshot in slot (copied): its length becomes n_pages * page_tokens. 0, -EINVAL (not
+ * empty, bad slot) or -ENOMEM. */
+int dsv4_engine_seq_adopt(dsv4_engine *eng, uint32_t seq, const uint32_t *pages,
+                          uint32_t n_pages, uint32_t slot);
+
 #endif

@@ -3,7 +3,8 @@
 core_libdsv4core_la_SOURCES += \
 	core/engine/kvpool.c core/engine/kvpool.h \
 	core/engine/forward.c core/engine/forward.h \
-	core/engine/engine.c core/engine/engine.h \
+	core/engine/engine.c core/engine/engine.h core/engine/engine_priv.h \
+	core/engine/prefix.c \
 	core/engine/sample.c core/engine/sample.h
 
 # Engine tests: random in-memory models (tests/unit/engine-testmodel.c) through the
