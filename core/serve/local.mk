@@ -2,11 +2,28 @@
 # cache and the metrics registry. Part of the core convenience library.
 core_libdsv4core_la_SOURCES += \
 	core/serve/metrics.c core/serve/metrics.h \
-	core/serve/radix.c core/serve/radix.h
+	core/serve/radix.c core/serve/radix.h \
+	core/serve/serve.h core/serve/serve_priv.h \
+	core/serve/server.c core/serve/loop.c core/serve/cache.c
 
 SERVE_TESTS = tests/unit/t-metrics-render-prometheus-text
 tests_unit_t_metrics_render_prometheus_text_LDADD = $(TEST_CORE_LIBS)
 SERVE_TESTS += tests/unit/t-radix-match-insert-evict
 tests_unit_t_radix_match_insert_evict_LDADD = $(TEST_CORE_LIBS)
+# Serving-loop tests: servers over random in-memory models (the engine tests' helper).
+SERVE_HARNESS = tests/unit/serve-harness.c tests/unit/serve-harness.h $(ENGINE_TEST_HELPER)
+SERVE_LOOP_TESTS = tests/unit/t-serve-same-tokens-however-scheduled \
+	tests/unit/t-serve-admits-in-sched-order \
+	tests/unit/t-serve-cancel-and-stop-free-pages
+tests_unit_t_serve_same_tokens_however_scheduled_SOURCES = \
+	tests/unit/t-serve-same-tokens-however-scheduled.c $(SERVE_HARNESS)
+tests_unit_t_serve_same_tokens_however_scheduled_LDADD = $(TEST_CORE_LIBS) -lm
+tests_unit_t_serve_admits_in_sched_order_SOURCES = \
+	tests/unit/t-serve-admits-in-sched-order.c $(SERVE_HARNESS)
+tests_unit_t_serve_admits_in_sched_order_LDADD = $(TEST_CORE_LIBS) -lm
+tests_unit_t_serve_cancel_and_stop_free_pages_SOURCES = \
+	tests/unit/t-serve-cancel-and-stop-free-pages.c $(SERVE_HARNESS)
+tests_unit_t_serve_cancel_and_stop_free_pages_LDADD = $(TEST_CORE_LIBS) -lm
+SERVE_TESTS += $(SERVE_LOOP_TESTS)
 check_PROGRAMS += $(SERVE_TESTS)
 TESTS += $(SERVE_TESTS)

@@ -11,6 +11,10 @@
  * interface, from any thread. Events are delivered on the engine thread through the
  * request's callback, which must not block (copy and signal). After a request's terminal
  * event (DONE or ERROR) no further callback for it happens, and its ctx may be freed.
+ * By the time of that event the request's pages and state slot are back in the pool (or
+ * kept by the prefix cache). The eos token that ends a request with DSV4_FINISH_STOP is
+ * delivered as a TOKEN event before DONE and counted in completion_tokens; text front
+ * ends leave it out of the text.
  */
 #ifndef DSV4_CORE_SERVE_H
 #define DSV4_CORE_SERVE_H
@@ -66,6 +70,15 @@ typedef void (*dsv4_gen_event_fn)(void *ctx, const dsv4_gen_event *ev);
  * sched and indexk plugins come from conf->desc[]). NULL with the reason in err. */
 dsv4_server *dsv4_server_start(const dsv4_config *conf, const dsv4_model *model, char *err,
                                size_t errlen);
+/* Overrides of the engine geometry for tests and tools; zero fields keep the defaults. */
+typedef struct dsv4_server_opts {
+    uint32_t page_tokens;      /* source tokens per KV page; 0 = 256 */
+    uint32_t n_pages;          /* KV pages; 0 = as many as [model] kv_pool holds */
+} dsv4_server_opts;
+
+/* dsv4_server_start with opts (NULL = defaults). */
+dsv4_server *dsv4_server_start_opts(const dsv4_config *conf, const dsv4_model *model,
+                                    const dsv4_server_opts *opts, char *err, size_t errlen);
 /* Stop accepting, let running requests finish until the deadline, abort the rest (each
  * gets its terminal event), join the engine thread and free everything. */
 void dsv4_server_stop(dsv4_server *srv, uint64_t grace_ms);
@@ -79,6 +92,10 @@ int dsv4_server_submit(dsv4_server *srv, const int32_t *prompt, size_t n,
 /* Ask for a request to end; its DONE(ABORT) event follows (or whatever terminal event it
  * reached first). Pages are released by the engine thread. -ENOENT when already done. */
 int dsv4_server_cancel(dsv4_server *srv, uint64_t id);
+
+/* Evict every prefix-cache entry no running request uses, and return once that is
+ * done (a cache flush for operators and tests). 0, or -ESHUTDOWN (stopping). */
+int dsv4_server_flush_cache(dsv4_server *srv);
 
 /* The model's limits and tokens, for front-end validation. */
 uint32_t dsv4_server_vocab(const dsv4_server *srv);

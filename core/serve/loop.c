@@ -1,0 +1,472 @@
+/* loop.c: the engine thread (serve.h, DESIGN.md §7): continuous batching with chunked
+ * prefill, admission with decode headroom in the sched plugin's order, retraction when
+ * pages run out, sampling, and the events and metrics of every request.
+ *
+ * One step:
+ *   1. take new requests from the inbox, end cancelled ones, abort everything past the
+ *      stop deadline;
+ *   2. admission: retracted requests first (oldest first), then the waiting queue in the
+ *      sched plugin's order, stopping at the first that does not fit (so the order holds);
+ *   3. decode: one batched decode step for every running request with exactly one token
+ *      left to feed (the last sampled one);
+ *   4. prefill: chunks for the running requests with more than one token to feed, up to
+ *      [server] prefill_chunk tokens in the step. No chunk crosses a page boundary except
+ *      at its end, so the state at every boundary can be kept for the prefix cache; a
+ *      sequence that has budget left continues in the next round of the same step.
+ *      Results do not depend on how a sequence is chunked or batched.
+ *
+ * Admission rule (pages): every running request r claims
+ *     pages(len(r) + min(max_tokens(r) - generated(r), page_tokens))
+ * i.e. its prompt and what it generated so far plus a decode headroom of one page's worth
+ * of tokens (less when fewer remain). A request is admitted when the claims still
+ * outstanding for the running requests plus its own claim (less the pages it takes from
+ * the prefix cache) fit in the free pages plus what cache eviction could free, when
+ * max_running allows and a state slot is free. The headroom keeps short decode bursts from
+ * retracting; whatever it underestimates, retraction repairs: since the context limit
+ * never exceeds the pool, the largest request fits once the others have retracted.
+ *
+ * Retraction: when a batch needs more pages than are free, the prefix cache is evicted
+ * first; then the newest running request gives its sequence back and re-queues ahead of
+ * the waiting queue, keeping the tokens it generated. On resume it recomputes prompt and
+ * generated tokens (bitwise the same KV) and continues sampling where it stopped, so the
+ * client sees neither a gap nor a repeat.
+ */
+#include "core/serve/serve_priv.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+
+#include <dsv4d/sched.h>
+
+#include "core/serve/metrics.h"
+#include "core/util/log.h"
+#include "core/util/status.h"
+
+static uint32_t dsv4_serve_pages(const dsv4_server *srv, uint64_t tokens)
+{
+    return (uint32_t)((tokens + srv->page_tokens - 1) / srv->page_tokens);
+}
+
+static uint32_t dsv4_serve_pages_free(const dsv4_server *srv)
+{
+    return dsv4_kv_pages_free(dsv4_engine_kv(srv->eng));
+}
+
+/* The pages r claims under the admission rule (see the top of this file). */
+static uint32_t dsv4_serve_claim(const dsv4_server *srv, const dsv4_sreq *r)
+{
+    uint32_t left = r->params.max_tokens - r->n_gen;
+    uint32_t head = left < srv->page_tokens ? left : srv->page_tokens;
+    return dsv4_serve_pages(srv, (uint64_t)dsv4_sreq_len(r) + head);
+}
+
+static void dsv4_serve_gauges(const dsv4_server *srv)
+{
+    const dsv4_kv_pool *pool = dsv4_engine_kv(srv->eng);
+    dsv4_metric_set(DSV4_M_RUNNING, srv->n_running);
+    dsv4_metric_set(DSV4_M_WAITING, srv->n_waiting + srv->n_retracted);
+    dsv4_metric_set(DSV4_M_PAGES_USED, srv->n_pages - dsv4_kv_pages_free(pool));
+    dsv4_metric_set(DSV4_M_PAGES_CACHED, dsv4_serve_cache_evictable_pages(srv));
+    dsv4_metric_set(DSV4_M_SLOTS_USED, srv->n_slots - dsv4_kv_slots_free(pool));
+}
+
+static uint32_t *dsv4_serve_count(dsv4_server *srv, dsv4_sreq_where where)
+{
+    return where == DSV4_SREQ_WAITING     ? &srv->n_waiting
+           : where == DSV4_SREQ_RETRACTED ? &srv->n_retracted
+                                          : &srv->n_running;
+}
+
+/* Move r to the list of `to` (at its front or back); DSV4_SREQ_INBOX takes it off every
+ * list, for good. */
+static void dsv4_serve_move(dsv4_server *srv, dsv4_sreq *r, dsv4_sreq_where to, bool front)
+{
+    dsv4_list_unlink(&r->q);
+    if (r->where != DSV4_SREQ_INBOX)
+        (*dsv4_serve_count(srv, r->where))--;
+    r->where = to;
+    if (to == DSV4_SREQ_INBOX)
+        return;
+    (*dsv4_serve_count(srv, to))++;
+    dsv4_link *head = to == DSV4_SREQ_WAITING     ? &srv->waiting
+                      : to == DSV4_SREQ_RETRACTED ? &srv->retracted
+                                                  : &srv->running;
+    if (front)
+        dsv4_list_push_front(head, &r->q);
+    else
+        dsv4_list_push_back(head, &r->q);
+}
+
+/* r gives its sequence back; with insert its pages and state go to the prefix cache. */
+static void dsv4_serve_release(dsv4_server *srv, dsv4_sreq *r, bool insert)
+{
+    dsv4_serve_cache_release(srv, r, insert);
+    dsv4_engine_seq_free(srv->eng, r->seq);
+    r->n_fed = 0;
+}
+
+/* Deliver r's terminal event and free it. Its pages are back before the event. */
+static void dsv4_serve_finish(dsv4_server *srv, dsv4_sreq *r, dsv4_gen_event_kind kind,
+                              dsv4_finish finish, int status)
+{
+    if (r->where == DSV4_SREQ_RUNNING)
+        dsv4_serve_release(srv, r, kind == DSV4_EV_DONE);
+    dsv4_serve_move(srv, r, DSV4_SREQ_INBOX, false);
+    pthread_mutex_lock(&srv->mu);
+    dsv4_list_unlink(&r->all);
+    pthread_mutex_unlock(&srv->mu);
+    dsv4_serve_gauges(srv);
+    dsv4_metric_observe(DSV4_M_E2E, (double)(dsv4_serve_now_ns() - r->t_submit_ns) / 1e9);
+    if (kind == DSV4_EV_ERROR)
+        dsv4_metric_add(DSV4_M_REQUESTS_FAILED, 1);
+    else if (finish == DSV4_FINISH_ABORT)
+        dsv4_metric_add(DSV4_M_REQUESTS_ABORTED, 1);
+    dsv4_gen_event ev = {.kind = kind,
+                         .finish = finish,
+                         .status = status,
+                         .message = status ? dsv4_strerror(status) : NULL,
+                         .prompt_tokens = r->n_prompt,
+                         .cached_tokens = r->cached,
+                         .completion_tokens = r->n_gen};
+    r->fn(r->ctx, &ev);
+    free(r->toks);
+    free(r);
+}
+
+static void dsv4_serve_fail(dsv4_server *srv, dsv4_sreq **batch, uint32_t n, int status)
+{
+    dsv4_log(DSV4_LOG_ERROR, "server", "engine step failed (%s, %u requests)",
+             dsv4_strerror(status), n);
+    for (uint32_t i = 0; i < n; i++)
+        dsv4_serve_finish(srv, batch[i], DSV4_EV_ERROR, DSV4_FINISH_NONE, status);
+}
+
+static float dsv4_serve_logprob(const float *logits, uint32_t n, int32_t tok)
+{
+    double max = logits[0], sum = 0;
+    for (uint32_t i = 1; i < n; i++)
+        max = logits[i] > max ? logits[i] : max;
+    for (uint32_t i = 0; i < n; i++)
+        sum += exp(logits[i] - max);
+    return (float)(logits[tok] - max - log(sum));
+}
+
+/* Sample r's next token from its logits, deliver it, and end r when it is done. */
+static void dsv4_serve_token(dsv4_server *srv, dsv4_sreq *r, const float *logits)
+{
+    dsv4_sample_params sp = {r->params.temperature, r->params.top_p, r->params.top_k};
+    int32_t tok = dsv4_sample(logits, srv->vocab, &sp, &r->rng, srv->scratch);
+    uint64_t now = dsv4_serve_now_ns();
+    dsv4_metric_observe(r->n_gen ? DSV4_M_ITL : DSV4_M_TTFT,
+                        (double)(now - (r->n_gen ? r->t_token_ns : r->t_submit_ns)) / 1e9);
+    r->t_token_ns = now;
+    r->toks[dsv4_sreq_len(r)] = tok;
+    r->n_gen++;
+    dsv4_metric_add(DSV4_M_GENERATED_TOKENS, 1);
+    dsv4_gen_event ev = {.kind = DSV4_EV_TOKEN, .token = tok};
+    if (r->params.logprobs)
+        ev.logprob = dsv4_serve_logprob(logits, srv->vocab, tok);
+    r->fn(r->ctx, &ev);
+    if (tok == srv->eos && !r->params.ignore_eos)
+        dsv4_serve_finish(srv, r, DSV4_EV_DONE, DSV4_FINISH_STOP, 0);
+    else if (r->n_gen >= r->params.max_tokens || dsv4_sreq_len(r) >= srv->max_context)
+        dsv4_serve_finish(srv, r, DSV4_EV_DONE, DSV4_FINISH_LENGTH, 0);
+}
+
+static void dsv4_serve_retract(dsv4_server *srv)
+{
+    dsv4_sreq *r = DSV4_CONTAINER(srv->running.prev, dsv4_sreq, q);
+    dsv4_log(DSV4_LOG_DEBUG, "server", "request %llu retracted (%u tokens to recompute)",
+             (unsigned long long)r->id, dsv4_sreq_len(r));
+    dsv4_serve_release(srv, r, false);
+    dsv4_serve_move(srv, r, DSV4_SREQ_RETRACTED, true);
+    dsv4_metric_add(DSV4_M_RETRACTIONS, 1);
+}
+
+/* One move towards `need` free pages: evict the cache, else retract the newest running
+ * request. False when neither is possible (a lone request cannot be retracted). */
+static bool dsv4_serve_make_room(dsv4_server *srv, uint32_t need)
+{
+    uint32_t free = dsv4_serve_pages_free(srv);
+    if (free >= need || dsv4_serve_cache_evict(srv, need - free, 0))
+        return true;
+    if (srv->n_running <= 1)
+        return false;
+    dsv4_serve_retract(srv);
+    return true;
+}
+
+static bool dsv4_serve_try_admit(dsv4_server *srv, dsv4_sreq *r, uint32_t *reserved)
+{
+    if (srv->n_running >= srv->max_running)
+        return false;
+    uint32_t hit = dsv4_serve_cache_peek(srv, r) / srv->page_tokens;
+    uint32_t claim = dsv4_serve_claim(srv, r);
+    uint64_t avail = (uint64_t)dsv4_serve_pages_free(srv) + dsv4_serve_cache_evictable_pages(srv);
+    /* the matched pages stop being evictable once this request locks them */
+    avail -= hit < avail ? hit : avail;
+    if ((uint64_t)*reserved + claim - hit > avail)
+        return false;
+    if (dsv4_kv_slots_free(dsv4_engine_kv(srv->eng)) == 0 && !dsv4_serve_cache_evict(srv, 0, 1))
+        return false;
+    if (dsv4_engine_seq_new(srv->eng, &r->seq) != 0)
+        return false;
+    r->n_fed = 0;
+    uint32_t adopted = dsv4_serve_cache_adopt(srv, r);
+    if (!r->admitted) {
+        r->admitted = true;
+        r->cached = adopted < r->n_prompt ? adopted : r->n_prompt;
+        dsv4_metric_add(DSV4_M_PREFIX_QUERY_TOKENS, r->n_prompt);
+        dsv4_metric_add(DSV4_M_PREFIX_HIT_TOKENS, r->cached);
+    }
+    dsv4_serve_move(srv, r, DSV4_SREQ_RUNNING, false);
+    *reserved += claim - dsv4_serve_pages(srv, r->n_fed);
+    return true;
+}
+
+/* The sched plugin's view: the cached prompt tokens of a dsv4_sched_req, found through
+ * the request array that parallels the one the plugin sorts. */
+typedef struct dsv4_serve_view_ctx {
+    dsv4_server *srv;
+    const dsv4_sched_req *reqs;
+    dsv4_sreq **ptrs;
+} dsv4_serve_view_ctx;
+
+static uint32_t dsv4_serve_prefix_len(void *ctx, const dsv4_sched_req *req)
+{
+    dsv4_serve_view_ctx *v = ctx;
+    return dsv4_serve_cache_peek(v->srv, v->ptrs[req - v->reqs]);
+}
+
+/* The waiting queue in the sched plugin's order (arrival order without a plugin, or when
+ * the plugin fails or returns something that is not a permutation). */
+static int dsv4_serve_order(dsv4_server *srv, dsv4_sreq **ptrs, uint32_t *order)
+{
+    uint32_t n = srv->n_waiting, i = 0;
+    dsv4_sched_req *reqs = calloc(n, sizeof(*reqs));
+    bool *seen = calloc(n, sizeof(bool));
+    if (!reqs || !seen) {
+        free(reqs);
+        free(seen);
+        return -ENOMEM;
+    }
+    for (dsv4_link *l = srv->waiting.next; l != &srv->waiting; l = l->next, i++) {
+        dsv4_sreq *r = DSV4_CONTAINER(l, dsv4_sreq, q);
+        ptrs[i] = r;
+        reqs[i] = (dsv4_sched_req){r->id, r->arrival, r->params.priority, r->n_prompt,
+                                   r->params.max_tokens};
+        order[i] = i;
+    }
+    int rc = 0;
+    if (srv->sched) {
+        const dsv4_sched_ops *ops = srv->sched->ops;
+        dsv4_serve_view_ctx vc = {srv, reqs, ptrs};
+        dsv4_sched_view view = {sizeof(view), &vc, dsv4_serve_prefix_len};
+        rc = ops->order(srv->sched_state, reqs, n, &view, order);
+        for (i = 0; rc == 0 && i < n; i++) {
+            if (order[i] >= n || seen[order[i]])
+                rc = -EINVAL;
+            else
+                seen[order[i]] = true;
+        }
+        if (rc != 0) {
+            dsv4_log(DSV4_LOG_WARN, "server", "sched/%s: order failed, using arrival order (%s)",
+                     srv->sched->name, dsv4_strerror(rc));
+            for (i = 0; i < n; i++)
+                order[i] = i;
+        }
+    }
+    free(reqs);
+    free(seen);
+    return 0;
+}
+
+static void dsv4_serve_admit(dsv4_server *srv)
+{
+    if (srv->n_running >= srv->max_running || srv->n_waiting + srv->n_retracted == 0)
+        return;
+    uint32_t reserved = 0;
+    for (dsv4_link *l = srv->running.next; l != &srv->running; l = l->next) {
+        dsv4_sreq *r = DSV4_CONTAINER(l, dsv4_sreq, q);
+        uint32_t claim = dsv4_serve_claim(srv, r), held = dsv4_serve_pages(srv, r->n_fed);
+        reserved += claim > held ? claim - held : 0;
+    }
+    dsv4_sreq *blocked = NULL;
+    while (!blocked && !dsv4_list_empty(&srv->retracted)) {
+        dsv4_sreq *r = DSV4_CONTAINER(srv->retracted.next, dsv4_sreq, q);
+        if (!dsv4_serve_try_admit(srv, r, &reserved))
+            blocked = r;
+    }
+    uint32_t n = srv->n_waiting;
+    dsv4_sreq **ptrs = !blocked && n ? malloc(n * sizeof(*ptrs)) : NULL;
+    uint32_t *order = ptrs ? malloc(n * sizeof(*order)) : NULL;
+    if (order && dsv4_serve_order(srv, ptrs, order) == 0)
+        for (uint32_t i = 0; i < n && !blocked; i++)
+            if (!dsv4_serve_try_admit(srv, ptrs[order[i]], &reserved))
+                blocked = ptrs[order[i]];
+    free(ptrs);
+    free(order);
+    /* With nothing running and the cache evictable the first request always fits (the
+     * context limit never exceeds the pool); should it not, fail it rather than spin. */
+    if (blocked && srv->n_running == 0)
+        dsv4_serve_fail(srv, &blocked, 1, -ENOSPC);
+}
+
+static void dsv4_serve_decode(dsv4_server *srv)
+{
+    dsv4_sreq **batch = srv->batch;
+    uint32_t n, need, V = srv->vocab;
+    for (;;) {
+        n = need = 0;
+        for (dsv4_link *l = srv->running.next; l != &srv->running; l = l->next) {
+            dsv4_sreq *r = DSV4_CONTAINER(l, dsv4_sreq, q);
+            if (dsv4_sreq_len(r) - r->n_fed == 1) {
+                batch[n++] = r;
+                need += r->n_fed % srv->page_tokens == 0;
+            }
+        }
+        if (n == 0 || dsv4_serve_pages_free(srv) >= need)
+            break;
+        if (!dsv4_serve_make_room(srv, need)) {
+            dsv4_serve_fail(srv, batch, n, -ENOSPC);
+            return;
+        }
+    }
+    if (n == 0)
+        return;
+    for (uint32_t i = 0; i < n; i++) {
+        srv->seqs[i] = batch[i]->seq;
+        srv->tokens[i] = batch[i]->toks[batch[i]->n_fed];
+    }
+    int rc = dsv4_engine_decode(srv->eng, n, srv->seqs, srv->tokens, srv->logits);
+    if (rc != 0) {
+        dsv4_serve_fail(srv, batch, n, rc);
+        return;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        dsv4_sreq *r = batch[i];
+        if (++r->n_fed % srv->page_tokens == 0)
+            dsv4_serve_cache_boundary(srv, r);
+        dsv4_serve_token(srv, r, srv->logits + (size_t)i * V);
+    }
+}
+
+static void dsv4_serve_prefill(dsv4_server *srv)
+{
+    dsv4_sreq **batch = srv->batch;
+    uint32_t budget = srv->prefill_chunk, pt = srv->page_tokens;
+    while (budget > 0) {
+        uint32_t n = 0, need = 0, used = 0;
+        for (dsv4_link *l = srv->running.next; l != &srv->running && used < budget;
+             l = l->next) {
+            dsv4_sreq *r = DSV4_CONTAINER(l, dsv4_sreq, q);
+            uint32_t take = dsv4_sreq_len(r) - r->n_fed;
+            if (take <= 1)
+                continue;
+            take = take < budget - used ? take : budget - used;
+            take = take < pt - r->n_fed % pt ? take : pt - r->n_fed % pt;
+            batch[n] = r;
+            srv->lens[n++] = take;
+            need += dsv4_serve_pages(srv, r->n_fed + take) - dsv4_serve_pages(srv, r->n_fed);
+            used += take;
+        }
+        if (n == 0)
+            return;
+        if (dsv4_serve_pages_free(srv) < need) {
+            if (!dsv4_serve_make_room(srv, need)) {
+                dsv4_serve_fail(srv, batch, n, -ENOSPC);
+                return;
+            }
+            continue;
+        }
+        for (uint32_t i = 0; i < n; i++) {
+            srv->seqs[i] = batch[i]->seq;
+            srv->tokp[i] = batch[i]->toks + batch[i]->n_fed;
+            srv->lptr[i] = srv->logits + (size_t)i * srv->vocab;
+        }
+        int rc = dsv4_engine_prefill(srv->eng, n, srv->seqs, srv->tokp, srv->lens,
+                                     DSV4_LOGITS_LAST, srv->lptr);
+        if (rc != 0) {
+            dsv4_serve_fail(srv, batch, n, rc);
+            return;
+        }
+        for (uint32_t i = 0; i < n; i++) {
+            dsv4_sreq *r = batch[i];
+            r->n_fed += srv->lens[i];
+            if (r->n_fed % pt == 0)
+                dsv4_serve_cache_boundary(srv, r);
+            if (r->n_fed == dsv4_sreq_len(r))
+                dsv4_serve_token(srv, r, srv->lptr[i]);
+        }
+        budget -= used;
+    }
+}
+
+/* Every request in `head` for which pred holds gets DONE(ABORT). */
+static void dsv4_serve_abort_list(dsv4_server *srv, dsv4_link *head, bool only_cancelled)
+{
+    for (dsv4_link *l = head->next, *next; l != head; l = next) {
+        next = l->next;
+        dsv4_sreq *r = DSV4_CONTAINER(l, dsv4_sreq, q);
+        if (!only_cancelled || atomic_load(&r->cancel))
+            dsv4_serve_finish(srv, r, DSV4_EV_DONE, DSV4_FINISH_ABORT, 0);
+    }
+}
+
+static void dsv4_serve_abort(dsv4_server *srv, bool only_cancelled)
+{
+    dsv4_serve_abort_list(srv, &srv->running, only_cancelled);
+    dsv4_serve_abort_list(srv, &srv->retracted, only_cancelled);
+    dsv4_serve_abort_list(srv, &srv->waiting, only_cancelled);
+}
+
+static bool dsv4_serve_busy(const dsv4_server *srv)
+{
+    return srv->n_running + srv->n_waiting + srv->n_retracted > 0;
+}
+
+void *dsv4_serve_loop(void *arg)
+{
+    dsv4_server *srv = arg;
+    for (;;) {
+        pthread_mutex_lock(&srv->mu);
+        while (!srv->stopping && !srv->cancel_pending && dsv4_list_empty(&srv->inbox) &&
+               srv->flush_asked == srv->flush_done && !dsv4_serve_busy(srv))
+            pthread_cond_wait(&srv->wake, &srv->mu);
+        while (!dsv4_list_empty(&srv->inbox)) {
+            dsv4_sreq *r = DSV4_CONTAINER(srv->inbox.next, dsv4_sreq, q);
+            r->arrival = srv->next_arrival++;
+            dsv4_serve_move(srv, r, DSV4_SREQ_WAITING, false);
+        }
+        bool cancels = srv->cancel_pending, stopping = srv->stopping;
+        uint64_t deadline = srv->deadline_ns, flush = srv->flush_asked;
+        srv->cancel_pending = false;
+        pthread_mutex_unlock(&srv->mu);
+
+        if (cancels)
+            dsv4_serve_abort(srv, true);
+        if (stopping && dsv4_serve_now_ns() >= deadline)
+            dsv4_serve_abort(srv, false);
+        if (flush != srv->flush_done) {
+            dsv4_serve_cache_evict(srv, UINT32_MAX, UINT32_MAX);
+            dsv4_serve_gauges(srv);
+            pthread_mutex_lock(&srv->mu);
+            srv->flush_done = flush;
+            pthread_cond_broadcast(&srv->flushed);
+            pthread_mutex_unlock(&srv->mu);
+        }
+        if (!dsv4_serve_busy(srv)) {
+            dsv4_serve_gauges(srv);
+            if (stopping)
+                break;
+            continue;
+        }
+        dsv4_serve_admit(srv);
+        dsv4_serve_decode(srv);
+        dsv4_serve_prefill(srv);
+        dsv4_metric_add(DSV4_M_ENGINE_STEPS, 1);
+        dsv4_serve_gauges(srv);
+    }
+    return NULL;
+}

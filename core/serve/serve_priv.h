@@ -1,0 +1,143 @@
+/* serve_priv.h: what the front-end side of the server (server.c), the engine thread
+ * (loop.c) and the prefix-cache glue (cache.c) share: the request record, its lists and
+ * the server struct. */
+#ifndef DSV4_CORE_SERVE_PRIV_H
+#define DSV4_CORE_SERVE_PRIV_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "core/engine/sample.h"
+#include "core/serve/radix.h"
+#include "core/serve/serve.h"
+
+/* An intrusive circular doubly linked list; a head is a link whose ends are itself. */
+typedef struct dsv4_link {
+    struct dsv4_link *prev, *next;
+} dsv4_link;
+
+static inline void dsv4_list_init(dsv4_link *head)
+{
+    head->prev = head->next = head;
+}
+
+static inline bool dsv4_list_empty(const dsv4_link *head)
+{
+    return head->next == head;
+}
+
+static inline void dsv4_list_unlink(dsv4_link *l)
+{
+    l->prev->next = l->next;
+    l->next->prev = l->prev;
+    l->prev = l->next = l;
+}
+
+static inline void dsv4_list_push_back(dsv4_link *head, dsv4_link *l)
+{
+    l->prev = head->prev;
+    l->next = head;
+    head->prev->next = l;
+    head->prev = l;
+}
+
+static inline void dsv4_list_push_front(dsv4_link *head, dsv4_link *l)
+{
+    dsv4_list_push_back(head->next, l);
+}
+
+#define DSV4_CONTAINER(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
+
+typedef enum dsv4_sreq_where {
+    DSV4_SREQ_INBOX,       /* submitted, not yet seen by the engine thread */
+    DSV4_SREQ_WAITING,     /* in the queue the sched plugin orders */
+    DSV4_SREQ_RETRACTED,   /* gave its pages back; resumes before the queue */
+    DSV4_SREQ_RUNNING,     /* holds a sequence */
+} dsv4_sreq_where;
+
+typedef struct dsv4_sreq {
+    dsv4_link all;            /* srv->all, under srv->mu: what cancel can find */
+    dsv4_link q;              /* the list `where` names */
+    dsv4_sreq_where where;
+    uint64_t id, arrival;
+    dsv4_gen_params params;
+    dsv4_gen_event_fn fn;
+    void *ctx;
+    atomic_bool cancel;
+    /* the prompt, then the generated tokens: [n_prompt + params.max_tokens] */
+    int32_t *toks;
+    uint32_t n_prompt, n_gen;
+    dsv4_rng rng;
+    uint64_t t_submit_ns, t_token_ns;
+    uint32_t cached;          /* prompt tokens the first admission took from the cache */
+    bool admitted;            /* admitted at least once (cache hits count once) */
+    /* engine thread, while RUNNING */
+    uint32_t seq;
+    uint32_t n_fed;           /* tokens in the sequence's KV */
+    dsv4_radix_node *node;    /* the cache node the sequence started from (locked) */
+    uint32_t snap_slot;       /* state at the newest page boundary, or DSV4_RADIX_NO_SLOT */
+    uint32_t snap_pages;      /* pages that snapshot ends after */
+} dsv4_sreq;
+
+/* Tokens known (prompt and generated) and those still to feed before the next sample. */
+static inline uint32_t dsv4_sreq_len(const dsv4_sreq *r)
+{
+    return r->n_prompt + r->n_gen;
+}
+
+struct dsv4_server {
+    const dsv4_model *model;
+    dsv4_engine *eng;
+    const dsv4_plugin_desc *sched;   /* NULL: arrival order */
+    void *sched_state;
+    uint32_t page_tokens, n_pages, n_slots, max_running, prefill_chunk, max_context, vocab;
+    int32_t eos;
+
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t wake;             /* engine thread: work, cancel, flush or stop */
+    pthread_cond_t flushed;          /* flush_cache callers */
+    /* under mu */
+    dsv4_link inbox, all;
+    bool stopping, cancel_pending;
+    uint64_t deadline_ns;
+    uint64_t next_id;
+    uint64_t flush_asked, flush_done;
+
+    /* engine thread only */
+    dsv4_link waiting, retracted, running;
+    uint32_t n_waiting, n_retracted, n_running;
+    uint64_t next_arrival;
+    dsv4_radix *cache;
+    uint32_t *cache_pages;           /* [max_context / page_tokens + 1] a match */
+    float *logits;                   /* [max_running][vocab] */
+    void *scratch;                   /* DSV4_SAMPLE_SCRATCH(vocab) */
+    dsv4_sreq **batch;               /* [max_running] */
+    uint32_t *seqs, *lens;           /* [max_running] */
+    int32_t *tokens;                 /* [max_running] */
+    const int32_t **tokp;            /* [max_running] */
+    float **lptr;                    /* [max_running] */
+};
+
+uint64_t dsv4_serve_now_ns(void);
+/* The engine thread's body (loop.c). */
+void *dsv4_serve_loop(void *arg);
+
+/* Prefix-cache glue (cache.c). */
+int dsv4_serve_cache_new(dsv4_server *srv, char *err, size_t errlen);
+/* Cached prompt tokens for r (a look only: the sched plugin's prefix_len). */
+uint32_t dsv4_serve_cache_peek(dsv4_server *srv, const dsv4_sreq *r);
+/* Start r's new sequence from the longest cached prefix; returns the tokens adopted. */
+uint32_t dsv4_serve_cache_adopt(dsv4_server *srv, dsv4_sreq *r);
+/* Called when r's KV length reached a page boundary: keep its state there. */
+void dsv4_serve_cache_boundary(dsv4_server *srv, dsv4_sreq *r);
+/* r leaves the running set: offer its pages to the cache (when insert), unlock its node
+ * and drop its snapshot unless the cache took it. */
+void dsv4_serve_cache_release(dsv4_server *srv, dsv4_sreq *r, bool insert);
+/* Free at least `pages` pages / `slots` state slots by eviction; true when any went. */
+bool dsv4_serve_cache_evict(dsv4_server *srv, uint32_t pages, uint32_t slots);
+/* Pages and slots eviction could free now. */
+uint32_t dsv4_serve_cache_evictable_pages(const dsv4_server *srv);
+void dsv4_serve_cache_free(dsv4_server *srv);
+
+#endif

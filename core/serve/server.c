@@ -1,0 +1,295 @@
+/* server.c: the thread-safe side of the serving loop (serve.h): building the engine from
+ * the configuration, starting and stopping the engine thread, and the request queue that
+ * submit and cancel feed under the server mutex. */
+#include "core/serve/serve_priv.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/serve/metrics.h"
+
+uint64_t dsv4_serve_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Bytes one page takes across every paged buffer of every layer: measured on a pool of
+ * one page, so this follows the pool's own layout (indexk page format, alignment). */
+static int dsv4_serve_page_bytes(const dsv4_model *model, const dsv4_engine_conf *ec,
+                                 size_t *bytes_p, char *err, size_t errlen)
+{
+    const dsv4_indexk_ops *ops = ec->indexk->ops;
+    dsv4_kv_pool_conf pc = {&model->cfg, ec->kv_dtype, ec->page_tokens, 1,
+                            1,           ops,          ec->indexk->name};
+    dsv4_kv_pool *pool = dsv4_kv_pool_new(&pc, err, errlen);
+    if (!pool)
+        return -EINVAL;
+    const dsv4_kv_layout *lay = dsv4_kv_pool_layout(pool);
+    size_t bytes = 0;
+    for (uint32_t i = 0; i < lay->n_buffers; i++)
+        if (dsv4_buf_is_paged(lay->buffers[i].kind))
+            bytes += lay->buffers[i].block_bytes;
+    dsv4_kv_pool_free(pool);
+    *bytes_p = bytes;
+    return 0;
+}
+
+static int dsv4_serve_engine(dsv4_server *srv, const dsv4_config *conf, const dsv4_model *model,
+                             const dsv4_server_opts *opts, char *err, size_t errlen)
+{
+    const dsv4_plugin_desc *ik = conf->desc[DSV4_FAMILY_INDEXK];
+    if (!ik) {
+        snprintf(err, errlen, "server: no indexk plugin selected");
+        return -EINVAL;
+    }
+    dsv4_engine_conf ec = {
+        .threads = (uint32_t)conf->core.threads,
+        .kv_dtype = (dsv4_kv_dtype)conf->model.kv_dtype,
+        .n_slots = (uint32_t)conf->model.state_slots,
+        .page_tokens = opts && opts->page_tokens ? opts->page_tokens : 256,
+        .step_tokens = (uint32_t)conf->server.prefill_chunk,
+        .indexk = ik,
+        .indexk_conf = conf->plugin_conf[DSV4_FAMILY_INDEXK],
+    };
+    size_t page_bytes;
+    int rc = dsv4_serve_page_bytes(model, &ec, &page_bytes, err, errlen);
+    if (rc != 0)
+        return rc;
+    uint64_t pages = opts && opts->n_pages ? opts->n_pages : conf->model.kv_pool / page_bytes;
+    if (pages == 0 || pages > UINT32_MAX) {
+        snprintf(err, errlen, "server: [model] kv_pool of %llu bytes holds %llu pages of %zu bytes",
+                 (unsigned long long)conf->model.kv_pool, (unsigned long long)pages, page_bytes);
+        return -EINVAL;
+    }
+    ec.n_pages = (uint32_t)pages;
+    if (!(srv->eng = dsv4_engine_new(model, &ec, err, errlen)))
+        return -EINVAL;
+    srv->page_tokens = ec.page_tokens;
+    srv->n_pages = ec.n_pages;
+    srv->n_slots = ec.n_slots;
+    /* a request must fit the pool on its own, or retraction could never make room */
+    uint64_t ctx = (uint64_t)ec.n_pages * ec.page_tokens;
+    if ((uint64_t)conf->model.max_context < ctx)
+        ctx = (uint64_t)conf->model.max_context;
+    if (model->cfg.max_positions && model->cfg.max_positions < ctx)
+        ctx = model->cfg.max_positions;
+    srv->max_context = (uint32_t)ctx;
+    return 0;
+}
+
+static int dsv4_serve_sched(dsv4_server *srv, const dsv4_config *conf, char *err, size_t errlen)
+{
+    const dsv4_plugin_desc *d = conf->desc[DSV4_FAMILY_SCHED];
+    if (!d)
+        return 0;
+    char why[256] = "";
+    int rc = d->init ? d->init(dsv4_host_default(), conf->plugin_conf[DSV4_FAMILY_SCHED],
+                               &srv->sched_state, why, sizeof(why))
+                     : 0;
+    if (rc != 0) {
+        snprintf(err, errlen, "plugin sched/%s: init failed (%s)", d->name, why);
+        return rc;
+    }
+    srv->sched = d;
+    return 0;
+}
+
+static void dsv4_serve_free(dsv4_server *srv)
+{
+    dsv4_serve_cache_free(srv);
+    dsv4_engine_free(srv->eng);
+    if (srv->sched && srv->sched->fini)
+        srv->sched->fini(srv->sched_state);
+    free(srv->logits);
+    free(srv->scratch);
+    free(srv->batch);
+    free(srv->seqs);
+    free(srv->lens);
+    free(srv->tokens);
+    free(srv->tokp);
+    free(srv->lptr);
+    pthread_mutex_destroy(&srv->mu);
+    pthread_cond_destroy(&srv->wake);
+    pthread_cond_destroy(&srv->flushed);
+    free(srv);
+}
+
+dsv4_server *dsv4_server_start_opts(const dsv4_config *conf, const dsv4_model *model,
+                                    const dsv4_server_opts *opts, char *err, size_t errlen)
+{
+    dsv4_server *srv = calloc(1, sizeof(*srv));
+    if (!srv) {
+        snprintf(err, errlen, "server: out of memory");
+        return NULL;
+    }
+    pthread_mutex_init(&srv->mu, NULL);
+    pthread_cond_init(&srv->wake, NULL);
+    pthread_cond_init(&srv->flushed, NULL);
+    dsv4_list_init(&srv->inbox);
+    dsv4_list_init(&srv->all);
+    dsv4_list_init(&srv->waiting);
+    dsv4_list_init(&srv->retracted);
+    dsv4_list_init(&srv->running);
+    srv->model = model;
+    srv->vocab = model->cfg.vocab_size;
+    srv->eos = model->cfg.eos_id;
+    srv->max_running = (uint32_t)conf->server.max_running;
+    srv->prefill_chunk = (uint32_t)conf->server.prefill_chunk;
+    srv->next_id = 1;
+    if (srv->max_running == 0 || srv->prefill_chunk == 0) {
+        snprintf(err, errlen, "server: max_running and prefill_chunk must be at least 1");
+        goto fail;
+    }
+    if (dsv4_serve_engine(srv, conf, model, opts, err, errlen) != 0 ||
+        dsv4_serve_sched(srv, conf, err, errlen) != 0 || dsv4_serve_cache_new(srv, err, errlen) != 0)
+        goto fail;
+    size_t R = srv->max_running;
+    srv->logits = malloc(R * srv->vocab * sizeof(float));
+    srv->scratch = malloc(DSV4_SAMPLE_SCRATCH(srv->vocab));
+    srv->batch = calloc(R, sizeof(*srv->batch));
+    srv->seqs = calloc(R, sizeof(uint32_t));
+    srv->lens = calloc(R, sizeof(uint32_t));
+    srv->tokens = calloc(R, sizeof(int32_t));
+    srv->tokp = calloc(R, sizeof(*srv->tokp));
+    srv->lptr = calloc(R, sizeof(*srv->lptr));
+    if (!srv->logits || !srv->scratch || !srv->batch || !srv->seqs || !srv->lens ||
+        !srv->tokens || !srv->tokp || !srv->lptr) {
+        snprintf(err, errlen, "server: out of memory");
+        goto fail;
+    }
+    dsv4_metric_set(DSV4_M_PAGES_TOTAL, srv->n_pages);
+    int rc = pthread_create(&srv->thread, NULL, dsv4_serve_loop, srv);
+    if (rc != 0) {
+        snprintf(err, errlen, "server: cannot start the engine thread (%s)", strerror(rc));
+        goto fail;
+    }
+    return srv;
+
+fail:
+    dsv4_serve_free(srv);
+    return NULL;
+}
+
+dsv4_server *dsv4_server_start(const dsv4_config *conf, const dsv4_model *model, char *err,
+                               size_t errlen)
+{
+    return dsv4_server_start_opts(conf, model, NULL, err, errlen);
+}
+
+void dsv4_server_stop(dsv4_server *srv, uint64_t grace_ms)
+{
+    if (!srv)
+        return;
+    pthread_mutex_lock(&srv->mu);
+    srv->stopping = true;
+    srv->deadline_ns = dsv4_serve_now_ns() + grace_ms * 1000000u;
+    pthread_cond_signal(&srv->wake);
+    pthread_cond_broadcast(&srv->flushed);
+    pthread_mutex_unlock(&srv->mu);
+    pthread_join(srv->thread, NULL);
+    dsv4_serve_free(srv);
+}
+
+static bool dsv4_serve_params_ok(const dsv4_gen_params *p)
+{
+    return p->max_tokens >= 1 && isfinite(p->temperature) && p->temperature >= 0 &&
+           p->top_p > 0 && p->top_p <= 1;
+}
+
+int dsv4_server_submit(dsv4_server *srv, const int32_t *prompt, size_t n,
+                       const dsv4_gen_params *params, dsv4_gen_event_fn fn, void *ctx,
+                       uint64_t *id_p)
+{
+    if (!prompt || n == 0 || !params || !fn || !dsv4_serve_params_ok(params) ||
+        n > srv->max_context || params->max_tokens > srv->max_context - n)
+        return -EINVAL;
+    for (size_t i = 0; i < n; i++)
+        if (prompt[i] < 0 || (uint32_t)prompt[i] >= srv->vocab)
+            return -EINVAL;
+    dsv4_sreq *r = calloc(1, sizeof(*r));
+    int32_t *toks = malloc((n + params->max_tokens) * sizeof(int32_t));
+    if (!r || !toks) {
+        free(r);
+        free(toks);
+        return -ENOMEM;
+    }
+    memcpy(toks, prompt, n * sizeof(int32_t));
+    r->toks = toks;
+    r->n_prompt = (uint32_t)n;
+    r->params = *params;
+    r->fn = fn;
+    r->ctx = ctx;
+    r->snap_slot = DSV4_RADIX_NO_SLOT;
+    atomic_init(&r->cancel, false);
+    dsv4_rng_seed(&r->rng, params->seed);
+    r->t_submit_ns = dsv4_serve_now_ns();
+
+    pthread_mutex_lock(&srv->mu);
+    if (srv->stopping) {
+        pthread_mutex_unlock(&srv->mu);
+        free(toks);
+        free(r);
+        return -ESHUTDOWN;
+    }
+    r->id = srv->next_id++;
+    r->where = DSV4_SREQ_INBOX;
+    dsv4_list_push_back(&srv->all, &r->all);
+    dsv4_list_push_back(&srv->inbox, &r->q);
+    *id_p = r->id;
+    pthread_cond_signal(&srv->wake);
+    pthread_mutex_unlock(&srv->mu);
+    dsv4_metric_add(DSV4_M_REQUESTS, 1);
+    dsv4_metric_add(DSV4_M_PROMPT_TOKENS, n);
+    return 0;
+}
+
+int dsv4_server_cancel(dsv4_server *srv, uint64_t id)
+{
+    int rc = -ENOENT;
+    pthread_mutex_lock(&srv->mu);
+    for (dsv4_link *l = srv->all.next; l != &srv->all; l = l->next) {
+        dsv4_sreq *r = DSV4_CONTAINER(l, dsv4_sreq, all);
+        if (r->id == id) {
+            atomic_store(&r->cancel, true);
+            srv->cancel_pending = true;
+            pthread_cond_signal(&srv->wake);
+            rc = 0;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&srv->mu);
+    return rc;
+}
+
+int dsv4_server_flush_cache(dsv4_server *srv)
+{
+    pthread_mutex_lock(&srv->mu);
+    uint64_t ticket = ++srv->flush_asked;
+    pthread_cond_signal(&srv->wake);
+    while (srv->flush_done < ticket && !srv->stopping)
+        pthread_cond_wait(&srv->flushed, &srv->mu);
+    int rc = srv->flush_done >= ticket ? 0 : -ESHUTDOWN;
+    pthread_mutex_unlock(&srv->mu);
+    return rc;
+}
+
+uint32_t dsv4_server_vocab(const dsv4_server *srv)
+{
+    return srv->vocab;
+}
+
+uint32_t dsv4_server_max_context(const dsv4_server *srv)
+{
+    return srv->max_context;
+}
+
+int32_t dsv4_server_eos(const dsv4_server *srv)
+{
+    return srv->eos;
+}

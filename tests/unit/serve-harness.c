@@ -1,0 +1,143 @@
+/* serve-harness.c: see serve-harness.h. */
+#include "tests/unit/serve-harness.h"
+
+#include <string.h>
+
+#include "core/serve/metrics.h"
+#include "tests/tap.h"
+#include "tests/unit/engine-testmodel.h"
+
+static pthread_mutex_t th_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t th_cv = PTHREAD_COND_INITIALIZER;
+static uint32_t th_ended;
+static dsv4_registry *th_reg;
+static dsv4_config *th_conf;
+static dsv4_model *th_model;
+
+void dsv4_th_init(uint64_t model_seed)
+{
+    dsv4_diags diags;
+    dsv4_test_indexk(&th_reg, "f32");
+    dsv4_diags_init(&diags);
+    th_conf = dsv4_config_defaults(th_reg, &diags);
+    if (!th_conf || diags.n_errors)
+        bail_out("default configuration failed");
+    dsv4_diags_free(&diags);
+    dsv4_test_shape shape = dsv4_test_shape_default();
+    th_model = dsv4_test_model_new(&shape, model_seed);
+    th_conf->core.threads = 1;
+    th_conf->model.kv_dtype = DSV4_KV_F32;
+    dsv4_metrics_reset();
+}
+
+void dsv4_th_fini(void)
+{
+    dsv4_config_free(th_conf);
+    dsv4_test_model_free(th_model);
+    dsv4_registry_free(th_reg);
+}
+
+const dsv4_model *dsv4_th_model(void)
+{
+    return th_model;
+}
+
+dsv4_server *dsv4_th_start(const dsv4_th_server *s)
+{
+    char err[256];
+    const dsv4_plugin_desc *sched =
+        dsv4_registry_find(th_reg, DSV4_FAMILY_SCHED, s->sched ? s->sched : "fcfs", NULL);
+    if (!sched || sched->config_size != 0)
+        bail_out("plugin sched/%s missing or configurable", s->sched);
+    /* the f32 indexk plugin and an option-less sched plugin, on NULL configs (their
+     * defaults); the configuration's own selection is put back afterwards */
+    dsv4_config c = *th_conf;
+    c.desc[DSV4_FAMILY_INDEXK] = dsv4_registry_find(th_reg, DSV4_FAMILY_INDEXK, "f32", NULL);
+    c.desc[DSV4_FAMILY_SCHED] = sched;
+    c.plugin_conf[DSV4_FAMILY_INDEXK] = NULL;
+    c.plugin_conf[DSV4_FAMILY_SCHED] = NULL;
+    c.server.max_running = s->max_running;
+    c.server.prefill_chunk = s->prefill_chunk;
+    c.model.state_slots = s->state_slots;
+    dsv4_server_opts opts = {.page_tokens = 16, .n_pages = s->n_pages};
+    dsv4_server *srv = dsv4_server_start_opts(&c, th_model, &opts, err, sizeof(err));
+    if (!srv)
+        bail_out("server: %s", err);
+    return srv;
+}
+
+static void dsv4_th_event(void *ctx, const dsv4_gen_event *ev)
+{
+    dsv4_th_req *req = ctx;
+    pthread_mutex_lock(&th_mu);
+    if (ev->kind == DSV4_EV_TOKEN) {
+        if (req->n_tokens < DSV4_TH_MAX_TOKENS)
+            req->tokens[req->n_tokens++] = ev->token;
+    } else {
+        req->end = *ev;
+        req->end.message = NULL;
+        req->order = ++th_ended;
+        req->done = true;
+    }
+    pthread_cond_broadcast(&th_cv);
+    pthread_mutex_unlock(&th_mu);
+    if (ev->kind == DSV4_EV_TOKEN && req->hook)
+        req->hook(req);
+}
+
+int dsv4_th_try_submit(dsv4_server *srv, dsv4_th_req *req, const int32_t *prompt, uint32_t n,
+                       const dsv4_gen_params *params)
+{
+    return dsv4_server_submit(srv, prompt, n, params, dsv4_th_event, req, &req->id);
+}
+
+void dsv4_th_submit(dsv4_server *srv, dsv4_th_req *req, const int32_t *prompt, uint32_t n,
+                    const dsv4_gen_params *params)
+{
+    int rc = dsv4_th_try_submit(srv, req, prompt, n, params);
+    if (rc != 0)
+        bail_out("submit failed (%d)", rc);
+}
+
+void dsv4_th_wait(dsv4_th_req *const *reqs, size_t n)
+{
+    pthread_mutex_lock(&th_mu);
+    for (size_t i = 0; i < n; i++)
+        while (!reqs[i]->done)
+            pthread_cond_wait(&th_cv, &th_mu);
+    pthread_mutex_unlock(&th_mu);
+}
+
+void dsv4_th_wait_tokens(dsv4_th_req *req, uint32_t n)
+{
+    pthread_mutex_lock(&th_mu);
+    while (req->n_tokens < n && !req->done)
+        pthread_cond_wait(&th_cv, &th_mu);
+    pthread_mutex_unlock(&th_mu);
+}
+
+void dsv4_th_lock(void)
+{
+    pthread_mutex_lock(&th_mu);
+}
+
+void dsv4_th_unlock(void)
+{
+    pthread_mutex_unlock(&th_mu);
+}
+
+void dsv4_th_signal(void)
+{
+    pthread_cond_broadcast(&th_cv);
+}
+
+void dsv4_th_cond_wait(void)
+{
+    pthread_cond_wait(&th_cv, &th_mu);
+}
+
+bool dsv4_th_same_tokens(const dsv4_th_req *a, const dsv4_th_req *b)
+{
+    return a->n_tokens == b->n_tokens &&
+           memcmp(a->tokens, b->tokens, a->n_tokens * sizeof(int32_t)) == 0;
+}

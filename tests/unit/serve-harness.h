@@ -1,0 +1,56 @@
+/* serve-harness.h: servers over random in-memory test models (engine-testmodel.h) and
+ * requests whose events are collected, for the serving-loop tests. */
+#ifndef DSV4_TESTS_SERVE_HARNESS_H
+#define DSV4_TESTS_SERVE_HARNESS_H
+
+#include <pthread.h>
+
+#include "core/config/config.h"
+#include "core/serve/serve.h"
+
+#define DSV4_TH_MAX_TOKENS 512
+
+/* What one request saw. `hook`, when set, runs on the engine thread after each TOKEN
+ * event is recorded (tests use it to hold the engine at a known point). */
+typedef struct dsv4_th_req {
+    uint64_t id;
+    int32_t tokens[DSV4_TH_MAX_TOKENS];
+    uint32_t n_tokens;
+    bool done;
+    dsv4_gen_event end;        /* the terminal event (message cleared) */
+    uint32_t order;            /* position among terminal events, from 1 */
+    void (*hook)(struct dsv4_th_req *req);
+    void *hook_ctx;
+} dsv4_th_req;
+
+typedef struct dsv4_th_server {
+    uint32_t max_running, prefill_chunk, state_slots, n_pages;
+    const char *sched;         /* sched plugin name; NULL = the default (fcfs) */
+} dsv4_th_server;
+
+/* The test model, the plugin registry and a default configuration (once per test). */
+void dsv4_th_init(uint64_t model_seed);
+void dsv4_th_fini(void);
+const dsv4_model *dsv4_th_model(void);
+
+/* A server with page_tokens 16 (bails out on failure). */
+dsv4_server *dsv4_th_start(const dsv4_th_server *s);
+/* Submit and record into req (bails out unless submit returns 0). */
+void dsv4_th_submit(dsv4_server *srv, dsv4_th_req *req, const int32_t *prompt, uint32_t n,
+                    const dsv4_gen_params *params);
+/* Submit and record into req; submit's status. */
+int dsv4_th_try_submit(dsv4_server *srv, dsv4_th_req *req, const int32_t *prompt, uint32_t n,
+                       const dsv4_gen_params *params);
+/* Wait for the terminal events of n requests. */
+void dsv4_th_wait(dsv4_th_req *const *reqs, size_t n);
+/* Wait until req has at least n tokens or ended. */
+void dsv4_th_wait_tokens(dsv4_th_req *req, uint32_t n);
+/* Lock and signal around state the hooks and the test share. */
+void dsv4_th_lock(void);
+void dsv4_th_unlock(void);
+void dsv4_th_signal(void);
+void dsv4_th_cond_wait(void);
+
+bool dsv4_th_same_tokens(const dsv4_th_req *a, const dsv4_th_req *b);
+
+#endif
