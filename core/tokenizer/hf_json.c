@@ -445,8 +445,14 @@ static int hf_build(const json_t *root, dsv4_tokenizer **tok_p, hf_err *e)
 
 dsv4_tokenizer *dsv4_tokenizer_hf_load(const char *path, char *err, size_t errlen)
 {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err, errlen, "%s: cannot open (%s)", path, strerror(errno));
+        return NULL;
+    }
     json_error_t je;
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    json_t *root = json_loadf(f, JSON_REJECT_DUPLICATES, &je);
+    fclose(f);
     if (!root) {
         snprintf(err, errlen, "%s: line %d column %d: %s", path, je.line, je.column, je.text);
         return NULL;

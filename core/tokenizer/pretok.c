@@ -130,7 +130,8 @@ int dsv4_pretok_add_split(dsv4_pretok *pt, const char *pattern, size_t len, bool
     }
     int code;
     PCRE2_SIZE where;
-    uint32_t opts = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0);
+    /* PCRE2 refuses UCP beside LITERAL, and a literal needs no character classes. */
+    uint32_t opts = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
     pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, len, opts, &code, &where, NULL);
     dsv4_tok_buf_free(&tr);
     if (!re) {
