@@ -11,11 +11,11 @@
 
 struct dsv4_bpe {
     bool ignore_merges;
-    dsv4_tok_buf strings;  /* vocabulary token text, keys of vocab */
-    dsv4_tok_strmap vocab; /* byte-level text -> id */
+    dsv4_tok_buf strings;   /* vocabulary token text, keys of vocab */
+    dsv4_tok_strmap vocab;  /* byte-level text -> id */
     dsv4_tok_u64map merges; /* (left id << 32 | right id) -> (rank << 32 | merged id) */
     uint32_t n_merges;
-    int32_t byte_id[256];  /* the token of each single byte */
+    int32_t byte_id[256]; /* the token of each single byte */
 };
 
 /* A symbol of the word being merged: a doubly linked list over an array, so a merge
@@ -26,17 +26,32 @@ struct dsv4_bpe_sym {
     bool dead;
 };
 
-/* GPT-2's bytes_to_unicode(): printable Latin-1 bytes stand for themselves, the other 68
- * bytes take U+0100 onwards in byte order. */
+/* GPT-2's bytes_to_unicode(): printable Latin-1 bytes stand for themselves; the other 68
+ * (0x00-0x20, 0x7f-0xa0, 0xad) take U+0100 onwards in byte order. */
 static uint32_t bytelevel_cp(unsigned char b)
 {
-    if ((b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || b >= 0xae)
-        return b;
-    uint32_t n = 0;
-    for (unsigned c = 0; c < b; c++)
-        if (!((c >= 0x21 && c <= 0x7e) || (c >= 0xa1 && c <= 0xac) || c >= 0xae))
-            n++;
-    return 0x100 + n;
+    if (b <= 0x20)
+        return 0x100 + b;
+    if (b >= 0x7f && b <= 0xa0)
+        return 0x100 + 33 + (b - 0x7f);
+    if (b == 0xad)
+        return 0x100 + 67;
+    return b;
+}
+
+/* The byte an alphabet code point stands for, or -1 outside the alphabet. */
+static int bytelevel_byte(uint32_t cp)
+{
+    if (cp < 0x100) {
+        bool printable = (cp >= 0x21 && cp <= 0x7e) || (cp >= 0xa1 && cp <= 0xac) || cp >= 0xae;
+        return printable ? (int)cp : -1;
+    }
+    uint32_t i = cp - 0x100;
+    if (i <= 32)
+        return (int)i;
+    if (i <= 66)
+        return (int)(0x7f + i - 33);
+    return i == 67 ? 0xad : -1;
 }
 
 /* The UTF-8 of byte b's alphabet character into out (1 or 2 bytes). */
@@ -54,14 +69,6 @@ static size_t bytelevel_utf8(unsigned char b, char out[2])
 
 int dsv4_bytelevel_decode(const char *tok, size_t len, dsv4_tok_buf *out)
 {
-    static int16_t byte_of[0x144];
-    static int ready;
-    /* Built on first use; concurrent first calls write identical values. */
-    if (!__atomic_load_n(&ready, __ATOMIC_ACQUIRE)) {
-        for (unsigned b = 0; b < 256; b++)
-            byte_of[bytelevel_cp((unsigned char)b)] = (int16_t)(b + 1);
-        __atomic_store_n(&ready, 1, __ATOMIC_RELEASE);
-    }
     size_t start = out->n;
     int rc = dsv4_tok_buf_reserve(out, len);
     if (rc)
@@ -69,11 +76,12 @@ int dsv4_bytelevel_decode(const char *tok, size_t len, dsv4_tok_buf *out)
     for (size_t i = 0; i < len;) {
         uint32_t cp;
         size_t n = dsv4_utf8_decode(tok + i, len - i, &cp);
-        if (n == 0 || cp >= 0x144 || byte_of[cp] == 0) {
+        int b = n ? bytelevel_byte(cp) : -1;
+        if (b < 0) {
             out->n = start;
             return -EILSEQ;
         }
-        out->p[out->n++] = (char)(byte_of[cp] - 1);
+        out->p[out->n++] = (char)b;
         i += n;
     }
     return 0;
@@ -149,8 +157,7 @@ int dsv4_bpe_finish(dsv4_bpe *bpe, char *err, size_t errlen)
         size_t n = bytelevel_utf8((unsigned char)b, u);
         bpe->byte_id[b] = bpe_lookup(bpe, u, n);
         if (bpe->byte_id[b] < 0) {
-            snprintf(err, errlen, "model.vocab: no token for byte 0x%02x (\"%.*s\")", b, (int)n,
-                     u);
+            snprintf(err, errlen, "model.vocab: no token for byte 0x%02x (\"%.*s\")", b, (int)n, u);
             return DSV4_EFORMAT;
         }
     }
@@ -264,8 +271,7 @@ int dsv4_bpe_encode(const dsv4_bpe *bpe, const char *raw, size_t len, dsv4_bpe_s
         /* Stale entry: one side was merged since it was pushed, so the pair now there
          * has another rank (or none). */
         uint64_t key = (uint64_t)(uint32_t)syms[i].id << 32 | (uint32_t)syms[j].id, val;
-        if (!dsv4_tok_u64map_get(&bpe->merges, key, &val) ||
-            (val >> 32) != (top >> 32))
+        if (!dsv4_tok_u64map_get(&bpe->merges, key, &val) || (val >> 32) != (top >> 32))
             continue;
         syms[i].id = (int32_t)(uint32_t)val;
         syms[j].dead = true;

@@ -91,8 +91,7 @@ static int get_type(const json_t *obj, const char **type_p, hf_err *e, const cha
 }
 
 /* An id: an integer in 0..DSV4_TOK_MAX_IDS-1. */
-static int check_id(const json_t *v, int32_t *id_p, hf_err *e, const char *where,
-                    const char *name)
+static int check_id(const json_t *v, int32_t *id_p, hf_err *e, const char *where, const char *name)
 {
     if (!json_is_integer(v))
         return fail(e, "%s: \"%s\": expected an integer id, got %s", where, name, json_kind(v));
@@ -135,7 +134,8 @@ static int check_model(const json_t *model, bool *ignore_merges_p, int32_t *max_
         return fail(e, "model.vocab: expected an object, got %s", json_kind(vocab));
     const char *key;
     const json_t *v;
-    json_object_foreach ((json_t *)vocab, key, v) {
+    json_object_foreach((json_t *)vocab, key, v)
+    {
         int32_t id;
         if ((rc = check_id(v, &id, e, "model.vocab", key)))
             return rc;
@@ -159,7 +159,8 @@ static int check_added(const json_t *added, int32_t *max_p, hf_err *e)
         return fail(e, "added_tokens: expected an array, got %s", json_kind(added));
     size_t i;
     const json_t *t;
-    json_array_foreach (added, i, t) {
+    json_array_foreach(added, i, t)
+    {
         char where[64];
         snprintf(where, sizeof(where), "added_tokens[%zu]", i);
         if (!json_is_object(t))
@@ -198,7 +199,8 @@ static int load_vocab(dsv4_tokenizer *tok, const json_t *vocab, hf_err *e)
     const char *key;
     const json_t *v;
     int rc = 0;
-    json_object_foreach ((json_t *)vocab, key, v) {
+    json_object_foreach((json_t *)vocab, key, v)
+    {
         int32_t id = (int32_t)json_integer_value(v);
         size_t len = strlen(key);
         if (tok->piece_len[id] != DSV4_TOK_NO_PIECE) {
@@ -223,15 +225,18 @@ static int load_merges(dsv4_tokenizer *tok, const json_t *merges, hf_err *e)
 {
     size_t i;
     const json_t *m;
-    json_array_foreach (merges, i, m) {
+    json_array_foreach(merges, i, m)
+    {
         const char *a, *b;
         size_t alen, blen;
         if (json_is_string(m)) {
             a = json_string_value(m);
             const char *sp = strchr(a, ' ');
             if (!sp || strchr(sp + 1, ' '))
-                return fail(e, "model.merges[%zu]: \"%s\": expected two tokens split by one "
-                               "space", i, a);
+                return fail(e,
+                            "model.merges[%zu]: \"%s\": expected two tokens split by one "
+                            "space",
+                            i, a);
             alen = (size_t)(sp - a);
             b = sp + 1;
             blen = strlen(b);
@@ -259,7 +264,8 @@ static int load_added(dsv4_tokenizer *tok, const json_t *added, hf_err *e)
 {
     size_t i;
     const json_t *t;
-    json_array_foreach (added, i, t) {
+    json_array_foreach(added, i, t)
+    {
         const json_t *content = json_object_get(t, "content");
         bool special, lstrip, rstrip;
         get_bool(t, "special", false, &special, e, "");
@@ -292,7 +298,8 @@ static int check_normalizer(const json_t *n, hf_err *e, const char *where)
         return fail(e, "%s.normalizers: expected an array", where);
     size_t i;
     const json_t *sub;
-    json_array_foreach (list, i, sub) {
+    json_array_foreach(list, i, sub)
+    {
         char w[128];
         snprintf(w, sizeof(w), "%s.normalizers[%zu]", where, i);
         if ((rc = check_normalizer(sub, e, w)))
@@ -351,7 +358,8 @@ static int load_pretok(dsv4_pretok *pt, const json_t *p, bool *bytelevel_p, hf_e
             return fail(e, "%s.pretokenizers: expected an array", where);
         size_t i;
         const json_t *sub;
-        json_array_foreach (list, i, sub) {
+        json_array_foreach(list, i, sub)
+        {
             char w[128];
             snprintf(w, sizeof(w), "%s.pretokenizers[%zu]", where, i);
             if ((rc = load_pretok(pt, sub, bytelevel_p, e, w)))

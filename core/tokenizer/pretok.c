@@ -51,8 +51,9 @@ void dsv4_pretok_free(dsv4_pretok *pt)
 
 /* Unicode White_Space: what \s means in HF tokenizers' regex engines (Oniguruma, Rust
  * regex). PCRE2's own \s under UCP differs at the edges (it counts U+180E). */
-#define WHITE_SPACE "\\t-\\r\\x20\\x{85}\\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}" \
-                    "\\x{202f}\\x{205f}\\x{3000}"
+#define WHITE_SPACE                                                                                \
+    "\\t-\\r\\x20\\x{85}\\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}"                     \
+    "\\x{202f}\\x{205f}\\x{3000}"
 
 /* Copy pattern into out with \s and \S spelled as explicit White_Space classes. The
  * scan tracks character classes ([...], with a leading ] literal and [:posix:] inside)
@@ -71,8 +72,10 @@ static int regex_translate(const char *p, size_t len, dsv4_tok_buf *out, char *e
                                                   : sizeof(WHITE_SPACE) + 1);
             } else if (e == 'S') {
                 if (in_class) {
-                    snprintf(err, errlen, "\\S inside a character class not supported "
-                                          "(offset %zu)", i);
+                    snprintf(err, errlen,
+                             "\\S inside a character class not supported "
+                             "(offset %zu)",
+                             i);
                     return DSV4_EFORMAT;
                 }
                 rc = dsv4_tok_buf_append(out, "[^" WHITE_SPACE "]", sizeof(WHITE_SPACE) + 2);

@@ -107,8 +107,8 @@ static int64_t trie_child_add(dsv4_tokenizer *tok, uint32_t node, unsigned char 
     return tok->trie_nodes++;
 }
 
-int dsv4_tok_add_added(dsv4_tokenizer *tok, int32_t id, const char *text, size_t len,
-                       bool special, bool lstrip, bool rstrip)
+int dsv4_tok_add_added(dsv4_tokenizer *tok, int32_t id, const char *text, size_t len, bool special,
+                       bool lstrip, bool rstrip)
 {
     if (len == 0)
         return -EINVAL;
@@ -151,8 +151,7 @@ int dsv4_tok_index_pieces(dsv4_tokenizer *tok)
 
 /* The longest added token starting at text[0..len): its index into added, its length in
  * *mlen_p; -1 when none starts there. */
-static int32_t added_match(const dsv4_tokenizer *tok, const char *text, size_t len,
-                           size_t *mlen_p)
+static int32_t added_match(const dsv4_tokenizer *tok, const char *text, size_t len, size_t *mlen_p)
 {
     int32_t best = -1;
     uint32_t node = 0;
@@ -297,8 +296,12 @@ static const struct {
     const char *text;
     bool special;
 } byte_specials[] = {
-    {"<｜begin▁of▁sentence｜>", true}, {"<｜end▁of▁sentence｜>", true}, {"<｜▁pad▁｜>", true},
-    {"<｜User｜>", false},             {"<｜Assistant｜>", false},      {"<think>", false},
+    {"<｜begin▁of▁sentence｜>", true},
+    {"<｜end▁of▁sentence｜>", true},
+    {"<｜▁pad▁｜>", true},
+    {"<｜User｜>", false},
+    {"<｜Assistant｜>", false},
+    {"<think>", false},
     {"</think>", false},
 };
 

@@ -60,7 +60,8 @@ void dsv4_tokenizer_free(dsv4_tokenizer *tok);
 /* Encode len bytes of text, appending the ids to vec. With specials, added and special
  * tokens written in the text become their ids; without, all text is ordinary text (for
  * untrusted content that must not forge control tokens). 0, -EILSEQ when the text is not
- * valid UTF-8, -ENOMEM; vec keeps its previous ids on failure. */
+ * valid UTF-8, -ENOMEM, DSV4_EFORMAT when the regex engine gives up (PCRE2's match limit);
+ * vec keeps its previous ids on failure. */
 int dsv4_tokenizer_encode(const dsv4_tokenizer *tok, const char *text, size_t len, bool specials,
                           dsv4_token_vec *vec);
 

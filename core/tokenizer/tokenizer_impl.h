@@ -25,18 +25,18 @@ struct dsv4_tokenizer {
     uint32_t *piece_off, *piece_len; /* [n_ids]; len DSV4_TOK_NO_PIECE: no such id */
     uint8_t *special;                /* [n_ids] */
     dsv4_tok_buf pieces;
-    dsv4_tok_strmap by_piece;        /* piece bytes -> lowest id with them */
+    dsv4_tok_strmap by_piece; /* piece bytes -> lowest id with them */
 
     /* Added tokens, matched in the text before anything else, through a byte trie:
      * (node << 8 | byte) -> child node; node 0 is the root. */
     dsv4_tok_added *added;
     size_t n_added;
     dsv4_tok_u64map trie;
-    int32_t *trie_term;              /* [trie_nodes]: index into added, or -1 */
+    int32_t *trie_term; /* [trie_nodes]: index into added, or -1 */
     uint32_t trie_nodes;
-    uint8_t first_byte[32];          /* bitmap: bytes an added token can start with */
+    uint8_t first_byte[32]; /* bitmap: bytes an added token can start with */
 
-    dsv4_bpe *bpe;                   /* NULL for the byte tokenizer */
+    dsv4_bpe *bpe; /* NULL for the byte tokenizer */
     dsv4_pretok *pretok;
 };
 
@@ -47,8 +47,8 @@ int dsv4_tok_set_piece(dsv4_tokenizer *tok, int32_t id, const char *bytes, size_
 /* Register an added token: its text becomes its piece and is matched in encoded text.
  * 0, -EEXIST when the same text is already added with another id, -EINVAL for empty
  * text, -ENOMEM. */
-int dsv4_tok_add_added(dsv4_tokenizer *tok, int32_t id, const char *text, size_t len,
-                       bool special, bool lstrip, bool rstrip);
+int dsv4_tok_add_added(dsv4_tokenizer *tok, int32_t id, const char *text, size_t len, bool special,
+                       bool lstrip, bool rstrip);
 /* Build the piece -> id index once every piece is set. 0 or -ENOMEM. */
 int dsv4_tok_index_pieces(dsv4_tokenizer *tok);
 

@@ -132,9 +132,16 @@ int main(void)
            " {\"type\": \"Split\", \"pattern\": {\"Regex\": \"\\\\S+\"}, \"behavior\": "
            "\"Isolated\"}, " SEQ_BYTELEVEL "]}");
     tok = load(doc);
-    ok(encodes(tok, "a\xc2\x85" "b,\xe2\x80\xa8" "c", true, 3, 'a', 'b', 'c'),
+    ok(encodes(tok,
+               "a\xc2\x85"
+               "b,\xe2\x80\xa8"
+               "c",
+               true, 3, 'a', 'b', 'c'),
        "U+0085 and U+2028 match \\s inside a class");
-    ok(encodes(tok, "a\xe1\xa0\x8e" "b", true, 5, 'a', 0xe1, 0xa0, 0x8e, 'b'),
+    ok(encodes(tok,
+               "a\xe1\xa0\x8e"
+               "b",
+               true, 5, 'a', 0xe1, 0xa0, 0x8e, 'b'),
        "U+180E does not match \\s");
     char *text;
     size_t len;

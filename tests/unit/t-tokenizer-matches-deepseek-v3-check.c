@@ -13,8 +13,8 @@
 
 /* Decode one token at a time, holding back partial UTF-8 the way a streaming server
  * does; true when the emitted bytes are exactly text and nothing is left held. */
-static bool streams_back(const dsv4_tokenizer *tok, const int32_t *ids, size_t n,
-                         const char *text, size_t len)
+static bool streams_back(const dsv4_tokenizer *tok, const int32_t *ids, size_t n, const char *text,
+                         size_t len)
 {
     char *out = malloc(len + 1), pend[8];
     size_t nout = 0, npend = 0;
@@ -69,8 +69,7 @@ static void check_case(const dsv4_tokenizer *tok, size_t idx, const json_t *c)
     char *back = NULL;
     size_t blen = 0;
     rc = dsv4_tokenizer_decode(tok, got.ids, got.n, &back, &blen);
-    ok(rc == 0 && blen == len && memcmp(back, text, len) == 0, "%s: decode(encode(s)) == s",
-       label);
+    ok(rc == 0 && blen == len && memcmp(back, text, len) == 0, "%s: decode(encode(s)) == s", label);
     ok(streams_back(tok, got.ids, got.n, text, len), "%s: streams back to s", label);
     free(back);
     dsv4_token_vec_free(&got);
@@ -108,8 +107,7 @@ int main(int argc, char **argv)
 
     size_t i;
     const json_t *c;
-    json_array_foreach (cases, i, c)
-        check_case(tok, i, c);
+    json_array_foreach(cases, i, c) check_case(tok, i, c);
     dsv4_tokenizer_free(tok);
     json_decref(doc);
     return done_testing();

@@ -51,15 +51,15 @@ void tt_vocab_add(json_t *root, const char *raw, int id)
 
 json_t *tt_base(void)
 {
-    json_t *root = json_loads(
-        "{\"version\": \"1.0\", \"added_tokens\": [], \"normalizer\": null,"
-        " \"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false,"
-        "                     \"trim_offsets\": true, \"use_regex\": false},"
-        " \"post_processor\": null,"
-        " \"decoder\": {\"type\": \"ByteLevel\"},"
-        " \"model\": {\"type\": \"BPE\", \"dropout\": null, \"unk_token\": null,"
-        "            \"byte_fallback\": false, \"vocab\": {}, \"merges\": []}}",
-        0, NULL);
+    json_t *root =
+        json_loads("{\"version\": \"1.0\", \"added_tokens\": [], \"normalizer\": null,"
+                   " \"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false,"
+                   "                     \"trim_offsets\": true, \"use_regex\": false},"
+                   " \"post_processor\": null,"
+                   " \"decoder\": {\"type\": \"ByteLevel\"},"
+                   " \"model\": {\"type\": \"BPE\", \"dropout\": null, \"unk_token\": null,"
+                   "            \"byte_fallback\": false, \"vocab\": {}, \"merges\": []}}",
+                   0, NULL);
     if (!root)
         bail_out("tt_base: bad template");
     for (unsigned b = 0; b < 256; b++) {
