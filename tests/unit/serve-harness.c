@@ -71,8 +71,10 @@ static void dsv4_th_event(void *ctx, const dsv4_gen_event *ev)
     dsv4_th_req *req = ctx;
     pthread_mutex_lock(&th_mu);
     if (ev->kind == DSV4_EV_TOKEN) {
-        if (req->n_tokens < DSV4_TH_MAX_TOKENS)
+        if (req->n_tokens < DSV4_TH_MAX_TOKENS) {
+            req->logprobs[req->n_tokens] = ev->logprob;
             req->tokens[req->n_tokens++] = ev->token;
+        }
     } else {
         req->end = *ev;
         req->end.message = NULL;

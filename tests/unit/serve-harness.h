@@ -15,6 +15,7 @@
 typedef struct dsv4_th_req {
     uint64_t id;
     int32_t tokens[DSV4_TH_MAX_TOKENS];
+    float logprobs[DSV4_TH_MAX_TOKENS];
     uint32_t n_tokens;
     bool done;
     dsv4_gen_event end;        /* the terminal event (message cleared) */
