@@ -44,6 +44,8 @@ typedef struct dsv4_server_conf {
     int64_t max_running;    /* requests in the decode batch */
     int64_t prefill_chunk;  /* tokens per prefill chunk (per-step token budget) */
     int64_t shutdown_grace_ms;  /* key shutdown_grace */
+    uint64_t max_body;      /* largest request body accepted, bytes */
+    int64_t idle_timeout_ms;    /* key idle_timeout: a silent connection is closed */
 } dsv4_server_conf;
 
 /* [pd] */

@@ -82,6 +82,13 @@ const dsv4_option dsv4_server_options[] = {
     {"shutdown_grace", DSV4_OPT_DURATION, "30s", 0, 3600000, NULL,
      "on SIGTERM, how long running requests may finish before they are aborted",
      offsetof(dsv4_server_conf, shutdown_grace_ms)},
+    {"max_body", DSV4_OPT_SIZE, "8M", 1024, 1ll << 30, NULL,
+     "largest request body accepted; a larger one is answered 413",
+     offsetof(dsv4_server_conf, max_body)},
+    {"idle_timeout", DSV4_OPT_DURATION, "30s", 1000, 3600000, NULL,
+     "a connection that sends nothing for this long is closed (slow or stalled clients); "
+     "a request waiting for its tokens is not idle",
+     offsetof(dsv4_server_conf, idle_timeout_ms)},
     {NULL, 0, NULL, 0, 0, NULL, NULL, 0},
 };
 

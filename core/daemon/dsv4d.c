@@ -1,21 +1,39 @@
 /* dsv4d: the serving daemon's entry point (dsv4d(8)).
  *
- * What exists today: the configuration and plugin side. `-t` checks a configuration the
- * way `dsv4ctl validate` does (same dsv4_config_open); `-V`/`-VV` report the build; a
- * plain start loads the configuration and plugins, brings every selected plugin through
- * probe, init and fini, and then says plainly that serving is not built yet (exit 2)
- * rather than pretending to serve. */
+ * `-t` checks a configuration the way `dsv4ctl validate` does (same dsv4_config_open);
+ * `-V`/`-VV` report the build. A plain start checks the configuration and brings each
+ * selected plugin through probe, init and fini, loads the model ([model] path, or the
+ * embedded tiny model, written on first use) and its tokenizer, starts the serving loop
+ * and the HTTP API, and serves until SIGTERM or SIGINT: then it stops accepting, lets
+ * running requests finish within [server] shutdown_grace, aborts the rest and exits 0. */
 #include "config.h"
 
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/config/config.h"
+#include "core/http/http.h"
+#include "core/model/mkmodel.h"
+#include "core/model/model.h"
 #include "core/plugin/registry.h"
+#include "core/serve/serve.h"
+#include "core/tokenizer/tokenizer.h"
+#include "core/util/log.h"
 #include "core/util/status.h"
+
+/* The embedded model: the tiny preset with a fixed seed, and the name it is served as. */
+#define DSV4D_TINY_SEED 1
+#define DSV4D_TINY_NAME "dsv4-tiny"
+/* After the serving loop has ended every request, how long answers still being written
+ * may take before their connections are closed. */
+#define DSV4D_FLUSH_MS 2000
 
 #ifndef DSV4_CUDA_ARCH
 #define DSV4_CUDA_ARCH "no CUDA"
@@ -92,6 +110,105 @@ static int start_plugins(const dsv4_config *conf)
     return 0;
 }
 
+/* The model folder to serve: [model] path, or the embedded tiny model, written there the
+ * first time. NULL after saying why. */
+static const char *model_dir(const dsv4_config *conf)
+{
+    if (conf->model.path[0])
+        return conf->model.path;
+    const char *dir = dsv4_model_default_dir();
+    char cfg[PATH_MAX], err[512];
+    snprintf(cfg, sizeof(cfg), "%s/config.json", dir);
+    if (access(cfg, F_OK) == 0)
+        return dir;
+    dsv4_log(DSV4_LOG_INFO, "model", "writing the embedded tiny model to %s", dir);
+    if (dsv4_mkmodel_write("tiny", DSV4D_TINY_SEED, NULL, NULL, dir, err, sizeof(err)) != 0) {
+        dsv4_log(DSV4_LOG_ERROR, "model", "cannot write the embedded tiny model (%s)", err);
+        return NULL;
+    }
+    return dir;
+}
+
+/* The name /v1/models lists and requests may give: the checkpoint folder's name. */
+static void model_id(const dsv4_config *conf, char *buf, size_t len)
+{
+    if (!conf->model.path[0]) {
+        snprintf(buf, len, "%s", DSV4D_TINY_NAME);
+        return;
+    }
+    size_t n = strlen(conf->model.path);
+    while (n > 1 && conf->model.path[n - 1] == '/')
+        n--;
+    const char *p = conf->model.path + n;
+    while (p > conf->model.path && p[-1] != '/')
+        p--;
+    snprintf(buf, len, "%.*s", (int)(conf->model.path + n - p), p);
+}
+
+/* "listening on host:port" with the port actually bound. */
+static void log_listening(const dsv4_config *conf, const dsv4_http *http)
+{
+    const char *colon = strrchr(conf->server.listen, ':');
+    dsv4_log(DSV4_LOG_INFO, "http", "listening on %.*s:%u", (int)(colon - conf->server.listen),
+             conf->server.listen, (unsigned)dsv4_http_port(http));
+}
+
+/* Serve until SIGTERM or SIGINT. Returns the exit status. */
+static int serve(const dsv4_config *conf)
+{
+    char err[512], id[256];
+    int status = 1, sig = 0;
+    sigset_t stop_set;
+    /* every thread started from here on inherits the blocked set; only sigwait below
+     * takes the signals, so no handler runs inside the serving loop or a connection */
+    sigemptyset(&stop_set);
+    sigaddset(&stop_set, SIGTERM);
+    sigaddset(&stop_set, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &stop_set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    dsv4_log_set_level((dsv4_log_level)conf->core.log_level);
+
+    const char *dir = model_dir(conf);
+    if (!dir)
+        return 1;
+    dsv4_model *model = dsv4_model_load(dir, err, sizeof(err));
+    if (!model) {
+        dsv4_log(DSV4_LOG_ERROR, "model", "cannot load %s (%s)", dir, err);
+        return 1;
+    }
+    dsv4_tokenizer *tok = dsv4_tokenizer_load(dir, err, sizeof(err));
+    if (!tok) {
+        dsv4_log(DSV4_LOG_ERROR, "tokenizer", "cannot load the tokenizer of %s (%s)", dir, err);
+        goto free_model;
+    }
+    dsv4_server *srv = dsv4_server_start(conf, model, err, sizeof(err));
+    if (!srv) {
+        dsv4_log(DSV4_LOG_ERROR, "serve", "cannot start the serving loop (%s)", err);
+        goto free_tok;
+    }
+    model_id(conf, id, sizeof(id));
+    dsv4_http *http = dsv4_http_start(&conf->server, srv, tok, id, err, sizeof(err));
+    if (!http) {
+        dsv4_log(DSV4_LOG_ERROR, "http", "%s", err);
+        dsv4_server_stop(srv, 0);
+        goto free_tok;
+    }
+    log_listening(conf, http);
+    while (sigwait(&stop_set, &sig) != 0)
+        ;
+    dsv4_log(DSV4_LOG_INFO, "http", "stopping (%s): finishing requests for up to %lld ms",
+             sig == SIGTERM ? "SIGTERM" : "SIGINT", (long long)conf->server.shutdown_grace_ms);
+    dsv4_http_quiesce(http);
+    dsv4_server_stop(srv, (uint64_t)conf->server.shutdown_grace_ms);
+    dsv4_http_stop(http, DSV4D_FLUSH_MS);
+    status = 0;
+free_tok:
+    dsv4_tokenizer_free(tok);
+free_model:
+    dsv4_model_free(model);
+    return status;
+}
+
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -132,8 +249,7 @@ int main(int argc, char **argv)
         printf("dsv4d: %s: configuration ok\n", path);
         rc = 0;
     } else if ((rc = start_plugins(conf)) == 0) {
-        fprintf(stderr, "dsv4d: serving is not built yet (checked configuration and plugins)\n");
-        rc = 2;
+        rc = serve(conf);
     } else {
         rc = 1;
     }

@@ -1,1 +1,31 @@
-# core/http: build rules (owned by the area)
+# core/http: the HTTP API (libmicrohttpd, jansson). A library of its own so that only what
+# serves HTTP links libmicrohttpd; dsv4d and the HTTP tests link it before the core.
+noinst_LTLIBRARIES += core/http/libdsv4http.la
+core_http_libdsv4http_la_SOURCES = \
+	core/http/http.h core/http/http_priv.h \
+	core/http/server.c \
+	core/http/generate.c \
+	core/http/api.c core/http/api.h \
+	core/http/chat.c core/http/chat.h \
+	core/http/textstream.c core/http/textstream.h
+core_http_libdsv4http_la_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS) $(MHD_CFLAGS)
+core_http_libdsv4http_la_LIBADD = $(JANSSON_LIBS) $(MHD_LIBS) $(PTHREAD_LIBS)
+HTTP_LIBS = core/http/libdsv4http.la $(TEST_CORE_LIBS)
+
+HTTP_UNIT_TESTS = tests/unit/t-http-stream-text-holds-partial-utf8-and-stops \
+	tests/unit/t-http-request-parse-checks-each-field \
+	tests/unit/t-chat-encodes-deepseek-template
+tests_unit_t_http_stream_text_holds_partial_utf8_and_stops_LDADD = $(HTTP_LIBS)
+tests_unit_t_http_request_parse_checks_each_field_LDADD = $(HTTP_LIBS)
+tests_unit_t_http_request_parse_checks_each_field_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS)
+tests_unit_t_chat_encodes_deepseek_template_LDADD = $(HTTP_LIBS)
+check_PROGRAMS += $(HTTP_UNIT_TESTS)
+TESTS += $(HTTP_UNIT_TESTS)
+
+# End to end: dsv4d on a free port with the tiny model (python3 standard library clients;
+# tests/integ/dsv4d_http.py starts and stops the daemon).
+HTTP_INTEG_TESTS = tests/integ/t-http-serves-openai-api.sh \
+	tests/integ/t-http-rejects-bad-input.sh \
+	tests/integ/t-http-sigterm-drains-then-exits.sh
+TESTS += $(HTTP_INTEG_TESTS)
+EXTRA_DIST += $(HTTP_INTEG_TESTS) tests/integ/dsv4d_http.py

@@ -1,0 +1,381 @@
+/* api.c: parsing and checking the JSON request bodies of the HTTP API (api.h). */
+#include "core/http/api.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int dsv4_api_fail(dsv4_api_error *err, int status, const char *code, const char *param,
+                  const char *fmt, ...)
+{
+    va_list ap;
+    err->status = status;
+    err->type = status == 401   ? "authentication_error"
+                : status >= 500 ? "server_error"
+                                : "invalid_request_error";
+    err->code = code;
+    snprintf(err->param, sizeof(err->param), "%s", param ? param : "");
+    va_start(ap, fmt);
+    vsnprintf(err->message, sizeof(err->message), fmt, ap);
+    va_end(ap);
+    return -EINVAL;
+}
+
+char *dsv4_api_error_json(const dsv4_api_error *err)
+{
+    json_t *root =
+        json_pack("{s:{s:s, s:s, s:o, s:o}}", "error", "message", err->message, "type", err->type,
+                  "param", err->param[0] ? json_string(err->param) : json_null(), "code",
+                  err->code ? json_string(err->code) : json_null());
+    if (!root)
+        return NULL;
+    char *s = json_dumps(root, JSON_COMPACT);
+    json_decref(root);
+    return s;
+}
+
+void dsv4_api_request_free(dsv4_api_request *req)
+{
+    for (size_t i = 0; i < req->n_messages; i++)
+        free(req->messages[i].content);
+    free(req->messages);
+    free(req->prompt_ids);
+    json_decref(req->root);
+    memset(req, 0, sizeof(*req));
+}
+
+/* A field, with JSON null read as absent (clients send null for unset options). */
+static json_t *field(json_t *root, const char *name)
+{
+    json_t *v = json_object_get(root, name);
+    return json_is_null(v) ? NULL : v;
+}
+
+static int want_bool(json_t *root, const char *name, bool *out, dsv4_api_error *err)
+{
+    json_t *v = field(root, name);
+    if (!v)
+        return 0;
+    if (!json_is_boolean(v))
+        return dsv4_api_fail(err, 400, "invalid_type", name, "%s must be a boolean", name);
+    *out = json_is_true(v);
+    return 0;
+}
+
+static int want_number(json_t *root, const char *name, double lo, double hi, double *out,
+                       dsv4_api_error *err)
+{
+    json_t *v = field(root, name);
+    if (!v)
+        return 0;
+    if (!json_is_number(v))
+        return dsv4_api_fail(err, 400, "invalid_type", name, "%s must be a number", name);
+    double d = json_number_value(v);
+    if (!(d >= lo && d <= hi))
+        return dsv4_api_fail(err, 400, "invalid_value", name,
+                             "%s must be between %g and %g (got %g)", name, lo, hi, d);
+    *out = d;
+    return 0;
+}
+
+static int want_int(json_t *root, const char *name, json_int_t lo, json_int_t hi, json_int_t *out,
+                    dsv4_api_error *err)
+{
+    json_t *v = field(root, name);
+    if (!v)
+        return 0;
+    if (!json_is_integer(v))
+        return dsv4_api_fail(err, 400, "invalid_type", name, "%s must be an integer", name);
+    json_int_t i = json_integer_value(v);
+    if (i < lo || i > hi)
+        return dsv4_api_fail(err, 400, "invalid_value", name,
+                             "%s must be between %lld and %lld (got %lld)", name, (long long)lo,
+                             (long long)hi, (long long)i);
+    *out = i;
+    return 0;
+}
+
+/* Options the API names but dsv4d does not implement: accepted at their neutral value
+ * only, refused otherwise rather than silently ignored. */
+static int check_unsupported(json_t *root, dsv4_api_error *err)
+{
+    static const char *const zero_numbers[] = {"presence_penalty", "frequency_penalty"};
+    for (size_t i = 0; i < sizeof(zero_numbers) / sizeof(*zero_numbers); i++) {
+        json_t *v = field(root, zero_numbers[i]);
+        if (v && (!json_is_number(v) || json_number_value(v) != 0))
+            return dsv4_api_fail(err, 400, "unsupported_parameter", zero_numbers[i],
+                                 "%s is not supported (only 0)", zero_numbers[i]);
+    }
+    static const char *const one_ints[] = {"n", "best_of"};
+    for (size_t i = 0; i < sizeof(one_ints) / sizeof(*one_ints); i++) {
+        json_t *v = field(root, one_ints[i]);
+        if (v && (!json_is_integer(v) || json_integer_value(v) != 1))
+            return dsv4_api_fail(err, 400, "unsupported_parameter", one_ints[i],
+                                 "%s must be 1 (one choice per request)", one_ints[i]);
+    }
+    json_t *v = field(root, "echo");
+    if (v && !json_is_false(v))
+        return dsv4_api_fail(err, 400, "unsupported_parameter", "echo", "echo is not supported");
+    v = field(root, "tools");
+    if (v && !(json_is_array(v) && json_array_size(v) == 0))
+        return dsv4_api_fail(err, 400, "unsupported_parameter", "tools", "tools are not supported");
+    return 0;
+}
+
+static int parse_ids(json_t *arr, const char *name, dsv4_api_request *req, dsv4_api_error *err)
+{
+    size_t n = json_array_size(arr);
+    if (n == 0)
+        return dsv4_api_fail(err, 400, "invalid_value", name, "%s must not be empty", name);
+    req->prompt_ids = malloc(n * sizeof(*req->prompt_ids));
+    if (!req->prompt_ids)
+        return dsv4_api_fail(err, 500, NULL, NULL, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = json_array_get(arr, i);
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)
+            return dsv4_api_fail(err, 400, "invalid_value", name,
+                                 "%s[%zu] must be a non-negative token id", name, i);
+        req->prompt_ids[i] = (int32_t)json_integer_value(v);
+    }
+    req->n_prompt_ids = n;
+    return 0;
+}
+
+static int parse_prompt(dsv4_api_request *req, dsv4_api_error *err)
+{
+    json_t *v = field(req->root, "prompt");
+    if (!v)
+        return dsv4_api_fail(err, 400, "missing_required_parameter", "prompt",
+                             "prompt is required");
+    if (json_is_string(v)) {
+        if (json_string_length(v) == 0)
+            return dsv4_api_fail(err, 400, "invalid_value", "prompt", "prompt must not be empty");
+        req->prompt = json_string_value(v);
+        req->prompt_len = json_string_length(v);
+        return 0;
+    }
+    /* a batch of prompts ([["a"], ...] or [[1,2],[3]]) would need n choices */
+    json_t *first = json_array_get(v, 0);
+    if (json_is_array(v) && json_array_size(v) == 1 && json_is_string(first)) {
+        req->prompt = json_string_value(first);
+        req->prompt_len = json_string_length(first);
+        return req->prompt_len
+                   ? 0
+                   : dsv4_api_fail(err, 400, "invalid_value", "prompt", "prompt must not be empty");
+    }
+    if (json_is_array(v) && !json_is_array(first) && !json_is_string(first))
+        return parse_ids(v, "prompt", req, err);
+    return dsv4_api_fail(err, 400, "invalid_type", "prompt",
+                         "prompt must be a string or an array of token ids (one prompt per "
+                         "request)");
+}
+
+/* content: a string, or an array of {"type":"text","text":...} parts joined. */
+static int parse_content(json_t *c, size_t i, char **out, dsv4_api_error *err)
+{
+    char param[64];
+    snprintf(param, sizeof(param), "messages[%zu].content", i);
+    if (!c || json_is_string(c)) {
+        *out = strdup(c ? json_string_value(c) : "");
+        return *out ? 0 : dsv4_api_fail(err, 500, NULL, NULL, "out of memory");
+    }
+    if (!json_is_array(c))
+        return dsv4_api_fail(err, 400, "invalid_type", param,
+                             "%s must be a string or an array of text parts", param);
+    size_t total = 1, k;
+    json_t *part;
+    json_array_foreach(c, k, part)
+    {
+        json_t *t = json_object_get(part, "text");
+        if (!json_is_object(part) || !json_is_string(json_object_get(part, "type")) ||
+            strcmp(json_string_value(json_object_get(part, "type")), "text") != 0 ||
+            !json_is_string(t))
+            return dsv4_api_fail(err, 400, "invalid_value", param,
+                                 "%s[%zu] must be a text part ({\"type\":\"text\",\"text\":...})",
+                                 param, k);
+        total += json_string_length(t);
+    }
+    if (!(*out = malloc(total)))
+        return dsv4_api_fail(err, 500, NULL, NULL, "out of memory");
+    size_t at = 0;
+    json_array_foreach(c, k, part)
+    {
+        json_t *t = json_object_get(part, "text");
+        memcpy(*out + at, json_string_value(t), json_string_length(t));
+        at += json_string_length(t);
+    }
+    (*out)[at] = '\0';
+    return 0;
+}
+
+static int parse_messages(dsv4_api_request *req, dsv4_api_error *err)
+{
+    json_t *arr = field(req->root, "messages");
+    if (!arr)
+        return dsv4_api_fail(err, 400, "missing_required_parameter", "messages",
+                             "messages is required");
+    if (!json_is_array(arr) || json_array_size(arr) == 0)
+        return dsv4_api_fail(err, 400, "invalid_value", "messages",
+                             "messages must be a non-empty array");
+    size_t n = json_array_size(arr);
+    req->messages = calloc(n, sizeof(*req->messages));
+    if (!req->messages)
+        return dsv4_api_fail(err, 500, NULL, NULL, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        json_t *m = json_array_get(arr, i);
+        json_t *role = json_is_object(m) ? json_object_get(m, "role") : NULL;
+        char param[64];
+        snprintf(param, sizeof(param), "messages[%zu].role", i);
+        if (!json_is_string(role))
+            return dsv4_api_fail(err, 400, "invalid_value", param,
+                                 "messages[%zu] must be an object with a string role", i);
+        int r = dsv4_chat_role_parse(json_string_value(role));
+        if (r < 0)
+            return dsv4_api_fail(err, 400, "invalid_value", param,
+                                 "%s must be system, developer, user or assistant (got '%s')",
+                                 param, json_string_value(role));
+        req->messages[i].role = (dsv4_chat_role)r;
+        int rc = parse_content(field(m, "content"), i, &req->messages[i].content, err);
+        req->n_messages = i + 1; /* so that free releases what was allocated */
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}
+
+static int parse_stop(dsv4_api_request *req, dsv4_api_error *err)
+{
+    json_t *v = field(req->root, "stop");
+    if (!v)
+        return 0;
+    if (json_is_string(v)) {
+        req->stop[req->n_stop++] = json_string_value(v);
+    } else if (json_is_array(v) && json_array_size(v) <= DSV4_API_MAX_STOPS) {
+        size_t i;
+        json_t *s;
+        json_array_foreach(v, i, s)
+        {
+            if (!json_is_string(s))
+                return dsv4_api_fail(err, 400, "invalid_type", "stop",
+                                     "stop must be a string or an array of strings");
+            req->stop[req->n_stop++] = json_string_value(s);
+        }
+    } else {
+        return dsv4_api_fail(err, 400, "invalid_type", "stop",
+                             "stop must be a string or an array of at most %d strings",
+                             DSV4_API_MAX_STOPS);
+    }
+    for (size_t i = 0; i < req->n_stop; i++)
+        if (!req->stop[i][0])
+            return dsv4_api_fail(err, 400, "invalid_value", "stop",
+                                 "stop strings must not be empty");
+    return 0;
+}
+
+/* The sampling and length options every endpoint shares. */
+static int parse_params(dsv4_api_request *req, dsv4_api_error *err)
+{
+    json_t *root = req->root;
+    dsv4_gen_params *p = &req->params;
+    double temperature = 1.0, top_p = 1.0;
+    json_int_t max_tokens = 0, top_k = 0, seed = 0, priority = 0;
+    int rc = 0;
+    const char *max_name =
+        field(root, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+    req->has_max_tokens = field(root, max_name) != NULL;
+    if ((rc = want_int(root, max_name, 1, INT32_MAX, &max_tokens, err)) ||
+        (rc = want_number(root, "temperature", 0, 2, &temperature, err)) ||
+        (rc = want_number(root, "top_p", 0, 1, &top_p, err)) ||
+        (rc = want_int(root, "top_k", -1, INT32_MAX, &top_k, err)) ||
+        (rc = want_int(root, "seed", INT64_MIN, INT64_MAX, &seed, err)) ||
+        (rc = want_int(root, "priority", INT32_MIN, INT32_MAX, &priority, err)) ||
+        (rc = want_bool(root, "ignore_eos", &p->ignore_eos, err)) ||
+        (rc = want_bool(root, "stream", &req->stream, err)))
+        return rc;
+    if (top_p == 0)
+        return dsv4_api_fail(err, 400, "invalid_value", "top_p", "top_p must be above 0");
+    p->max_tokens = (uint32_t)max_tokens;
+    p->temperature = (float)temperature;
+    p->top_p = (float)top_p;
+    p->top_k = top_k < 0 ? 0 : (uint32_t)top_k; /* -1 is vLLM's "off" */
+    p->seed = (uint64_t)seed;
+    p->priority = (int32_t)priority;
+
+    json_t *so = field(root, "stream_options");
+    if (so) {
+        if (!json_is_object(so))
+            return dsv4_api_fail(err, 400, "invalid_type", "stream_options",
+                                 "stream_options must be an object");
+        if ((rc = want_bool(so, "include_usage", &req->include_usage, err)))
+            return rc;
+    }
+    /* logprobs: a boolean for chat and /generate; for completions an integer count of
+     * alternatives, of which only 0 (the sampled token's own logprob) is available */
+    json_t *lp = field(root, "logprobs");
+    if (lp && req->kind == DSV4_API_COMPLETION) {
+        if (!json_is_integer(lp) || json_integer_value(lp) != 0)
+            return dsv4_api_fail(err, 400, "unsupported_parameter", "logprobs",
+                                 "logprobs must be 0 (top alternatives are not available)");
+        p->logprobs = true;
+    } else if ((rc = want_bool(root, "logprobs", &p->logprobs, err))) {
+        return rc;
+    }
+    json_t *tlp = field(root, "top_logprobs");
+    if (tlp && (!json_is_integer(tlp) || json_integer_value(tlp) != 0))
+        return dsv4_api_fail(err, 400, "unsupported_parameter", "top_logprobs",
+                             "top_logprobs must be 0 (top alternatives are not available)");
+    return parse_stop(req, err);
+}
+
+int dsv4_api_parse(dsv4_api_kind kind, const char *body, size_t len, dsv4_api_request *req,
+                   dsv4_api_error *err)
+{
+    json_error_t jerr;
+    memset(req, 0, sizeof(*req));
+    req->kind = kind;
+    req->root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!req->root)
+        return dsv4_api_fail(err, 400, "invalid_json", NULL,
+                             "request body is not valid JSON (%s at line %d column %d)", jerr.text,
+                             jerr.line, jerr.column);
+    int rc;
+    if (!json_is_object(req->root)) {
+        rc = dsv4_api_fail(err, 400, "invalid_json", NULL, "request body must be a JSON object");
+        goto free_req;
+    }
+    json_t *model = field(req->root, "model");
+    if (model && !json_is_string(model)) {
+        rc = dsv4_api_fail(err, 400, "invalid_type", "model", "model must be a string");
+        goto free_req;
+    }
+    req->model = model ? json_string_value(model) : NULL;
+    if ((rc = check_unsupported(req->root, err)) || (rc = parse_params(req, err)))
+        goto free_req;
+    switch (kind) {
+    case DSV4_API_COMPLETION: rc = parse_prompt(req, err); break;
+    case DSV4_API_CHAT: rc = parse_messages(req, err); break;
+    case DSV4_API_GENERATE: {
+        json_t *ids = field(req->root, "input_ids");
+        if (!ids)
+            rc = dsv4_api_fail(err, 400, "missing_required_parameter", "input_ids",
+                               "input_ids is required");
+        else if (!json_is_array(ids))
+            rc = dsv4_api_fail(err, 400, "invalid_type", "input_ids",
+                               "input_ids must be an array of token ids");
+        else if (req->stream)
+            rc = dsv4_api_fail(err, 400, "unsupported_parameter", "stream",
+                               "stream is not supported on /generate");
+        else
+            rc = parse_ids(ids, "input_ids", req, err);
+        break;
+    }
+    }
+    if (rc == 0)
+        return 0;
+free_req:
+    dsv4_api_request_free(req);
+    return rc;
+}

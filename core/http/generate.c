@@ -1,0 +1,647 @@
+/* generate.c: the generation endpoints (/v1/completions, /v1/chat/completions and
+ * /generate): prompt to token ids, the request handed to the serving loop, and its
+ * events back to the client as one JSON body or as server-sent events.
+ *
+ * The serving loop delivers events on its own thread through on_event, which only
+ * queues them. The connection's thread (libmicrohttpd runs one per connection) takes
+ * them off the queue: the handler itself for a whole response, the content reader for a
+ * stream. While it waits it watches the client's socket; a client that hangs up has its
+ * request cancelled, so the serving loop ends it and frees its pages without waiting for
+ * max_tokens. A request is shared by the two threads and freed by whichever lets go
+ * last (the serving loop lets go at its terminal event).
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "core/http/http_priv.h"
+#include "core/http/textstream.h"
+#include "core/serve/metrics.h"
+#include "core/util/status.h"
+
+/* How often a waiting handler looks at its client's socket. */
+#define WATCH_MS 100
+
+typedef struct gen_event {
+    dsv4_gen_event_kind kind;
+    int32_t token;
+    float logprob;
+    dsv4_finish finish;
+    int status;
+} gen_event;
+
+typedef struct gen {
+    /* shared with the serving loop's thread */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    gen_event *q;
+    size_t q_head, q_len, q_cap;
+    bool q_lost;     /* an event could not be queued (out of memory) */
+    char error[256]; /* the ERROR event's message */
+    int refs;
+
+    /* the connection's thread only */
+    dsv4_http *http;
+    struct MHD_Connection *conn;
+    dsv4_api_request req;
+    uint64_t id;
+    uint64_t watched; /* when the client's socket was last looked at (ms) */
+    char rid[48];     /* cmpl-..., chatcmpl-... */
+    json_int_t created;
+    uint32_t n_prompt;
+    dsv4_textstream *ts;
+    uint32_t n_out;                /* tokens generated (usage) */
+    json_t *out_ids;               /* /generate: the ids */
+    json_t *lp_tokens, *lp_values; /* logprobs since the last chunk (or all) */
+    char *text;                    /* whole-response text */
+    size_t n_text, cap_text;
+    char *sse; /* stream bytes not yet handed to libmicrohttpd */
+    size_t n_sse, off_sse, cap_sse;
+    bool sent_role;      /* chat stream: the first delta names the role */
+    bool finished;       /* no more tokens will be used */
+    bool closed;         /* stream: [DONE] queued */
+    const char *finish;  /* "stop", "length", "abort" */
+    dsv4_api_error fail; /* set when the request failed after submission */
+    bool failed;
+} gen;
+
+static int append(char **buf, size_t *n, size_t *cap, const char *s, size_t len)
+{
+    if (*n + len + 1 > *cap) {
+        size_t c = *cap ? *cap : 1024;
+        while (c < *n + len + 1)
+            c *= 2;
+        char *p = realloc(*buf, c);
+        if (!p)
+            return -ENOMEM;
+        *buf = p;
+        *cap = c;
+    }
+    memcpy(*buf + *n, s, len);
+    *n += len;
+    (*buf)[*n] = '\0';
+    return 0;
+}
+
+static void gen_unref(gen *g)
+{
+    pthread_mutex_lock(&g->mu);
+    bool last = --g->refs == 0;
+    pthread_mutex_unlock(&g->mu);
+    if (!last)
+        return;
+    dsv4_textstream_free(g->ts);
+    json_decref(g->out_ids);
+    json_decref(g->lp_tokens);
+    json_decref(g->lp_values);
+    dsv4_api_request_free(&g->req);
+    free(g->q);
+    free(g->text);
+    free(g->sse);
+    pthread_cond_destroy(&g->cv);
+    pthread_mutex_destroy(&g->mu);
+    free(g);
+}
+
+/* The serving loop's callback: copy and signal, never block. */
+static void on_event(void *ctx, const dsv4_gen_event *ev)
+{
+    gen *g = ctx;
+    pthread_mutex_lock(&g->mu);
+    if (g->q_head + g->q_len == g->q_cap) {
+        if (g->q_head > 0) {
+            memmove(g->q, g->q + g->q_head, g->q_len * sizeof(*g->q));
+            g->q_head = 0;
+        } else {
+            size_t cap = g->q_cap ? 2 * g->q_cap : 64;
+            gen_event *q = realloc(g->q, cap * sizeof(*q));
+            if (q) {
+                g->q = q;
+                g->q_cap = cap;
+            }
+        }
+    }
+    if (g->q_head + g->q_len < g->q_cap) {
+        g->q[g->q_head + g->q_len++] =
+            (gen_event){ev->kind, ev->token, ev->logprob, ev->finish, ev->status};
+    } else {
+        g->q_lost = true;
+    }
+    if (ev->kind == DSV4_EV_ERROR)
+        snprintf(g->error, sizeof(g->error), "%s", ev->message ? ev->message : "");
+    bool terminal = ev->kind != DSV4_EV_TOKEN;
+    pthread_cond_signal(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+    if (terminal)
+        gen_unref(g);
+}
+
+/* Has the client hung up? */
+static bool client_gone(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci)
+        return false;
+    struct pollfd p = {.fd = ci->connect_fd, .events = POLLRDHUP};
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
+}
+
+static uint64_t now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
+}
+
+/* The next event. 0, or -ECONNRESET when the client went away. The socket is looked at
+ * every WATCH_MS whether or not events keep coming, so a whole-response request whose
+ * client left is cancelled early rather than run to max_tokens. */
+static int next_event(gen *g, gen_event *ev)
+{
+    pthread_mutex_lock(&g->mu);
+    for (;;) {
+        uint64_t now = now_ms();
+        if (now - g->watched >= WATCH_MS) {
+            g->watched = now;
+            if (client_gone(g->conn)) {
+                pthread_mutex_unlock(&g->mu);
+                return -ECONNRESET;
+            }
+        }
+        if (g->q_len > 0 || g->q_lost)
+            break;
+        struct timespec t;
+        clock_gettime(CLOCK_REALTIME, &t);
+        t.tv_nsec += WATCH_MS * 1000000L;
+        if (t.tv_nsec >= 1000000000L) {
+            t.tv_sec++;
+            t.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&g->cv, &g->mu, &t);
+    }
+    if (g->q_len == 0) {
+        /* an event was lost: end the request as failed rather than wait forever */
+        *ev = (gen_event){.kind = DSV4_EV_ERROR, .status = -ENOMEM};
+        snprintf(g->error, sizeof(g->error), "out of memory queueing events");
+        g->q_lost = false;
+    } else {
+        *ev = g->q[g->q_head++];
+        g->q_len--;
+    }
+    pthread_mutex_unlock(&g->mu);
+    return 0;
+}
+
+/* The bytes a token stands for in the output text: "" for special tokens and for ids
+ * the tokenizer lacks (a synthetic vocabulary may be larger than the byte tokenizer). */
+static const char *token_text(const gen *g, int32_t token, size_t *len_p)
+{
+    const char *p = dsv4_tokenizer_is_special(g->http->tok, token)
+                        ? NULL
+                        : dsv4_tokenizer_piece(g->http->tok, token, len_p);
+    if (!p) {
+        *len_p = 0;
+        return "";
+    }
+    return p;
+}
+
+static json_t *usage_json(const gen *g)
+{
+    return json_pack("{s:i, s:i, s:i}", "prompt_tokens", (json_int_t)g->n_prompt,
+                     "completion_tokens", (json_int_t)g->n_out, "total_tokens",
+                     (json_int_t)(g->n_prompt + g->n_out));
+}
+
+/* The logprobs object of a choice for the tokens since the last call (OpenAI's legacy
+ * completions shape, or chat's content list), or null. */
+static json_t *take_logprobs(gen *g)
+{
+    if (!g->req.params.logprobs || g->req.kind == DSV4_API_GENERATE ||
+        (g->req.stream && json_array_size(g->lp_tokens) == 0))
+        return json_null();
+    json_t *tokens = g->lp_tokens, *values = g->lp_values, *out;
+    g->lp_tokens = json_array();
+    g->lp_values = json_array();
+    if (g->req.kind == DSV4_API_CHAT) {
+        json_t *content = json_array();
+        for (size_t i = 0; i < json_array_size(tokens); i++)
+            json_array_append_new(content,
+                                  json_pack("{s:O, s:O, s:[]}", "token", json_array_get(tokens, i),
+                                            "logprob", json_array_get(values, i), "top_logprobs"));
+        out = json_pack("{s:o}", "content", content);
+        json_decref(tokens);
+        json_decref(values);
+    } else {
+        out = json_pack("{s:o, s:o, s:n}", "tokens", tokens, "token_logprobs", values,
+                        "top_logprobs");
+    }
+    return out ? out : json_null();
+}
+
+/* One stream chunk: text (may be NULL for the role-only or final chunk) and finish. */
+static int sse_chunk(gen *g, const char *text, size_t len, const char *finish)
+{
+    json_t *choice;
+    if (g->req.kind == DSV4_API_CHAT) {
+        json_t *delta = json_object();
+        if (!g->sent_role) {
+            json_object_set_new(delta, "role", json_string("assistant"));
+            g->sent_role = true;
+        }
+        if (text)
+            json_object_set_new(delta, "content", json_stringn(text, len));
+        choice = json_pack("{s:i, s:o}", "index", 0, "delta", delta);
+    } else {
+        choice = json_pack("{s:i, s:s%}", "index", 0, "text", text ? text : "", text ? len : 0);
+    }
+    json_object_set_new(choice, "logprobs", take_logprobs(g));
+    json_object_set_new(choice, "finish_reason", finish ? json_string(finish) : json_null());
+    json_t *root =
+        json_pack("{s:s, s:s, s:I, s:s, s:[o]}", "id", g->rid, "object",
+                  g->req.kind == DSV4_API_CHAT ? "chat.completion.chunk" : "text_completion",
+                  "created", g->created, "model", g->http->model_id, "choices", choice);
+    if (!root)
+        return -ENOMEM;
+    if (g->req.include_usage)
+        json_object_set_new(root, "usage", json_null());
+    char *s = json_dumps(root, JSON_COMPACT);
+    json_decref(root);
+    if (!s)
+        return -ENOMEM;
+    int rc = append(&g->sse, &g->n_sse, &g->cap_sse, "data: ", 6);
+    if (rc == 0)
+        rc = append(&g->sse, &g->n_sse, &g->cap_sse, s, strlen(s));
+    if (rc == 0)
+        rc = append(&g->sse, &g->n_sse, &g->cap_sse, "\n\n", 2);
+    free(s);
+    return rc;
+}
+
+/* The end of a stream: the final chunk, the usage chunk when asked, [DONE]. */
+static int sse_close(gen *g)
+{
+    int rc;
+    if (g->failed) {
+        char *e = dsv4_api_error_json(&g->fail);
+        rc = e ? 0 : -ENOMEM;
+        if (rc == 0)
+            rc = append(&g->sse, &g->n_sse, &g->cap_sse, "data: ", 6);
+        if (rc == 0)
+            rc = append(&g->sse, &g->n_sse, &g->cap_sse, e, strlen(e));
+        if (rc == 0)
+            rc = append(&g->sse, &g->n_sse, &g->cap_sse, "\n\n", 2);
+        free(e);
+    } else {
+        rc = sse_chunk(g, NULL, 0, g->finish);
+    }
+    if (rc == 0 && g->req.include_usage) {
+        json_t *root = json_pack(
+            "{s:s, s:s, s:I, s:s, s:[], s:o}", "id", g->rid, "object",
+            g->req.kind == DSV4_API_CHAT ? "chat.completion.chunk" : "text_completion", "created",
+            g->created, "model", g->http->model_id, "choices", "usage", usage_json(g));
+        char *s = root ? json_dumps(root, JSON_COMPACT) : NULL;
+        json_decref(root);
+        rc = s ? append(&g->sse, &g->n_sse, &g->cap_sse, "data: ", 6) : -ENOMEM;
+        if (rc == 0)
+            rc = append(&g->sse, &g->n_sse, &g->cap_sse, s, strlen(s));
+        if (rc == 0)
+            rc = append(&g->sse, &g->n_sse, &g->cap_sse, "\n\n", 2);
+        free(s);
+    }
+    if (rc == 0)
+        rc = append(&g->sse, &g->n_sse, &g->cap_sse, "data: [DONE]\n\n", 14);
+    g->closed = true;
+    return rc;
+}
+
+/* Text ready for the client: into the stream, or onto the whole response. */
+static int put_text(gen *g, const char *text, size_t len)
+{
+    if (g->req.stream)
+        return len || json_array_size(g->lp_tokens) ? sse_chunk(g, text, len, NULL) : 0;
+    return append(&g->text, &g->n_text, &g->cap_text, text, len);
+}
+
+/* A token's bytes on their own as a JSON string (a partial character shows as U+FFFD). */
+static json_t *lossy_string(const char *bytes, size_t n)
+{
+    dsv4_textstream *one = dsv4_textstream_new(NULL, 0);
+    char *buf = NULL;
+    size_t len = 0, cap = 0, l;
+    const char *t;
+    bool stopped;
+    json_t *s = NULL;
+    if (one && dsv4_textstream_push(one, bytes, n, &t, &l, &stopped) == 0 &&
+        append(&buf, &len, &cap, t, l) == 0 && dsv4_textstream_finish(one, &t, &l) == 0 &&
+        append(&buf, &len, &cap, t, l) == 0)
+        s = json_stringn(buf ? buf : "", len);
+    free(buf);
+    dsv4_textstream_free(one);
+    return s;
+}
+
+static int on_token(gen *g, const gen_event *ev)
+{
+    g->n_out++;
+    if (g->req.kind == DSV4_API_GENERATE) {
+        json_array_append_new(g->out_ids, json_integer(ev->token));
+        if (g->req.params.logprobs)
+            json_array_append_new(g->lp_values, json_real(ev->logprob));
+        return 0;
+    }
+    size_t n;
+    const char *bytes = token_text(g, ev->token, &n);
+    if (g->req.params.logprobs) {
+        json_t *t = lossy_string(bytes, n);
+        if (!t)
+            return -ENOMEM;
+        json_array_append_new(g->lp_tokens, t);
+        json_array_append_new(g->lp_values, json_real(ev->logprob));
+    }
+    const char *text;
+    size_t len;
+    bool stopped;
+    int rc = dsv4_textstream_push(g->ts, bytes, n, &text, &len, &stopped);
+    if (rc == 0)
+        rc = put_text(g, text, len);
+    if (rc == 0 && stopped) {
+        /* the stop string ends the request; its pages are freed by the serving loop */
+        g->finished = true;
+        g->finish = "stop";
+        dsv4_server_cancel(g->http->srv, g->id);
+    }
+    return rc;
+}
+
+static void on_terminal(gen *g, const gen_event *ev)
+{
+    g->finished = true;
+    if (ev->kind == DSV4_EV_ERROR) {
+        g->failed = true;
+        dsv4_api_fail(&g->fail, 500, "generation_failed", NULL, "generation failed (%s%s%s)",
+                      dsv4_strerror(ev->status), g->error[0] ? ": " : "", g->error);
+        return;
+    }
+    if (g->req.kind != DSV4_API_GENERATE) {
+        const char *text;
+        size_t len;
+        if (dsv4_textstream_finish(g->ts, &text, &len) == 0 && len)
+            put_text(g, text, len);
+    }
+    switch (ev->finish) {
+    case DSV4_FINISH_STOP: g->finish = "stop"; break;
+    case DSV4_FINISH_LENGTH: g->finish = "length"; break;
+    default:
+        /* not asked for by this front end: the server is shutting down */
+        g->finish = "abort";
+        break;
+    }
+}
+
+/* Take one event and act on it. 0, -ECONNRESET (client gone) or -ENOMEM. */
+static int step(gen *g)
+{
+    gen_event ev;
+    int rc = next_event(g, &ev);
+    if (rc != 0)
+        return rc;
+    if (g->finished)
+        return 0; /* tokens after a stop string, until the cancel lands */
+    if (ev.kind == DSV4_EV_TOKEN)
+        return on_token(g, &ev);
+    on_terminal(g, &ev);
+    return 0;
+}
+
+/* The whole-response body. */
+static json_t *whole_json(gen *g)
+{
+    json_t *choice, *root;
+    if (g->req.kind == DSV4_API_GENERATE) {
+        root = json_pack("{s:s, s:O, s:s, s:o}", "id", g->rid, "output_ids", g->out_ids,
+                         "finish_reason", g->finish, "usage", usage_json(g));
+        if (root && g->req.params.logprobs)
+            json_object_set(root, "output_logprobs", g->lp_values);
+        return root;
+    }
+    const char *text = g->text ? g->text : "";
+    if (g->req.kind == DSV4_API_CHAT)
+        choice = json_pack("{s:i, s:{s:s, s:s%}}", "index", 0, "message", "role", "assistant",
+                           "content", text, g->n_text);
+    else
+        choice = json_pack("{s:i, s:s%}", "index", 0, "text", text, g->n_text);
+    if (!choice)
+        return NULL;
+    json_object_set_new(choice, "logprobs", take_logprobs(g));
+    json_object_set_new(choice, "finish_reason", json_string(g->finish));
+    root = json_pack("{s:s, s:s, s:I, s:s, s:[o], s:o}", "id", g->rid, "object",
+                     g->req.kind == DSV4_API_CHAT ? "chat.completion" : "text_completion",
+                     "created", g->created, "model", g->http->model_id, "choices", choice, "usage",
+                     usage_json(g));
+    return root;
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    gen *g = cls;
+    (void)pos;
+    while (g->off_sse == g->n_sse) {
+        g->off_sse = g->n_sse = 0;
+        if (g->closed)
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        int rc;
+        if (g->req.kind == DSV4_API_CHAT && !g->sent_role)
+            rc = sse_chunk(g, "", 0, NULL); /* OpenAI opens with the role and no text */
+        else
+            rc = g->finished ? sse_close(g) : step(g);
+        if (rc != 0)
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+    size_t n = g->n_sse - g->off_sse < max ? g->n_sse - g->off_sse : max;
+    memcpy(buf, g->sse + g->off_sse, n);
+    g->off_sse += n;
+    return (ssize_t)n;
+}
+
+/* The stream is over (sent, or the client went away): end the request if it still runs. */
+static void stream_free(void *cls)
+{
+    gen *g = cls;
+    if (!g->finished)
+        dsv4_server_cancel(g->http->srv, g->id);
+    gen_unref(g);
+}
+
+static void request_id(gen *g)
+{
+    unsigned char r[12] = {0};
+    if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r)) {
+        uint64_t t = (uint64_t)time(NULL) ^ (uint64_t)(uintptr_t)g;
+        memcpy(r, &t, sizeof(t));
+    }
+    int n = snprintf(g->rid, sizeof(g->rid), "%s",
+                     g->req.kind == DSV4_API_CHAT ? "chatcmpl-" : "cmpl-");
+    for (size_t i = 0; i < sizeof(r); i++)
+        n += snprintf(g->rid + n, sizeof(g->rid) - (size_t)n, "%02x", r[i]);
+}
+
+/* Prompt token ids for the request. 0, or -EINVAL with err filled. */
+static int prompt_ids(dsv4_http *http, dsv4_api_request *req, int32_t **ids_p, size_t *n_p,
+                      dsv4_api_error *err)
+{
+    char why[256];
+    if (req->kind == DSV4_API_CHAT) {
+        if (dsv4_chat_encode(http->tok, req->messages, req->n_messages, ids_p, n_p, why,
+                             sizeof(why)) != 0)
+            return dsv4_api_fail(err, 400, "invalid_value", "messages", "messages: %s", why);
+        return 0;
+    }
+    if (req->prompt) {
+        if (dsv4_chat_encode_prompt(http->tok, req->prompt, req->prompt_len, ids_p, n_p, why,
+                                    sizeof(why)) != 0)
+            return dsv4_api_fail(err, 400, "invalid_value", "prompt", "prompt: %s", why);
+        return 0;
+    }
+    /* token ids as given: the request owns them */
+    *ids_p = req->prompt_ids;
+    *n_p = req->n_prompt_ids;
+    req->prompt_ids = NULL;
+    req->n_prompt_ids = 0;
+    return 0;
+}
+
+/* Check the prompt against the model and settle max_tokens. 0, or -EINVAL. */
+static int check_limits(dsv4_http *http, dsv4_api_request *req, const int32_t *ids, size_t n,
+                        dsv4_api_error *err)
+{
+    uint32_t vocab = dsv4_server_vocab(http->srv);
+    uint32_t ctx = dsv4_server_max_context(http->srv);
+    const char *param = req->kind == DSV4_API_GENERATE ? "input_ids"
+                        : req->kind == DSV4_API_CHAT   ? "messages"
+                                                       : "prompt";
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || (uint32_t)ids[i] >= vocab)
+            return dsv4_api_fail(err, 400, "invalid_value", param,
+                                 "%s[%zu] = %d is not a token id of this model (vocabulary of %u)",
+                                 param, i, ids[i], vocab);
+    uint64_t want = (uint64_t)n + (req->has_max_tokens ? req->params.max_tokens : 1);
+    if (want > ctx)
+        return dsv4_api_fail(err, 400, "context_length_exceeded", param,
+                             "this model's maximum context length is %u tokens, but %llu were "
+                             "requested (%zu in the prompt, %u to generate)",
+                             ctx, (unsigned long long)want, n,
+                             req->has_max_tokens ? req->params.max_tokens : 1);
+    if (!req->has_max_tokens) {
+        /* OpenAI's defaults: 16 for completions, up to the context for chat */
+        uint32_t room = ctx - (uint32_t)n;
+        req->params.max_tokens = req->kind == DSV4_API_CHAT ? room : (room < 16 ? room : 16);
+    }
+    return 0;
+}
+
+enum MHD_Result dsv4_http_generate(dsv4_http *http, struct MHD_Connection *conn, dsv4_api_kind kind,
+                                   const char *body, size_t len)
+{
+    dsv4_api_error err;
+    gen *g = calloc(1, sizeof(*g));
+    if (!g)
+        return MHD_NO;
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_cond_init(&g->cv, NULL);
+    g->refs = 1;
+    g->http = http;
+    g->conn = conn;
+    g->created = (json_int_t)time(NULL);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    enum MHD_Result ret;
+    if (dsv4_api_parse(kind, body, len, &g->req, &err) != 0)
+        goto reply_error;
+    request_id(g);
+    if (g->req.model && strcmp(g->req.model, http->model_id) != 0) {
+        dsv4_api_fail(&err, 404, "model_not_found", "model",
+                      "the model '%s' does not exist (this server serves '%s')", g->req.model,
+                      http->model_id);
+        goto reply_error;
+    }
+    if (prompt_ids(http, &g->req, &ids, &n, &err) != 0 ||
+        check_limits(http, &g->req, ids, n, &err) != 0)
+        goto reply_error;
+    g->n_prompt = (uint32_t)n;
+    g->ts = dsv4_textstream_new(g->req.stop, g->req.n_stop);
+    g->out_ids = json_array();
+    g->lp_tokens = json_array();
+    g->lp_values = json_array();
+    if (!g->ts || !g->out_ids || !g->lp_tokens || !g->lp_values) {
+        dsv4_api_fail(&err, 500, NULL, NULL, "out of memory");
+        goto reply_error;
+    }
+    g->refs = 2; /* the serving loop holds one until its terminal event */
+    int rc = dsv4_server_submit(http->srv, ids, n, &g->req.params, on_event, g, &g->id);
+    free(ids);
+    ids = NULL;
+    if (rc != 0) {
+        g->refs = 1;
+        if (rc == -ESHUTDOWN)
+            dsv4_api_fail(&err, 503, "shutting_down", NULL, "server is shutting down");
+        else
+            dsv4_api_fail(&err, 400, "invalid_value", NULL, "request refused (%s)",
+                          dsv4_strerror(rc));
+        goto reply_error;
+    }
+
+    if (g->req.stream) {
+        struct MHD_Response *r =
+            MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, g, stream_free);
+        if (!r) {
+            stream_free(g);
+            return MHD_NO;
+        }
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+        ret = MHD_queue_response(conn, MHD_HTTP_OK, r);
+        MHD_destroy_response(r);
+        return ret;
+    }
+
+    int src = 0;
+    while (!g->finished && (src = step(g)) == 0)
+        ;
+    if (src != 0) {
+        /* the client is gone (or memory is): nobody to answer */
+        dsv4_server_cancel(http->srv, g->id);
+        gen_unref(g);
+        return MHD_NO;
+    }
+    if (g->failed) {
+        err = g->fail;
+        goto reply_error;
+    }
+    if (strcmp(g->finish, "abort") == 0) {
+        dsv4_api_fail(&err, 503, "shutting_down", NULL,
+                      "server is shutting down (request aborted)");
+        goto reply_error;
+    }
+    json_t *root = whole_json(g);
+    char *s = root ? json_dumps(root, JSON_COMPACT) : NULL;
+    json_decref(root);
+    ret = s ? dsv4_http_reply(conn, MHD_HTTP_OK, "application/json", s, strlen(s)) : MHD_NO;
+    free(s);
+    gen_unref(g);
+    return ret;
+
+reply_error:
+    free(ids);
+    ret = dsv4_http_reply_error(conn, &err);
+    gen_unref(g);
+    return ret;
+}

@@ -1,0 +1,250 @@
+"""dsv4d_http: what the HTTP integration tests share (python3 standard library only).
+
+A TAP producer, and Daemon: a dsv4d started on 127.0.0.1 on a free port (free_port asks
+the kernel for one; the daemon's "listening on" line confirms it), a temporary configuration and
+the tiny synthetic model written by `dsv4ctl mkmodel` into a temporary folder. Every wait
+is bounded, and stop() always leaves no daemon behind.
+"""
+import atexit
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+TOP_SRCDIR = os.environ.get("top_srcdir", os.path.join(os.path.dirname(__file__), "..", ".."))
+TOP_BUILDDIR = os.environ.get("top_builddir", TOP_SRCDIR)
+DSV4D = os.environ.get("DSV4D", os.path.join(TOP_BUILDDIR, "dsv4d"))
+DSV4CTL = os.environ.get("DSV4CTL", os.path.join(TOP_BUILDDIR, "dsv4ctl"))
+START_TIMEOUT = 120  # seconds for the daemon to start (writing nothing, loading the model)
+REQUEST_TIMEOUT = 120
+
+_n = 0
+_failed = 0
+
+
+def plan(n):
+    print("1..%d" % n, flush=True)
+
+
+def ok(cond, desc, detail=None):
+    global _n, _failed
+    _n += 1
+    if cond:
+        print("ok %d - %s" % (_n, desc), flush=True)
+    else:
+        _failed += 1
+        print("not ok %d - %s" % (_n, desc), flush=True)
+        if detail is not None:
+            for line in str(detail).splitlines()[:20]:
+                print("#   " + line, flush=True)
+    return cond
+
+
+def is_(got, want, desc):
+    return ok(got == want, desc, "got:      %r\nexpected: %r" % (got, want))
+
+
+def diag(msg):
+    for line in str(msg).splitlines():
+        print("# " + line, flush=True)
+
+
+def done():
+    sys.exit(1 if _failed else 0)
+
+
+class Response:
+    def __init__(self, status, headers, body):
+        self.status = status
+        self.headers = headers
+        self.body = body
+
+    def json(self):
+        try:
+            return json.loads(self.body)
+        except ValueError:
+            return None
+
+    def error_ok(self, status, param=None):
+        """An OpenAI-style error body with this status (and param, when given)."""
+        j = self.json()
+        e = j.get("error") if isinstance(j, dict) else None
+        return (self.status == status and isinstance(e, dict)
+                and isinstance(e.get("message"), str) and e["message"] != ""
+                and isinstance(e.get("type"), str) and "param" in e and "code" in e
+                and (param is None or e["param"] == param))
+
+
+def free_port():
+    """A port nothing listens on now (the kernel's pick for port 0)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class Daemon:
+    def __init__(self, server="", model="", extra=""):
+        self.tmp = tempfile.mkdtemp(prefix="dsv4-http.")
+        atexit.register(self.stop)
+        self.model = os.path.join(self.tmp, "model")
+        subprocess.run([DSV4CTL, "mkmodel", "--preset", "tiny", "--seed", "5", "-o", self.model],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       timeout=START_TIMEOUT)
+        self.ini = os.path.join(self.tmp, "dsv4d.ini")
+        with open(self.ini, "w") as f:
+            f.write("[core]\ndevice = cpu\nthreads = 2\n"
+                    "[model]\npath = %s\nkv_dtype = f32\nkv_pool = 64M\nmax_context = 4096\n%s"
+                    "[server]\nlisten = 127.0.0.1:%d\n%s%s"
+                    % (self.model, model, free_port(), server, extra))
+        self.err_path = os.path.join(self.tmp, "stderr")
+        self.err = open(self.err_path, "w+")
+        self.proc = subprocess.Popen([DSV4D, "-c", self.ini], stdout=subprocess.DEVNULL,
+                                     stderr=self.err)
+        self.port = None
+        deadline = time.time() + START_TIMEOUT
+        while time.time() < deadline and self.proc.poll() is None:
+            m = re.search(r"^dsv4d: info: http: listening on 127\.0\.0\.1:(\d+)$", self.log(),
+                          re.M)
+            if m:
+                self.port = int(m.group(1))
+                break
+            time.sleep(0.05)
+        if self.port is None:
+            diag("dsv4d did not start:\n" + self.log())
+            self.stop()
+            print("Bail out! dsv4d did not start", flush=True)
+            sys.exit(1)
+
+    def log(self):
+        with open(self.err_path) as f:
+            return f.read()
+
+    def conn(self, timeout=REQUEST_TIMEOUT):
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+
+    def request(self, method, path, body=None, headers=None, raw=None):
+        """body: an object sent as JSON; raw: bytes sent as they are."""
+        h = {"Content-Type": "application/json"}
+        h.update(headers or {})
+        data = raw if raw is not None else (json.dumps(body).encode() if body is not None
+                                            else None)
+        c = self.conn()
+        try:
+            c.request(method, path, body=data, headers=h)
+            r = c.getresponse()
+            return Response(r.status, dict(r.getheaders()), r.read())
+        finally:
+            c.close()
+
+    def post(self, path, body, headers=None):
+        return self.request("POST", path, body, headers)
+
+    def stream(self, path, body, headers=None):
+        """POST with stream: true. Returns (status, content type, [data payloads])."""
+        h = {"Content-Type": "application/json"}
+        h.update(headers or {})
+        c = self.conn()
+        try:
+            c.request("POST", path, body=json.dumps(body).encode(), headers=h)
+            r = c.getresponse()
+            text = r.read().decode("utf-8")
+            events = []
+            for block in text.split("\n\n"):
+                if block.startswith("data: "):
+                    events.append(block[6:])
+                elif block.strip():
+                    events.append("MALFORMED:" + block)
+            return r.status, r.getheader("Content-Type"), events
+        finally:
+            c.close()
+
+    def metrics(self):
+        """Counters and gauges by name (unlabelled samples only)."""
+        r = self.request("GET", "/metrics")
+        out = {}
+        for line in r.body.decode().splitlines():
+            m = re.match(r"^([a-zA-Z0-9_:]+) ([-0-9.e+]+)$", line)
+            if m:
+                out[m.group(1)] = float(m.group(2))
+        return out
+
+    def wait_idle(self, timeout=60):
+        """Wait until no request runs or waits and no page is held outside the prefix
+        cache; return the last metrics."""
+        deadline = time.time() + timeout
+        m = {}
+        while time.time() < deadline:
+            m = self.metrics()
+            if (m.get("dsv4d_requests_running", 1) == 0
+                    and m.get("dsv4d_requests_waiting", 1) == 0
+                    and m.get("dsv4d_kv_pages_used", 1) - m.get("dsv4d_prefix_cache_pages", 0)
+                    == 0):
+                break
+            time.sleep(0.1)
+        return m
+
+    def signal(self, sig=signal.SIGTERM):
+        self.proc.send_signal(sig)
+
+    def wait(self, timeout=60):
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def stop(self):
+        if getattr(self, "proc", None) is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            if self.wait(30) is None:
+                self.proc.kill()
+                self.proc.wait()
+        if getattr(self, "err", None) is not None:
+            self.err.close()
+            self.err = None
+        if getattr(self, "tmp", None):
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            self.tmp = None
+
+
+# The byte tokenizer's tokens after the 256 bytes that show in text (tokenizer.h): BOS,
+# EOS and pad are special and skipped; ids past them are not in the byte vocabulary.
+BYTE_TEXT_TOKENS = {259: "<｜User｜>", 260: "<｜Assistant｜>", 261: "<think>", 262: "</think>"}
+
+
+def byte_decode(ids):
+    """What dsv4d's text for these byte-tokenizer ids must be (lossy UTF-8)."""
+    b = b""
+    for t in ids:
+        if t < 256:
+            b += bytes([t])
+        elif t in BYTE_TEXT_TOKENS:
+            b += BYTE_TEXT_TOKENS[t].encode()
+    return b.decode("utf-8", "replace")
+
+
+def raw_socket(port, timeout=30):
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    return s
+
+
+def recv_all(s, limit=1 << 20):
+    """Read until the peer closes (or limit bytes). Returns the bytes."""
+    out = b""
+    while len(out) < limit:
+        try:
+            b = s.recv(65536)
+        except (ConnectionResetError, socket.timeout):
+            break
+        if not b:
+            break
+        out += b
+    return out

@@ -1,0 +1,170 @@
+#!/bin/sh
+# t-http-serves-openai-api: dsv4d serves the tiny model over HTTP with OpenAI's shapes:
+# /health, /v1/models, /v1/completions and /v1/chat/completions whole and streamed (SSE
+# chunks that add up to the whole answer, [DONE] last, usage when asked), stop strings
+# (matched on the text, never returned, finish_reason stop), seeded sampling, logprobs,
+# /generate with token ids (its ids decode to the completion's text) and /metrics.
+exec python3 - <<'EOF'
+import os, sys
+sys.path.insert(0, os.path.join(os.environ.get("top_srcdir", "."), "tests", "integ"))
+from dsv4d_http import Daemon, plan, ok, is_, diag, done, byte_decode
+
+plan(45)
+d = Daemon()
+
+r = d.request("GET", "/health")
+is_((r.status, r.json()), (200, {"status": "ok"}), "/health answers ok")
+r = d.request("GET", "/v1/models")
+m = r.json()
+ok(r.status == 200 and m["object"] == "list" and m["data"][0]["id"] == "model"
+   and m["data"][0]["object"] == "model" and isinstance(m["data"][0]["created"], int),
+   "/v1/models lists the model by its folder name", r.body)
+
+# --- completions, whole and streamed
+base = {"model": "model", "prompt": "Hello", "max_tokens": 8, "temperature": 0,
+        "ignore_eos": True}
+r = d.post("/v1/completions", base)
+c = r.json()
+ok(r.status == 200 and r.headers.get("Content-Type") == "application/json",
+   "completion: 200 application/json", r.body)
+ok(c["object"] == "text_completion" and c["id"].startswith("cmpl-")
+   and isinstance(c["created"], int) and c["model"] == "model",
+   "completion: object, id, created, model", c)
+ch = c["choices"][0]
+ok(len(c["choices"]) == 1 and ch["index"] == 0 and ch["finish_reason"] == "length"
+   and ch["logprobs"] is None, "completion: one choice, finish_reason length at max_tokens", ch)
+is_(c["usage"], {"prompt_tokens": 6, "completion_tokens": 8, "total_tokens": 14},
+    "completion: usage counts BOS + 5 bytes and 8 generated tokens")
+text = ch["text"]
+
+status, ctype, ev = d.stream("/v1/completions", dict(base, stream=True))
+ok(status == 200 and ctype == "text/event-stream", "stream: 200 text/event-stream", ctype)
+is_(ev[-1], "[DONE]", "stream: ends with data: [DONE]")
+import json
+chunks = [json.loads(e) for e in ev[:-1]]
+ok(all(k["object"] == "text_completion" and k["id"] == chunks[0]["id"] for k in chunks),
+   "stream: every chunk is a text_completion with one id")
+is_("".join(k["choices"][0]["text"] for k in chunks), text,
+    "stream: the chunks add up to the whole completion")
+is_([k["choices"][0]["finish_reason"] for k in chunks][-1], "length",
+    "stream: the last chunk says finish_reason length")
+ok(all(k["choices"][0]["finish_reason"] is None for k in chunks[:-1]),
+   "stream: earlier chunks have finish_reason null")
+
+status, ctype, ev = d.stream("/v1/completions",
+                             dict(base, stream=True, stream_options={"include_usage": True}))
+usage_chunk = json.loads(ev[-2])
+ok(usage_chunk["choices"] == [] and usage_chunk["usage"] == c["usage"],
+   "stream with include_usage: a usage chunk with no choices before [DONE]", ev[-2])
+ok(all("usage" in json.loads(e) and json.loads(e)["usage"] is None for e in ev[:-2]),
+   "stream with include_usage: other chunks carry usage null")
+
+# --- /generate: token ids in and out, and they decode to the completion's text
+prompt_ids = [256] + list(b"Hello")
+r = d.post("/generate", {"input_ids": prompt_ids, "max_tokens": 8, "temperature": 0,
+                         "ignore_eos": True, "logprobs": True})
+g = r.json()
+ok(r.status == 200 and len(g["output_ids"]) == 8 and g["finish_reason"] == "length",
+   "/generate: 8 output ids, finish_reason length", r.body)
+ok(len(g["output_logprobs"]) == 8 and all(x <= 0 for x in g["output_logprobs"]),
+   "/generate: one logprob (<= 0) per output id")
+is_(g["usage"], {"prompt_tokens": 6, "completion_tokens": 8, "total_tokens": 14},
+    "/generate: usage")
+is_(byte_decode(g["output_ids"]), text,
+    "/generate's ids decode (specials skipped, lossy UTF-8) to the completion text")
+
+r = d.post("/v1/completions", dict(base, prompt=prompt_ids[1:]))
+ok(r.status == 200, "a token-id prompt is served", r.body)
+is_(r.json()["usage"]["prompt_tokens"], 5, "a token-id prompt is used as given (no BOS added)")
+
+# --- sampling: a seed reproduces a sampled answer
+samp = {"prompt": "Hello", "max_tokens": 12, "temperature": 1.0, "seed": 7, "ignore_eos": True}
+a = d.post("/v1/completions", samp).json()["choices"][0]["text"]
+b = d.post("/v1/completions", samp).json()["choices"][0]["text"]
+is_(a, b, "the same seed gives the same sampled text")
+r = d.post("/v1/completions", dict(samp, top_k=1))
+is_(r.json()["choices"][0]["text"],
+    d.post("/v1/completions", dict(base, max_tokens=12)).json()["choices"][0]["text"],
+    "top_k 1 samples greedily")
+
+# --- stop strings, on the decoded text
+long = d.post("/v1/completions", dict(base, max_tokens=40)).json()["choices"][0]["text"]
+k = len(long) // 2
+stop = long[k:k + 2]
+cut = long.find(stop)
+diag("stop string %r first at %d of %r" % (stop, cut, long))
+r = d.post("/v1/completions", dict(base, max_tokens=40, stop=[stop, "\u2603never"]))
+sc = r.json()["choices"][0]
+is_(sc["text"], long[:cut], "stop: the text ends before the stop string, which is not returned")
+is_(sc["finish_reason"], "stop", "stop: finish_reason stop")
+ok(r.json()["usage"]["completion_tokens"] <= 40, "stop: usage counts what was generated")
+status, ctype, ev = d.stream("/v1/completions", dict(base, max_tokens=40, stop=stop, stream=True))
+chunks = [json.loads(e) for e in ev[:-1]]
+is_("".join(k["choices"][0]["text"] for k in chunks), long[:cut],
+    "stop, streamed: no part of the stop string is sent")
+is_(chunks[-1]["choices"][0]["finish_reason"], "stop", "stop, streamed: finish_reason stop")
+
+# --- logprobs
+r = d.post("/v1/completions", dict(base, logprobs=0))
+lp = r.json()["choices"][0]["logprobs"]
+ok(len(lp["token_logprobs"]) == 8 and len(lp["tokens"]) == 8
+   and all(x <= 0 for x in lp["token_logprobs"]),
+   "completion logprobs: one per generated token", lp)
+
+# --- chat
+chat = {"model": "model", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 6,
+        "temperature": 0, "ignore_eos": True}
+r = d.post("/v1/chat/completions", chat)
+cc = r.json()
+ok(r.status == 200 and cc["object"] == "chat.completion" and cc["id"].startswith("chatcmpl-"),
+   "chat: object chat.completion, id chatcmpl-", r.body)
+msg = cc["choices"][0]["message"]
+ok(msg["role"] == "assistant" and isinstance(msg["content"], str)
+   and cc["choices"][0]["finish_reason"] == "length", "chat: an assistant message", cc)
+is_(cc["usage"]["prompt_tokens"], 6,
+    "chat: the template is BOS <User> H i <Assistant> </think> (6 tokens)")
+g = d.post("/generate", {"input_ids": [256, 259, 72, 105, 260, 262], "max_tokens": 6,
+                         "temperature": 0, "ignore_eos": True}).json()
+is_(byte_decode(g["output_ids"]), msg["content"],
+    "chat: the answer is what those template ids generate")
+status, ctype, ev = d.stream("/v1/chat/completions", dict(chat, stream=True))
+chunks = [json.loads(e) for e in ev[:-1]]
+ok(chunks[0]["choices"][0]["delta"].get("role") == "assistant"
+   and all(k["object"] == "chat.completion.chunk" for k in chunks),
+   "chat stream: chat.completion.chunk, the first delta names the role", chunks[0])
+is_("".join(k["choices"][0]["delta"].get("content", "") for k in chunks), msg["content"],
+    "chat stream: the deltas add up to the whole answer")
+ok(chunks[-1]["choices"][0]["finish_reason"] == "length"
+   and chunks[-1]["choices"][0]["delta"] == {}, "chat stream: a last empty delta with finish_reason")
+is_(ev[-1], "[DONE]", "chat stream: ends with [DONE]")
+r = d.post("/v1/chat/completions", dict(chat, logprobs=True))
+lc = r.json()["choices"][0]["logprobs"]["content"]
+ok(len(lc) == 6 and all("token" in x and x["logprob"] <= 0 for x in lc),
+   "chat logprobs: one entry per token", lc)
+two = dict(chat, messages=[{"role": "system", "content": "S"},
+                           {"role": "user", "content": "a"},
+                           {"role": "assistant", "content": "b"},
+                           {"role": "user", "content": "c"}])
+is_(d.post("/v1/chat/completions", two).json()["usage"]["prompt_tokens"], 12,
+    "chat: a multi-turn conversation is encoded whole")
+
+# --- no max_tokens: completions default to 16
+r = d.post("/v1/completions", {"prompt": "x", "temperature": 0, "ignore_eos": True})
+is_(r.json()["usage"]["completion_tokens"], 16, "completions without max_tokens generate 16")
+
+# --- metrics
+r = d.request("GET", "/metrics")
+ok(r.status == 200 and r.headers.get("Content-Type", "").startswith("text/plain; version=0.0.4"),
+   "/metrics: Prometheus text", r.headers)
+m = d.metrics()
+ok(m.get("dsv4d_requests_total", 0) >= 15, "/metrics counts the requests", m)
+ok(m.get("dsv4d_generation_tokens_total", 0) >= 100, "/metrics counts generated tokens")
+m = d.wait_idle()
+ok(m.get("dsv4d_requests_running") == 0 and
+   m.get("dsv4d_kv_pages_used", -1) - m.get("dsv4d_prefix_cache_pages", 0) == 0,
+   "after the requests no page is held outside the prefix cache", m)
+ok(d.log().count("\n") == 1, "the daemon logged only its listening line", d.log())
+d.signal()
+is_(d.wait(60), 0, "SIGTERM: dsv4d exits 0")
+done()
+EOF

@@ -1,0 +1,85 @@
+#!/bin/sh
+# t-http-sigterm-drains-then-exits: on SIGTERM (or SIGINT) dsv4d stops accepting
+# connections, lets a running stream finish within [server] shutdown_grace (it ends with
+# its finish_reason and [DONE]), and exits 0; with no grace left, a running stream is
+# aborted cleanly (finish_reason abort, then [DONE]) and dsv4d still exits 0.
+exec python3 - <<'EOF'
+import json, os, signal, socket, sys, threading
+sys.path.insert(0, os.path.join(os.environ.get("top_srcdir", "."), "tests", "integ"))
+from dsv4d_http import Daemon, plan, ok, is_, diag, done
+
+plan(9)
+
+
+def stream_in_thread(d, body, out):
+    """Start a stream; set out["started"] at its first chunk, keep every event."""
+    def run():
+        c = d.conn()
+        try:
+            c.request("POST", "/v1/completions", body=json.dumps(body).encode(),
+                      headers={"Content-Type": "application/json"})
+            r = c.getresponse()
+            buf = b""
+            while True:
+                b = r.read1(4096) if hasattr(r, "read1") else r.read(4096)
+                if not b:
+                    break
+                buf += b
+                if b"data: " in buf:
+                    out["started"].set()
+            out["events"] = [e[6:] for e in buf.decode().split("\n\n") if e.startswith("data: ")]
+        except Exception as e:  # reported by the assertions below
+            out["error"] = repr(e)
+        finally:
+            out["started"].set()
+            c.close()
+    out["started"] = threading.Event()
+    t = threading.Thread(target=run)
+    t.start()
+    return t
+
+
+# --- within the grace: the stream finishes
+d = Daemon(server="shutdown_grace = 60s\n")
+out = {}
+t = stream_in_thread(d, {"prompt": "Go", "max_tokens": 200, "temperature": 0, "ignore_eos": True,
+                         "stream": True}, out)
+out["started"].wait(60)
+d.signal(signal.SIGTERM)
+t.join(120)
+ev = out.get("events", [])
+ok(not t.is_alive() and ev and ev[-1] == "[DONE]", "SIGTERM: the running stream still ends with [DONE]",
+   out.get("error"))
+last = json.loads(ev[-2]) if len(ev) >= 2 else {}
+is_(last.get("choices", [{}])[0].get("finish_reason"), "length",
+    "SIGTERM within the grace: the stream ran to max_tokens")
+is_(d.wait(60), 0, "SIGTERM: exit 0")
+refused = False
+try:
+    socket.create_connection(("127.0.0.1", d.port), timeout=5).close()
+except OSError:
+    refused = True
+ok(refused, "after exit nothing listens on the port")
+ok("listening on" in d.log() and "error" not in d.log(), "no error logged", d.log())
+d.stop()
+
+# --- no grace: the running stream is aborted cleanly
+d = Daemon(server="shutdown_grace = 0s\n")
+out = {}
+t = stream_in_thread(d, {"prompt": "Go", "max_tokens": 4000, "temperature": 0,
+                         "ignore_eos": True, "stream": True}, out)
+out["started"].wait(60)
+d.signal(signal.SIGINT)
+t.join(120)
+ev = out.get("events", [])
+ok(not t.is_alive() and ev and ev[-1] == "[DONE]", "SIGINT with no grace: the stream is closed with [DONE]",
+   out.get("error"))
+last = json.loads(ev[-2]) if len(ev) >= 2 else {}
+is_(last.get("choices", [{}])[0].get("finish_reason"), "abort",
+    "no grace: the stream says finish_reason abort")
+ok(sum(1 for e in ev[:-1] if json.loads(e)["choices"][0]["text"]) < 4000,
+   "no grace: it ended before max_tokens")
+is_(d.wait(60), 0, "SIGINT: exit 0")
+d.stop()
+done()
+EOF

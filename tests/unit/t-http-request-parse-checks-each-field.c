@@ -1,0 +1,105 @@
+/* t-http-request-parse-checks-each-field: request bodies of the generation endpoints are
+ * read with OpenAI's field names and defaults, and every malformed body is refused with
+ * status 400 naming the offending parameter, before any model work. */
+#include <string.h>
+
+#include "core/http/api.h"
+#include "tests/tap.h"
+
+static dsv4_api_error err;
+
+static int parse(dsv4_api_kind kind, const char *body, dsv4_api_request *req)
+{
+    memset(&err, 0, sizeof(err));
+    return dsv4_api_parse(kind, body, strlen(body), req, &err);
+}
+
+/* The body is refused with 400 and param (NULL: no param). */
+static void refused(dsv4_api_kind kind, const char *body, const char *param, const char *what)
+{
+    dsv4_api_request req;
+    int rc = parse(kind, body, &req);
+    ok(rc != 0 && err.status == 400 && !strcmp(err.param, param ? param : "") &&
+           !strcmp(err.type, "invalid_request_error"),
+       "%s: 400 naming '%s' (rc %d, status %d, param '%s': %s)", what, param ? param : "", rc,
+       err.status, err.param, err.message);
+    if (rc == 0)
+        dsv4_api_request_free(&req);
+}
+
+int main(void)
+{
+    plan(42);
+    dsv4_api_request req;
+    const dsv4_api_kind C = DSV4_API_COMPLETION, CHAT = DSV4_API_CHAT, G = DSV4_API_GENERATE;
+
+    is_int(parse(C,
+                 "{\"model\":\"m\",\"prompt\":\"hi\",\"max_tokens\":5,\"temperature\":0.5,"
+                 "\"top_p\":0.9,\"top_k\":7,\"seed\":-3,\"stop\":[\"a\",\"bc\"],\"stream\":true,"
+                 "\"stream_options\":{\"include_usage\":true},\"n\":1,\"user\":\"x\"}",
+                 &req),
+           0, "a full completions body parses");
+    is_str(req.prompt, "hi", "prompt text");
+    ok(req.has_max_tokens && req.params.max_tokens == 5, "max_tokens");
+    ok(req.params.temperature == 0.5f && req.params.top_p == 0.9f && req.params.top_k == 7,
+       "temperature, top_p, top_k");
+    ok(req.params.seed == (uint64_t)-3, "a negative seed is kept as its bits");
+    ok(req.n_stop == 2 && !strcmp(req.stop[1], "bc"), "stop array");
+    ok(req.stream && req.include_usage, "stream and stream_options.include_usage");
+    is_str(req.model, "m", "model");
+    dsv4_api_request_free(&req);
+
+    is_int(parse(C, "{\"prompt\":[1,2,3],\"temperature\":null,\"stop\":\"x\"}", &req), 0,
+           "a token-id prompt, null options, a stop string");
+    ok(req.n_prompt_ids == 3 && req.prompt_ids[2] == 3 && !req.prompt, "the ids are kept");
+    ok(!req.has_max_tokens && req.params.temperature == 1.0f && req.params.top_p == 1.0f,
+       "absent options take OpenAI's defaults (temperature 1, top_p 1)");
+    ok(req.n_stop == 1 && !strcmp(req.stop[0], "x"), "a single stop string");
+    dsv4_api_request_free(&req);
+
+    is_int(parse(CHAT,
+                 "{\"messages\":[{\"role\":\"system\",\"content\":\"s\"},{\"role\":\"user\","
+                 "\"content\":[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"text\","
+                 "\"text\":\"b\"}]}],\"max_completion_tokens\":9,\"logprobs\":true}",
+                 &req),
+           0, "a chat body with content parts parses");
+    ok(req.n_messages == 2 && req.messages[0].role == DSV4_CHAT_SYSTEM &&
+           req.messages[1].role == DSV4_CHAT_USER && !strcmp(req.messages[1].content, "ab"),
+       "roles and joined text parts");
+    ok(req.has_max_tokens && req.params.max_tokens == 9, "max_completion_tokens");
+    ok(req.params.logprobs, "chat logprobs is a boolean");
+    dsv4_api_request_free(&req);
+
+    is_int(parse(G, "{\"input_ids\":[5,6],\"max_tokens\":3,\"logprobs\":true}", &req), 0,
+           "a /generate body parses");
+    ok(req.n_prompt_ids == 2 && req.params.logprobs, "input_ids and logprobs");
+    dsv4_api_request_free(&req);
+
+    refused(C, "{\"prompt\":\"x\"", NULL, "truncated JSON");
+    refused(C, "[1,2]", NULL, "a body that is not an object");
+    refused(C, "{\"prompt\":\"x\",\"prompt\":\"y\"}", NULL, "a duplicate key");
+    refused(C, "{}", "prompt", "no prompt");
+    refused(C, "{\"prompt\":\"\"}", "prompt", "an empty prompt");
+    refused(C, "{\"prompt\":7}", "prompt", "a prompt of the wrong type");
+    refused(C, "{\"prompt\":[\"a\",\"b\"]}", "prompt", "a batch of prompts");
+    refused(C, "{\"prompt\":[1,-2]}", "prompt", "a negative token id");
+    refused(C, "{\"prompt\":\"x\",\"max_tokens\":-1}", "max_tokens", "negative max_tokens");
+    refused(C, "{\"prompt\":\"x\",\"max_tokens\":0}", "max_tokens", "zero max_tokens");
+    refused(C, "{\"prompt\":\"x\",\"max_tokens\":99999999999}", "max_tokens", "huge max_tokens");
+    refused(C, "{\"prompt\":\"x\",\"max_tokens\":\"5\"}", "max_tokens", "max_tokens as a string");
+    refused(C, "{\"prompt\":\"x\",\"temperature\":3}", "temperature", "temperature above 2");
+    refused(C, "{\"prompt\":\"x\",\"top_p\":0}", "top_p", "top_p of 0");
+    refused(C, "{\"prompt\":\"x\",\"stream\":\"yes\"}", "stream", "stream as a string");
+    refused(C, "{\"prompt\":\"x\",\"n\":2}", "n", "n above 1");
+    refused(C, "{\"prompt\":\"x\",\"stop\":[\"a\",3]}", "stop", "a stop array with a number");
+    refused(C, "{\"prompt\":\"x\",\"stop\":\"\"}", "stop", "an empty stop string");
+    refused(C, "{\"prompt\":\"x\",\"logprobs\":5}", "logprobs", "top-5 logprobs");
+    refused(C, "{\"prompt\":\"x\",\"model\":4}", "model", "model of the wrong type");
+    refused(CHAT, "{\"messages\":[]}", "messages", "no messages");
+    refused(CHAT, "{\"messages\":[{\"role\":\"tool\",\"content\":\"x\"}]}", "messages[0].role",
+            "an unknown role");
+    refused(CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":5}]}", "messages[0].content",
+            "content of the wrong type");
+    refused(G, "{\"input_ids\":\"1 2\"}", "input_ids", "input_ids as a string");
+    return done_testing();
+}
