@@ -1,5 +1,6 @@
-/* prefix.c: what the prefix cache needs of the engine (engine.h): page references, spare state slots for snapshots, copying a sequence's state into a
- * snapshot, and starting a sequence from cached pages and a snapshot.
+/* prefix.c: what the prefix cache needs of the engine (engine.h): page references, spare state
+ * slots for snapshots, copying a sequence's state into a snapshot, and starting a sequence from
+ * cached pages and a snapshot.
  *
  * State is copied by walking the pool's buffer table: every buffer that is not paged is
  * per-slot state (window ring, every compressor carry), so no kind can be left out. */
@@ -40,8 +41,7 @@ static void dsv4_engine_state_copy(dsv4_engine *eng, uint32_t dst, uint32_t src)
     for (uint32_t i = 0; i < lay->n_buffers; i++) {
         const dsv4_kv_buffer *b = &lay->buffers[i];
         if (!dsv4_buf_is_paged(b->kind))
-            memcpy(b->base + dst * b->block_bytes, b->base + src * b->block_bytes,
-                   b->block_bytes);
+            memcpy(b->base + dst * b->block_bytes, b->base + src * b->block_bytes, b->block_bytes);
     }
 }
 
@@ -54,8 +54,8 @@ int dsv4_engine_seq_snapshot(dsv4_engine *eng, uint32_t seq, uint32_t slot)
     return 0;
 }
 
-int dsv4_engine_seq_adopt(dsv4_engine *eng, uint32_t seq, const uint32_t *pages,
-                          uint32_t n_pages, uint32_t slot)
+int dsv4_engine_seq_adopt(dsv4_engine *eng, uint32_t seq, const uint32_t *pages, uint32_t n_pages,
+                          uint32_t slot)
 {
     dsv4_eseq *s = dsv4_engine_live(eng, seq);
     if (!s || s->len != 0 || slot >= eng->conf.n_slots || slot == s->slot ||

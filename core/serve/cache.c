@@ -62,10 +62,10 @@ uint32_t dsv4_serve_cache_peek(dsv4_server *srv, const dsv4_sreq *r)
 uint32_t dsv4_serve_cache_adopt(dsv4_server *srv, dsv4_sreq *r)
 {
     dsv4_radix_node *node;
-    uint32_t m = dsv4_radix_match(srv->cache, r->toks, dsv4_sreq_len(r) - 1, srv->cache_pages,
-                                  &node);
-    if (m == 0 ||
-        dsv4_engine_seq_adopt(srv->eng, r->seq, srv->cache_pages, m, dsv4_radix_node_slot(node)) != 0)
+    uint32_t m =
+        dsv4_radix_match(srv->cache, r->toks, dsv4_sreq_len(r) - 1, srv->cache_pages, &node);
+    if (m == 0 || dsv4_engine_seq_adopt(srv->eng, r->seq, srv->cache_pages, m,
+                                        dsv4_radix_node_slot(node)) != 0)
         return 0;
     dsv4_radix_lock(srv->cache, node);
     r->node = node;

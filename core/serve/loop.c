@@ -358,8 +358,7 @@ static void dsv4_serve_prefill(dsv4_server *srv)
     uint32_t budget = srv->prefill_chunk, pt = srv->page_tokens;
     while (budget > 0) {
         uint32_t n = 0, need = 0, used = 0;
-        for (dsv4_link *l = srv->running.next; l != &srv->running && used < budget;
-             l = l->next) {
+        for (dsv4_link *l = srv->running.next; l != &srv->running && used < budget; l = l->next) {
             dsv4_sreq *r = DSV4_CONTAINER(l, dsv4_sreq, q);
             uint32_t take = dsv4_sreq_len(r) - r->n_fed;
             if (take <= 1)
@@ -385,8 +384,8 @@ static void dsv4_serve_prefill(dsv4_server *srv)
             srv->tokp[i] = batch[i]->toks + batch[i]->n_fed;
             srv->lptr[i] = srv->logits + (size_t)i * srv->vocab;
         }
-        int rc = dsv4_engine_prefill(srv->eng, n, srv->seqs, srv->tokp, srv->lens,
-                                     DSV4_LOGITS_LAST, srv->lptr);
+        int rc = dsv4_engine_prefill(srv->eng, n, srv->seqs, srv->tokp, srv->lens, DSV4_LOGITS_LAST,
+                                     srv->lptr);
         if (rc != 0) {
             dsv4_serve_fail(srv, batch, n, rc);
             return;

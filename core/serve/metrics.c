@@ -7,7 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum dsv4_metric_type { DSV4_MT_COUNTER, DSV4_MT_GAUGE, DSV4_MT_HISTOGRAM } dsv4_metric_type;
+typedef enum dsv4_metric_type {
+    DSV4_MT_COUNTER,
+    DSV4_MT_GAUGE,
+    DSV4_MT_HISTOGRAM
+} dsv4_metric_type;
 
 typedef struct dsv4_metric_def {
     const char *name;
@@ -39,8 +43,7 @@ static const dsv4_metric_def dsv4_metric_defs[DSV4_M_COUNT] = {
                              "steps of the engine loop that ran the model"},
     [DSV4_M_RUNNING] = {"dsv4d_requests_running", DSV4_MT_GAUGE,
                         "requests admitted to the running batch"},
-    [DSV4_M_WAITING] = {"dsv4d_requests_waiting", DSV4_MT_GAUGE,
-                        "requests waiting for admission"},
+    [DSV4_M_WAITING] = {"dsv4d_requests_waiting", DSV4_MT_GAUGE, "requests waiting for admission"},
     [DSV4_M_PAGES_USED] = {"dsv4d_kv_pages_used", DSV4_MT_GAUGE,
                            "kv pages in use (by requests or the prefix cache)"},
     [DSV4_M_PAGES_TOTAL] = {"dsv4d_kv_pages_total", DSV4_MT_GAUGE, "kv pages in the pool"},
@@ -58,9 +61,8 @@ static const dsv4_metric_def dsv4_metric_defs[DSV4_M_COUNT] = {
 
 /* Upper bounds (seconds) shared by every latency histogram: from a fast decode step on a
  * GPU (1 ms) to a long generation on the CPU (10 min). */
-static const double dsv4_metric_bounds[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
-                                            0.25,  0.5,    1,     2.5,  5,     10,   30,
-                                            60,    120,    300,   600};
+static const double dsv4_metric_bounds[] = {
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600};
 #define DSV4_N_BOUNDS (sizeof(dsv4_metric_bounds) / sizeof(dsv4_metric_bounds[0]))
 #define DSV4_N_HIST (DSV4_M_COUNT - DSV4_M_TTFT)
 
@@ -87,8 +89,7 @@ void dsv4_metric_set(dsv4_metric m, int64_t v)
 
 int64_t dsv4_metric_get(dsv4_metric m)
 {
-    return m < DSV4_M_TTFT ? atomic_load_explicit(&dsv4_metric_values[m], memory_order_relaxed)
-                           : 0;
+    return m < DSV4_M_TTFT ? atomic_load_explicit(&dsv4_metric_values[m], memory_order_relaxed) : 0;
 }
 
 void dsv4_metric_observe(dsv4_metric m, double seconds)
@@ -106,8 +107,8 @@ void dsv4_metric_observe(dsv4_metric m, double seconds)
         memcpy(&sum, &old, sizeof(sum));
         sum += seconds;
         memcpy(&upd, &sum, sizeof(upd));
-    } while (!atomic_compare_exchange_weak_explicit(&h->sum_bits, &old, upd,
-                                                    memory_order_relaxed, memory_order_relaxed));
+    } while (!atomic_compare_exchange_weak_explicit(&h->sum_bits, &old, upd, memory_order_relaxed,
+                                                    memory_order_relaxed));
 }
 
 static void dsv4_metric_render_hist(FILE *f, const char *name, dsv4_histogram *h)
@@ -137,8 +138,7 @@ char *dsv4_metrics_render(size_t *len_p)
         return NULL;
     for (int m = 0; m < DSV4_M_COUNT; m++) {
         const dsv4_metric_def *d = &dsv4_metric_defs[m];
-        fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", d->name, d->help, d->name,
-                type_names[d->type]);
+        fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", d->name, d->help, d->name, type_names[d->type]);
         if (d->type == DSV4_MT_HISTOGRAM)
             dsv4_metric_render_hist(f, d->name, &dsv4_metric_hists[m - DSV4_M_TTFT]);
         else

@@ -22,16 +22,16 @@ typedef enum dsv4_metric {
     DSV4_M_EVICTED_PAGES,       /* dsv4d_prefix_cache_evicted_pages_total */
     DSV4_M_ENGINE_STEPS,        /* dsv4d_engine_steps_total */
     /* gauges */
-    DSV4_M_RUNNING,             /* dsv4d_requests_running */
-    DSV4_M_WAITING,             /* dsv4d_requests_waiting */
-    DSV4_M_PAGES_USED,          /* dsv4d_kv_pages_used */
-    DSV4_M_PAGES_TOTAL,         /* dsv4d_kv_pages_total */
-    DSV4_M_PAGES_CACHED,        /* dsv4d_prefix_cache_pages: pages held only by the cache */
-    DSV4_M_SLOTS_USED,          /* dsv4d_kv_state_slots_used */
+    DSV4_M_RUNNING,      /* dsv4d_requests_running */
+    DSV4_M_WAITING,      /* dsv4d_requests_waiting */
+    DSV4_M_PAGES_USED,   /* dsv4d_kv_pages_used */
+    DSV4_M_PAGES_TOTAL,  /* dsv4d_kv_pages_total */
+    DSV4_M_PAGES_CACHED, /* dsv4d_prefix_cache_pages: pages held only by the cache */
+    DSV4_M_SLOTS_USED,   /* dsv4d_kv_state_slots_used */
     /* histograms (seconds) */
-    DSV4_M_TTFT,                /* dsv4d_time_to_first_token_seconds */
-    DSV4_M_ITL,                 /* dsv4d_inter_token_latency_seconds */
-    DSV4_M_E2E,                 /* dsv4d_request_duration_seconds */
+    DSV4_M_TTFT, /* dsv4d_time_to_first_token_seconds */
+    DSV4_M_ITL,  /* dsv4d_inter_token_latency_seconds */
+    DSV4_M_E2E,  /* dsv4d_request_duration_seconds */
     DSV4_M_COUNT
 } dsv4_metric;
 

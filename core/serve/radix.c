@@ -9,8 +9,8 @@ struct dsv4_radix_node {
     dsv4_radix_node *parent, *child, *next; /* first child, next sibling */
     int32_t *toks;                          /* the page_tokens tokens of this page */
     uint32_t page, slot;
-    uint32_t lock;                          /* running requests on this node or below */
-    uint64_t used;                          /* LRU clock value of the last match */
+    uint32_t lock; /* running requests on this node or below */
+    uint64_t used; /* LRU clock value of the last match */
 };
 
 struct dsv4_radix {
@@ -129,8 +129,8 @@ void dsv4_radix_unlock(dsv4_radix *rx, dsv4_radix_node *node)
             rx->n_locked_pages--;
 }
 
-int dsv4_radix_insert(dsv4_radix *rx, const int32_t *toks, uint32_t n_pages,
-                      const uint32_t *pages, uint32_t slot)
+int dsv4_radix_insert(dsv4_radix *rx, const int32_t *toks, uint32_t n_pages, const uint32_t *pages,
+                      uint32_t slot)
 {
     dsv4_radix_node *nd = &rx->root;
     uint64_t now = ++rx->clock;
@@ -147,7 +147,10 @@ int dsv4_radix_insert(dsv4_radix *rx, const int32_t *toks, uint32_t n_pages,
                 return -ENOMEM;
             }
             memcpy(t, toks + i * pt, pt * sizeof(int32_t));
-            *c = (dsv4_radix_node){.parent = nd, .next = nd->child, .toks = t, .page = pages[i],
+            *c = (dsv4_radix_node){.parent = nd,
+                                   .next = nd->child,
+                                   .toks = t,
+                                   .page = pages[i],
                                    .slot = DSV4_RADIX_NO_SLOT};
             nd->child = c;
             rx->hooks.page_ref(rx->hooks.ctx, pages[i]);

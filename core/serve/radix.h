@@ -54,8 +54,8 @@ void dsv4_radix_unlock(dsv4_radix *rx, dsv4_radix_node *node);
  * The slot is owned by the cache from here on: kept by the end node, or freed when that
  * node already has a snapshot. 0, or -ENOMEM (the slot is freed, the cache unchanged
  * past what fitted). */
-int dsv4_radix_insert(dsv4_radix *rx, const int32_t *toks, uint32_t n_pages,
-                      const uint32_t *pages, uint32_t slot);
+int dsv4_radix_insert(dsv4_radix *rx, const int32_t *toks, uint32_t n_pages, const uint32_t *pages,
+                      uint32_t slot);
 
 /* Evict unlocked leaves, least recently used first, until `pages` page references and
  * `slots` snapshot slots have been given back or nothing is left to evict. Returns the

@@ -29,38 +29,38 @@
 typedef struct dsv4_server dsv4_server;
 
 typedef struct dsv4_gen_params {
-    uint32_t max_tokens;       /* tokens to generate at most (>= 1) */
-    float temperature;         /* 0 = greedy */
-    float top_p;               /* 1 = off */
-    uint32_t top_k;            /* 0 = off */
-    uint64_t seed;             /* sampling seed (used when temperature > 0) */
-    int32_t priority;          /* for the priority sched plugin; larger first */
-    bool logprobs;             /* fill dsv4_gen_event.logprob */
-    bool ignore_eos;           /* keep going past the model's eos token */
+    uint32_t max_tokens; /* tokens to generate at most (>= 1) */
+    float temperature;   /* 0 = greedy */
+    float top_p;         /* 1 = off */
+    uint32_t top_k;      /* 0 = off */
+    uint64_t seed;       /* sampling seed (used when temperature > 0) */
+    int32_t priority;    /* for the priority sched plugin; larger first */
+    bool logprobs;       /* fill dsv4_gen_event.logprob */
+    bool ignore_eos;     /* keep going past the model's eos token */
 } dsv4_gen_params;
 
 typedef enum dsv4_gen_event_kind {
-    DSV4_EV_TOKEN,             /* one generated token */
-    DSV4_EV_DONE,              /* finished: finish says why */
-    DSV4_EV_ERROR,             /* failed: status and message say why */
+    DSV4_EV_TOKEN, /* one generated token */
+    DSV4_EV_DONE,  /* finished: finish says why */
+    DSV4_EV_ERROR, /* failed: status and message say why */
 } dsv4_gen_event_kind;
 
 typedef enum dsv4_finish {
     DSV4_FINISH_NONE,
-    DSV4_FINISH_STOP,          /* eos token */
-    DSV4_FINISH_LENGTH,        /* max_tokens or the context limit */
-    DSV4_FINISH_ABORT,         /* cancelled by the front end (disconnect, stop string) */
+    DSV4_FINISH_STOP,   /* eos token */
+    DSV4_FINISH_LENGTH, /* max_tokens or the context limit */
+    DSV4_FINISH_ABORT,  /* cancelled by the front end (disconnect, stop string) */
 } dsv4_finish;
 
 typedef struct dsv4_gen_event {
     dsv4_gen_event_kind kind;
-    int32_t token;             /* TOKEN */
-    float logprob;             /* TOKEN, when params.logprobs */
-    dsv4_finish finish;        /* DONE */
-    int status;                /* ERROR: negative status */
-    const char *message;       /* ERROR: valid during the callback only */
-    uint32_t prompt_tokens;    /* DONE and ERROR: usage */
-    uint32_t cached_tokens;    /* prompt tokens served from the prefix cache */
+    int32_t token;          /* TOKEN */
+    float logprob;          /* TOKEN, when params.logprobs */
+    dsv4_finish finish;     /* DONE */
+    int status;             /* ERROR: negative status */
+    const char *message;    /* ERROR: valid during the callback only */
+    uint32_t prompt_tokens; /* DONE and ERROR: usage */
+    uint32_t cached_tokens; /* prompt tokens served from the prefix cache */
     uint32_t completion_tokens;
 } dsv4_gen_event;
 
@@ -72,8 +72,8 @@ dsv4_server *dsv4_server_start(const dsv4_config *conf, const dsv4_model *model,
                                size_t errlen);
 /* Overrides of the engine geometry for tests and tools; zero fields keep the defaults. */
 typedef struct dsv4_server_opts {
-    uint32_t page_tokens;      /* source tokens per KV page; 0 = 256 */
-    uint32_t n_pages;          /* KV pages; 0 = as many as [model] kv_pool holds */
+    uint32_t page_tokens; /* source tokens per KV page; 0 = 256 */
+    uint32_t n_pages;     /* KV pages; 0 = as many as [model] kv_pool holds */
 } dsv4_server_opts;
 
 /* dsv4_server_start with opts (NULL = defaults). */

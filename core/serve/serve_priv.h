@@ -46,18 +46,18 @@ static inline void dsv4_list_push_front(dsv4_link *head, dsv4_link *l)
     dsv4_list_push_back(head->next, l);
 }
 
-#define DSV4_CONTAINER(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
+#define DSV4_CONTAINER(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
 
 typedef enum dsv4_sreq_where {
-    DSV4_SREQ_INBOX,       /* submitted, not yet seen by the engine thread */
-    DSV4_SREQ_WAITING,     /* in the queue the sched plugin orders */
-    DSV4_SREQ_RETRACTED,   /* gave its pages back; resumes before the queue */
-    DSV4_SREQ_RUNNING,     /* holds a sequence */
+    DSV4_SREQ_INBOX,     /* submitted, not yet seen by the engine thread */
+    DSV4_SREQ_WAITING,   /* in the queue the sched plugin orders */
+    DSV4_SREQ_RETRACTED, /* gave its pages back; resumes before the queue */
+    DSV4_SREQ_RUNNING,   /* holds a sequence */
 } dsv4_sreq_where;
 
 typedef struct dsv4_sreq {
-    dsv4_link all;            /* srv->all, under srv->mu: what cancel can find */
-    dsv4_link q;              /* the list `where` names */
+    dsv4_link all; /* srv->all, under srv->mu: what cancel can find */
+    dsv4_link q;   /* the list `where` names */
     dsv4_sreq_where where;
     uint64_t id, arrival;
     dsv4_gen_params params;
@@ -69,14 +69,14 @@ typedef struct dsv4_sreq {
     uint32_t n_prompt, n_gen;
     dsv4_rng rng;
     uint64_t t_submit_ns, t_token_ns;
-    uint32_t cached;          /* prompt tokens the first admission took from the cache */
-    bool admitted;            /* admitted at least once (cache hits count once) */
+    uint32_t cached; /* prompt tokens the first admission took from the cache */
+    bool admitted;   /* admitted at least once (cache hits count once) */
     /* engine thread, while RUNNING */
     uint32_t seq;
-    uint32_t n_fed;           /* tokens in the sequence's KV */
-    dsv4_radix_node *node;    /* the cache node the sequence started from (locked) */
-    uint32_t snap_slot;       /* state at the newest page boundary, or DSV4_RADIX_NO_SLOT */
-    uint32_t snap_pages;      /* pages that snapshot ends after */
+    uint32_t n_fed;        /* tokens in the sequence's KV */
+    dsv4_radix_node *node; /* the cache node the sequence started from (locked) */
+    uint32_t snap_slot;    /* state at the newest page boundary, or DSV4_RADIX_NO_SLOT */
+    uint32_t snap_pages;   /* pages that snapshot ends after */
 } dsv4_sreq;
 
 /* Tokens known (prompt and generated) and those still to feed before the next sample. */
@@ -88,15 +88,15 @@ static inline uint32_t dsv4_sreq_len(const dsv4_sreq *r)
 struct dsv4_server {
     const dsv4_model *model;
     dsv4_engine *eng;
-    const dsv4_plugin_desc *sched;   /* NULL: arrival order */
+    const dsv4_plugin_desc *sched; /* NULL: arrival order */
     void *sched_state;
     uint32_t page_tokens, n_pages, n_slots, max_running, prefill_chunk, max_context, vocab;
     int32_t eos;
 
     pthread_t thread;
     pthread_mutex_t mu;
-    pthread_cond_t wake;             /* engine thread: work, cancel, flush or stop */
-    pthread_cond_t flushed;          /* flush_cache callers */
+    pthread_cond_t wake;    /* engine thread: work, cancel, flush or stop */
+    pthread_cond_t flushed; /* flush_cache callers */
     /* under mu */
     dsv4_link inbox, all;
     bool stopping, cancel_pending;
@@ -109,14 +109,14 @@ struct dsv4_server {
     uint32_t n_waiting, n_retracted, n_running;
     uint64_t next_arrival;
     dsv4_radix *cache;
-    uint32_t *cache_pages;           /* [max_context / page_tokens + 1] a match */
-    float *logits;                   /* [max_running][vocab] */
-    void *scratch;                   /* DSV4_SAMPLE_SCRATCH(vocab) */
-    dsv4_sreq **batch;               /* [max_running] */
-    uint32_t *seqs, *lens;           /* [max_running] */
-    int32_t *tokens;                 /* [max_running] */
-    const int32_t **tokp;            /* [max_running] */
-    float **lptr;                    /* [max_running] */
+    uint32_t *cache_pages; /* [max_context / page_tokens + 1] a match */
+    float *logits;         /* [max_running][vocab] */
+    void *scratch;         /* DSV4_SAMPLE_SCRATCH(vocab) */
+    dsv4_sreq **batch;     /* [max_running] */
+    uint32_t *seqs, *lens; /* [max_running] */
+    int32_t *tokens;       /* [max_running] */
+    const int32_t **tokp;  /* [max_running] */
+    float **lptr;          /* [max_running] */
 };
 
 uint64_t dsv4_serve_now_ns(void);

@@ -147,7 +147,8 @@ dsv4_server *dsv4_server_start_opts(const dsv4_config *conf, const dsv4_model *m
         goto fail;
     }
     if (dsv4_serve_engine(srv, conf, model, opts, err, errlen) != 0 ||
-        dsv4_serve_sched(srv, conf, err, errlen) != 0 || dsv4_serve_cache_new(srv, err, errlen) != 0)
+        dsv4_serve_sched(srv, conf, err, errlen) != 0 ||
+        dsv4_serve_cache_new(srv, err, errlen) != 0)
         goto fail;
     size_t R = srv->max_running;
     srv->logits = malloc(R * srv->vocab * sizeof(float));
@@ -158,8 +159,8 @@ dsv4_server *dsv4_server_start_opts(const dsv4_config *conf, const dsv4_model *m
     srv->tokens = calloc(R, sizeof(int32_t));
     srv->tokp = calloc(R, sizeof(*srv->tokp));
     srv->lptr = calloc(R, sizeof(*srv->lptr));
-    if (!srv->logits || !srv->scratch || !srv->batch || !srv->seqs || !srv->lens ||
-        !srv->tokens || !srv->tokp || !srv->lptr) {
+    if (!srv->logits || !srv->scratch || !srv->batch || !srv->seqs || !srv->lens || !srv->tokens ||
+        !srv->tokp || !srv->lptr) {
         snprintf(err, errlen, "server: out of memory");
         goto fail;
     }
@@ -198,8 +199,8 @@ void dsv4_server_stop(dsv4_server *srv, uint64_t grace_ms)
 
 static bool dsv4_serve_params_ok(const dsv4_gen_params *p)
 {
-    return p->max_tokens >= 1 && isfinite(p->temperature) && p->temperature >= 0 &&
-           p->top_p > 0 && p->top_p <= 1;
+    return p->max_tokens >= 1 && isfinite(p->temperature) && p->temperature >= 0 && p->top_p > 0 &&
+           p->top_p <= 1;
 }
 
 int dsv4_server_submit(dsv4_server *srv, const int32_t *prompt, size_t n,

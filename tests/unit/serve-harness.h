@@ -18,15 +18,15 @@ typedef struct dsv4_th_req {
     float logprobs[DSV4_TH_MAX_TOKENS];
     uint32_t n_tokens;
     bool done;
-    dsv4_gen_event end;        /* the terminal event (message cleared) */
-    uint32_t order;            /* position among terminal events, from 1 */
+    dsv4_gen_event end; /* the terminal event (message cleared) */
+    uint32_t order;     /* position among terminal events, from 1 */
     void (*hook)(struct dsv4_th_req *req);
     void *hook_ctx;
 } dsv4_th_req;
 
 typedef struct dsv4_th_server {
     uint32_t max_running, prefill_chunk, state_slots, n_pages;
-    const char *sched;         /* sched plugin name; NULL = the default (fcfs) */
+    const char *sched; /* sched plugin name; NULL = the default (fcfs) */
 } dsv4_th_server;
 
 /* The test model, the plugin registry and a default configuration (once per test). */

@@ -81,8 +81,7 @@ int main(void)
     has_str(text, "# HELP dsv4d_requests_total requests accepted\n", "HELP line");
     has_str(text, "# TYPE dsv4d_requests_total counter\n", "counter TYPE line");
     has_str(text, "# TYPE dsv4d_kv_pages_used gauge\n", "gauge TYPE line");
-    has_str(text, "# TYPE dsv4d_time_to_first_token_seconds histogram\n",
-            "histogram TYPE line");
+    has_str(text, "# TYPE dsv4d_time_to_first_token_seconds histogram\n", "histogram TYPE line");
     is_int(count_lines(text, "# TYPE "), DSV4_M_COUNT, "one TYPE line per metric");
     ok(sample(text, "dsv4d_requests_total") == 7 && sample(text, "dsv4d_kv_pages_total") == 1000,
        "counter and gauge values rendered");
@@ -104,8 +103,7 @@ int main(void)
     dsv4_metrics_reset();
     text = dsv4_metrics_render(&len);
     is_int(sample(text, "dsv4d_requests_total"), 0, "reset zeroes counters");
-    is_int(sample(text, "dsv4d_time_to_first_token_seconds_count"), 0,
-           "reset zeroes histograms");
+    is_int(sample(text, "dsv4d_time_to_first_token_seconds_count"), 0, "reset zeroes histograms");
     free(text);
     return done_testing();
 }

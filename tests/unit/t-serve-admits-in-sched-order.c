@@ -26,8 +26,8 @@ static void run(const char *sched, const int32_t *expect_order, const char *what
     static const int32_t prio[3] = {1, 5, 3};
     int32_t prompt[12];
     dsv4_th_req blocker, reqs[3];
-    dsv4_th_server cfg = {.max_running = 1, .prefill_chunk = 64, .state_slots = 2,
-                          .n_pages = 32, .sched = sched};
+    dsv4_th_server cfg = {
+        .max_running = 1, .prefill_chunk = 64, .state_slots = 2, .n_pages = 32, .sched = sched};
     dsv4_gen_params p = {.max_tokens = 4, .top_p = 1, .ignore_eos = true};
 
     dsv4_test_tokens(prompt, 12, dsv4_th_model()->cfg.vocab_size, 5);

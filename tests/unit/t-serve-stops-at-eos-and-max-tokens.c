@@ -12,8 +12,8 @@
 #include "tests/unit/serve-harness.h"
 
 static int32_t prompt[17];
-static const dsv4_th_server cfg = {.max_running = 2, .prefill_chunk = 64, .state_slots = 4,
-                                   .n_pages = 32};
+static const dsv4_th_server cfg = {
+    .max_running = 2, .prefill_chunk = 64, .state_slots = 4, .n_pages = 32};
 
 static void run(dsv4_th_req *req, const dsv4_gen_params *p)
 {
