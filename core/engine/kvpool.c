@@ -1,11 +1,15 @@
 /* kvpool.c: allocation of the KV buffers, the buffer table, and the page and state-slot
  * allocators (see kvpool.h). */
+#include "config.h" /* _GNU_SOURCE for memfd_create */
+
 #include "core/engine/kvpool.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 /* Buffers and carry blocks start on cache lines. */
 #define DSV4_KV_ALIGN 64
@@ -21,6 +25,15 @@ struct dsv4_kv_pool {
     uint32_t n_page_free;
     uint32_t *slot_free; /* stack of free slot ids */
     uint32_t n_slot_free;
+    dsv4_kv_fence_fn fence; /* the host tier's per-layer load fence, or NULL */
+    void *fence_ctx;
+    /* Shared pools (conf->shared): every buffer is carved out of one memfd mapping. The
+     * first pass over the geometry only adds up shm_bytes (measuring), the second places
+     * the buffers at shm_used. */
+    bool measuring;
+    int shm_fd;
+    uint8_t *shm_base;
+    size_t shm_bytes, shm_used;
 };
 
 size_t dsv4_kv_carry_bytes(bool overlap, uint32_t rate, uint32_t dim)
@@ -49,7 +62,17 @@ static int dsv4_kv_add(dsv4_kv_pool *pool, uint32_t kind, uint32_t layer, size_t
      * base + p * page_bytes */
     size_t block = block_bytes, bytes = block * n_blocks;
     size_t alloc = (bytes + DSV4_KV_ALIGN) / DSV4_KV_ALIGN * DSV4_KV_ALIGN;
-    uint8_t *base = aligned_alloc(DSV4_KV_ALIGN, alloc);
+    if (pool->measuring) {
+        pool->shm_bytes += alloc;
+        return 0;
+    }
+    uint8_t *base;
+    if (pool->shm_base) {
+        base = pool->shm_base + pool->shm_used;
+        pool->shm_used += alloc;
+    } else {
+        base = aligned_alloc(DSV4_KV_ALIGN, alloc);
+    }
     if (!base) {
         snprintf(err, errlen, "kv pool: out of memory (%zu bytes for layer %u)", bytes, layer);
         return -ENOMEM;
@@ -102,25 +125,10 @@ static int dsv4_kv_check(const dsv4_kv_pool_conf *c, char *err, size_t errlen)
     return 0;
 }
 
-dsv4_kv_pool *dsv4_kv_pool_new(const dsv4_kv_pool_conf *c, char *err, size_t errlen)
+/* Adds every buffer of every layer, in the order of the buffer table. */
+static int dsv4_kv_add_all(dsv4_kv_pool *pool, const dsv4_kv_pool_conf *c, char *err, size_t errlen)
 {
-    if (dsv4_kv_check(c, err, errlen) != 0)
-        return NULL;
     const dsv4_model_config *m = c->model;
-    dsv4_kv_pool *pool = calloc(1, sizeof(*pool));
-    if (!pool)
-        goto fail_oom;
-    memset(pool->index, 0xff, sizeof(pool->index));
-    memcpy(pool->layer_kind, m->layer_kind, m->n_layers);
-    pool->buffers = calloc((size_t)m->n_layers * DSV4_BUF_KIND_COUNT, sizeof(dsv4_kv_buffer));
-    pool->page_refs = calloc(c->n_pages, sizeof(uint32_t));
-    pool->page_free = malloc(c->n_pages * sizeof(uint32_t));
-    pool->slot_free = malloc(c->n_slots * sizeof(uint32_t));
-    pool->indexk_name = strdup(c->indexk_name ? c->indexk_name : "");
-    if (!pool->buffers || !pool->page_refs || !pool->page_free || !pool->slot_free ||
-        !pool->indexk_name)
-        goto fail_oom;
-
     size_t es = c->kv_dtype == DSV4_KV_BF16 ? 2 : 4, row = es * m->head_dim;
     dsv4_indexk_geom geom = {sizeof(geom), m->index_dim, c->page_tokens / m->rate_csa};
     for (uint32_t l = 0; l < m->n_layers; l++) {
@@ -150,10 +158,64 @@ dsv4_kv_pool *dsv4_kv_pool_new(const dsv4_kv_pool_conf *c, char *err, size_t err
                                  dsv4_kv_carry_bytes(false, m->rate_hca, m->head_dim), c->n_slots,
                                  0, 0, err, errlen);
         }
-        if (rc != 0) {
-            dsv4_kv_pool_free(pool);
-            return NULL;
-        }
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* Creates the memfd a shared pool lives in, sized by a measuring pass over the geometry. */
+static int dsv4_kv_map_shared(dsv4_kv_pool *pool, const dsv4_kv_pool_conf *c, char *err,
+                              size_t errlen)
+{
+    pool->measuring = true;
+    int rc = dsv4_kv_add_all(pool, c, err, errlen);
+    pool->measuring = false;
+    if (rc != 0)
+        return rc;
+    pool->shm_fd = memfd_create("dsv4d-kv", MFD_CLOEXEC);
+    if (pool->shm_fd < 0 || ftruncate(pool->shm_fd, (off_t)pool->shm_bytes) != 0) {
+        rc = -errno;
+        snprintf(err, errlen, "kv pool: cannot create shared memory (%zu bytes: %s)",
+                 pool->shm_bytes, strerror(errno));
+        return rc;
+    }
+    void *p = mmap(NULL, pool->shm_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, pool->shm_fd, 0);
+    if (p == MAP_FAILED) {
+        rc = -errno;
+        snprintf(err, errlen, "kv pool: cannot map shared memory (%zu bytes: %s)", pool->shm_bytes,
+                 strerror(errno));
+        return rc;
+    }
+    pool->shm_base = p;
+    return 0;
+}
+
+static dsv4_kv_pool *dsv4_kv_pool_create(const dsv4_kv_pool_conf *c, bool shared, char *err,
+                                         size_t errlen)
+{
+    if (dsv4_kv_check(c, err, errlen) != 0)
+        return NULL;
+    const dsv4_model_config *m = c->model;
+    dsv4_kv_pool *pool = calloc(1, sizeof(*pool));
+    if (!pool)
+        goto fail_oom;
+    pool->shm_fd = -1;
+    memset(pool->index, 0xff, sizeof(pool->index));
+    memcpy(pool->layer_kind, m->layer_kind, m->n_layers);
+    pool->buffers = calloc((size_t)m->n_layers * DSV4_BUF_KIND_COUNT, sizeof(dsv4_kv_buffer));
+    pool->page_refs = calloc(c->n_pages, sizeof(uint32_t));
+    pool->page_free = malloc(c->n_pages * sizeof(uint32_t));
+    pool->slot_free = malloc(c->n_slots * sizeof(uint32_t));
+    pool->indexk_name = strdup(c->indexk_name ? c->indexk_name : "");
+    if (!pool->buffers || !pool->page_refs || !pool->page_free || !pool->slot_free ||
+        !pool->indexk_name)
+        goto fail_oom;
+
+    if ((shared && dsv4_kv_map_shared(pool, c, err, errlen) != 0) ||
+        dsv4_kv_add_all(pool, c, err, errlen) != 0) {
+        dsv4_kv_pool_free(pool);
+        return NULL;
     }
     for (uint32_t i = 0; i < c->n_pages; i++)
         pool->page_free[i] = c->n_pages - 1 - i;
@@ -174,6 +236,9 @@ dsv4_kv_pool *dsv4_kv_pool_new(const dsv4_kv_pool_conf *c, char *err, size_t err
         .index_dim = m->index_dim,
         .n_buffers = pool->layout.n_buffers,
         .buffers = pool->buffers,
+        .shm_fd = pool->shm_fd,
+        .shm_base = pool->shm_base,
+        .shm_bytes = pool->shm_bytes,
     };
     return pool;
 
@@ -183,12 +248,27 @@ fail_oom:
     return NULL;
 }
 
+dsv4_kv_pool *dsv4_kv_pool_new(const dsv4_kv_pool_conf *c, char *err, size_t errlen)
+{
+    return dsv4_kv_pool_create(c, false, err, errlen);
+}
+
+dsv4_kv_pool *dsv4_kv_pool_new_shared(const dsv4_kv_pool_conf *c, char *err, size_t errlen)
+{
+    return dsv4_kv_pool_create(c, true, err, errlen);
+}
+
 void dsv4_kv_pool_free(dsv4_kv_pool *pool)
 {
     if (!pool)
         return;
-    for (uint32_t i = 0; i < pool->layout.n_buffers; i++)
-        free(pool->buffers[i].base);
+    if (pool->shm_base)
+        munmap(pool->shm_base, pool->shm_bytes);
+    else
+        for (uint32_t i = 0; i < pool->layout.n_buffers; i++)
+            free(pool->buffers[i].base);
+    if (pool->shm_fd >= 0)
+        close(pool->shm_fd);
     free(pool->buffers);
     free(pool->page_refs);
     free(pool->page_free);
@@ -206,12 +286,28 @@ int dsv4_kv_pool_layer(dsv4_kv_pool *pool, uint32_t layer, dsv4_kv_layer_view *v
 {
     if (layer >= pool->layout.n_layers)
         return -EINVAL;
-    /* The host tier's per-layer fence will wait here for this layer's pages. */
+    /* The fence (DESIGN.md §9). A host-tier load copies pages and state layer by layer
+     * while the forward runs; this layer's pointers are handed out only once its copy has
+     * landed. It sits here, in the one accessor, because sglang fenced its KV getters
+     * but not the index-K ones, and the indexer read index-K pages before the load had
+     * landed (reference/sglang.md §3.6, PR #22811): wrong top-k, garbled text. With every
+     * buffer of the layer behind one call, no reader can skip the wait. */
+    if (pool->fence) {
+        int rc = pool->fence(pool->fence_ctx, layer);
+        if (rc != 0)
+            return rc;
+    }
     for (uint32_t k = 0; k < DSV4_BUF_KIND_COUNT; k++) {
         int16_t i = pool->index[layer][k];
         view_p->buf[k] = i < 0 ? NULL : &pool->buffers[i];
     }
     return 0;
+}
+
+void dsv4_kv_pool_set_fence(dsv4_kv_pool *pool, dsv4_kv_fence_fn fn, void *ctx)
+{
+    pool->fence = fn;
+    pool->fence_ctx = ctx;
 }
 
 int dsv4_kv_page_alloc(dsv4_kv_pool *pool, uint32_t *page_p)

@@ -46,15 +46,26 @@ typedef struct dsv4_kv_carry {
 
 /* NULL with the reason in err (bad geometry, unsupported kv dtype, out of memory). */
 dsv4_kv_pool *dsv4_kv_pool_new(const dsv4_kv_pool_conf *conf, char *err, size_t errlen);
+/* The same pool with every buffer in one shared memory object (a memfd) instead of
+ * private memory, so another process on the host can map it: the decode side of a PD pair
+ * over transport/local needs this. The layout's shm_fd, shm_base and shm_bytes describe
+ * the object; it lives until dsv4_kv_pool_free. */
+dsv4_kv_pool *dsv4_kv_pool_new_shared(const dsv4_kv_pool_conf *conf, char *err, size_t errlen);
 void dsv4_kv_pool_free(dsv4_kv_pool *pool);
 
 const dsv4_kv_layout *dsv4_kv_pool_layout(const dsv4_kv_pool *pool);
 
 /* The one accessor through which attention and the indexer get a layer's KV memory.
- * The host tier's per-layer fence (DESIGN.md §9: wait until that layer's pages have
- * landed) goes here, so no kernel can read a layer before its load completes.
- * Returns 0, or -EINVAL for a layer out of range. */
+ * It first calls the pool's fence for that layer (the host tier's per-layer load fence,
+ * DESIGN.md §9), so no kernel can read a layer before its load has landed. Returns 0,
+ * -EINVAL for a layer out of range, or the fence's failure (view_p is then unset). */
 int dsv4_kv_pool_layer(dsv4_kv_pool *pool, uint32_t layer, dsv4_kv_layer_view *view_p);
+
+/* A fence: returns once `layer`'s KV memory may be read (0), or a negative status. */
+typedef int (*dsv4_kv_fence_fn)(void *ctx, uint32_t layer);
+/* Install the fence dsv4_kv_pool_layer() calls (fn NULL removes it). The host tier
+ * (core/hostcache/tier.h) installs one for its lifetime. */
+void dsv4_kv_pool_set_fence(dsv4_kv_pool *pool, dsv4_kv_fence_fn fn, void *ctx);
 
 /* Page allocator: a new page has one reference. -ENOSPC when none is free. */
 int dsv4_kv_page_alloc(dsv4_kv_pool *pool, uint32_t *page_p);

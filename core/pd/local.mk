@@ -1,1 +1,33 @@
 # core/pd: build rules (owned by the area)
+
+# The PD building blocks the server's prefill and decode roles use: page checksums,
+# transfer planning (merged runs), the authenticated control-channel framing and the
+# connection (handshake, deadlines).
+core_libdsv4core_la_SOURCES += core/pd/checksum.c core/pd/checksum.h \
+	core/pd/plan.c core/pd/plan.h \
+	core/pd/wire.c core/pd/wire.h \
+	core/pd/conn.c core/pd/conn.h
+core_libdsv4core_la_CFLAGS += $(CRYPTO_CFLAGS)
+core_libdsv4core_la_LIBADD += $(CRYPTO_LIBS)
+
+# Tests of the PD building blocks; the checksum test and the transport plugin tests share
+# a real KV pool from tests/plugin/transport-harness.c.
+PD_TEST_POOL = tests/plugin/transport-harness.c tests/plugin/transport-harness.h \
+	$(ENGINE_TEST_HELPER)
+PD_TESTS = tests/unit/t-pd-checksum-catches-any-corrupt-byte \
+	tests/unit/t-pd-plan-merges-contiguous-runs \
+	tests/unit/t-pd-wire-refuses-malformed-frames \
+	tests/unit/t-pd-conn-authenticates-peers \
+	tests/unit/t-pd-shared-pool-is-visible-to-another-process
+check_PROGRAMS += $(PD_TESTS)
+TESTS += $(PD_TESTS)
+tests_unit_t_pd_checksum_catches_any_corrupt_byte_SOURCES = \
+	tests/unit/t-pd-checksum-catches-any-corrupt-byte.c $(PD_TEST_POOL)
+tests_unit_t_pd_checksum_catches_any_corrupt_byte_LDADD = $(TEST_CORE_LIBS) -lm
+tests_unit_t_pd_plan_merges_contiguous_runs_LDADD = $(TEST_CORE_LIBS)
+tests_unit_t_pd_wire_refuses_malformed_frames_CFLAGS = $(AM_CFLAGS) $(CRYPTO_CFLAGS)
+tests_unit_t_pd_wire_refuses_malformed_frames_LDADD = $(TEST_CORE_LIBS) $(CRYPTO_LIBS)
+tests_unit_t_pd_conn_authenticates_peers_LDADD = $(TEST_CORE_LIBS)
+tests_unit_t_pd_shared_pool_is_visible_to_another_process_SOURCES = \
+	tests/unit/t-pd-shared-pool-is-visible-to-another-process.c $(PD_TEST_POOL)
+tests_unit_t_pd_shared_pool_is_visible_to_another_process_LDADD = $(TEST_CORE_LIBS) -lm

@@ -1,0 +1,72 @@
+/* transport-harness.c: test pools for the PD and transport tests (see the header). */
+#include "tests/plugin/transport-harness.h"
+
+#include <string.h>
+
+#include "tests/tap.h"
+#include "tests/unit/engine-testmodel.h"
+
+tpool tpool_new(uint32_t n_pages, uint32_t n_slots, bool shared, uint64_t seed)
+{
+    static dsv4_registry *reg;
+    static const dsv4_plugin_desc *fp8;
+    static dsv4_model *m;
+    if (!m) {
+        fp8 = dsv4_test_indexk(&reg, "fp8");
+        dsv4_test_shape shape = dsv4_test_shape_default();
+        m = dsv4_test_model_new(&shape, 1);
+    }
+    char err[256];
+    dsv4_kv_pool_conf conf = {&m->cfg, DSV4_KV_BF16, 16, n_pages, n_slots, fp8->ops, "fp8"};
+    dsv4_kv_pool *pool = shared ? dsv4_kv_pool_new_shared(&conf, err, sizeof(err))
+                                : dsv4_kv_pool_new(&conf, err, sizeof(err));
+    if (!pool)
+        bail_out("%s", err);
+    tpool p = {pool, dsv4_kv_pool_layout(pool)};
+    if (seed)
+        tpool_fill(p.l, seed);
+    return p;
+}
+
+void tpool_free(tpool *p)
+{
+    dsv4_kv_pool_free(p->pool);
+    p->pool = NULL;
+}
+
+void tpool_fill(const dsv4_kv_layout *l, uint64_t seed)
+{
+    uint64_t x = seed;
+    for (uint32_t i = 0; i < l->n_buffers; i++) {
+        const dsv4_kv_buffer *b = &l->buffers[i];
+        size_t n = b->block_bytes * b->n_blocks;
+        for (size_t j = 0; j < n; j++) {
+            /* splitmix64, one byte per step: slow enough not to matter at test sizes */
+            uint64_t z = (x += 0x9e3779b97f4a7c15ull);
+            z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+            z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+            b->base[j] = (uint8_t)(z ^ (z >> 31));
+        }
+    }
+}
+
+bool tpool_same(const dsv4_kv_layout *a, const uint32_t *src_pages, const dsv4_kv_layout *b,
+                const uint32_t *dst_pages, uint32_t n_pages, bool with_state, uint32_t src_slot,
+                uint32_t dst_slot)
+{
+    if (a->n_buffers != b->n_buffers)
+        return false;
+    for (uint32_t i = 0; i < a->n_buffers; i++) {
+        const dsv4_kv_buffer *x = &a->buffers[i], *y = &b->buffers[i];
+        size_t bb = x->block_bytes;
+        if (dsv4_buf_is_paged(x->kind)) {
+            for (uint32_t j = 0; j < n_pages; j++)
+                if (memcmp(x->base + src_pages[j] * bb, y->base + dst_pages[j] * bb, bb) != 0)
+                    return false;
+        } else if (with_state &&
+                   memcmp(x->base + src_slot * bb, y->base + dst_slot * bb, bb) != 0) {
+            return false;
+        }
+    }
+    return true;
+}

@@ -1,0 +1,26 @@
+/* transport-harness.h: what the PD and transport tests share: a real KV pool (the default
+ * test model's S C H C layers, fp8 index-K, bf16 rows) filled with deterministic bytes,
+ * and comparison of a request's blocks between two pools. */
+#ifndef DSV4_TESTS_PLUGIN_TRANSPORT_HARNESS_H
+#define DSV4_TESTS_PLUGIN_TRANSPORT_HARNESS_H
+
+#include "core/engine/kvpool.h"
+
+typedef struct tpool {
+    dsv4_kv_pool *pool;
+    const dsv4_kv_layout *l;
+} tpool;
+
+/* A pool of n_pages pages and n_slots slots, in shared memory when shared; every byte of
+ * every buffer set from seed (seed 0 leaves it zero). Bails out on failure. */
+tpool tpool_new(uint32_t n_pages, uint32_t n_slots, bool shared, uint64_t seed);
+void tpool_free(tpool *p);
+/* Every byte of every buffer from seed. */
+void tpool_fill(const dsv4_kv_layout *l, uint64_t seed);
+/* True when block src_pages[i] of every paged buffer of a equals block dst_pages[i] of b,
+ * and (with_state) slot src_slot of every state buffer of a equals dst_slot of b. */
+bool tpool_same(const dsv4_kv_layout *a, const uint32_t *src_pages, const dsv4_kv_layout *b,
+                const uint32_t *dst_pages, uint32_t n_pages, bool with_state, uint32_t src_slot,
+                uint32_t dst_slot);
+
+#endif
