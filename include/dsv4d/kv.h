@@ -27,9 +27,9 @@ typedef enum dsv4_layer_kind {
 
 typedef enum dsv4_buf_kind {
     /* paged: one block per page */
-    DSV4_BUF_CSA_KV = 0, /* CSA compressed rows */
-    DSV4_BUF_INDEXK = 1, /* CSA index-K rows, in the indexk plugin's format */
-    DSV4_BUF_HCA_KV = 2, /* HCA compressed rows */
+    DSV4_BUF_CSA_KV = 0,      /* CSA compressed rows */
+    DSV4_BUF_INDEXK = 1,      /* CSA index-K rows, in the indexk plugin's format */
+    DSV4_BUF_HCA_KV = 2,      /* HCA compressed rows */
     /* state: one block per request state slot */
     DSV4_BUF_WINDOW = 3,      /* sliding-window ring of the last W latent rows */
     DSV4_BUF_CSA_CARRY = 4,   /* CSA main compressor carry */
@@ -46,27 +46,27 @@ static inline bool dsv4_buf_is_paged(uint32_t kind)
 }
 
 typedef struct dsv4_kv_buffer {
-    uint32_t kind;       /* dsv4_buf_kind */
-    uint32_t layer;      /* model layer it belongs to */
-    uint32_t mem;        /* dsv4_mem */
-    int32_t cuda_device; /* ordinal when mem == DSV4_MEM_CUDA, else -1 */
-    uint8_t *base;       /* block b starts at base + b * block_bytes */
-    size_t block_bytes;  /* one page (paged) or one state block */
-    uint32_t n_blocks;   /* pages or state slots */
+    uint32_t kind;          /* dsv4_buf_kind */
+    uint32_t layer;         /* model layer it belongs to */
+    uint32_t mem;           /* dsv4_mem */
+    int32_t cuda_device;    /* ordinal when mem == DSV4_MEM_CUDA, else -1 */
+    uint8_t *base;          /* block b starts at base + b * block_bytes */
+    size_t block_bytes;     /* one page (paged) or one state block */
+    uint32_t n_blocks;      /* pages or state slots */
     uint32_t rows_per_block;
-    size_t row_bytes; /* 0 where rows are not fixed-size (carry state) */
+    size_t row_bytes;       /* 0 where rows are not fixed-size (carry state) */
 } dsv4_kv_buffer;
 
 typedef struct dsv4_kv_layout {
     uint32_t struct_size;
-    uint32_t page_tokens;   /* source tokens per page (256) */
-    uint32_t n_pages;       /* pages in every paged buffer */
-    uint32_t n_state_slots; /* blocks in every state buffer */
+    uint32_t page_tokens;        /* source tokens per page (256) */
+    uint32_t n_pages;            /* pages in every paged buffer */
+    uint32_t n_state_slots;      /* blocks in every state buffer */
     uint32_t n_layers;
-    const uint8_t *layer_kind; /* [n_layers] dsv4_layer_kind */
-    uint32_t kv_dtype;         /* dsv4_kv_dtype of compressed and window rows */
-    const char *indexk;        /* name of the indexk plugin that formats DSV4_BUF_INDEXK */
-    uint32_t index_dim;        /* index-K row width (DI) */
+    const uint8_t *layer_kind;   /* [n_layers] dsv4_layer_kind */
+    uint32_t kv_dtype;           /* dsv4_kv_dtype of compressed and window rows */
+    const char *indexk;          /* name of the indexk plugin that formats DSV4_BUF_INDEXK */
+    uint32_t index_dim;          /* index-K row width (DI) */
     uint32_t n_buffers;
     const dsv4_kv_buffer *buffers;
     /* Appended in ABI 1.0 (read with DSV4_HAS_FIELD): where the buffers live when the pool
