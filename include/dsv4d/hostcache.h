@@ -5,6 +5,16 @@
  * (DESIGN.md §9). Loads complete per layer: wait_layer() is the fence. The daemon calls it
  * from the one KV accessor every attention and indexer read goes through, so a layer's KV
  * cannot be read before its load has landed.
+ *
+ * Ops: save/load move pages, save_state/load_state (appended; check struct_size) move
+ * state blocks (dsv4_page_copy then holds slot ids). An op of either kind is tracked by
+ * wait_layer/poll/release, and wait_layer is a fence for saves as well (the layer is on
+ * host). release may be called on a running op: it waits for the op to finish first, so
+ * memory an op reads or writes is never given back under it.
+ *
+ * Config: every hostcache plugin that keeps pages on host starts its config struct with
+ * dsv4_hostcache_config; the daemon sizes the host pool and applies the write policy from
+ * it. A plugin whose config_size is smaller (off) keeps nothing on host.
  */
 #ifndef DSV4D_HOSTCACHE_H
 #define DSV4D_HOSTCACHE_H
@@ -16,6 +26,21 @@ extern "C" {
 #endif
 
 #define DSV4_HOSTCACHE_VERSION 1
+
+/* When a page is backed up to host (reference/sglang.md §3.2): at its first use, at its
+ * second use, or only when it is evicted from the device. */
+typedef enum dsv4_hostcache_policy {
+    DSV4_HOSTCACHE_WRITE_THROUGH = 0,
+    DSV4_HOSTCACHE_WRITE_THROUGH_SELECTIVE = 1,
+    DSV4_HOSTCACHE_WRITE_BACK = 2,
+} dsv4_hostcache_policy;
+
+/* The head of the config struct of every plugin that keeps pages on host. */
+typedef struct dsv4_hostcache_config {
+    uint64_t host_size;   /* bytes of host memory for pages (key host_size) */
+    int64_t host_slots;   /* state blocks kept on host (key host_slots) */
+    int write_policy;     /* dsv4_hostcache_policy (key write_policy) */
+} dsv4_hostcache_config;
 
 typedef struct dsv4_page_copy {
     uint32_t device_page;
@@ -36,6 +61,10 @@ typedef struct dsv4_hostcache_ops {
     /* 0: the whole op is done; -EAGAIN: still running; else failed. */
     int (*poll)(void *state, void *op);
     void (*release)(void *state, void *op);
+    /* Appended: the same as save and load, for state blocks (window ring, compressor
+     * carry); the ids in dsv4_page_copy are state slots. */
+    int (*save_state)(void *state, const dsv4_page_copy *slots, size_t n, void **op_p);
+    int (*load_state)(void *state, const dsv4_page_copy *slots, size_t n, void **op_p);
 } dsv4_hostcache_ops;
 
 #ifdef __cplusplus

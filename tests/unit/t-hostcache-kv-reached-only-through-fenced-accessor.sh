@@ -1,0 +1,26 @@
+#!/bin/sh
+# t-hostcache-kv-reached-only-through-fenced-accessor: the fence rule of DESIGN.md §9 holds
+# in the source: the forward pass reaches KV memory only through dsv4_kv_pool_layer()
+# (one call site, no walk of the buffer table, no other pool accessor), the engine and the
+# kernels touch no KV buffer, and the accessor calls the fence before it hands out a
+# pointer. A new read path that bypasses the fence (reference/sglang.md §3.6) fails here.
+. "$top_srcdir/tests/tap.sh"
+src=$top_srcdir
+plan 6
+fwd=$src/core/engine/forward.c
+is "$(grep -c 'dsv4_kv_pool_layer(' "$fwd")" 1 "forward.c gets layer views from one call site"
+is "$(grep -cE 'buffers|dsv4_engine_kv|dsv4_kv_pool_(page|slot)' "$fwd")" 0 \
+    "forward.c never walks the buffer table or another pool accessor"
+# the layout is read once, for geometry (page_tokens, kv_dtype), never for memory
+is "$(grep -o 'lay->[a-z_]*' "$fwd" | sort -u | grep -vcE 'lay->(page_tokens|kv_dtype)$')" 0 \
+    "forward.c reads only geometry from the layout"
+is "$(grep -lE '\->base|buffers\[|dsv4_kv_pool_layer' "$src"/core/engine/engine.c \
+    "$src"/kernels/cpu/*.c 2>/dev/null | wc -l)" 0 "engine.c and the kernels touch no KV buffer"
+body=$(sed -n '/^int dsv4_kv_pool_layer(/,/^}/p' "$src/core/engine/kvpool.c")
+fence=$(printf '%s\n' "$body" | grep -n 'pool->fence(' | cut -d: -f1)
+view=$(printf '%s\n' "$body" | grep -n 'view_p->' | head -1 | cut -d: -f1)
+ok "the accessor calls the fence" [ -n "$fence" ]
+order=none
+[ -n "$fence" ] && [ -n "$view" ] && [ "$fence" -lt "$view" ] && order=fence-first
+is "$order" fence-first "it calls the fence before it fills the view"
+done_testing
