@@ -3,7 +3,7 @@
  * reference/sglang.md §3.6 (a reader that skips the per-layer fence). The race test runs
  * it with inject_delay and must see corrupted logits; were it to pass, the test could not
  * detect that class of bug. Built for `make check` only, never installed, and flagged
- * DSV4_PLUGIN_TEST_ONLY so `dsv4ctl validate` rejects serving with it. */
+ * DSV4_PLUGIN_TEST_ONLY so `dsv4ctl validate` warns against serving with it. */
 #include "config.h"
 
 #include "plugins/hostcache/common.h"
