@@ -178,12 +178,18 @@ static void dsv4_hc_host_free(dsv4_hc_tier *t, dsv4_hc_unit unit, uint32_t id)
 }
 
 /* Wait for every layer of op, then give it back (release waits for the rest too). */
-static int dsv4_hc_tier_complete(dsv4_hc_tier *t, void *op)
+static int dsv4_hc_tier_wait_all(dsv4_hc_tier *t, void *op)
 {
     int rc = 0;
     uint32_t layers = dsv4_kv_pool_layout(t->pool)->n_layers;
     for (uint32_t l = 0; l < layers && rc == 0; l++)
         rc = t->ops->wait_layer(t->state, op, l);
+    return rc;
+}
+
+static int dsv4_hc_tier_complete(dsv4_hc_tier *t, void *op)
+{
+    int rc = dsv4_hc_tier_wait_all(t, op);
     t->ops->release(t->state, op);
     return rc;
 }
@@ -300,9 +306,11 @@ int dsv4_hc_tier_load(dsv4_hc_tier *t, dsv4_hc_entry *const *pages, size_t n_pag
         if (x->host == DSV4_HC_NONE || x->device == DSV4_HC_NONE)
             return -EINVAL;
     }
-    int rc = dsv4_hc_tier_start(t, DSV4_HC_PAGE, pages, n_pages, &t->load_op[0]);
+    /* state first: the async worker runs ops in order, so the small state op lands
+     * before the pages and dsv4_hc_tier_wait_state is short */
+    int rc = dsv4_hc_tier_start(t, DSV4_HC_SLOT, slots, n_slots, &t->load_op[1]);
     if (rc == 0)
-        rc = dsv4_hc_tier_start(t, DSV4_HC_SLOT, slots, n_slots, &t->load_op[1]);
+        rc = dsv4_hc_tier_start(t, DSV4_HC_PAGE, pages, n_pages, &t->load_op[0]);
     if (rc != 0) {
         dsv4_hc_tier_load_finish(t);
         return rc;
@@ -310,6 +318,11 @@ int dsv4_hc_tier_load(dsv4_hc_tier *t, dsv4_hc_entry *const *pages, size_t n_pag
     t->stats.loads++;
     t->stats.hits += n_pages + n_slots;
     return 0;
+}
+
+int dsv4_hc_tier_wait_state(dsv4_hc_tier *t)
+{
+    return t->load_op[1] ? dsv4_hc_tier_wait_all(t, t->load_op[1]) : 0;
 }
 
 int dsv4_hc_tier_load_finish(dsv4_hc_tier *t)

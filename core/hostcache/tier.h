@@ -24,7 +24,8 @@
  *   radix eviction of device copies   -> dsv4_hc_tier_evict, then unref/free the device ids
  *   radix removal of host-only nodes  -> dsv4_hc_tier_drop
  *   admitting a request whose prefix is on host only: allocate device pages/slot, set
- *   entry->device, dsv4_hc_tier_load, run the step(s), dsv4_hc_tier_load_finish
+ *   entry->device, dsv4_hc_tier_load, dsv4_hc_tier_wait_state before copying the loaded
+ *   snapshot (dsv4_engine_seq_adopt), run the step(s), dsv4_hc_tier_load_finish
  */
 #ifndef DSV4_CORE_HOSTCACHE_TIER_H
 #define DSV4_CORE_HOSTCACHE_TIER_H
@@ -97,6 +98,13 @@ void dsv4_hc_tier_drop(dsv4_hc_tier *tier, dsv4_hc_unit unit, dsv4_hc_entry *con
  * or device id), -ENOTSUP (hostcache/off), or the plugin's failure. */
 int dsv4_hc_tier_load(dsv4_hc_tier *tier, dsv4_hc_entry *const *pages, size_t n_pages,
                       dsv4_hc_entry *const *slots, size_t n_slots);
+/* Wait until every state block of the active load has landed. The forward needs no
+ * such call (its accessor fences per layer), but code that reads or copies a loaded state
+ * block outside the forward does, e.g. dsv4_engine_seq_adopt copying a snapshot slot
+ * into a request's slot. State blocks are queued ahead of the pages, so this waits for
+ * the small part of the load only. 0 (also without an active load), or the plugin's
+ * failure. */
+int dsv4_hc_tier_wait_state(dsv4_hc_tier *tier);
 /* After the step(s) that needed the load: wait for all of it, release it. 0 (also when no
  * load is active), or the plugin's failure. */
 int dsv4_hc_tier_load_finish(dsv4_hc_tier *tier);

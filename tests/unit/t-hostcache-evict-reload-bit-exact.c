@@ -4,7 +4,8 @@
  * carry — with every plugin that keeps pages (sync, async, async with a load delay, and
  * the unfenced control, whose copies are right once the load is finished). Right after
  * a load starts, each layer read through the pool's one accessor is already complete
- * (the fence). With hostcache/off evicted entries are gone and a load is refused. */
+ * (the fence), and after dsv4_hc_tier_wait_state the state block is. With hostcache/off evicted
+ * entries are gone and a load is refused. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +59,20 @@ static bool same(const dsv4_kv_layout *lay, uint8_t **saved, int layer, unsigned
     return eq;
 }
 
+/* The state buffers only (the pages may still be in flight). */
+static bool same_state(const dsv4_kv_layout *lay, uint8_t **saved, unsigned *seen)
+{
+    bool eq = true;
+    for (uint32_t i = 0; i < lay->n_buffers; i++) {
+        const dsv4_kv_buffer *b = &lay->buffers[i];
+        if (dsv4_buf_is_paged(b->kind))
+            continue;
+        eq = eq && memcmp(block(b, to_slot), saved[i], b->block_bytes) == 0;
+        *seen |= 1u << b->kind;
+    }
+    return eq;
+}
+
 static void wipe(const dsv4_kv_layout *lay)
 {
     for (uint32_t i = 0; i < lay->n_buffers; i++)
@@ -70,7 +85,7 @@ int main(void)
         const char *plugin, *delay;
     } runs[] = {{"sync", NULL}, {"async", "0ms"}, {"async", "5ms"}, {"unfenced", "5ms"}};
     size_t n_runs = sizeof(runs) / sizeof(runs[0]);
-    plan((int)(5 * n_runs + 3));
+    plan((int)(6 * n_runs + 3));
     dsv4_registry *reg;
     const dsv4_plugin_desc *fp8 = dsv4_test_indexk(&reg, "fp8");
     dsv4_test_shape shape = dsv4_test_shape_default(); /* S C H C */
@@ -110,6 +125,11 @@ int main(void)
         is_int(dsv4_hc_tier_load(t.tier, pp, NP, sp, 1), -EBUSY,
                "%s: a second load while one is active is refused", name);
         if (strcmp(name, "unfenced") != 0) {
+            unsigned sseen = 0;
+            ok(dsv4_hc_tier_wait_state(t.tier) == 0 && same_state(lay, saved, &sseen) &&
+                   sseen == (1u << DSV4_BUF_WINDOW | 1u << DSV4_BUF_CSA_CARRY |
+                             1u << DSV4_BUF_INDEX_CARRY | 1u << DSV4_BUF_HCA_CARRY),
+               "%s: after wait_state every state buffer of the slot has landed", name);
             bool fenced = true;
             unsigned seen = 0;
             for (uint32_t l = 0; l < lay->n_layers; l++) {
@@ -119,7 +139,7 @@ int main(void)
             }
             ok(fenced, "%s: each layer is complete when the accessor returns it", name);
         } else {
-            skip(1, "the unfenced control does not wait in the accessor");
+            skip(2, "the unfenced control does not wait");
         }
         dsv4_hc_tier_load_finish(t.tier);
         unsigned seen = 0;
