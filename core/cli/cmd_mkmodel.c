@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -14,43 +15,63 @@ static void usage(FILE *out)
 {
     fprintf(out, "usage: dsv4ctl mkmodel --preset tiny|small|flash-shape [--seed N] "
                  "[--dtype f32|bf16|fp8]\n"
-                 "                        [--names upstream|hf] [--shards N] -o DIR\n");
+                 "                        [--names upstream|hf] [--shards N] [--threads N] "
+                 "-o DIR\n");
+}
+
+/* An unsigned number in [lo, hi] into *v_p; false (with a message) otherwise. */
+static bool number(const char *opt, const char *s, uintmax_t lo, uintmax_t hi, uintmax_t *v_p)
+{
+    char *end;
+    errno = 0;
+    uintmax_t v = strtoumax(s, &end, 0);
+    if (errno || *end || !s[0] || s[0] == '-' || v < lo || v > hi) {
+        fprintf(stderr, "dsv4ctl mkmodel: --%s '%s' is not a number from %ju to %ju\n", opt, s, lo,
+                hi);
+        return false;
+    }
+    *v_p = v;
+    return true;
 }
 
 int dsv4ctl_mkmodel(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"preset", required_argument, NULL, 'p'}, {"seed", required_argument, NULL, 's'},
-        {"dtype", required_argument, NULL, 'd'},  {"names", required_argument, NULL, 'n'},
-        {"shards", required_argument, NULL, 'S'}, {"output", required_argument, NULL, 'o'},
-        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
+        {"preset", required_argument, NULL, 'p'},
+        {"seed", required_argument, NULL, 's'},
+        {"dtype", required_argument, NULL, 'd'},
+        {"names", required_argument, NULL, 'n'},
+        {"shards", required_argument, NULL, 'S'},
+        {"threads", required_argument, NULL, 't'},
+        {"output", required_argument, NULL, 'o'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
     dsv4_mkmodel_opts o = {.shards = 1};
     const char *dir = NULL;
+    uintmax_t v;
     int c;
     while ((c = getopt_long(argc, argv, "o:h", opts, NULL)) != -1) {
-        char *end;
         switch (c) {
         case 'p': o.preset = optarg; break;
         case 'd': o.dtype = optarg; break;
         case 'n': o.names = optarg; break;
         case 'o': dir = optarg; break;
         case 's':
-        case 'S': {
-            errno = 0;
-            uintmax_t v = strtoumax(optarg, &end, 0);
-            if (errno || *end || optarg[0] == '-' || !optarg[0] || (c == 'S' && (!v || v > 128))) {
-                fprintf(stderr, "dsv4ctl mkmodel: --%s '%s' is not %s\n",
-                        c == 's' ? "seed" : "shards", optarg,
-                        c == 's' ? "an unsigned 64-bit integer" : "a count from 1 to 128");
+            if (!number("seed", optarg, 0, UINT64_MAX, &v))
                 return 2;
-            }
-            if (c == 's')
-                o.seed = (uint64_t)v;
-            else
-                o.shards = (unsigned)v;
+            o.seed = (uint64_t)v;
             break;
-        }
+        case 'S':
+            if (!number("shards", optarg, 1, 128, &v))
+                return 2;
+            o.shards = (unsigned)v;
+            break;
+        case 't':
+            if (!number("threads", optarg, 1, 16, &v))
+                return 2;
+            o.threads = (unsigned)v;
+            break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -496,39 +497,81 @@ static void plan_free(plan *p)
 
 /* ---- writing ------------------------------------------------------------------------ */
 
-#define CHUNK_BYTES ((size_t)4 << 20)
+/* Data is generated in chunks of about CHUNK_BYTES, up to `threads` chunks at a time; the
+ * chunks are written in order, so the bytes do not depend on the thread count. */
+#define CHUNK_BYTES ((size_t)256 << 10)
+#define MAX_THREADS 16
 
-static int put_part(plan *p, dsv4_st_writer *w, const part *pt, unsigned char *buf,
-                    uint32_t *scratch, char *err, size_t errlen)
+typedef struct gen_job {
+    const gen *g;
+    const dsv4_tensor_desc *d;
+    store_fmt f;
+    uint64_t r0, n;
+    unsigned char *buf; /* CHUNK_BYTES, or one row where a row is larger */
+    uint32_t *scratch;  /* n_experts entries for tid2eid */
+} gen_job;
+
+static void *gen_job_run(void *arg)
+{
+    gen_job *j = arg;
+    if (j->d->wclass == DSV4_WC_INDEX)
+        gen_hash(j->g, j->d, j->r0, j->n, j->scratch, NULL, j->buf, j->f == ST_I64);
+    else
+        gen_rows(j->g, j->d, j->f, j->r0, j->n, NULL, j->buf);
+    return NULL;
+}
+
+static int put_scales(plan *p, dsv4_st_writer *w, const dsv4_tensor_desc *d, store_fmt f, char *err,
+                      size_t errlen)
+{
+    uint64_t nb = f == ST_FP4 ? d->rows * (d->cols / DSV4_FP4_GROUP)
+                              : ((d->rows + DSV4_FP8_BLOCK - 1) / DSV4_FP8_BLOCK) *
+                                    ((d->cols + DSV4_FP8_BLOCK - 1) / DSV4_FP8_BLOCK) *
+                                    (f == ST_FP8_F32 ? 4 : 1);
+    unsigned char *s = malloc(nb ? nb : 1);
+    if (!s) {
+        snprintf(err, errlen, "%s: out of memory", d->name);
+        return -ENOMEM;
+    }
+    gen_scales(&p->g, d, f, s);
+    int rc = dsv4_st_writer_put(w, s, nb, err, errlen);
+    free(s);
+    return rc;
+}
+
+static int put_part(plan *p, dsv4_st_writer *w, const part *pt, gen_job *jobs, unsigned threads,
+                    char *err, size_t errlen)
 {
     const dsv4_tensor_desc *d = &p->descs[pt->desc];
     const store_fmt f = store_of(&p->g, d);
-    if (pt->scale) {
-        uint64_t nb = f == ST_FP4 ? d->rows * (d->cols / DSV4_FP4_GROUP)
-                                  : ((d->rows + DSV4_FP8_BLOCK - 1) / DSV4_FP8_BLOCK) *
-                                        ((d->cols + DSV4_FP8_BLOCK - 1) / DSV4_FP8_BLOCK) *
-                                        (f == ST_FP8_F32 ? 4 : 1);
-        unsigned char *s = malloc(nb ? nb : 1);
-        if (!s) {
-            snprintf(err, errlen, "%s: out of memory", d->name);
-            return -ENOMEM;
-        }
-        gen_scales(&p->g, d, f, s);
-        int rc = dsv4_st_writer_put(w, s, nb, err, errlen);
-        free(s);
-        return rc;
-    }
+    if (pt->scale)
+        return put_scales(p, w, d, f, err, errlen);
     const size_t rb = row_bytes(f, d->cols);
     const uint64_t chunk = rb >= CHUNK_BYTES ? 1 : CHUNK_BYTES / rb;
-    for (uint64_t r0 = 0; r0 < d->rows; r0 += chunk) {
-        uint64_t n = d->rows - r0 < chunk ? d->rows - r0 : chunk;
-        if (d->wclass == DSV4_WC_INDEX)
-            gen_hash(&p->g, d, r0, n, scratch, NULL, buf, f == ST_I64);
-        else
-            gen_rows(&p->g, d, f, r0, n, NULL, buf);
-        int rc = dsv4_st_writer_put(w, buf, n * rb, err, errlen);
-        if (rc)
-            return rc;
+    for (uint64_t r0 = 0; r0 < d->rows;) {
+        unsigned k = 0;
+        for (; k < threads && r0 < d->rows; k++, r0 += chunk) {
+            jobs[k].g = &p->g;
+            jobs[k].d = d;
+            jobs[k].f = f;
+            jobs[k].r0 = r0;
+            jobs[k].n = d->rows - r0 < chunk ? d->rows - r0 : chunk;
+        }
+        pthread_t th[MAX_THREADS];
+        bool started[MAX_THREADS] = {false};
+        for (unsigned i = 1; i < k; i++)
+            started[i] = pthread_create(&th[i], NULL, gen_job_run, &jobs[i]) == 0;
+        for (unsigned i = 0; i < k; i++)
+            if (!started[i])
+                gen_job_run(&jobs[i]);
+        for (unsigned i = 1; i < k; i++)
+            if (started[i])
+                pthread_join(th[i], NULL);
+        for (unsigned i = 0; i < k; i++) {
+            int rc = dsv4_st_writer_put(w, jobs[i].buf, jobs[i].n * rb, err, errlen);
+            if (rc)
+                return rc;
+        }
     }
     return 0;
 }
@@ -541,7 +584,8 @@ static void shard_name(const plan *p, unsigned s, char *buf, size_t len)
         snprintf(buf, len, "model-%05u-of-%05u.safetensors", s + 1, p->shards);
 }
 
-static int write_shard(plan *p, unsigned s, const char *dir, char *err, size_t errlen)
+static int write_shard(plan *p, unsigned s, const char *dir, unsigned threads, char *err,
+                       size_t errlen)
 {
     char fn[64], path[4096];
     shard_name(p, s, fn, sizeof(fn));
@@ -552,14 +596,16 @@ static int write_shard(plan *p, unsigned s, const char *dir, char *err, size_t e
         size_t rb = row_bytes(store_of(&p->g, &p->descs[i]), p->descs[i].cols);
         maxrow = rb > maxrow ? rb : maxrow;
     }
-    unsigned char *buf = malloc(maxrow > CHUNK_BYTES ? maxrow : CHUNK_BYTES);
-    uint32_t *scratch = malloc(p->g.cfg->n_experts * sizeof(*scratch));
-    int rc = 0;
-    if (!w || !buf || !scratch) {
-        snprintf(err, errlen, "%s: out of memory", path);
-        rc = -ENOMEM;
-        goto out;
+    gen_job jobs[MAX_THREADS];
+    memset(jobs, 0, sizeof(jobs));
+    int rc = w ? 0 : -ENOMEM;
+    for (unsigned i = 0; i < threads && !rc; i++) {
+        jobs[i].buf = malloc(maxrow > CHUNK_BYTES ? maxrow : CHUNK_BYTES);
+        jobs[i].scratch = malloc(p->g.cfg->n_experts * sizeof(*jobs[i].scratch));
+        rc = jobs[i].buf && jobs[i].scratch ? 0 : -ENOMEM;
     }
+    if (rc)
+        snprintf(err, errlen, "%s: out of memory", path);
     for (size_t i = 0; i < p->nf && !rc; i++)
         if (p->ft[i].shard == s)
             rc = dsv4_st_writer_add(w, p->ft[i].name, p->ft[i].dtype, p->ft[i].ndim, p->ft[i].shape,
@@ -568,12 +614,13 @@ static int write_shard(plan *p, unsigned s, const char *dir, char *err, size_t e
         rc = dsv4_st_writer_begin(w, path, err, errlen);
     for (size_t i = 0; i < p->nf && !rc; i++)
         for (size_t j = 0; p->ft[i].shard == s && j < p->ft[i].nparts && !rc; j++)
-            rc = put_part(p, w, &p->parts[p->ft[i].first + j], buf, scratch, err, errlen);
+            rc = put_part(p, w, &p->parts[p->ft[i].first + j], jobs, threads, err, errlen);
     if (!rc)
         rc = dsv4_st_writer_end(w, err, errlen);
-out:
-    free(buf);
-    free(scratch);
+    for (unsigned i = 0; i < threads; i++) {
+        free(jobs[i].buf);
+        free(jobs[i].scratch);
+    }
     dsv4_st_writer_free(w);
     return rc;
 }
@@ -746,8 +793,11 @@ int dsv4_mkmodel_run(const dsv4_mkmodel_opts *o, const char *dir, char *err, siz
              p.shards > 1 ? "model.safetensors" : "model.safetensors.index.json");
     if (!rc)
         unlink(stale);
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    unsigned threads = o->threads ? o->threads : cpus > 0 ? (unsigned)cpus : 1;
+    threads = threads < MAX_THREADS ? threads : MAX_THREADS;
     for (unsigned s = 0; s < p.shards && !rc; s++)
-        rc = write_shard(&p, s, dir, err, errlen);
+        rc = write_shard(&p, s, dir, threads, err, errlen);
     if (!rc && p.shards > 1)
         rc = write_index(&p, dir, err, errlen);
     if (!rc)

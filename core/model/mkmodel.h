@@ -2,9 +2,9 @@
  *
  * A preset fixes the shapes; a seed fixes every value. Each element is a pure function of
  * (seed, upstream tensor name, index) through splitmix64, so the bytes are identical on
- * every run and machine, and the checkpoint is written tensor by tensor in row chunks
- * (never whole in memory). Formats follow the real checkpoint: dtype "f32" writes F32
- * everywhere; "bf16" writes BF16 except the tensors that are F32 in the real model (HC,
+ * every run and machine, whatever the thread count, and the checkpoint is written tensor
+ * by tensor in row chunks (never whole in memory). Formats follow the real checkpoint: dtype "f32"
+ * writes F32 everywhere; "bf16" writes BF16 except the tensors that are F32 in the real model (HC,
  * sinks, ape, gate bias); "fp8" writes exactly the real formats: F8_E4M3 with 128x128
  * block scales (F8_E8M0 under upstream names, F32 `.weight_scale_inv` under HF names),
  * packed MXFP4 routed experts (I8 + F8_E8M0 per 32 inputs), BF16 and F32 for the rest.
@@ -34,6 +34,8 @@ typedef struct dsv4_mkmodel_opts {
     const char *dtype; /* f32 | bf16 | fp8; NULL: the preset's default */
     const char *names; /* upstream | hf; NULL: upstream */
     unsigned shards;   /* 1: model.safetensors; more: an index over that many files */
+    unsigned threads;  /* generator threads; 0: one per online CPU (at most 16). The bytes
+                          written do not depend on it. */
 } dsv4_mkmodel_opts;
 
 /* A preset's configuration. 0, or DSV4_EFORMAT for an unknown name. */

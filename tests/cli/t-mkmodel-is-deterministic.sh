@@ -1,11 +1,11 @@
 #!/bin/sh
 # t-mkmodel-is-deterministic: `dsv4ctl mkmodel` writes byte-identical checkpoints for the
 # same preset, seed, dtype and names (whatever the shard count of an earlier run in the
-# same folder), the same bytes as recorded here on another machine, different weights for
-# another seed, and refuses bad arguments with exit 2.
+# same folder, whatever the thread count), the same bytes as recorded here on another
+# machine, different weights for another seed, and refuses bad arguments with exit 2.
 . "$top_srcdir/tests/tap.sh"
 tap_tmpdir
-plan 18
+plan 19
 
 mk() { "$DSV4CTL" mkmodel "$@" 2>"$TAP_TMP/err"; }
 
@@ -28,6 +28,12 @@ is "$(sha "$TAP_TMP/g32/model.safetensors")" \
 is "$(sha "$TAP_TMP/g8/model.safetensors")" \
     50f85b7f3090b67c39d7cb8f3250c3be3412fa53626e2a1594dfd82387260e9a "tiny fp8 seed 1: the recorded bytes"
 
+# The small preset has tensors of several generator chunks: threads share them out.
+mk --preset small --seed 4 --dtype fp8 --threads 1 -o "$TAP_TMP/t1" &&
+    mk --preset small --seed 4 --dtype fp8 --threads 3 -o "$TAP_TMP/t3"
+ok "small fp8: 1 and 3 generator threads write the same bytes" \
+    cmp -s "$TAP_TMP/t1/model.safetensors" "$TAP_TMP/t3/model.safetensors"
+
 mk --preset tiny --seed 12 --dtype fp8 --names hf -o "$TAP_TMP/c"
 ok "another seed gives other weights" \
     sh -c "! cmp -s '$TAP_TMP/c/model.safetensors' '$TAP_TMP/a-fp8-hf/model.safetensors'"
@@ -49,7 +55,8 @@ has "$(cat "$TAP_TMP/err")" "unknown preset 'huge' (tiny, small, flash-shape)" "
 mk --preset tiny --dtype fp16 -o "$TAP_TMP/x"
 has "$(cat "$TAP_TMP/err")" "unknown dtype 'fp16' (f32, bf16, fp8)" "an unknown dtype is refused"
 mk --preset tiny --seed -3 -o "$TAP_TMP/x"
-has "$(cat "$TAP_TMP/err")" "--seed '-3' is not an unsigned 64-bit integer" "a negative seed is refused"
+has "$(cat "$TAP_TMP/err")" "--seed '-3' is not a number from 0 to 18446744073709551615" \
+    "a negative seed is refused"
 mk --preset tiny
 is "$?" 2 "no -o: usage, exit 2"
 done_testing
