@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "core/serve/metrics.h"
+#include "core/util/log.h"
 
 uint64_t dsv4_serve_now_ns(void)
 {
@@ -80,6 +81,10 @@ static int dsv4_serve_engine(dsv4_server *srv, const dsv4_config *conf, const ds
     if (model->cfg.max_positions && model->cfg.max_positions < ctx)
         ctx = model->cfg.max_positions;
     srv->max_context = (uint32_t)ctx;
+    dsv4_log(DSV4_LOG_INFO, "server",
+             "engine ready (%u kv pages of %zu bytes, %u tokens each; %u state slots; context "
+             "%u tokens)",
+             srv->n_pages, page_bytes, srv->page_tokens, srv->n_slots, srv->max_context);
     return 0;
 }
 

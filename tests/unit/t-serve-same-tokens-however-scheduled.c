@@ -1,7 +1,8 @@
 /* t-serve-same-tokens-however-scheduled: a request gets the same tokens from the serving
  * loop whether it runs alone, under continuous batching beside requests of mixed lengths,
  * with a tiny prefill chunk, after being retracted (a pool so small that retraction
- * happens), or as the second turn of a conversation that starts from the prefix cache.
+ * happens), or as the second and third turns of a conversation that start from the
+ * prefix cache; a full cache is evicted before anything is retracted.
  * Greedy and seeded sampling both. After every run the pool is back to its baseline:
  * pages still used are exactly those the prefix cache alone holds, and flushing the cache
  * brings pages and state slots to zero. */
@@ -68,7 +69,7 @@ static void compare(const dsv4_th_req *ref, const dsv4_th_req *got, unsigned whi
 
 int main(void)
 {
-    plan(15);
+    plan(21);
     dsv4_th_init(3);
     uint32_t V = dsv4_th_model()->cfg.vocab_size;
     for (int i = 0; i < N_REQ; i++) {
@@ -152,8 +153,51 @@ int main(void)
        "hit and query metrics count them");
     ok(dsv4_th_same_tokens(&cold, &warm) && warm.n_tokens == 20,
        "turn 2 from the cache = turn 2 cold");
+    /* turn 3 = turn 2 + its answer + 5 more: turn 2 started at 64 and fed 89 + 19 tokens,
+     * so the cache now reaches 96 */
+    static int32_t turn3[128];
+    uint32_t n3 = n2;
+    memcpy(turn3, turn2, n2 * sizeof(int32_t));
+    memcpy(turn3 + n3, warm.tokens, warm.n_tokens * sizeof(int32_t));
+    n3 += warm.n_tokens;
+    memcpy(turn3 + n3, more, 5 * sizeof(int32_t));
+    n3 += 5;
+    p2.max_tokens = 10;
+    dsv4_th_req third, other;
+    memset(&third, 0, sizeof(third));
+    memset(&other, 0, sizeof(other));
+    dsv4_th_submit(srv, &third, turn3, n3, &p2);
+    dsv4_th_submit(srv, &other, prompts[2], lens[2], &params[2]);
+    dsv4_th_wait((dsv4_th_req *[]){&third, &other}, 2);
+    is_int(third.end.cached_tokens, 96, "turn 3 starts from 96 cached tokens");
+    ok(other.end.cached_tokens == 0 && dsv4_th_same_tokens(&other, &ref[2]),
+       "an unrelated request beside it: no hit, its own tokens");
     check_baseline(srv, "multi-turn");
     ok(dsv4_metric_get(DSV4_M_EVICTED_PAGES) > 0, "the flush counted evicted pages");
+    dsv4_server_stop(srv, 0);
+    memset(&cold, 0, sizeof(cold));
+    srv = dsv4_th_start(&big);
+    dsv4_th_submit(srv, &cold, turn3, n3, &p2);
+    dsv4_th_wait((dsv4_th_req *[]){&cold}, 1);
+    dsv4_server_stop(srv, 0);
+    ok(dsv4_th_same_tokens(&cold, &third) && third.n_tokens == 10,
+       "turn 3 from the cache = turn 3 cold");
+
+    /* a full cache gives way before anything is retracted: in 8 pages, turn 1 leaves 4
+     * cached, then a request needing 6 pages runs */
+    dsv4_metrics_reset();
+    srv = dsv4_th_start(&small);
+    memset(&first, 0, sizeof(first));
+    memset(&got[3], 0, sizeof(got[3]));
+    dsv4_th_submit(srv, &first, prompts[0], lens[0], &params[0]);
+    dsv4_th_wait((dsv4_th_req *[]){&first}, 1);
+    dsv4_th_submit(srv, &got[3], prompts[3], lens[3], &params[3]);
+    dsv4_th_wait((dsv4_th_req *[]){&got[3]}, 1);
+    ok(dsv4_metric_get(DSV4_M_EVICTED_PAGES) > 0 && dsv4_metric_get(DSV4_M_RETRACTIONS) == 0 &&
+           dsv4_th_same_tokens(&got[3], &ref[3]),
+       "cached pages were evicted (%lld), nothing retracted, the same tokens",
+       (long long)dsv4_metric_get(DSV4_M_EVICTED_PAGES));
+    check_baseline(srv, "after eviction");
     dsv4_server_stop(srv, 0);
     dsv4_th_fini();
     return done_testing();
