@@ -54,6 +54,31 @@ typedef struct dsv4_indexk_ops {
     int (*score)(void *state, const dsv4_indexk_geom *g, const void *pool,
                  const uint32_t *pages, uint32_t n_rows, const float *q, const float *w,
                  uint32_t n_heads, float scale, float *scores_out);
+
+    /* ---- CUDA paths (appended; check DSV4_HAS_FIELD, then non-NULL) ----------------------
+     * NULL when the plugin was built without CUDA: the CPU ops above never need a GPU.
+     * Pointers named *_dev are device memory, pool_dev is the DSV4_BUF_INDEXK buffer on the
+     * device (same page layout as on the host), stream is a cudaStream_t. Both only queue
+     * work on stream; they return 0 or a negative status (-ENOTSUP for a shape the kernels
+     * do not handle, -ENODEV without a device, -EIO when CUDA refused the launch).
+     *
+     * score_cuda: a batch of n_queries decode queries, query b with n_rows_dev[b] rows (at
+     * most max_rows) in the pages listed from pages_dev[page_start_dev[b]] on, heads
+     * q_dev[b][n_heads][dim] and weights w_dev[b][n_heads]; writes
+     * scores_dev[b * max_rows + r] for r < n_rows_dev[b]. Same formula as score; the dots
+     * run on tensor cores, so values differ from score within the format's tolerance
+     * (kernels/cuda/cuda_kernels.h says how), and are reproducible bit for bit. */
+    int (*score_cuda)(void *state, const dsv4_indexk_geom *g, const void *pool_dev,
+                      const uint32_t *pages_dev, const uint32_t *page_start_dev,
+                      const uint32_t *n_rows_dev, uint32_t n_queries, uint32_t max_rows,
+                      const float *q_dev, const float *w_dev, uint32_t n_heads, float scale,
+                      float *scores_dev, void *stream);
+    /* topk_cuda: for each query, idx_dev[b * k + i] (i < min(k, n_rows_dev[b])) = its rows
+     * ranked by scores_dev[b * max_rows + r]: higher score first, ties to the lower row,
+     * NaN last (the CPU engine's order); entries from min(k, n) to k are UINT32_MAX. */
+    int (*topk_cuda)(void *state, const float *scores_dev, const uint32_t *n_rows_dev,
+                     uint32_t n_queries, uint32_t max_rows, uint32_t k, uint32_t *idx_dev,
+                     void *stream);
 } dsv4_indexk_ops;
 
 #ifdef __cplusplus

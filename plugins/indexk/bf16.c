@@ -48,6 +48,7 @@ static const dsv4_indexk_format bf16_format = {
     .row_bytes = bf16_row_bytes,
     .encode = bf16_encode,
     .decode = bf16_decode,
+    .cuda_format = DSV4_CUDA_IK_BF16,
 };
 
 static size_t bf16_page_bytes(const dsv4_indexk_geom *g)
@@ -73,6 +74,7 @@ static const dsv4_indexk_ops bf16_ops = {
     .store = dsv4_indexk_store,
     .load = dsv4_indexk_load,
     .score = dsv4_indexk_score,
+    DSV4_INDEXK_CUDA_OPS,
 };
 
 const dsv4_plugin_desc dsv4_plugin = {

@@ -6,13 +6,7 @@
 #include <math.h>
 #include <stdio.h>
 
-typedef struct indexk_state {
-    const dsv4_indexk_format *fmt;
-    const dsv4_host *host;
-    const dsv4_indexk_config *config;
-} indexk_state;
-
-static bool geom_ok(const dsv4_indexk_geom *g)
+bool dsv4_indexk_geom_ok(const dsv4_indexk_geom *g)
 {
     return g && DSV4_HAS_FIELD(g, dsv4_indexk_geom, rows_per_page) && g->dim > 0 &&
            g->rows_per_page > 0;
@@ -20,12 +14,12 @@ static bool geom_ok(const dsv4_indexk_geom *g)
 
 size_t dsv4_indexk_page_bytes(const dsv4_indexk_format *fmt, const dsv4_indexk_geom *g)
 {
-    if (!geom_ok(g))
+    if (!dsv4_indexk_geom_ok(g))
         return 0;
     return (size_t)g->rows_per_page * fmt->row_bytes(g);
 }
 
-static uint8_t *page_at(const indexk_state *st, const dsv4_indexk_geom *g, const void *pool,
+static uint8_t *page_at(const dsv4_indexk_state *st, const dsv4_indexk_geom *g, const void *pool,
                         uint32_t page)
 {
     return (uint8_t *)pool + (size_t)page * dsv4_indexk_page_bytes(st->fmt, g);
@@ -34,7 +28,7 @@ static uint8_t *page_at(const indexk_state *st, const dsv4_indexk_geom *g, const
 int dsv4_indexk_init(const dsv4_indexk_format *fmt, const dsv4_host *host, const void *config,
                      void **state_p, char *err, size_t errlen)
 {
-    indexk_state *st = host->alloc(sizeof *st, _Alignof(indexk_state));
+    dsv4_indexk_state *st = host->alloc(sizeof *st, _Alignof(dsv4_indexk_state));
 
     if (!st) {
         snprintf(err, errlen, "%s: out of memory (state)", fmt->subject);
@@ -49,7 +43,7 @@ int dsv4_indexk_init(const dsv4_indexk_format *fmt, const dsv4_host *host, const
 
 void dsv4_indexk_fini(void *state)
 {
-    indexk_state *st = state;
+    dsv4_indexk_state *st = state;
 
     if (st)
         st->host->free(st);
@@ -72,10 +66,10 @@ int dsv4_indexk_check(const dsv4_selection *sel, const void *config, dsv4_report
 int dsv4_indexk_store(void *state, const dsv4_indexk_geom *g, void *pool, const float *rows,
                       const dsv4_indexk_slot *slots, size_t n)
 {
-    const indexk_state *st = state;
+    const dsv4_indexk_state *st = state;
     size_t i, d;
 
-    if (!geom_ok(g) || (n > 0 && (!pool || !rows || !slots)))
+    if (!dsv4_indexk_geom_ok(g) || (n > 0 && (!pool || !rows || !slots)))
         return -EINVAL;
     /* Check everything first so a refused batch leaves the pages as they were. */
     for (i = 0; i < n; i++) {
@@ -101,10 +95,10 @@ int dsv4_indexk_store(void *state, const dsv4_indexk_geom *g, void *pool, const 
 int dsv4_indexk_load(void *state, const dsv4_indexk_geom *g, const void *pool,
                      const dsv4_indexk_slot *slots, size_t n, float *rows_out)
 {
-    const indexk_state *st = state;
+    const dsv4_indexk_state *st = state;
     size_t i;
 
-    if (!geom_ok(g) || (n > 0 && (!pool || !slots || !rows_out)))
+    if (!dsv4_indexk_geom_ok(g) || (n > 0 && (!pool || !slots || !rows_out)))
         return -EINVAL;
     for (i = 0; i < n; i++)
         if (slots[i].row >= g->rows_per_page)
@@ -119,11 +113,11 @@ int dsv4_indexk_score(void *state, const dsv4_indexk_geom *g, const void *pool,
                       const uint32_t *pages, uint32_t n_rows, const float *q, const float *w,
                       uint32_t n_heads, float scale, float *scores_out)
 {
-    const indexk_state *st = state;
+    const dsv4_indexk_state *st = state;
     float *k;
     uint32_t r, h, d;
 
-    if (!geom_ok(g) || (n_rows > 0 && (!pool || !pages || !q || !w || !scores_out)))
+    if (!dsv4_indexk_geom_ok(g) || (n_rows > 0 && (!pool || !pages || !q || !w || !scores_out)))
         return -EINVAL;
     if (n_rows == 0)
         return 0;

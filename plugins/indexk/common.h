@@ -22,6 +22,8 @@
 
 #include <dsv4d/indexk.h>
 
+#include "kernels/cuda/cuda_kernels.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -56,7 +58,18 @@ typedef struct dsv4_indexk_format {
     void (*encode)(const void *config, const dsv4_indexk_geom *g, uint8_t *page, uint32_t slot,
                    const float *row);
     void (*decode)(const dsv4_indexk_geom *g, const uint8_t *page, uint32_t slot, float *row_out);
+    dsv4_cuda_ik_format cuda_format; /* the same page layout, for the CUDA kernels */
 } dsv4_indexk_format;
+
+/* What init creates: the state every op receives. */
+typedef struct dsv4_indexk_state {
+    const dsv4_indexk_format *fmt;
+    const dsv4_host *host;
+    const dsv4_indexk_config *config;
+} dsv4_indexk_state;
+
+/* g is present, new enough and describes non-empty rows and pages. */
+bool dsv4_indexk_geom_ok(const dsv4_indexk_geom *g);
 
 /* rows_per_page * fmt->row_bytes(g), or 0 for an unusable geometry. */
 size_t dsv4_indexk_page_bytes(const dsv4_indexk_format *fmt, const dsv4_indexk_geom *g);
@@ -81,5 +94,23 @@ int dsv4_indexk_load(void *state, const dsv4_indexk_geom *g, const void *pool,
 int dsv4_indexk_score(void *state, const dsv4_indexk_geom *g, const void *pool,
                       const uint32_t *pages, uint32_t n_rows, const float *q, const float *w,
                       uint32_t n_heads, float scale, float *scores_out);
+
+/* The CUDA ops (cuda.c, built with CUDA only): argument checks, then kernels/cuda. A
+ * plugin's ops table lists them through DSV4_INDEXK_CUDA_OPS, which leaves them NULL in a
+ * build without CUDA. */
+#ifdef HAVE_CUDA
+int dsv4_indexk_score_cuda(void *state, const dsv4_indexk_geom *g, const void *pool_dev,
+                           const uint32_t *pages_dev, const uint32_t *page_start_dev,
+                           const uint32_t *n_rows_dev, uint32_t n_queries, uint32_t max_rows,
+                           const float *q_dev, const float *w_dev, uint32_t n_heads, float scale,
+                           float *scores_dev, void *stream);
+int dsv4_indexk_topk_cuda(void *state, const float *scores_dev, const uint32_t *n_rows_dev,
+                          uint32_t n_queries, uint32_t max_rows, uint32_t k, uint32_t *idx_dev,
+                          void *stream);
+#define DSV4_INDEXK_CUDA_OPS                                                                       \
+    .score_cuda = dsv4_indexk_score_cuda, .topk_cuda = dsv4_indexk_topk_cuda
+#else
+#define DSV4_INDEXK_CUDA_OPS .score_cuda = NULL, .topk_cuda = NULL
+#endif
 
 #endif

@@ -33,6 +33,7 @@ static const dsv4_indexk_format f32_format = {
     .row_bytes = f32_row_bytes,
     .encode = f32_encode,
     .decode = f32_decode,
+    .cuda_format = DSV4_CUDA_IK_F32,
 };
 
 static size_t f32_page_bytes(const dsv4_indexk_geom *g)
@@ -58,6 +59,7 @@ static const dsv4_indexk_ops f32_ops = {
     .store = dsv4_indexk_store,
     .load = dsv4_indexk_load,
     .score = dsv4_indexk_score,
+    DSV4_INDEXK_CUDA_OPS,
 };
 
 const dsv4_plugin_desc dsv4_plugin = {

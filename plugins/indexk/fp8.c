@@ -84,6 +84,7 @@ static const dsv4_indexk_format fp8_format = {
     .row_bytes = fp8_row_bytes,
     .encode = fp8_encode,
     .decode = fp8_decode,
+    .cuda_format = DSV4_CUDA_IK_FP8,
 };
 
 static size_t fp8_page_bytes(const dsv4_indexk_geom *g)
@@ -118,6 +119,7 @@ static const dsv4_indexk_ops fp8_ops = {
     .store = dsv4_indexk_store,
     .load = dsv4_indexk_load,
     .score = dsv4_indexk_score,
+    DSV4_INDEXK_CUDA_OPS,
 };
 
 const dsv4_plugin_desc dsv4_plugin = {

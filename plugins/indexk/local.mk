@@ -47,3 +47,13 @@ tests_plugin_t_indexk_store_load_round_trip_LDADD = $(PLUGIN_TEST_LIBS) kernels/
 tests_plugin_t_indexk_score_matches_double_reference_SOURCES = \
 	tests/plugin/t-indexk-score-matches-double-reference.c $(INDEXK_TEST_SOURCES)
 tests_plugin_t_indexk_score_matches_double_reference_LDADD = $(PLUGIN_TEST_LIBS) -lm
+
+# The CUDA ops (score_cuda, topk_cuda) of the three plugins, when CUDA is built.
+if HAVE_CUDA
+plugins_dsv4_indexk_f32_la_SOURCES += plugins/indexk/cuda.c
+plugins_dsv4_indexk_f32_la_LIBADD += kernels/libdsv4cuda.la $(CUDA_LIBS)
+plugins_dsv4_indexk_bf16_la_SOURCES += plugins/indexk/cuda.c
+plugins_dsv4_indexk_bf16_la_LIBADD += kernels/libdsv4cuda.la $(CUDA_LIBS)
+plugins_dsv4_indexk_fp8_la_SOURCES += plugins/indexk/cuda.c
+plugins_dsv4_indexk_fp8_la_LIBADD += kernels/libdsv4cuda.la $(CUDA_LIBS)
+endif

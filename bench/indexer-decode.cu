@@ -1,0 +1,196 @@
+/* indexer-decode.cu: decode-time lightning indexer on one GPU, against the memory ceiling
+ * measured in the same run.
+ *
+ *   bench/indexer-decode [commit]
+ *
+ * 1. HBM read ceiling: a streaming read of a 4 GiB buffer (16-byte loads, grid-stride).
+ * 2. dsv4_cuda_indexer_score for fp8 and bf16 index-K pages (64 heads x 128 dims, 64 rows
+ *    per page, one compressed row per 4 tokens) at 32k, 128k and 1M tokens of context and
+ *    batch 1 to 64: every query has its own pages, drawn from a 4 GiB pool and rotated
+ *    between repetitions so that small steps are not served from L2. Achieved GB/s counts
+ *    the index-K bytes read.
+ * 3. dsv4_cuda_topk: k = 512 over 256k candidates at batch 1, 8 and 64.
+ * Each time is the median of 30 launches timed with CUDA events after a warm-up. Prints a
+ * markdown table (bench/results/ keeps the recorded ones). */
+#include "kernels/cuda/cuda_kernels.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <stdio.h>
+#include <stdlib.h>
+#include <vector>
+
+#define REPS 30
+#define POOL_BYTES (4ull << 30)
+#define HEADS 64
+#define DIM 128
+#define RPP 64
+
+static void check(cudaError_t e, const char *what)
+{
+    if (e != cudaSuccess) {
+        fprintf(stderr, "indexer-decode: %s failed (%s)\n", what, cudaGetErrorString(e));
+        exit(1);
+    }
+}
+
+static void check_rc(int rc, const char *what)
+{
+    if (rc != 0) {
+        fprintf(stderr, "indexer-decode: %s failed (status %d)\n", what, rc);
+        exit(1);
+    }
+}
+
+__global__ void fill_kernel(uint32_t *p, size_t n, uint32_t mask, uint32_t seed)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        uint32_t x = (uint32_t)i * 0x9e3779b1u ^ seed;
+        x ^= x >> 16;
+        x *= 0x85ebca6bu;
+        x ^= x >> 13;
+        x *= 0xc2b2ae35u;
+        x ^= x >> 16;
+        p[i] = x & mask;
+    }
+}
+
+__global__ void read_kernel(const uint4 *p, size_t n, uint32_t *sink)
+{
+    uint32_t acc = 0;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        uint4 v = __ldcs(p + i);
+        acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    if (acc == 0x12345678u)
+        *sink = acc; /* keeps the loads */
+}
+
+/* Median time in microseconds of REPS runs of fn(rep) (after 3 warm-up runs). */
+template <typename F> static double median_us(F fn)
+{
+    cudaEvent_t a, b;
+    std::vector<float> t;
+    check(cudaEventCreate(&a), "cudaEventCreate");
+    check(cudaEventCreate(&b), "cudaEventCreate");
+    for (int i = 0; i < 3; i++)
+        fn(i);
+    check(cudaDeviceSynchronize(), "warm-up");
+    for (int i = 0; i < REPS; i++) {
+        float ms;
+        check(cudaEventRecord(a), "cudaEventRecord");
+        fn(i);
+        check(cudaEventRecord(b), "cudaEventRecord");
+        check(cudaEventSynchronize(b), "cudaEventSynchronize");
+        check(cudaEventElapsedTime(&ms, a, b), "cudaEventElapsedTime");
+        t.push_back(ms * 1000.0f);
+    }
+    std::sort(t.begin(), t.end());
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    return t[REPS / 2];
+}
+
+int main(int argc, char **argv)
+{
+    cudaDeviceProp prop;
+    uint8_t *pool;
+    uint32_t *sink;
+    check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+    printf("# indexer decode on %s (%d SMs), commit %s\n\n", prop.name,
+           prop.multiProcessorCount, argc > 1 ? argv[1] : "unknown");
+    check(cudaMalloc(&pool, POOL_BYTES), "cudaMalloc pool");
+    check(cudaMalloc(&sink, 4), "cudaMalloc");
+
+    fill_kernel<<<4096, 256>>>((uint32_t *)pool, POOL_BYTES / 4, 0xffffffffu, 1);
+    double read_us = median_us([&](int) {
+        read_kernel<<<prop.multiProcessorCount * 8, 512>>>((const uint4 *)pool, POOL_BYTES / 16,
+                                                          sink);
+    });
+    double ceiling = POOL_BYTES / read_us / 1e3; /* GB/s */
+    printf("HBM streaming read of 4 GiB: %.1f us, **%.0f GB/s** (the ceiling below)\n\n",
+           read_us, ceiling);
+
+    static const uint32_t ctx_k[] = {32, 128, 1024};
+    static const uint32_t batches[] = {1, 8, 32, 64};
+    static const struct {
+        dsv4_cuda_ik_format fmt;
+        const char *name;
+        uint32_t row_bytes, mask;
+    } fmts[] = {
+        /* masks keep the random keys finite: no e4m3 NaN, no bf16 exponent of 255 */
+        {DSV4_CUDA_IK_FP8, "fp8", DIM + 4, 0xf7f7f7f7u},
+        {DSV4_CUDA_IK_BF16, "bf16", DIM * 2, 0xbfffbfffu},
+    };
+    float *q, *w, *scores;
+    uint32_t *pages_dev, *start_dev, *rows_dev;
+    const uint32_t max_b = 64, max_rows = 1024 * 1024 / 4;
+    check(cudaMalloc(&q, (size_t)max_b * HEADS * DIM * 4), "cudaMalloc");
+    check(cudaMalloc(&w, (size_t)max_b * HEADS * 4), "cudaMalloc");
+    check(cudaMalloc(&scores, (size_t)max_b * max_rows * 4), "cudaMalloc");
+    check(cudaMalloc(&start_dev, max_b * 4), "cudaMalloc");
+    check(cudaMalloc(&rows_dev, max_b * 4), "cudaMalloc");
+    fill_kernel<<<1024, 256>>>((uint32_t *)q, (size_t)max_b * HEADS * DIM, 0xbf7fffffu, 2);
+    fill_kernel<<<64, 256>>>((uint32_t *)w, (size_t)max_b * HEADS, 0xbf7fffffu, 3);
+
+    printf("| format | context | batch | index-K bytes/step | time (us) | GB/s | %% of read "
+           "ceiling |\n|---|---|---|---|---|---|---|\n");
+    for (auto &f : fmts) {
+        size_t page_bytes = (size_t)RPP * f.row_bytes, pool_pages = POOL_BYTES / page_bytes;
+        fill_kernel<<<4096, 256>>>((uint32_t *)pool, POOL_BYTES / 4, f.mask, 4);
+        for (uint32_t ck : ctx_k) {
+            for (uint32_t B : batches) {
+                uint32_t rows = ck * 1024 / 4, pages = rows / RPP;
+                size_t step_pages = (size_t)B * pages;
+                if (step_pages > pool_pages)
+                    continue;
+                /* as many disjoint page sets as fit, one per repetition in turn */
+                size_t sets = std::min<size_t>(pool_pages / step_pages, 16);
+                std::vector<uint32_t> host(sets * step_pages), start(B), nrows(B, rows);
+                for (size_t i = 0; i < host.size(); i++)
+                    host[i] = (uint32_t)((i * 2654435761ull) % pool_pages);
+                for (uint32_t b = 0; b < B; b++)
+                    start[b] = b * pages;
+                check(cudaMalloc(&pages_dev, host.size() * 4), "cudaMalloc");
+                check(cudaMemcpy(pages_dev, host.data(), host.size() * 4, cudaMemcpyHostToDevice),
+                      "cudaMemcpy");
+                check(cudaMemcpy(start_dev, start.data(), B * 4, cudaMemcpyHostToDevice),
+                      "cudaMemcpy");
+                check(cudaMemcpy(rows_dev, nrows.data(), B * 4, cudaMemcpyHostToDevice),
+                      "cudaMemcpy");
+                double us = median_us([&](int rep) {
+                    dsv4_cuda_ik_batch bt = {B,        HEADS,
+                                             rows,     0.0078125f,
+                                             pages_dev + (size_t)(rep % sets) * step_pages,
+                                             start_dev, rows_dev,
+                                             q,        w};
+                    check_rc(dsv4_cuda_indexer_score(f.fmt, DIM, RPP, pool, &bt, scores, NULL),
+                             "dsv4_cuda_indexer_score");
+                });
+                double bytes = (double)step_pages * page_bytes;
+                printf("| %s | %uk | %u | %.1f MB | %.1f | %.0f | %.0f%% |\n", f.name, ck, B,
+                       bytes / 1e6, us, bytes / us / 1e3, bytes / us / 1e3 / ceiling * 100.0);
+                check(cudaFree(pages_dev), "cudaFree");
+            }
+        }
+    }
+
+    printf("\n| top-k | candidates | batch | time (us) |\n|---|---|---|---|\n");
+    const uint32_t n = 256 * 1024;
+    uint32_t *idx;
+    check(cudaMalloc(&idx, (size_t)max_b * 512 * 4), "cudaMalloc");
+    fill_kernel<<<1024, 256>>>((uint32_t *)scores, (size_t)max_b * n, 0xbf7fffffu, 5);
+    std::vector<uint32_t> nrows(max_b, n);
+    check(cudaMemcpy(rows_dev, nrows.data(), max_b * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
+    for (uint32_t B : {1u, 8u, 64u}) {
+        double us = median_us([&](int) {
+            check_rc(dsv4_cuda_topk(scores, n, rows_dev, B, 512, idx, NULL), "dsv4_cuda_topk");
+        });
+        printf("| dsv4_cuda_topk k=512 | 256k | %u | %.1f |\n", B, us);
+    }
+    check(cudaDeviceSynchronize(), "the benchmark");
+    return 0;
+}

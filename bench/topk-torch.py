@@ -1,0 +1,36 @@
+#!/usr/bin/env python3
+"""topk-torch.py: torch.topk(k=512) over 256k float32 candidates on the GPU, the anchor
+bench/indexer-decode's dsv4_cuda_topk is compared with (median of 30 calls, CUDA events,
+after a warm-up; batch 1, 8 and 64, as in indexer-decode)."""
+import torch
+
+N, K, REPS = 256 * 1024, 512, 30
+
+
+def median_us(fn):
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(REPS):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1000.0)
+    return sorted(times)[REPS // 2]
+
+
+def main():
+    print(f"| top-k | candidates | batch | time (us) |  <!-- torch {torch.__version__}, "
+          f"{torch.cuda.get_device_name(0)} -->")
+    print("|---|---|---|---|")
+    for batch in (1, 8, 64):
+        x = torch.randn(batch, N, device="cuda", dtype=torch.float32)
+        us = median_us(lambda: torch.topk(x, K, dim=1, largest=True, sorted=True))
+        print(f"| torch.topk k=512 sorted | 256k | {batch} | {us:.1f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,357 @@
+/* indexer.cu: lightning-indexer decode scores read straight from index-K pages in each
+ * plugin format (f32, bf16, fp8 e4m3 + fp32 row scale), on tensor cores.
+ *
+ * Why tensor cores: one row costs n_heads * dim multiply-adds (8192 at 64 x 128) for 132
+ * bytes of fp8 key, far above what CUDA cores do at HBM speed; as an MMA the query block
+ * (heads x dim) multiplies the key block (dim x rows of a page).
+ *
+ * Layout of the work: a thread block takes a run of pages of one query and keeps that
+ * query in registers as MMA A fragments; pages stream into shared memory through
+ * cp.async, several stages deep. Warps 0-3 take heads 0-31, warps 4-7 heads 32-63; within
+ * a half, warp w takes the 8-row tiles w, w + 4, ... of the page. The dot product may sum
+ * its dims in any order, so the k index of the MMA is permuted: thread t of a quad owns the
+ * 16-byte chunks t, t + 4, ... of a row, which makes its key loads 16 bytes wide and free
+ * of bank conflicts (odd rows swap chunk halves, see ik_chunk_pos). The epilogue applies
+ * relu and the head weights to the accumulators, sums the 32 heads of a half across the
+ * quad lanes in a fixed butterfly, and the two halves are added in a fixed order.
+ *
+ * Precision: keys are used exactly as stored (e4m3 -> f16 and bf16 are exact); each query
+ * head is divided by its largest |value| (relu(s x) = s relu(x) for s > 0, so the factor
+ * moves into the head weight, as does the fp8 row scale) and rounded to f16 for fp8 keys or
+ * bf16 for bf16 keys; f32 keys and queries are split as hi + lo bf16 pairs and multiplied as
+ * hi*hi + hi*lo + lo*hi. */
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/status.cuh"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#define IK_THREADS 256
+#define IK_HEADS 64     /* queries are padded to 64 heads (two halves of 32) */
+#define IK_MAX_RPP 256u /* rows per page the partial-sum buffer holds */
+#define IK_SMEM_MAX (200u * 1024u)
+#define IK_PART_BYTES (2u * IK_MAX_RPP * (uint32_t)sizeof(float))
+
+template <dsv4_cuda_ik_format F> struct ik_fmt;
+template <> struct ik_fmt<DSV4_CUDA_IK_FP8> {
+    static constexpr int elem = 1, stages = 4, scale_bytes = 4;
+    static constexpr bool split = false;
+};
+template <> struct ik_fmt<DSV4_CUDA_IK_BF16> {
+    static constexpr int elem = 2, stages = 3, scale_bytes = 0;
+    static constexpr bool split = false;
+};
+template <> struct ik_fmt<DSV4_CUDA_IK_F32> {
+    static constexpr int elem = 4, stages = 2, scale_bytes = 0;
+    static constexpr bool split = true;
+};
+
+__device__ static inline void ik_cp_async16(void *smem, const void *gmem)
+{
+    uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+}
+
+__device__ static inline void ik_cp_commit()
+{
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+
+/* Wait until at most n groups are pending (n is small and run-time: stages - 2). */
+__device__ static inline void ik_cp_wait(int n)
+{
+    switch (n) {
+    case 0: asm volatile("cp.async.wait_group 0;\n" ::); break;
+    case 1: asm volatile("cp.async.wait_group 1;\n" ::); break;
+    default: asm volatile("cp.async.wait_group 2;\n" ::); break;
+    }
+}
+
+__device__ static inline void ik_mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                          uint32_t b1)
+{
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ static inline void ik_mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1)
+{
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ static inline uint32_t ik_pack_bf16(float lo, float hi)
+{
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *(uint32_t *)&v;
+}
+
+__device__ static inline uint32_t ik_pack_f16(float lo, float hi)
+{
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *(uint32_t *)&v;
+}
+
+/* The part of x that bf16 drops (x - bf16(x), exact in f32). */
+__device__ static inline float ik_bf16_rest(float x)
+{
+    return x - __bfloat162float(__float2bfloat16_rn(x));
+}
+
+/* Two e4m3 bytes (low byte first) as an f16 pair; exact. */
+__device__ static inline uint32_t ik_e4m3x2_f16(uint32_t two)
+{
+    __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)two, __NV_E4M3);
+    return (uint32_t)h.x | (uint32_t)h.y << 16;
+}
+
+__device__ static inline float ik_relu(float x)
+{
+    return x < 0.0f ? 0.0f : x; /* NaN passes, as in the CPU plugins */
+}
+
+/* Where 16-byte chunk c of row r sits in shared memory: with 8 or more chunks per row, odd
+ * rows swap the two halves of each group of 8, so the 8 lanes of a quarter warp (two rows,
+ * four chunks each) hit 8 different bank groups. */
+template <int CPR> __device__ static inline uint32_t ik_chunk_pos(uint32_t r, uint32_t c)
+{
+    return CPR >= 8 ? c ^ ((r & 1u) << 2) : c;
+}
+
+template <dsv4_cuda_ik_format F, int DIM>
+__global__ void __launch_bounds__(IK_THREADS)
+    dsv4_ik_score_kernel(const uint8_t *__restrict__ pool, uint32_t page_bytes, uint32_t rpp,
+                         int stages, uint32_t ppb, dsv4_cuda_ik_batch bt, float *scores)
+{
+    using fmt = ik_fmt<F>;
+    constexpr int E = 16 / fmt::elem;  /* values per 16-byte chunk */
+    constexpr int CPR = DIM / E;       /* chunks per row */
+    constexpr int CPT = CPR / 4;       /* chunks per thread and row */
+    constexpr int SPC = E / 4;         /* k-steps per chunk (4 values per thread per k-step) */
+    constexpr int KS = DIM / 16;       /* k-steps */
+    constexpr int QS = fmt::split ? 2 : 1;
+    extern __shared__ __align__(16) uint8_t ik_smem[];
+    float *part = (float *)ik_smem;
+    uint8_t *stage0 = ik_smem + IK_PART_BYTES;
+
+    const uint32_t b = blockIdx.y, tid = threadIdx.x;
+    const uint32_t n_rows = bt.n_rows_dev[b];
+    const uint32_t n_pages = (n_rows + rpp - 1) / rpp;
+    const uint32_t p0 = blockIdx.x * ppb;
+    if (p0 >= n_pages)
+        return;
+    const uint32_t p1 = min(n_pages, p0 + ppb);
+    const uint32_t *pages = bt.pages_dev + bt.page_start_dev[b];
+    const uint32_t warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+    const uint32_t hh = warp >> 2, rg = warp & 3;
+    const uint32_t data_chunks = rpp * CPR, n_chunks = page_bytes / 16;
+
+    auto issue = [&](uint32_t i) {
+        if (i < p1) {
+            const uint8_t *src = pool + (size_t)pages[i] * page_bytes;
+            uint8_t *dst = stage0 + (size_t)((i - p0) % (uint32_t)stages) * page_bytes;
+            for (uint32_t c = tid; c < n_chunks; c += IK_THREADS) {
+                uint32_t d = c < data_chunks ? c / CPR * CPR + ik_chunk_pos<CPR>(c / CPR, c % CPR)
+                                             : c;
+                ik_cp_async16(dst + (size_t)d * 16, src + (size_t)c * 16);
+            }
+        }
+        ik_cp_commit(); /* always one group per page, so the wait count stays fixed */
+    };
+    for (int s = 0; s < stages - 1; s++)
+        issue(p0 + s);
+
+    /* The query as A fragments: a0/a2 hold head g (k low/high), a1/a3 head g + 8. */
+    uint32_t qa[QS][2][KS][4];
+    float wq[2][2];
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++) {
+#pragma unroll
+        for (int hs = 0; hs < 2; hs++) {
+            uint32_t head = hh * 32 + mt * 16 + g + 8 * hs;
+            bool real = head < bt.n_heads;
+            const float *qh = bt.q_dev + ((size_t)b * bt.n_heads + (real ? head : 0)) * DIM;
+            float v[CPT * E], amax = 0.0f;
+#pragma unroll
+            for (int c = 0; c < CPT; c++)
+#pragma unroll
+                for (int e = 0; e < E; e++) {
+                    v[c * E + e] = real ? qh[(t4 + 4 * c) * E + e] : 0.0f;
+                    amax = fmaxf(amax, fabsf(v[c * E + e]));
+                }
+            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+            float sh = amax > 0.0f && amax <= 3.0e38f ? amax : 1.0f, inv = 1.0f / sh;
+            wq[mt][hs] = real ? bt.w_dev[(size_t)b * bt.n_heads + head] * sh : 0.0f;
+#pragma unroll
+            for (int s = 0; s < KS; s++) {
+                const float *x = v + (s / SPC) * E + (s % SPC) * 4;
+                float x0 = x[0] * inv, x1 = x[1] * inv, x2 = x[2] * inv, x3 = x[3] * inv;
+                if (F == DSV4_CUDA_IK_FP8) {
+                    qa[0][mt][s][hs] = ik_pack_f16(x0, x1);
+                    qa[0][mt][s][2 + hs] = ik_pack_f16(x2, x3);
+                } else {
+                    qa[0][mt][s][hs] = ik_pack_bf16(x0, x1);
+                    qa[0][mt][s][2 + hs] = ik_pack_bf16(x2, x3);
+                }
+                if (fmt::split) {
+                    qa[QS - 1][mt][s][hs] = ik_pack_bf16(ik_bf16_rest(x0), ik_bf16_rest(x1));
+                    qa[QS - 1][mt][s][2 + hs] = ik_pack_bf16(ik_bf16_rest(x2), ik_bf16_rest(x3));
+                }
+            }
+        }
+    }
+
+    for (uint32_t i = p0; i < p1; i++) {
+        /* groups committed so far: stages - 1 + (i - p0); page i's is done when at most
+         * stages - 2 are pending */
+        ik_cp_wait(stages - 2);
+        __syncthreads(); /* page i is in; every warp is done with page i - 1's stage */
+        issue(i + stages - 1);
+        const uint8_t *pg = stage0 + (size_t)((i - p0) % (uint32_t)stages) * page_bytes;
+
+        for (uint32_t nt = rg; nt * 8 < rpp; nt += 4) {
+            const uint32_t row = nt * 8 + g;
+            const uint8_t *rowp = pg + (size_t)row * (DIM * fmt::elem);
+            float acc[2][4] = {};
+#pragma unroll
+            for (int c = 0; c < CPT; c++) {
+                uint4 raw = *(const uint4 *)(rowp + ik_chunk_pos<CPR>(row, t4 + 4 * c) * 16);
+                const uint32_t *wd = &raw.x;
+#pragma unroll
+                for (int sc = 0; sc < SPC; sc++) {
+                    const int s = c * SPC + sc;
+                    if (F == DSV4_CUDA_IK_FP8) {
+                        uint32_t b0 = ik_e4m3x2_f16(wd[sc] & 0xffffu), b1 = ik_e4m3x2_f16(wd[sc] >> 16);
+#pragma unroll
+                        for (int mt = 0; mt < 2; mt++)
+                            ik_mma_f16(acc[mt], qa[0][mt][s], b0, b1);
+                    } else if (F == DSV4_CUDA_IK_BF16) {
+#pragma unroll
+                        for (int mt = 0; mt < 2; mt++)
+                            ik_mma_bf16(acc[mt], qa[0][mt][s], wd[2 * sc], wd[2 * sc + 1]);
+                    } else {
+                        const float *k = (const float *)wd;
+                        uint32_t h0 = ik_pack_bf16(k[0], k[1]), h1 = ik_pack_bf16(k[2], k[3]);
+                        uint32_t l0 = ik_pack_bf16(ik_bf16_rest(k[0]), ik_bf16_rest(k[1]));
+                        uint32_t l1 = ik_pack_bf16(ik_bf16_rest(k[2]), ik_bf16_rest(k[3]));
+#pragma unroll
+                        for (int mt = 0; mt < 2; mt++) {
+                            ik_mma_bf16(acc[mt], qa[QS - 1][mt][s], h0, h1);
+                            ik_mma_bf16(acc[mt], qa[0][mt][s], l0, l1);
+                            ik_mma_bf16(acc[mt], qa[0][mt][s], h0, h1);
+                        }
+                    }
+                }
+            }
+            /* c0, c1: head g, rows 2 t4 and 2 t4 + 1 of the tile; c2, c3: head g + 8 */
+            float v0 = 0.0f, v1 = 0.0f;
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++) {
+                v0 += wq[mt][0] * ik_relu(acc[mt][0]);
+                v0 += wq[mt][1] * ik_relu(acc[mt][2]);
+                v1 += wq[mt][0] * ik_relu(acc[mt][1]);
+                v1 += wq[mt][1] * ik_relu(acc[mt][3]);
+            }
+#pragma unroll
+            for (int m = 4; m < 32; m <<= 1) {
+                v0 += __shfl_xor_sync(0xffffffffu, v0, m);
+                v1 += __shfl_xor_sync(0xffffffffu, v1, m);
+            }
+            if (g == 0) {
+                part[hh * IK_MAX_RPP + nt * 8 + 2 * t4] = v0;
+                part[hh * IK_MAX_RPP + nt * 8 + 2 * t4 + 1] = v1;
+            }
+        }
+        __syncthreads();
+        for (uint32_t r = tid; r < rpp; r += IK_THREADS) {
+            uint32_t row = i * rpp + r;
+            if (row >= n_rows)
+                break;
+            float a = part[r] + part[IK_MAX_RPP + r];
+            if (fmt::scale_bytes)
+                a *= *(const float *)(pg + (size_t)rpp * DIM + (size_t)r * sizeof(float));
+            scores[(size_t)b * bt.max_rows + row] = bt.scale * a;
+        }
+    }
+    ik_cp_wait(0); /* leave no copy in flight into shared memory we give up */
+}
+
+template <dsv4_cuda_ik_format F, int DIM>
+static int ik_launch(uint32_t rpp, const void *pool, const dsv4_cuda_ik_batch *bt, float *scores,
+                     cudaStream_t stream)
+{
+    using fmt = ik_fmt<F>;
+    uint32_t page_bytes = rpp * (DIM * fmt::elem + fmt::scale_bytes);
+    int stages = (int)((IK_SMEM_MAX - IK_PART_BYTES) / page_bytes);
+    int dev, sms;
+
+    if (stages > fmt::stages)
+        stages = fmt::stages;
+    if (stages < 2)
+        return -ENOTSUP; /* two pages must fit: one read while the next one lands */
+    size_t smem = IK_PART_BYTES + (size_t)stages * page_bytes;
+    auto kernel = dsv4_ik_score_kernel<F, DIM>;
+    int rc = dsv4_cuda_status(cudaGetDevice(&dev));
+    if (rc == 0)
+        rc = dsv4_cuda_status(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    if (rc == 0)
+        rc = dsv4_cuda_status(
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    if (rc != 0)
+        return rc;
+    /* About one wave of blocks (two per multiprocessor) over the whole batch, at least two
+     * pages per block so the query's registers are loaded for more than one page. */
+    uint64_t max_pages = (bt->max_rows + rpp - 1) / rpp, total = max_pages * bt->n_queries;
+    uint64_t ppb = (total + 2u * (uint64_t)sms - 1) / (2u * (uint64_t)sms);
+    if (ppb < 2)
+        ppb = 2;
+    dim3 grid((unsigned)((max_pages + ppb - 1) / ppb), bt->n_queries);
+    kernel<<<grid, IK_THREADS, smem, stream>>>((const uint8_t *)pool, page_bytes, rpp, stages,
+                                               (uint32_t)ppb, *bt, scores);
+    return dsv4_cuda_launch_status();
+}
+
+template <dsv4_cuda_ik_format F>
+static int ik_launch_dim(uint32_t dim, uint32_t rpp, const void *pool,
+                         const dsv4_cuda_ik_batch *bt, float *scores, cudaStream_t stream)
+{
+    switch (dim) {
+    case 64: return ik_launch<F, 64>(rpp, pool, bt, scores, stream);
+    case 128: return ik_launch<F, 128>(rpp, pool, bt, scores, stream);
+    default: return -ENOTSUP;
+    }
+}
+
+extern "C" int dsv4_cuda_indexer_score(dsv4_cuda_ik_format format, uint32_t dim,
+                                       uint32_t rows_per_page, const void *pool_dev,
+                                       const dsv4_cuda_ik_batch *batch, float *scores_dev,
+                                       void *stream)
+{
+    if (!batch)
+        return -EINVAL;
+    if (batch->n_queries == 0 || batch->max_rows == 0)
+        return 0;
+    if (!pool_dev || !scores_dev || !batch->pages_dev || !batch->page_start_dev ||
+        !batch->n_rows_dev || !batch->q_dev || !batch->w_dev || batch->n_heads == 0)
+        return -EINVAL;
+    if (batch->n_heads > IK_HEADS || rows_per_page == 0 || rows_per_page % 8 ||
+        rows_per_page > IK_MAX_RPP || batch->n_queries > 65535)
+        return -ENOTSUP;
+    cudaStream_t s = (cudaStream_t)stream;
+    switch (format) {
+    case DSV4_CUDA_IK_F32:
+        return ik_launch_dim<DSV4_CUDA_IK_F32>(dim, rows_per_page, pool_dev, batch, scores_dev, s);
+    case DSV4_CUDA_IK_BF16:
+        return ik_launch_dim<DSV4_CUDA_IK_BF16>(dim, rows_per_page, pool_dev, batch, scores_dev, s);
+    case DSV4_CUDA_IK_FP8:
+        return ik_launch_dim<DSV4_CUDA_IK_FP8>(dim, rows_per_page, pool_dev, batch, scores_dev, s);
+    }
+    return -EINVAL;
+}

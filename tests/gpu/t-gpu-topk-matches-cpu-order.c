@@ -1,0 +1,110 @@
+/* t-gpu-topk-matches-cpu-order: dsv4_cuda_topk returns exactly what the CPU engine's
+ * dsv4_k_topk returns (same rows, same order: higher score first, ties to the lower row,
+ * NaN last) for many queries in one launch: 256k distinct scores with k = 512, heavy ties
+ * (only a few distinct values, so the k-th value is shared across blocks), NaN, infinities
+ * and signed zeros, fewer rows than k (the rest filled with UINT32_MAX), no rows, k = 1 and
+ * k = 2048, and a query too long for shared memory. */
+#include "config.h"
+
+#include "tests/gpu/gpu.h"
+#include "tests/tap.h"
+
+#ifdef HAVE_CUDA
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/kernels.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rng = 0x6a09e667f3bcc909ull;
+
+static uint32_t rand32(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (uint32_t)(rng >> 32);
+}
+
+typedef enum kind { DISTINCT, TIES, SPECIALS } kind;
+static const char *const kind_names[] = {"distinct", "ties", "specials"};
+
+static float draw(kind how)
+{
+    switch (how) {
+    case DISTINCT: return (float)((double)rand32() / 4294967296.0 * 200.0 - 100.0);
+    case TIES: return (float)(rand32() % 5) * 0.5f;
+    case SPECIALS: {
+        static const float special[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1.0f, -1.0f};
+        uint32_t r = rand32() % 16;
+        return r < 7 ? special[r] : (float)(rand32() % 1000) - 500.0f;
+    }
+    }
+    return 0.0f;
+}
+
+/* One launch over n_q queries of up to stride rows; compares every query. */
+static void check(const char *what, kind how, const uint32_t *n_rows, uint32_t n_q, size_t stride,
+                  uint32_t k)
+{
+    float *s = malloc(n_q * stride * sizeof *s);
+    uint32_t *got = malloc((size_t)n_q * k * sizeof *got), *want = malloc(k * sizeof *want);
+    float *s_dev = gpu_alloc(n_q * stride * sizeof *s);
+    uint32_t *rows_dev = gpu_alloc(n_q * sizeof *n_rows), *idx_dev = gpu_alloc(n_q * k * 4);
+    unsigned bad = 0;
+
+    for (size_t i = 0; i < n_q * stride; i++)
+        s[i] = draw(how);
+    gpu_put(s_dev, s, n_q * stride * sizeof *s);
+    gpu_put(rows_dev, n_rows, n_q * sizeof *n_rows);
+    is_int(dsv4_cuda_topk(s_dev, stride, rows_dev, n_q, k, idx_dev, NULL), 0, "%s (%s): queued",
+           what, kind_names[how]);
+    gpu_sync();
+    gpu_get(got, idx_dev, (size_t)n_q * k * sizeof *got);
+    for (uint32_t b = 0; b < n_q; b++) {
+        uint32_t kk = n_rows[b] < k ? n_rows[b] : k;
+        for (uint32_t i = 0; i < k; i++)
+            want[i] = UINT32_MAX;
+        dsv4_k_topk(s + b * stride, n_rows[b], kk, want);
+        for (uint32_t i = 0; i < k; i++) {
+            if (got[(size_t)b * k + i] != want[i] && bad++ < 5)
+                diag("query %u rank %u: row %u, cpu row %u", b, i, got[(size_t)b * k + i], want[i]);
+        }
+    }
+    is_int(bad, 0, "%s (%s): same rows in the same order as the CPU", what, kind_names[how]);
+    free(s);
+    free(got);
+    free(want);
+    gpu_free(s_dev);
+    gpu_free(rows_dev);
+    gpu_free(idx_dev);
+}
+
+int main(void)
+{
+    static const uint32_t batch[] = {262144, 100000, 0, 511, 262143, 1, 70000, 262144};
+    static const uint32_t one_big[] = {262144};
+    static const uint32_t long_query[] = {400000};
+    static const uint32_t few[] = {100, 5, 2047};
+
+    gpu_require();
+    plan(2 * 9);
+    check("one query, 256k rows, k 512", DISTINCT, one_big, 1, 262144, 512);
+    check("8 queries of 0..256k rows, k 512", DISTINCT, batch, 8, 262144, 512);
+    check("8 queries of 0..256k rows, k 512", TIES, batch, 8, 262144, 512);
+    check("8 queries of 0..256k rows, k 512", SPECIALS, batch, 8, 262144, 512);
+    check("fewer rows than k", DISTINCT, few, 3, 2047, 2048);
+    check("k 1", TIES, batch, 8, 262144, 1);
+    check("k 2048", TIES, batch, 8, 262144, 2048);
+    check("400k rows, past shared memory", DISTINCT, long_query, 1, 400000, 512);
+    check("400k rows, past shared memory", TIES, long_query, 1, 400000, 512);
+    return done_testing();
+}
+#else
+int main(void)
+{
+    gpu_require(); /* skips: built without CUDA */
+    return 0;
+}
+#endif
