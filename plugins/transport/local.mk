@@ -1,1 +1,34 @@
 # plugins/transport: build rules (owned by the area)
+
+# The KV transport plugins: one libtool module each; common.c (blob table, run checks) is
+# compiled into each. transport/ucx only where configure found UCX.
+TRANSPORT_COMMON = plugins/transport/common.c plugins/transport/common.h
+plugin_LTLIBRARIES += plugins/dsv4-transport-local.la
+plugins_dsv4_transport_local_la_SOURCES = plugins/transport/local.c $(TRANSPORT_COMMON)
+plugins_dsv4_transport_local_la_LDFLAGS = $(AM_LDFLAGS) $(PLUGIN_MODULE_FLAGS)
+plugins_dsv4_transport_local_la_LIBADD = $(PTHREAD_LIBS)
+
+if HAVE_UCX
+plugin_LTLIBRARIES += plugins/dsv4-transport-ucx.la
+plugins_dsv4_transport_ucx_la_SOURCES = plugins/transport/ucx.c $(TRANSPORT_COMMON)
+plugins_dsv4_transport_ucx_la_CFLAGS = $(AM_CFLAGS) $(UCX_CFLAGS)
+plugins_dsv4_transport_ucx_la_LDFLAGS = $(AM_LDFLAGS) $(PLUGIN_MODULE_FLAGS)
+plugins_dsv4_transport_ucx_la_LIBADD = $(UCX_LIBS) $(PTHREAD_LIBS)
+endif
+
+# Plugin tests: they dlopen the built modules and move real pools
+# (tests/plugin/transport-harness.c, shared with the core/pd tests).
+TRANSPORT_TEST_SOURCES = $(PD_TEST_POOL)
+check_PROGRAMS += tests/plugin/t-transport-local-moves-every-buffer
+TESTS += tests/plugin/t-transport-local-moves-every-buffer
+tests_plugin_t_transport_local_moves_every_buffer_SOURCES = \
+	tests/plugin/t-transport-local-moves-every-buffer.c $(TRANSPORT_TEST_SOURCES)
+tests_plugin_t_transport_local_moves_every_buffer_LDADD = $(PLUGIN_TEST_LIBS) -lm
+
+if HAVE_UCX
+check_PROGRAMS += tests/plugin/t-transport-ucx-moves-every-buffer
+TESTS += tests/plugin/t-transport-ucx-moves-every-buffer
+endif
+tests_plugin_t_transport_ucx_moves_every_buffer_SOURCES = \
+	tests/plugin/t-transport-ucx-moves-every-buffer.c $(TRANSPORT_TEST_SOURCES)
+tests_plugin_t_transport_ucx_moves_every_buffer_LDADD = $(PLUGIN_TEST_LIBS) -lm

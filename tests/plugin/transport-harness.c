@@ -1,7 +1,11 @@
 /* transport-harness.c: test pools for the PD and transport tests (see the header). */
 #include "tests/plugin/transport-harness.h"
 
+#include <errno.h>
 #include <string.h>
+#include <time.h>
+
+#include "core/pd/plan.h"
 
 #include "tests/tap.h"
 #include "tests/unit/engine-testmodel.h"
@@ -69,4 +73,30 @@ bool tpool_same(const dsv4_kv_layout *a, const uint32_t *src_pages, const dsv4_k
         }
     }
     return true;
+}
+
+static int tx_loop(int (*fn)(void *, void *), void *state, void *xfer, uint32_t ms)
+{
+    int rc = -EAGAIN;
+    for (uint32_t i = 0; i < ms && (rc = fn(state, xfer)) == -EAGAIN; i++)
+        nanosleep(&(struct timespec){0, 1000000}, NULL);
+    return rc;
+}
+
+int tx_wait(const dsv4_transport_ops *ops, void *state, void *xfer, uint32_t ms)
+{
+    return tx_loop(ops->poll, state, xfer, ms);
+}
+
+int tx_drain(const dsv4_transport_ops *ops, void *state, void *xfer, uint32_t ms)
+{
+    return tx_loop(ops->cancel, state, xfer, ms);
+}
+
+size_t tx_runs(const uint32_t *src, const uint32_t *dst, uint32_t n, dsv4_xfer_run *runs)
+{
+    size_t n_runs;
+    if (dsv4_pd_plan_runs(src, dst, n, runs, &n_runs) != 0)
+        bail_out("plan: bad page lists");
+    return n_runs;
 }

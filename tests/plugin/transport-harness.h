@@ -6,6 +6,8 @@
 
 #include "core/engine/kvpool.h"
 
+#include <dsv4d/transport.h>
+
 typedef struct tpool {
     dsv4_kv_pool *pool;
     const dsv4_kv_layout *l;
@@ -22,5 +24,13 @@ void tpool_fill(const dsv4_kv_layout *l, uint64_t seed);
 bool tpool_same(const dsv4_kv_layout *a, const uint32_t *src_pages, const dsv4_kv_layout *b,
                 const uint32_t *dst_pages, uint32_t n_pages, bool with_state, uint32_t src_slot,
                 uint32_t dst_slot);
+
+/* Polls until the transfer leaves -EAGAIN, at most ms milliseconds (a guard against a
+ * hung test, not a timing assertion); returns the last poll result. */
+int tx_wait(const dsv4_transport_ops *ops, void *state, void *xfer, uint32_t ms);
+/* The same with cancel: returns when cancel stops answering -EAGAIN. */
+int tx_drain(const dsv4_transport_ops *ops, void *state, void *xfer, uint32_t ms);
+/* Merged runs of the pairs (src[i] -> dst[i]) into runs (room for n). */
+size_t tx_runs(const uint32_t *src, const uint32_t *dst, uint32_t n, dsv4_xfer_run *runs);
 
 #endif

@@ -1,0 +1,64 @@
+/* common.h: what the transport plugins share (local, ucx; chaos uses the descriptor part).
+ *
+ * Expose blobs start with the receiver's buffer table (kind, layer, block size, blocks of
+ * every buffer, in table order) so attach() can refuse a peer whose table differs from
+ * ours before any write, and post() can bounds-check every run against both pools. The
+ * transport's own fields (segment, keys, addresses) follow. Integers are little-endian.
+ */
+#ifndef DSV4_PLUGINS_TRANSPORT_COMMON_H
+#define DSV4_PLUGINS_TRANSPORT_COMMON_H
+
+#include <dsv4d/transport.h>
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* The descriptor fields every transport plugin has in common. */
+#define DSV4_TRANSPORT_DESC_HEADER                                                                 \
+    .abi_major = DSV4_ABI_MAJOR, .abi_minor = DSV4_ABI_MINOR,                                      \
+    .struct_size = sizeof(dsv4_plugin_desc), .build_signature = DSV4_BUILD_SIGNATURE,              \
+    .family = DSV4_FAMILY_TRANSPORT, .family_version = DSV4_TRANSPORT_VERSION,                     \
+    .version = PACKAGE_VERSION
+
+/* A bounded writer: writes past cap are counted, not done (off > cap afterwards). */
+typedef struct dsv4_tp_out {
+    uint8_t *p;
+    size_t cap, off;
+} dsv4_tp_out;
+
+void dsv4_tp_put(dsv4_tp_out *o, const void *v, size_t n);
+void dsv4_tp_put_u32(dsv4_tp_out *o, uint32_t v);
+void dsv4_tp_put_u64(dsv4_tp_out *o, uint64_t v);
+
+/* A bounded reader: the first read past the end sets bad and returns zeros. */
+typedef struct dsv4_tp_in {
+    const uint8_t *p;
+    size_t len, off;
+    bool bad;
+} dsv4_tp_in;
+
+const uint8_t *dsv4_tp_get(dsv4_tp_in *in, size_t n);
+uint32_t dsv4_tp_get_u32(dsv4_tp_in *in);
+uint64_t dsv4_tp_get_u64(dsv4_tp_in *in);
+
+/* The receiver's pool as the sender sees it. */
+typedef struct dsv4_tp_table {
+    uint32_t n_pages, n_slots, n_buffers;
+} dsv4_tp_table;
+
+/* Writes magic, the receiver's table; fails with -ENOTSUP for device memory (host pools
+ * only for now). */
+int dsv4_tp_put_table(dsv4_tp_out *o, uint32_t magic, const dsv4_kv_layout *l);
+/* Reads magic and the table and checks it against local (same kinds, layers and block
+ * sizes in the same order; paged buffers with n_pages blocks, state buffers with n_slots).
+ * 0, or DSV4_EPEER with what differs in err. */
+int dsv4_tp_get_table(dsv4_tp_in *in, uint32_t magic, const dsv4_kv_layout *local,
+                      dsv4_tp_table *t_p, const char *subject, char *err, size_t errlen);
+/* Every run inside both pools (no overflow) and the state slots in range: 0 or -ERANGE. */
+int dsv4_tp_check_req(const dsv4_xfer_req *req, const dsv4_kv_layout *local,
+                      const dsv4_tp_table *peer);
+/* The copy of req->runs a transfer keeps (the caller's array may go away after post). */
+dsv4_xfer_run *dsv4_tp_runs_dup(const dsv4_xfer_req *req);
+
+#endif
