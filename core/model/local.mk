@@ -17,10 +17,8 @@ core_model_libdsv4model_la_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS)
 core_model_libdsv4model_la_LIBADD = kernels/libdsv4num.la $(JANSSON_LIBS) -lm
 core_libdsv4core_la_LIBADD += core/model/libdsv4model.la
 
-# Tests
-check_PROGRAMS += tests/unit/t-model-loads-mkmodel-values
-TESTS += tests/unit/t-model-loads-mkmodel-values
-tests_unit_t_model_loads_mkmodel_values_LDADD = $(TEST_CORE_LIBS)
+# Tests: the reader on hostile files, the writer, config.json forms, dequantisation by hand,
+# mkmodel round trips, refused checkpoints, real transformers checkpoints, determinism.
 check_PROGRAMS += tests/unit/t-safetensors-rejects-malformed
 TESTS += tests/unit/t-safetensors-rejects-malformed
 tests_unit_t_safetensors_rejects_malformed_LDADD = $(TEST_CORE_LIBS)
@@ -30,15 +28,18 @@ tests_unit_t_safetensors_writer_streams_LDADD = $(TEST_CORE_LIBS)
 check_PROGRAMS += tests/unit/t-model-config-parses-hf-and-legacy
 TESTS += tests/unit/t-model-config-parses-hf-and-legacy
 tests_unit_t_model_config_parses_hf_and_legacy_LDADD = $(TEST_CORE_LIBS)
-EXTRA_DIST += tests/fixtures/model/v4-flash-legacy-config.json
-check_PROGRAMS += tests/unit/t-model-load-rejects-bad-checkpoint
-TESTS += tests/unit/t-model-load-rejects-bad-checkpoint
-tests_unit_t_model_load_rejects_bad_checkpoint_LDADD = $(TEST_CORE_LIBS)
 check_PROGRAMS += tests/unit/t-model-dequant-known-values
 TESTS += tests/unit/t-model-dequant-known-values
 tests_unit_t_model_dequant_known_values_LDADD = $(TEST_CORE_LIBS)
-TESTS += tests/cli/t-mkmodel-is-deterministic.sh
-EXTRA_DIST += tests/cli/t-mkmodel-is-deterministic.sh
+check_PROGRAMS += tests/unit/t-model-loads-mkmodel-values
+TESTS += tests/unit/t-model-loads-mkmodel-values
+tests_unit_t_model_loads_mkmodel_values_LDADD = $(TEST_CORE_LIBS)
+check_PROGRAMS += tests/unit/t-model-load-rejects-bad-checkpoint
+TESTS += tests/unit/t-model-load-rejects-bad-checkpoint
+tests_unit_t_model_load_rejects_bad_checkpoint_LDADD = $(TEST_CORE_LIBS)
 check_PROGRAMS += tests/unit/t-model-loads-hf-fixtures
 TESTS += tests/unit/t-model-loads-hf-fixtures
 tests_unit_t_model_loads_hf_fixtures_LDADD = $(TEST_CORE_LIBS)
+TESTS += tests/cli/t-mkmodel-is-deterministic.sh
+EXTRA_DIST += tests/cli/t-mkmodel-is-deterministic.sh \
+	tests/fixtures/model/v4-flash-legacy-config.json
