@@ -5,6 +5,7 @@
 
 #include <microhttpd.h>
 #include <stdatomic.h>
+#include <time.h>
 
 #include "core/http/api.h"
 #include "core/http/http.h"
@@ -17,6 +18,7 @@ struct dsv4_http {
     const char *api_key; /* NULL when every client is accepted */
     uint64_t max_body;
     uint16_t port;
+    time_t started;    /* "created" of the model in /v1/models */
     atomic_int active; /* requests between their first byte and completion */
     atomic_bool quiesced;
 };

@@ -29,3 +29,9 @@ HTTP_INTEG_TESTS = tests/integ/t-http-serves-openai-api.sh \
 	tests/integ/t-http-sigterm-drains-then-exits.sh
 TESTS += $(HTTP_INTEG_TESTS)
 EXTRA_DIST += $(HTTP_INTEG_TESTS) tests/integ/dsv4d_http.py
+
+# The chat template against the real DeepSeek-V3 tokenizer.json (the tokenizer's fixture).
+check_PROGRAMS += tests/unit/t-chat-matches-deepseek-v3-template-check
+tests_unit_t_chat_matches_deepseek_v3_template_check_LDADD = $(HTTP_LIBS)
+TESTS += tests/unit/t-chat-matches-deepseek-v3-template.sh
+EXTRA_DIST += tests/unit/t-chat-matches-deepseek-v3-template.sh

@@ -87,13 +87,11 @@ static enum MHD_Result get_health(dsv4_http *http, struct MHD_Connection *conn)
 
 static enum MHD_Result get_models(dsv4_http *http, struct MHD_Connection *conn)
 {
-    static time_t started;
-    if (!started)
-        started = time(NULL);
-    return reply_json(conn, json_pack("{s:s, s:[{s:s, s:s, s:I, s:s, s:I}]}", "object", "list",
-                                      "data", "id", http->model_id, "object", "model", "created",
-                                      (json_int_t)started, "owned_by", "dsv4d", "max_model_len",
-                                      (json_int_t)dsv4_server_max_context(http->srv)));
+    return reply_json(conn,
+                      json_pack("{s:s, s:[{s:s, s:s, s:I, s:s, s:I}]}", "object", "list", "data",
+                                "id", http->model_id, "object", "model", "created",
+                                (json_int_t)http->started, "owned_by", "dsv4d", "max_model_len",
+                                (json_int_t)dsv4_server_max_context(http->srv)));
 }
 
 static enum MHD_Result get_metrics(dsv4_http *http, struct MHD_Connection *conn)
@@ -302,6 +300,7 @@ dsv4_http *dsv4_http_start(const dsv4_server_conf *conf, dsv4_server *srv,
     http->model_id = model_id;
     http->api_key = conf->api_key && conf->api_key[0] ? conf->api_key : NULL;
     http->max_body = conf->max_body;
+    http->started = time(NULL);
     unsigned flags = MHD_USE_AUTO | MHD_USE_INTERNAL_POLLING_THREAD |
                      MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ITC | MHD_USE_ERROR_LOG;
     if (ss.ss_family == AF_INET6)
