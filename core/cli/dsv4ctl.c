@@ -17,7 +17,9 @@ static const dsv4ctl_command commands[] = {
      dsv4ctl_validate},
     {"check-plugin", "FILE.so", "load one plugin file and report the result",
      dsv4ctl_check_plugin},
-    {"mkmodel", "--preset tiny|small|flash-shape [--seed N] [--dtype f32|bf16|fp8] -o DIR",
+    {"mkmodel",
+     "--preset tiny|small|flash-shape [--seed N] [--dtype f32|bf16|fp8] [--names upstream|hf] "
+     "[--shards N] [--threads N] -o DIR",
      "write a deterministic synthetic checkpoint", dsv4ctl_mkmodel},
     {"logits", "--model DIR --input IN.safetensors --output OUT.safetensors [...]",
      "run the model on token ids and write logits", dsv4ctl_logits},
