@@ -32,3 +32,17 @@ endif
 tests_plugin_t_transport_ucx_moves_every_buffer_SOURCES = \
 	tests/plugin/t-transport-ucx-moves-every-buffer.c $(TRANSPORT_TEST_SOURCES)
 tests_plugin_t_transport_ucx_moves_every_buffer_LDADD = $(PLUGIN_TEST_LIBS) -lm
+
+# transport/chaos loads its inner plugin itself and parses inner_options with the
+# daemon's schema code (compiled in: plugins link nothing of the daemon).
+plugin_LTLIBRARIES += plugins/dsv4-transport-chaos.la
+plugins_dsv4_transport_chaos_la_SOURCES = plugins/transport/chaos.c $(TRANSPORT_COMMON) \
+	core/config/schema.c core/config/schema.h
+plugins_dsv4_transport_chaos_la_LDFLAGS = $(AM_LDFLAGS) $(PLUGIN_MODULE_FLAGS)
+plugins_dsv4_transport_chaos_la_LIBADD = $(PTHREAD_LIBS) -ldl
+
+check_PROGRAMS += tests/plugin/t-transport-chaos-faults-are-caught
+TESTS += tests/plugin/t-transport-chaos-faults-are-caught
+tests_plugin_t_transport_chaos_faults_are_caught_SOURCES = \
+	tests/plugin/t-transport-chaos-faults-are-caught.c $(TRANSPORT_TEST_SOURCES)
+tests_plugin_t_transport_chaos_faults_are_caught_LDADD = $(PLUGIN_TEST_LIBS) -lm
