@@ -46,3 +46,5 @@ TESTS += tests/plugin/t-transport-chaos-faults-are-caught
 tests_plugin_t_transport_chaos_faults_are_caught_SOURCES = \
 	tests/plugin/t-transport-chaos-faults-are-caught.c $(TRANSPORT_TEST_SOURCES)
 tests_plugin_t_transport_chaos_faults_are_caught_LDADD = $(PLUGIN_TEST_LIBS) -lm
+
+dist_man_MANS += man/dsv4d-transport.5
