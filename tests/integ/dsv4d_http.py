@@ -231,6 +231,20 @@ def byte_decode(ids):
     return b.decode("utf-8", "replace")
 
 
+def sse_events(raw):
+    """The data payloads of a raw HTTP/1.1 response with a chunked event stream."""
+    head, _, body = raw.partition(b"\r\n\r\n")
+    data = b""
+    while body:
+        size, _, rest = body.partition(b"\r\n")
+        n = int(size.split(b";")[0], 16) if size.strip() else 0
+        if n == 0:
+            break
+        data += rest[:n]
+        body = rest[n + 2:]
+    return [e[6:] for e in data.decode("utf-8").split("\n\n") if e.startswith("data: ")]
+
+
 def raw_socket(port, timeout=30):
     s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
     return s

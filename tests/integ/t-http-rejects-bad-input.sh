@@ -8,6 +8,7 @@
 # cancelled and its pages freed; and through all of it the server keeps serving.
 exec python3 - <<'EOF'
 import json, os, socket, sys, time
+sys.dont_write_bytecode = True  # nothing written into the source tree
 sys.path.insert(0, os.path.join(os.environ.get("top_srcdir", "."), "tests", "integ"))
 from dsv4d_http import Daemon, plan, ok, is_, diag, done, raw_socket, recv_all
 

@@ -6,6 +6,7 @@
 # /generate with token ids (its ids decode to the completion's text) and /metrics.
 exec python3 - <<'EOF'
 import os, sys
+sys.dont_write_bytecode = True  # nothing written into the source tree
 sys.path.insert(0, os.path.join(os.environ.get("top_srcdir", "."), "tests", "integ"))
 from dsv4d_http import Daemon, plan, ok, is_, diag, done, byte_decode
 
