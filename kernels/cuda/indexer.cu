@@ -30,8 +30,10 @@
 #define IK_THREADS 256
 #define IK_HEADS 64     /* queries are padded to 64 heads (two halves of 32) */
 #define IK_MAX_RPP 256u /* rows per page the partial-sum buffer holds */
+#define IK_MAX_PPB 2048u /* pages per block, whose ids are staged in shared memory */
 #define IK_SMEM_MAX (200u * 1024u)
 #define IK_PART_BYTES (2u * IK_MAX_RPP * (uint32_t)sizeof(float))
+#define IK_IDS_BYTES (IK_MAX_PPB * (uint32_t)sizeof(uint32_t))
 
 template <dsv4_cuda_ik_format F> struct ik_fmt;
 template <> struct ik_fmt<DSV4_CUDA_IK_FP8> {
@@ -124,8 +126,42 @@ template <int CPR> __device__ static inline uint32_t ik_chunk_pos(uint32_t r, ui
     return CPR >= 8 ? c ^ ((r & 1u) << 2) : c;
 }
 
+/* The MMAs of one 16-byte key chunk (k-steps c * SPC ..) of one 8-row tile. */
+template <dsv4_cuda_ik_format F, int SPC, int QS, int KS>
+__device__ static inline void ik_mma_chunk(float (&acc)[2][4], const uint32_t (&qa)[QS][2][KS][4],
+                                           const uint4 &raw, int c)
+{
+    const uint32_t *wd = &raw.x;
+#pragma unroll
+    for (int sc = 0; sc < SPC; sc++) {
+        const int s = c * SPC + sc;
+        if (F == DSV4_CUDA_IK_FP8) {
+            uint32_t b0 = ik_e4m3x2_f16(wd[sc] & 0xffffu), b1 = ik_e4m3x2_f16(wd[sc] >> 16);
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++)
+                ik_mma_f16(acc[mt], qa[0][mt][s], b0, b1);
+        } else if (F == DSV4_CUDA_IK_BF16) {
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++)
+                ik_mma_bf16(acc[mt], qa[0][mt][s], wd[2 * sc], wd[2 * sc + 1]);
+        } else {
+            const float *k = (const float *)wd;
+            uint32_t h0 = ik_pack_bf16(k[0], k[1]), h1 = ik_pack_bf16(k[2], k[3]);
+            uint32_t l0 = ik_pack_bf16(ik_bf16_rest(k[0]), ik_bf16_rest(k[1]));
+            uint32_t l1 = ik_pack_bf16(ik_bf16_rest(k[2]), ik_bf16_rest(k[3]));
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++) {
+                ik_mma_bf16(acc[mt], qa[QS - 1][mt][s], h0, h1);
+                ik_mma_bf16(acc[mt], qa[0][mt][s], l0, l1);
+                ik_mma_bf16(acc[mt], qa[0][mt][s], h0, h1);
+            }
+        }
+    }
+}
+
+/* f32 keep their two-term query in twice the registers: one block per multiprocessor. */
 template <dsv4_cuda_ik_format F, int DIM>
-__global__ void __launch_bounds__(IK_THREADS)
+__global__ void __launch_bounds__(IK_THREADS, F == DSV4_CUDA_IK_F32 ? 1 : 2)
     dsv4_ik_score_kernel(const uint8_t *__restrict__ pool, uint32_t page_bytes, uint32_t rpp,
                          int stages, uint32_t ppb, dsv4_cuda_ik_batch bt, float *scores)
 {
@@ -138,7 +174,8 @@ __global__ void __launch_bounds__(IK_THREADS)
     constexpr int QS = fmt::split ? 2 : 1;
     extern __shared__ __align__(16) uint8_t ik_smem[];
     float *part = (float *)ik_smem;
-    uint8_t *stage0 = ik_smem + IK_PART_BYTES;
+    uint32_t *ids = (uint32_t *)(ik_smem + IK_PART_BYTES);
+    uint8_t *stage0 = ik_smem + IK_PART_BYTES + IK_IDS_BYTES;
 
     const uint32_t b = blockIdx.y, tid = threadIdx.x;
     const uint32_t n_rows = bt.n_rows_dev[b];
@@ -152,9 +189,13 @@ __global__ void __launch_bounds__(IK_THREADS)
     const uint32_t hh = warp >> 2, rg = warp & 3;
     const uint32_t data_chunks = rpp * CPR, n_chunks = page_bytes / 16;
 
+    /* The page ids first: a page-table load inside the loop would stall every copy. */
+    for (uint32_t i = p0 + tid; i < p1; i += IK_THREADS)
+        ids[i - p0] = pages[i];
+    __syncthreads();
     auto issue = [&](uint32_t i) {
         if (i < p1) {
-            const uint8_t *src = pool + (size_t)pages[i] * page_bytes;
+            const uint8_t *src = pool + (size_t)ids[i - p0] * page_bytes;
             uint8_t *dst = stage0 + (size_t)((i - p0) % (uint32_t)stages) * page_bytes;
             for (uint32_t c = tid; c < n_chunks; c += IK_THREADS) {
                 uint32_t d = c < data_chunks ? c / CPR * CPR + ik_chunk_pos<CPR>(c / CPR, c % CPR)
@@ -216,57 +257,50 @@ __global__ void __launch_bounds__(IK_THREADS)
         issue(i + stages - 1);
         const uint8_t *pg = stage0 + (size_t)((i - p0) % (uint32_t)stages) * page_bytes;
 
-        for (uint32_t nt = rg; nt * 8 < rpp; nt += 4) {
-            const uint32_t row = nt * 8 + g;
-            const uint8_t *rowp = pg + (size_t)row * (DIM * fmt::elem);
-            float acc[2][4] = {};
+        /* two 8-row tiles per warp at a time (nt and nt + 4): four independent MMA chains */
+        for (uint32_t nt = rg; nt * 8 < rpp; nt += 8) {
+            const bool two = (nt + 4) * 8 < rpp;
+            float acc[2][2][4] = {};
 #pragma unroll
             for (int c = 0; c < CPT; c++) {
-                uint4 raw = *(const uint4 *)(rowp + ik_chunk_pos<CPR>(row, t4 + 4 * c) * 16);
-                const uint32_t *wd = &raw.x;
+                uint4 raw[2];
 #pragma unroll
-                for (int sc = 0; sc < SPC; sc++) {
-                    const int s = c * SPC + sc;
-                    if (F == DSV4_CUDA_IK_FP8) {
-                        uint32_t b0 = ik_e4m3x2_f16(wd[sc] & 0xffffu), b1 = ik_e4m3x2_f16(wd[sc] >> 16);
-#pragma unroll
-                        for (int mt = 0; mt < 2; mt++)
-                            ik_mma_f16(acc[mt], qa[0][mt][s], b0, b1);
-                    } else if (F == DSV4_CUDA_IK_BF16) {
-#pragma unroll
-                        for (int mt = 0; mt < 2; mt++)
-                            ik_mma_bf16(acc[mt], qa[0][mt][s], wd[2 * sc], wd[2 * sc + 1]);
-                    } else {
-                        const float *k = (const float *)wd;
-                        uint32_t h0 = ik_pack_bf16(k[0], k[1]), h1 = ik_pack_bf16(k[2], k[3]);
-                        uint32_t l0 = ik_pack_bf16(ik_bf16_rest(k[0]), ik_bf16_rest(k[1]));
-                        uint32_t l1 = ik_pack_bf16(ik_bf16_rest(k[2]), ik_bf16_rest(k[3]));
-#pragma unroll
-                        for (int mt = 0; mt < 2; mt++) {
-                            ik_mma_bf16(acc[mt], qa[QS - 1][mt][s], h0, h1);
-                            ik_mma_bf16(acc[mt], qa[0][mt][s], l0, l1);
-                            ik_mma_bf16(acc[mt], qa[0][mt][s], h0, h1);
-                        }
-                    }
+                for (int u = 0; u < 2; u++) {
+                    const uint32_t row = (nt + 4 * u) * 8 + g;
+                    raw[u] = u == 0 || two ? *(const uint4 *)(pg + (size_t)row * (DIM * fmt::elem) +
+                                                              ik_chunk_pos<CPR>(row, t4 + 4 * c) * 16)
+                                           : make_uint4(0, 0, 0, 0);
                 }
+#pragma unroll
+                for (int u = 0; u < 2; u++)
+                    ik_mma_chunk<F, SPC, QS, KS>(acc[u], qa, raw[u], c);
             }
             /* c0, c1: head g, rows 2 t4 and 2 t4 + 1 of the tile; c2, c3: head g + 8 */
-            float v0 = 0.0f, v1 = 0.0f;
+            float v[2][2] = {};
 #pragma unroll
-            for (int mt = 0; mt < 2; mt++) {
-                v0 += wq[mt][0] * ik_relu(acc[mt][0]);
-                v0 += wq[mt][1] * ik_relu(acc[mt][2]);
-                v1 += wq[mt][0] * ik_relu(acc[mt][1]);
-                v1 += wq[mt][1] * ik_relu(acc[mt][3]);
+            for (int u = 0; u < 2; u++) {
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++) {
+                    v[u][0] += wq[mt][0] * ik_relu(acc[u][mt][0]);
+                    v[u][0] += wq[mt][1] * ik_relu(acc[u][mt][2]);
+                    v[u][1] += wq[mt][0] * ik_relu(acc[u][mt][1]);
+                    v[u][1] += wq[mt][1] * ik_relu(acc[u][mt][3]);
+                }
             }
 #pragma unroll
-            for (int m = 4; m < 32; m <<= 1) {
-                v0 += __shfl_xor_sync(0xffffffffu, v0, m);
-                v1 += __shfl_xor_sync(0xffffffffu, v1, m);
-            }
-            if (g == 0) {
-                part[hh * IK_MAX_RPP + nt * 8 + 2 * t4] = v0;
-                part[hh * IK_MAX_RPP + nt * 8 + 2 * t4 + 1] = v1;
+            for (int m = 4; m < 32; m <<= 1)
+#pragma unroll
+                for (int u = 0; u < 2; u++) {
+                    v[u][0] += __shfl_xor_sync(0xffffffffu, v[u][0], m);
+                    v[u][1] += __shfl_xor_sync(0xffffffffu, v[u][1], m);
+                }
+#pragma unroll
+            for (int u = 0; u < 2; u++) {
+                if (g == 0 && (u == 0 || two)) {
+                    float *dst = part + hh * IK_MAX_RPP + (nt + 4 * u) * 8 + 2 * t4;
+                    dst[0] = v[u][0];
+                    dst[1] = v[u][1];
+                }
             }
         }
         __syncthreads();
@@ -289,14 +323,14 @@ static int ik_launch(uint32_t rpp, const void *pool, const dsv4_cuda_ik_batch *b
 {
     using fmt = ik_fmt<F>;
     uint32_t page_bytes = rpp * (DIM * fmt::elem + fmt::scale_bytes);
-    int stages = (int)((IK_SMEM_MAX - IK_PART_BYTES) / page_bytes);
+    int stages = (int)((IK_SMEM_MAX - IK_PART_BYTES - IK_IDS_BYTES) / page_bytes);
     int dev, sms;
 
     if (stages > fmt::stages)
         stages = fmt::stages;
     if (stages < 2)
         return -ENOTSUP; /* two pages must fit: one read while the next one lands */
-    size_t smem = IK_PART_BYTES + (size_t)stages * page_bytes;
+    size_t smem = IK_PART_BYTES + IK_IDS_BYTES + (size_t)stages * page_bytes;
     auto kernel = dsv4_ik_score_kernel<F, DIM>;
     int rc = dsv4_cuda_status(cudaGetDevice(&dev));
     if (rc == 0)
@@ -312,6 +346,8 @@ static int ik_launch(uint32_t rpp, const void *pool, const dsv4_cuda_ik_batch *b
     uint64_t ppb = (total + 2u * (uint64_t)sms - 1) / (2u * (uint64_t)sms);
     if (ppb < 2)
         ppb = 2;
+    if (ppb > IK_MAX_PPB)
+        ppb = IK_MAX_PPB;
     dim3 grid((unsigned)((max_pages + ppb - 1) / ppb), bt->n_queries);
     kernel<<<grid, IK_THREADS, smem, stream>>>((const uint8_t *)pool, page_bytes, rpp, stages,
                                                (uint32_t)ppb, *bt, scores);

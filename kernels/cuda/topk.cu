@@ -21,18 +21,21 @@ namespace cg = cooperative_groups;
 #define TK_THREADS 1024
 #define TK_WARPS (TK_THREADS / 32)
 #define TK_CLUSTER 8
-#define TK_SLICE_CAP 40960u /* keys per block kept in shared memory (160 KiB) */
+#define TK_SLICE_CAP 36864u /* keys per block kept in shared memory (144 KiB) */
 #define TK_UNROLL 16
 
 typedef struct tk_shared {
+    uint32_t warp_hist[TK_WARPS][256]; /* one histogram per warp: no atomics across warps */
     uint32_t hist[2][256];   /* this block's histogram; double-buffered across passes */
     uint32_t total[256];     /* the cluster's histogram of the current pass */
     uint32_t warp_cnt[TK_WARPS];
     uint32_t digit, above;   /* the chosen digit, keys of the prefix above it */
     uint32_t cnt_gt, cnt_eq; /* this block's keys > T and == T */
     uint32_t pos_gt, pos_eq; /* gather cursors */
-    uint32_t cand_key[DSV4_CUDA_TOPK_MAX];
+    uint32_t cand_key[DSV4_CUDA_TOPK_MAX]; /* rank 0: every selected key, then sorted */
     uint32_t cand_row[DSV4_CUDA_TOPK_MAX];
+    uint32_t gt_key[DSV4_CUDA_TOPK_MAX]; /* this block's keys > T (fewer than k) */
+    uint32_t gt_row[DSV4_CUDA_TOPK_MAX];
 } tk_shared;
 
 #define TK_SMEM (sizeof(tk_shared) + TK_SLICE_CAP * sizeof(uint32_t))
@@ -94,6 +97,10 @@ __global__ void __cluster_dims__(TK_CLUSTER, 1, 1) __launch_bounds__(TK_THREADS,
     const uint32_t len = (uint32_t)((uint64_t)n * (rank + 1) / TK_CLUSTER) - lo;
     const float *src = scores + (size_t)q * stride + lo;
     const bool in_smem = len <= TK_SLICE_CAP;
+    if (tid == 0) {
+        sh->pos_gt = 0;
+        sh->pos_eq = 0;
+    }
     if (in_smem) {
         /* TK_UNROLL independent loads in flight per thread, not one round trip per key */
         for (uint32_t base = 0; base < len; base += TK_UNROLL * TK_THREADS) {
@@ -116,10 +123,11 @@ __global__ void __cluster_dims__(TK_CLUSTER, 1, 1) __launch_bounds__(TK_THREADS,
     uint32_t prefix = 0, mask = 0, want = kk;
     for (int pass = 0; pass < 4; pass++) {
         const int shift = 24 - 8 * pass;
-        uint32_t *hist = sh->hist[pass & 1];
-        if (tid < 256)
-            hist[tid] = 0;
+        uint32_t *hist = sh->hist[pass & 1], *wh = sh->warp_hist[warp];
+        for (uint32_t i = tid; i < TK_WARPS * 256; i += TK_THREADS)
+            (&sh->warp_hist[0][0])[i] = 0;
         __syncthreads();
+#pragma unroll 4
         for (uint32_t base = 0; base < len; base += TK_THREADS) {
             uint32_t i = base + tid, digit = 256;
             if (i < len) {
@@ -127,14 +135,25 @@ __global__ void __cluster_dims__(TK_CLUSTER, 1, 1) __launch_bounds__(TK_THREADS,
                 if ((key & mask) == prefix)
                     digit = (key >> shift) & 255u;
             }
-            /* one shared atomic per distinct digit in the warp */
-            uint32_t peers = __match_any_sync(0xffffffffu, digit);
-            if (digit < 256 && lane == (uint32_t)__ffs(peers) - 1)
-                atomicAdd(&hist[digit], (uint32_t)__popc(peers));
+            /* one shared atomic per distinct digit in the warp; after the first pass most
+             * warps have no key left under the prefix */
+            if (__any_sync(0xffffffffu, digit < 256)) {
+                uint32_t peers = __match_any_sync(0xffffffffu, digit);
+                if (digit < 256 && lane == (uint32_t)__ffs(peers) - 1)
+                    atomicAdd(&wh[digit], (uint32_t)__popc(peers));
+            }
+        }
+        __syncthreads();
+        if (tid < 256) {
+            uint32_t s = 0;
+            for (uint32_t w = 0; w < TK_WARPS; w++)
+                s += sh->warp_hist[w][tid];
+            hist[tid] = s;
         }
         cluster.sync();
         if (tid < 256) {
             uint32_t s = 0;
+#pragma unroll
             for (uint32_t r = 0; r < TK_CLUSTER; r++)
                 s += cluster.map_shared_rank(hist, r)[tid];
             sh->total[tid] = s;
@@ -174,19 +193,20 @@ __global__ void __cluster_dims__(TK_CLUSTER, 1, 1) __launch_bounds__(TK_THREADS,
     /* prefix is now T: kk - want keys are above it, and want keys equal to it are taken,
      * the lowest rows first. */
     const uint32_t T = prefix, n_gt = kk - want;
-    uint32_t gt = 0, eq = 0;
+    uint32_t eq = 0;
     for (uint32_t i = tid; i < len; i += TK_THREADS) {
         uint32_t key = key_at(i);
-        gt += key > T;
+        if (key > T) {
+            uint32_t p = atomicAdd(&sh->pos_gt, 1u);
+            sh->gt_key[p] = key;
+            sh->gt_row[p] = lo + i;
+        }
         eq += key == T;
     }
-    gt = tk_block_sum(sh, gt);
     eq = tk_block_sum(sh, eq);
     if (tid == 0) {
-        sh->cnt_gt = gt;
+        sh->cnt_gt = sh->pos_gt;
         sh->cnt_eq = eq;
-        sh->pos_gt = 0;
-        sh->pos_eq = 0;
     }
     cluster.sync();
     uint32_t off_gt = 0, off_eq = 0;
@@ -195,17 +215,18 @@ __global__ void __cluster_dims__(TK_CLUSTER, 1, 1) __launch_bounds__(TK_THREADS,
         off_eq += cluster.map_shared_rank(sh, r)->cnt_eq;
     }
     tk_shared *root = cluster.map_shared_rank(sh, 0);
+    for (uint32_t j = tid; j < sh->cnt_gt; j += TK_THREADS) {
+        root->cand_key[off_gt + j] = sh->gt_key[j];
+        root->cand_row[off_gt + j] = sh->gt_row[j];
+    }
     const uint32_t take_eq = off_eq >= want ? 0 : (want - off_eq < eq ? want - off_eq : eq);
-    for (uint32_t i = tid; i < len; i += TK_THREADS) {
-        uint32_t key = key_at(i);
-        if (key > T) {
-            uint32_t p = off_gt + atomicAdd(&sh->pos_gt, 1u);
-            root->cand_key[p] = key;
-            root->cand_row[p] = lo + i;
-        } else if (key == T && take_eq == eq) {
-            uint32_t p = n_gt + off_eq + atomicAdd(&sh->pos_eq, 1u);
-            root->cand_key[p] = key;
-            root->cand_row[p] = lo + i;
+    if (take_eq > 0 && take_eq == eq) {
+        for (uint32_t i = tid; i < len; i += TK_THREADS) {
+            if (key_at(i) == T) {
+                uint32_t p = n_gt + off_eq + atomicAdd(&sh->pos_eq, 1u);
+                root->cand_key[p] = T;
+                root->cand_row[p] = lo + i;
+            }
         }
     }
     if (take_eq > 0 && take_eq < eq) {
