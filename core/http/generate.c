@@ -247,6 +247,29 @@ static json_t *take_logprobs(gen *g)
     return out ? out : json_null();
 }
 
+/* Queue one server-sent event carrying s. */
+static int sse_text(gen *g, const char *s)
+{
+    int rc = append(&g->sse, &g->n_sse, &g->cap_sse, "data: ", 6);
+    if (rc == 0)
+        rc = append(&g->sse, &g->n_sse, &g->cap_sse, s, strlen(s));
+    if (rc == 0)
+        rc = append(&g->sse, &g->n_sse, &g->cap_sse, "\n\n", 2);
+    return rc;
+}
+
+/* Queue one event carrying root as JSON (root is released). */
+static int sse_json(gen *g, json_t *root)
+{
+    char *s = root ? json_dumps(root, JSON_COMPACT) : NULL;
+    json_decref(root);
+    if (!s)
+        return -ENOMEM;
+    int rc = sse_text(g, s);
+    free(s);
+    return rc;
+}
+
 /* One stream chunk: text (may be NULL for the role-only or final chunk) and finish. */
 static int sse_chunk(gen *g, const char *text, size_t len, const char *finish)
 {
@@ -269,21 +292,9 @@ static int sse_chunk(gen *g, const char *text, size_t len, const char *finish)
         json_pack("{s:s, s:s, s:I, s:s, s:[o]}", "id", g->rid, "object",
                   g->req.kind == DSV4_API_CHAT ? "chat.completion.chunk" : "text_completion",
                   "created", g->created, "model", g->http->model_id, "choices", choice);
-    if (!root)
-        return -ENOMEM;
-    if (g->req.include_usage)
+    if (root && g->req.include_usage)
         json_object_set_new(root, "usage", json_null());
-    char *s = json_dumps(root, JSON_COMPACT);
-    json_decref(root);
-    if (!s)
-        return -ENOMEM;
-    int rc = append(&g->sse, &g->n_sse, &g->cap_sse, "data: ", 6);
-    if (rc == 0)
-        rc = append(&g->sse, &g->n_sse, &g->cap_sse, s, strlen(s));
-    if (rc == 0)
-        rc = append(&g->sse, &g->n_sse, &g->cap_sse, "\n\n", 2);
-    free(s);
-    return rc;
+    return sse_json(g, root);
 }
 
 /* The end of a stream: the final chunk, the usage chunk when asked, [DONE]. */
@@ -292,33 +303,19 @@ static int sse_close(gen *g)
     int rc;
     if (g->failed) {
         char *e = dsv4_api_error_json(&g->fail);
-        rc = e ? 0 : -ENOMEM;
-        if (rc == 0)
-            rc = append(&g->sse, &g->n_sse, &g->cap_sse, "data: ", 6);
-        if (rc == 0)
-            rc = append(&g->sse, &g->n_sse, &g->cap_sse, e, strlen(e));
-        if (rc == 0)
-            rc = append(&g->sse, &g->n_sse, &g->cap_sse, "\n\n", 2);
+        rc = e ? sse_text(g, e) : -ENOMEM;
         free(e);
     } else {
         rc = sse_chunk(g, NULL, 0, g->finish);
     }
-    if (rc == 0 && g->req.include_usage) {
-        json_t *root = json_pack(
-            "{s:s, s:s, s:I, s:s, s:[], s:o}", "id", g->rid, "object",
-            g->req.kind == DSV4_API_CHAT ? "chat.completion.chunk" : "text_completion", "created",
-            g->created, "model", g->http->model_id, "choices", "usage", usage_json(g));
-        char *s = root ? json_dumps(root, JSON_COMPACT) : NULL;
-        json_decref(root);
-        rc = s ? append(&g->sse, &g->n_sse, &g->cap_sse, "data: ", 6) : -ENOMEM;
-        if (rc == 0)
-            rc = append(&g->sse, &g->n_sse, &g->cap_sse, s, strlen(s));
-        if (rc == 0)
-            rc = append(&g->sse, &g->n_sse, &g->cap_sse, "\n\n", 2);
-        free(s);
-    }
+    if (rc == 0 && g->req.include_usage)
+        rc = sse_json(
+            g, json_pack("{s:s, s:s, s:I, s:s, s:[], s:o}", "id", g->rid, "object",
+                         g->req.kind == DSV4_API_CHAT ? "chat.completion.chunk" : "text_completion",
+                         "created", g->created, "model", g->http->model_id, "choices", "usage",
+                         usage_json(g)));
     if (rc == 0)
-        rc = append(&g->sse, &g->n_sse, &g->cap_sse, "data: [DONE]\n\n", 14);
+        rc = sse_text(g, "[DONE]");
     g->closed = true;
     return rc;
 }
