@@ -78,15 +78,14 @@ static uint32_t *dsv4_serve_count(dsv4_server *srv, dsv4_sreq_where where)
                                           : &srv->n_running;
 }
 
-/* Move r to the list of `to` (at its front or back); DSV4_SREQ_INBOX takes it off every
- * list, for good. */
+/* Move r to the list of `to`, at its front or back (or off every list: ENDED). */
 static void dsv4_serve_move(dsv4_server *srv, dsv4_sreq *r, dsv4_sreq_where to, bool front)
 {
     dsv4_list_unlink(&r->q);
     if (r->where != DSV4_SREQ_INBOX)
         (*dsv4_serve_count(srv, r->where))--;
     r->where = to;
-    if (to == DSV4_SREQ_INBOX)
+    if (to == DSV4_SREQ_ENDED)
         return;
     (*dsv4_serve_count(srv, to))++;
     dsv4_link *head = to == DSV4_SREQ_WAITING     ? &srv->waiting
@@ -112,7 +111,7 @@ static void dsv4_serve_finish(dsv4_server *srv, dsv4_sreq *r, dsv4_gen_event_kin
 {
     if (r->where == DSV4_SREQ_RUNNING)
         dsv4_serve_release(srv, r, kind == DSV4_EV_DONE);
-    dsv4_serve_move(srv, r, DSV4_SREQ_INBOX, false);
+    dsv4_serve_move(srv, r, DSV4_SREQ_ENDED, false);
     pthread_mutex_lock(&srv->mu);
     dsv4_list_unlink(&r->all);
     pthread_mutex_unlock(&srv->mu);

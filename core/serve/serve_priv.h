@@ -53,6 +53,7 @@ typedef enum dsv4_sreq_where {
     DSV4_SREQ_WAITING,   /* in the queue the sched plugin orders */
     DSV4_SREQ_RETRACTED, /* gave its pages back; resumes before the queue */
     DSV4_SREQ_RUNNING,   /* holds a sequence */
+    DSV4_SREQ_ENDED,     /* off every list, about to be freed */
 } dsv4_sreq_where;
 
 typedef struct dsv4_sreq {
