@@ -31,3 +31,9 @@ tests_unit_t_pd_conn_authenticates_peers_LDADD = $(TEST_CORE_LIBS)
 tests_unit_t_pd_shared_pool_is_visible_to_another_process_SOURCES = \
 	tests/unit/t-pd-shared-pool-is-visible-to-another-process.c $(PD_TEST_POOL)
 tests_unit_t_pd_shared_pool_is_visible_to_another_process_LDADD = $(TEST_CORE_LIBS) -lm
+
+# The handoff micro-benchmark (bench/pd-handoff.sh runs it); built with the tests only.
+check_PROGRAMS += bench/pd-handoff
+bench_pd_handoff_SOURCES = bench/pd-handoff.c
+bench_pd_handoff_LDADD = core/libdsv4core.la
+EXTRA_DIST += bench/pd-handoff.sh
