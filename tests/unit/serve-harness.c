@@ -1,8 +1,10 @@
 /* serve-harness.c: see serve-harness.h. */
 #include "tests/unit/serve-harness.h"
 
+#include <stdlib.h>
 #include <string.h>
 
+#include "core/config/schema.h"
 #include "core/serve/metrics.h"
 #include "tests/tap.h"
 #include "tests/unit/engine-testmodel.h"
@@ -13,6 +15,11 @@ static uint32_t th_ended;
 static dsv4_registry *th_reg;
 static dsv4_config *th_conf;
 static dsv4_model *th_model;
+static struct th_sched_conf {
+    const dsv4_plugin_desc *desc;
+    void *conf;
+} th_sched[8];
+static size_t th_n_sched;
 
 void dsv4_th_init(uint64_t model_seed)
 {
@@ -32,6 +39,10 @@ void dsv4_th_init(uint64_t model_seed)
 
 void dsv4_th_fini(void)
 {
+    for (size_t i = 0; i < th_n_sched; i++) {
+        dsv4_schema_release(th_sched[i].desc->options, th_sched[i].conf);
+        free(th_sched[i].conf);
+    }
     dsv4_config_free(th_conf);
     dsv4_test_model_free(th_model);
     dsv4_registry_free(th_reg);
@@ -42,20 +53,40 @@ const dsv4_model *dsv4_th_model(void)
     return th_model;
 }
 
+/* The schema defaults of a sched plugin's config, made once per plugin and kept until
+ * dsv4_th_fini (a server's plugin holds its config until the server stops). */
+static void *dsv4_th_sched_conf(const dsv4_plugin_desc *sched)
+{
+    char err[256];
+    size_t i = 0;
+    while (i < th_n_sched && th_sched[i].desc != sched)
+        i++;
+    if (i == th_n_sched) {
+        if (th_n_sched == sizeof(th_sched) / sizeof(th_sched[0]))
+            bail_out("too many sched plugins");
+        void *conf = calloc(1, sched->config_size ? sched->config_size : 1);
+        if (!conf || dsv4_schema_defaults(sched->options, conf, err, sizeof(err)) != 0)
+            bail_out("sched/%s defaults: %s", sched->name, err);
+        th_sched[th_n_sched++] = (struct th_sched_conf){sched, conf};
+    }
+    return th_sched[i].conf;
+}
+
 dsv4_server *dsv4_th_start(const dsv4_th_server *s)
 {
     char err[256];
     const dsv4_plugin_desc *sched =
         dsv4_registry_find(th_reg, DSV4_FAMILY_SCHED, s->sched ? s->sched : "fcfs", NULL);
-    if (!sched || sched->config_size != 0)
-        bail_out("plugin sched/%s missing or configurable", s->sched);
-    /* the f32 indexk plugin and an option-less sched plugin, on NULL configs (their
-     * defaults); the configuration's own selection is put back afterwards */
+    if (!sched)
+        bail_out("plugin sched/%s missing", s->sched);
+    /* the f32 indexk plugin on its defaults (the engine fills them in for a NULL config)
+     * and the sched plugin on its schema defaults; the shared configuration stays as is */
+    void *sched_conf = dsv4_th_sched_conf(sched);
     dsv4_config c = *th_conf;
     c.desc[DSV4_FAMILY_INDEXK] = dsv4_registry_find(th_reg, DSV4_FAMILY_INDEXK, "f32", NULL);
     c.desc[DSV4_FAMILY_SCHED] = sched;
     c.plugin_conf[DSV4_FAMILY_INDEXK] = NULL;
-    c.plugin_conf[DSV4_FAMILY_SCHED] = NULL;
+    c.plugin_conf[DSV4_FAMILY_SCHED] = sched_conf;
     c.server.max_running = s->max_running;
     c.server.prefill_chunk = s->prefill_chunk;
     c.model.state_slots = s->state_slots;
