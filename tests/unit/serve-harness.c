@@ -33,7 +33,6 @@ void dsv4_th_init(uint64_t model_seed)
     dsv4_test_shape shape = dsv4_test_shape_default();
     th_model = dsv4_test_model_new(&shape, model_seed);
     th_conf->core.threads = 1;
-    th_conf->model.kv_dtype = DSV4_KV_F32;
     dsv4_metrics_reset();
 }
 
@@ -79,11 +78,15 @@ dsv4_server *dsv4_th_start(const dsv4_th_server *s)
         dsv4_registry_find(th_reg, DSV4_FAMILY_SCHED, s->sched ? s->sched : "fcfs", NULL);
     if (!sched)
         bail_out("plugin sched/%s missing", s->sched);
-    /* the f32 indexk plugin on its defaults (the engine fills them in for a NULL config)
+    /* the indexk plugin on its defaults (the engine fills them in for a NULL config)
      * and the sched plugin on its schema defaults; the shared configuration stays as is */
     void *sched_conf = dsv4_th_sched_conf(sched);
     dsv4_config c = *th_conf;
-    c.desc[DSV4_FAMILY_INDEXK] = dsv4_registry_find(th_reg, DSV4_FAMILY_INDEXK, "f32", NULL);
+    c.desc[DSV4_FAMILY_INDEXK] =
+        dsv4_registry_find(th_reg, DSV4_FAMILY_INDEXK, s->indexk ? s->indexk : "f32", NULL);
+    if (!c.desc[DSV4_FAMILY_INDEXK])
+        bail_out("plugin indexk/%s missing", s->indexk);
+    c.model.kv_dtype = s->kv_dtype;
     c.desc[DSV4_FAMILY_SCHED] = sched;
     c.plugin_conf[DSV4_FAMILY_INDEXK] = NULL;
     c.plugin_conf[DSV4_FAMILY_SCHED] = sched_conf;

@@ -26,7 +26,9 @@ typedef struct dsv4_th_req {
 
 typedef struct dsv4_th_server {
     uint32_t max_running, prefill_chunk, state_slots, n_pages;
-    const char *sched; /* sched plugin name; NULL = the default (fcfs) */
+    const char *sched;      /* sched plugin name; NULL = fcfs */
+    const char *indexk;     /* indexk plugin name; NULL = f32 */
+    dsv4_kv_dtype kv_dtype; /* of compressed and window rows; 0 = f32 */
 } dsv4_th_server;
 
 /* The test model, the plugin registry and a default configuration (once per test). */

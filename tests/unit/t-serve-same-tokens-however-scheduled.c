@@ -2,7 +2,8 @@
  * loop whether it runs alone, under continuous batching beside requests of mixed lengths,
  * with a tiny prefill chunk, after being retracted (a pool so small that retraction
  * happens), or as the second and third turns of a conversation that start from the
- * prefix cache; a full cache is evicted before anything is retracted.
+ * prefix cache (also with fp8 index-K pages and bf16 rows); a full cache is evicted
+ * before anything is retracted.
  * Greedy and seeded sampling both. After every run the pool is back to its baseline:
  * pages still used are exactly those the prefix cache alone holds, and flushing the cache
  * brings pages and state slots to zero. */
@@ -38,6 +39,15 @@ static void run(const dsv4_th_server *cfg, unsigned which, dsv4_th_req *out)
     dsv4_server_stop(srv, 0);
 }
 
+/* One request on srv, to its end. */
+static void turn(dsv4_server *srv, dsv4_th_req *req, const int32_t *prompt, uint32_t n,
+                 const dsv4_gen_params *p)
+{
+    memset(req, 0, sizeof(*req));
+    dsv4_th_submit(srv, req, prompt, n, p);
+    dsv4_th_wait((dsv4_th_req *[]){req}, 1);
+}
+
 /* Pages back to baseline: the only pages in use are those the cache alone holds, and a
  * flush returns every page and slot. */
 static void check_baseline(dsv4_server *srv, const char *what)
@@ -69,7 +79,7 @@ static void compare(const dsv4_th_req *ref, const dsv4_th_req *got, unsigned whi
 
 int main(void)
 {
-    plan(21);
+    plan(22);
     dsv4_th_init(3);
     uint32_t V = dsv4_th_model()->cfg.vocab_size;
     for (int i = 0; i < N_REQ; i++) {
@@ -199,6 +209,22 @@ int main(void)
        (long long)dsv4_metric_get(DSV4_M_EVICTED_PAGES));
     check_baseline(srv, "after eviction");
     dsv4_server_stop(srv, 0);
+    /* the same with fp8 index-K pages and bf16 rows: every paged buffer is shared */
+    dsv4_th_server q = big;
+    q.indexk = "fp8";
+    q.kv_dtype = DSV4_KV_BF16;
+    p2.max_tokens = 20;
+    srv = dsv4_th_start(&q);
+    turn(srv, &first, prompts[0], lens[0], &params[0]);
+    /* turn 2 as this configuration's turn 1 would lead to it */
+    memcpy(turn2 + lens[0], first.tokens, first.n_tokens * sizeof(int32_t));
+    turn(srv, &warm, turn2, n2, &p2);
+    dsv4_server_stop(srv, 0);
+    srv = dsv4_th_start(&q);
+    turn(srv, &cold, turn2, n2, &p2);
+    dsv4_server_stop(srv, 0);
+    ok(warm.end.cached_tokens == 64 && dsv4_th_same_tokens(&cold, &warm),
+       "fp8 index-K, bf16 kv: turn 2 from the cache = cold (%u cached)", warm.end.cached_tokens);
     dsv4_th_fini();
     return done_testing();
 }
