@@ -133,9 +133,11 @@ static void dsv4_serve_finish(dsv4_server *srv, dsv4_sreq *r, dsv4_gen_event_kin
     free(r);
 }
 
-static void dsv4_serve_fail(dsv4_server *srv, dsv4_sreq **batch, uint32_t n, int status)
+/* End n requests with an error; `what` names the step that failed, for the log. */
+static void dsv4_serve_fail(dsv4_server *srv, dsv4_sreq **batch, uint32_t n, int status,
+                            const char *what)
 {
-    dsv4_log(DSV4_LOG_ERROR, "server", "engine step failed (%s, %u requests)",
+    dsv4_log(DSV4_LOG_ERROR, "server", "%s failed (%s, %u requests end)", what,
              dsv4_strerror(status), n);
     for (uint32_t i = 0; i < n; i++)
         dsv4_serve_finish(srv, batch[i], DSV4_EV_ERROR, DSV4_FINISH_NONE, status);
@@ -309,7 +311,7 @@ static void dsv4_serve_admit(dsv4_server *srv)
     /* With nothing running and the cache evictable the first request always fits (the
      * context limit never exceeds the pool); should it not, fail it rather than spin. */
     if (blocked && srv->n_running == 0)
-        dsv4_serve_fail(srv, &blocked, 1, -ENOSPC);
+        dsv4_serve_fail(srv, &blocked, 1, -ENOSPC, "admission into an empty pool");
 }
 
 static void dsv4_serve_decode(dsv4_server *srv)
@@ -328,7 +330,7 @@ static void dsv4_serve_decode(dsv4_server *srv)
         if (n == 0 || dsv4_serve_pages_free(srv) >= need)
             break;
         if (!dsv4_serve_make_room(srv, need)) {
-            dsv4_serve_fail(srv, batch, n, -ENOSPC);
+            dsv4_serve_fail(srv, batch, n, -ENOSPC, "decode step");
             return;
         }
     }
@@ -340,7 +342,7 @@ static void dsv4_serve_decode(dsv4_server *srv)
     }
     int rc = dsv4_engine_decode(srv->eng, n, srv->seqs, srv->tokens, srv->logits);
     if (rc != 0) {
-        dsv4_serve_fail(srv, batch, n, rc);
+        dsv4_serve_fail(srv, batch, n, rc, "decode step");
         return;
     }
     for (uint32_t i = 0; i < n; i++) {
@@ -373,7 +375,7 @@ static void dsv4_serve_prefill(dsv4_server *srv)
             return;
         if (dsv4_serve_pages_free(srv) < need) {
             if (!dsv4_serve_make_room(srv, need)) {
-                dsv4_serve_fail(srv, batch, n, -ENOSPC);
+                dsv4_serve_fail(srv, batch, n, -ENOSPC, "prefill step");
                 return;
             }
             continue;
@@ -386,7 +388,7 @@ static void dsv4_serve_prefill(dsv4_server *srv)
         int rc = dsv4_engine_prefill(srv->eng, n, srv->seqs, srv->tokp, srv->lens, DSV4_LOGITS_LAST,
                                      srv->lptr);
         if (rc != 0) {
-            dsv4_serve_fail(srv, batch, n, rc);
+            dsv4_serve_fail(srv, batch, n, rc, "prefill step");
             return;
         }
         for (uint32_t i = 0; i < n; i++) {
@@ -401,7 +403,7 @@ static void dsv4_serve_prefill(dsv4_server *srv)
     }
 }
 
-/* Every request in `head` for which pred holds gets DONE(ABORT). */
+/* Every request in `head` (only the cancelled ones, if so asked) gets DONE(ABORT). */
 static void dsv4_serve_abort_list(dsv4_server *srv, dsv4_link *head, bool only_cancelled)
 {
     for (dsv4_link *l = head->next, *next; l != head; l = next) {
