@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <time.h>
 #include <ucp/api/ucp.h>
 #include <unistd.h>
 
@@ -32,6 +33,7 @@
 #define UCX_SUBJECT "transport/ucx"
 #define UCX_MAX_ADDRESS (64u << 10)
 #define UCX_MAX_RKEY (64u << 10)
+#define UCX_CLOSE_SECONDS 2
 
 typedef struct ucx_config {
     const char *tls;
@@ -45,6 +47,7 @@ typedef struct ucx_state {
     const dsv4_kv_layout *exposed;
     ucp_mem_h *memh;
     pthread_t progress;
+    int efd;     /* the worker's event fd */
     int stop_fd; /* eventfd: wakes and stops the progress thread; -1 before expose */
 } ucx_state;
 
@@ -111,16 +114,14 @@ static int ucx_check(const dsv4_selection *sel, const void *config, dsv4_report_
 static void *ucx_progress_main(void *arg)
 {
     ucx_state *s = arg;
-    int efd;
-    if (ucp_worker_get_efd(s->worker, &efd) != UCS_OK)
-        return NULL;
     for (;;) {
         while (ucp_worker_progress(s->worker) != 0)
             ;
         ucs_status_t st = ucp_worker_arm(s->worker);
         if (st == UCS_ERR_BUSY)
             continue;
-        struct pollfd p[2] = {{.fd = efd, .events = POLLIN}, {.fd = s->stop_fd, .events = POLLIN}};
+        struct pollfd p[2] = {{.fd = s->efd, .events = POLLIN},
+                              {.fd = s->stop_fd, .events = POLLIN}};
         /* the timeout bounds the cost of a missed wakeup; events normally wake us */
         poll(p, 2, 100);
         if (p[1].revents & POLLIN)
@@ -239,6 +240,10 @@ static int ucx_register(ucx_state *s, const dsv4_kv_layout *l)
             return ucx_errno(st);
         }
     }
+    if (ucp_worker_get_efd(s->worker, &s->efd) != UCS_OK) {
+        ucx_unexpose(s);
+        return -ENOTSUP;
+    }
     s->stop_fd = eventfd(0, EFD_CLOEXEC);
     if (s->stop_fd < 0 || pthread_create(&s->progress, NULL, ucx_progress_main, s) != 0) {
         if (s->stop_fd >= 0)
@@ -299,11 +304,22 @@ static void ucx_peer_free(ucx_state *s, ucx_peer *p)
         ucp_request_param_t rp = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
                                   .flags = p->error == UCS_OK ? 0 : UCP_EP_CLOSE_FLAG_FORCE};
         void *req = ucp_ep_close_nbx(p->ep, &rp);
-        if (UCS_PTR_IS_PTR(req)) {
-            while (ucp_request_check_status(req) == UCS_INPROGRESS)
-                ucp_worker_progress(s->worker);
-            ucp_request_free(req);
+        /* a graceful close waits for the peer; a peer that never answers (shared memory
+         * transports cannot tell it is gone) costs at most the bound below */
+        struct timespec t0, t;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        bool closing = UCS_PTR_IS_PTR(req);
+        while (closing && ucp_request_check_status(req) == UCS_INPROGRESS) {
+            ucp_worker_progress(s->worker);
+            clock_gettime(CLOCK_MONOTONIC, &t);
+            if (t.tv_sec - t0.tv_sec > UCX_CLOSE_SECONDS) {
+                s->host->log(DSV4_LOG_WARN, UCX_SUBJECT,
+                             "the peer did not confirm the close within %d s", UCX_CLOSE_SECONDS);
+                break;
+            }
         }
+        if (closing)
+            ucp_request_free(req);
     }
     free(p->rkey);
     free(p->remote);
@@ -472,8 +488,9 @@ static int ucx_cancel(void *state, void *xfer)
 static void ucx_release(void *state, void *xfer)
 {
     ucx_xfer *x = xfer;
-    while (!ucx_settled(state, x)) /* released early: drain first */
-        ;
+    /* released before it settled: UCX frees the flush request when it completes */
+    if (!ucx_settled(state, x))
+        ucp_request_free(x->flush);
     free(x);
 }
 

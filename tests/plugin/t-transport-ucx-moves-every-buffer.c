@@ -3,9 +3,12 @@
  * tls = shm: a request's pages of every paged buffer and its state slot land exactly in the
  * reserved blocks (the checksums of both sides agree), several requests reuse the one
  * registration, a run outside either pool is refused before any put, cancel after
- * completion returns 0. probe and check refuse device = cuda by name; a blob with another
- * buffer table is refused at attach. */
+ * completion returns 0. When the receiving process is killed (kill -9) after the sender
+ * attached, a transfer over tcp fails instead of hanging and cancel returns 0. probe and
+ * check refuse device = cuda by name; a blob with another buffer table is refused at
+ * attach. */
 #include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -154,9 +157,75 @@ static void over(const char *tls)
     tpool_free(&dst);
 }
 
+/* The sender after its receiver was killed: 0 when the transfer failed and cancel drained. */
+static int sender_of_dead(tpool *src, int blob_fd, int go_fd, int attached_fd)
+{
+    uint64_t len;
+    if (!full_read(blob_fd, &len, sizeof(len)) || len > sizeof(blob) ||
+        !full_read(blob_fd, blob, len))
+        return 0x80;
+    void *conf = plugtest_config(desc, "tls", "tcp", NULL);
+    void *tx = plugtest_init(desc, conf);
+    void *peer = NULL, *x = NULL;
+    char err[512], c;
+    if (ops->attach(tx, src->l, blob, len, &peer, err, sizeof(err)) != 0)
+        return 0x40;
+    if (write(attached_fd, "a", 1) != 1 || read(go_fd, &c, 1) != 1)
+        return 0x20;
+    dsv4_xfer_run runs[PAGES];
+    dsv4_xfer_req req = {sizeof(req), 1, 1, runs, tx_runs(sp, dp, 6, runs), true, 2, 0};
+    int rc = ops->post(tx, peer, &req, &x);
+    if (rc == 0) {
+        rc = tx_wait(ops, tx, x, 60000);
+        diag("transfer to a killed receiver: %d", rc);
+        if (rc == 0 || rc == -EAGAIN || ops->cancel(tx, x) != 0)
+            return 1;
+        ops->release(tx, x);
+    } else {
+        diag("post to a killed receiver: %d", rc);
+    }
+    ops->detach(tx, peer);
+    desc->fini(tx);
+    return 0;
+}
+
+static void dead_receiver(void)
+{
+    tpool src = tpool_new(PAGES, SLOTS, false, 11), dst = tpool_new(PAGES, SLOTS, true, 12);
+    int bp[2], go[2], at[2], dn[2];
+    if (pipe(bp) != 0 || pipe(go) != 0 || pipe(at) != 0 || pipe(dn) != 0)
+        bail_out("pipe");
+    pid_t rx = fork();
+    if (rx == 0)
+        _exit(receiver("tcp", dst.l, bp[1], dn[0]));
+    pid_t tx = fork();
+    if (tx == 0)
+        _exit(sender_of_dead(&src, bp[0], go[0], at[1]));
+    char c;
+    int st_tx = -1;
+    if (read(at[0], &c, 1) == 1) {
+        kill(rx, SIGKILL);
+        waitpid(rx, NULL, 0);
+        if (write(go[1], "g", 1) != 1)
+            bail_out("pipe");
+    } else {
+        kill(rx, SIGKILL);
+        waitpid(rx, NULL, 0);
+    }
+    waitpid(tx, &st_tx, 0);
+    ok(WIFEXITED(st_tx) && WEXITSTATUS(st_tx) == 0,
+       "tls = tcp: a transfer to a killed receiver fails (no hang) and cancel returns 0 (%d)",
+       st_tx);
+    int fds[] = {bp[0], bp[1], go[0], go[1], at[0], at[1], dn[0], dn[1]};
+    for (int i = 0; i < 8; i++)
+        close(fds[i]);
+    tpool_free(&src);
+    tpool_free(&dst);
+}
+
 int main(void)
 {
-    plan(PLUGTEST_DESC_TESTS + 2 * 5 + 4);
+    plan(PLUGTEST_DESC_TESTS + 2 * 5 + 5);
     desc = plugtest_open("transport", "ucx");
     plugtest_check_desc(desc, DSV4_FAMILY_TRANSPORT, DSV4_TRANSPORT_VERSION, "ucx",
                         sizeof(dsv4_transport_ops));
@@ -179,6 +248,7 @@ int main(void)
 
     over("tcp");
     over("shm");
+    dead_receiver();
 
     /* another buffer table: a receiver pool built with other geometry is refused */
     conf = plugtest_config(desc, "tls", "tcp", NULL);
