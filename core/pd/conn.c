@@ -2,6 +2,10 @@
 #include "core/pd/conn.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
@@ -90,6 +94,46 @@ static const char *dsv4_pd_io_text(int rc)
     return rc == -ETIMEDOUT    ? "deadline passed"
            : rc == -ECONNRESET ? "peer closed the connection"
                                : strerror(-rc);
+}
+
+/* One connect attempt to one address: the socket or a negative errno. */
+static int dsv4_pd_dial_one(const struct addrinfo *ai, uint64_t deadline_ns)
+{
+    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
+    if (fd < 0)
+        return -errno;
+    int rc = connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 ? 0 : -errno;
+    if (rc == -EINPROGRESS) {
+        rc = dsv4_pd_wait(fd, POLLOUT, deadline_ns);
+        int so = 0;
+        socklen_t len = sizeof(so);
+        if (rc == 0 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &so, &len) == 0)
+            rc = -so;
+    }
+    int one = 1;
+    if (rc == 0)
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (rc == 0)
+        return fd;
+    close(fd);
+    return rc;
+}
+
+int dsv4_pd_dial(const char *host, const char *port, uint64_t deadline_ns, char *err, size_t errlen)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res;
+    int gai = getaddrinfo(host, port, &hints, &res);
+    if (gai != 0) {
+        snprintf(err, errlen, "pd dial %s:%s: %s", host, port, gai_strerror(gai));
+        return DSV4_EPEER;
+    }
+    int rc = -EHOSTUNREACH;
+    for (const struct addrinfo *ai = res; ai && rc < 0 && rc != -ETIMEDOUT; ai = ai->ai_next)
+        rc = dsv4_pd_dial_one(ai, deadline_ns);
+    freeaddrinfo(res);
+    if (rc < 0)
+        snprintf(err, errlen, "pd dial %s:%s: %s", host, port, dsv4_pd_io_text(rc));
+    return rc;
 }
 
 dsv4_pd_conn *dsv4_pd_conn_new(int fd, const void *secret, size_t secret_len, char *err,

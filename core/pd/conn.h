@@ -32,6 +32,13 @@ typedef struct dsv4_pd_conn dsv4_pd_conn;
 /* Now + ms on the monotonic clock, in nanoseconds. */
 uint64_t dsv4_pd_deadline(uint32_t ms);
 
+/* Connects to host:port over TCP within the deadline (non-blocking connect, then poll), with
+ * TCP_NODELAY set (frames are small and latency-bound). The socket, or -ETIMEDOUT,
+ * -ECONNREFUSED, -EHOSTUNREACH ..., DSV4_EPEER when the name does not resolve; err says
+ * which. */
+int dsv4_pd_dial(const char *host, const char *port, uint64_t deadline_ns, char *err,
+                 size_t errlen);
+
 /* NULL with the reason in err (secret shorter than DSV4_PD_MIN_SECRET, out of memory). */
 dsv4_pd_conn *dsv4_pd_conn_new(int fd, const void *secret, size_t secret_len, char *err,
                                size_t errlen);

@@ -4,11 +4,16 @@
  * sent (so it can neither trigger a transfer nor write KV); a geometry mismatch is refused
  * on both sides with a message naming what differs; a frame recorded on one connection and
  * replayed on it or on a new connection is refused; a silent peer ends in -ETIMEDOUT at
- * the deadline (and the call can be repeated); a closed peer in -ECONNRESET. */
+ * the deadline (and the call can be repeated); a closed peer in -ECONNRESET. Dialing a TCP
+ * listener on loopback connects and shakes hands; dialing a port nobody listens on fails
+ * with -ECONNREFUSED. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -92,7 +97,7 @@ static uint8_t *grab(int fd, size_t *len_p)
 
 int main(void)
 {
-    plan(15);
+    plan(17);
     side a, b;
     char err[1024];
     dsv4_pd_msg m;
@@ -191,5 +196,36 @@ int main(void)
     dsv4_pd_msg_clear(&a.peer);
     dsv4_pd_msg_clear(&b.peer);
     dsv4_pd_conn_free(b.c);
+
+    /* over TCP on loopback */
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof(sa);
+    if (lfd < 0 || bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) != 0 || listen(lfd, 4) != 0 ||
+        getsockname(lfd, (struct sockaddr *)&sa, &sl) != 0)
+        bail_out("listen on loopback");
+    char port[16];
+    snprintf(port, sizeof(port), "%u", ntohs(sa.sin_port));
+    int cfd = dsv4_pd_dial("127.0.0.1", port, dsv4_pd_deadline(5000), err, sizeof(err));
+    int sfd = cfd >= 0 ? accept(lfd, NULL, NULL) : -1;
+    bool shook = false;
+    if (cfd >= 0 && sfd >= 0) {
+        memset(&a, 0, sizeof(a));
+        memset(&b, 0, sizeof(b));
+        a.c = dsv4_pd_conn_new(cfd, secret, strlen(secret), err, sizeof(err));
+        b.c = dsv4_pd_conn_new(sfd, secret, strlen(secret), err, sizeof(err));
+        a.hello = hello_of(DSV4_ROLE_DECODE, 16, "ucx");
+        b.hello = hello_of(DSV4_ROLE_PREFILL, 16, "ucx");
+        pthread_t t;
+        pthread_create(&t, NULL, run_handshake, &b);
+        run_handshake(&a);
+        pthread_join(t, NULL);
+        shook = a.rc == 0 && b.rc == 0;
+        unpair(&a, &b);
+    }
+    ok(shook, "dial a TCP listener on loopback and shake hands over it");
+    close(lfd); /* nobody listens on that port any more */
+    int rc2 = dsv4_pd_dial("127.0.0.1", port, dsv4_pd_deadline(5000), err, sizeof(err));
+    ok(rc2 == -ECONNREFUSED && strstr(err, port), "dialing a closed port is refused: %s", err);
     return done_testing();
 }
