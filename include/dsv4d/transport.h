@@ -44,7 +44,7 @@ typedef struct dsv4_transport_ops {
     uint32_t struct_size;
     /* Receiver: register every buffer of `local` once; write what a peer needs to reach it
      * (keys, segment names, IPC handles) into blob (capacity *len_p; *len_p set to the
-     * length used). */
+     * length used). -ENOSPC when it does not fit: *len_p is then the length needed. */
     int (*expose)(void *state, const dsv4_kv_layout *local, void *blob, size_t *len_p);
     /* Sender: attach once to a peer's exposed layout. */
     int (*attach)(void *state, const dsv4_kv_layout *local, const void *blob, size_t len,
