@@ -73,7 +73,7 @@ int dsv4_tp_get_table(dsv4_tp_in *in, uint32_t magic, const dsv4_kv_layout *loca
                       dsv4_tp_table *t_p, const char *subject, char *err, size_t errlen)
 {
     if (dsv4_tp_get_u32(in) != magic || in->bad) {
-        snprintf(err, errlen, "%s: not a blob of this transport", subject);
+        snprintf(err, errlen, "%s: the peer exposed its pool with another transport", subject);
         return DSV4_EPEER;
     }
     dsv4_tp_table t = {dsv4_tp_get_u32(in), dsv4_tp_get_u32(in), dsv4_tp_get_u32(in)};
