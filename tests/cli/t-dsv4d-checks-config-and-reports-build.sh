@@ -2,8 +2,8 @@
 # t-dsv4d-checks-config-and-reports-build: dsv4d -t checks a configuration exactly like
 # dsv4ctl validate (ok: exit 0; invalid: the same diagnostics, exit 1); -V prints the
 # version and plugin ABI; -VV adds configure options, CUDA and every plugin found with its
-# status; a plain start brings the selected plugins up and down, then exits 2 saying that
-# serving is not built yet.
+# status; a plain start with a model that cannot be loaded exits 1 naming it (serving
+# itself is tested in tests/integ/t-http-*).
 . "$top_srcdir/tests/tap.sh"
 plan 15
 tap_tmpdir
@@ -38,8 +38,9 @@ has "$vv" "indexk/fp8 " "-VV: lists a plugin that loads"
 has "$vv" "sched/abimajor failed: plugin sched/abimajor (dsv4-sched-abimajor.so): ABI 2.1 not supported" \
     "-VV: lists a plugin that failed, with its reason"
 
-err=$("$DSV4D" -c ok.ini 2>&1)
-is $? 2 "plain start: exit 2"
-is "$err" "dsv4d: serving is not built yet (checked configuration and plugins)" \
-    "plain start: says serving is not built, after starting the plugins"
+printf '[core]\ndevice = cpu\n[model]\npath = %s/no-model\n' "$TAP_TMP" > nomodel.ini
+err=$("$DSV4D" -c nomodel.ini 2>&1)
+is $? 1 "plain start with a missing model: exit 1"
+has "$err" "dsv4d: error: model: cannot load $TAP_TMP/no-model" \
+    "plain start: names the model it cannot load"
 done_testing
