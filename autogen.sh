@@ -9,7 +9,7 @@ cd "$(dirname "$0")"
 # Everything the build, the tests and the man-page checks need, by Debian package name.
 DEBIAN_PACKAGES="autoconf automake libtool pkg-config make gcc libc6-dev python3
     libinih-dev libjansson-dev libxxhash-dev libpcre2-dev libmicrohttpd-dev libssl-dev libucx-dev ucx-utils
-    mandoc groff-base"
+    mandoc groff-base curl"
 
 if [ "${1:-}" = "--install-deps" ]; then
     missing=""
