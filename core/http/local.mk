@@ -36,3 +36,8 @@ check_PROGRAMS += tests/unit/t-chat-matches-deepseek-v3-template-check
 tests_unit_t_chat_matches_deepseek_v3_template_check_LDADD = $(HTTP_LIBS)
 TESTS += tests/unit/t-chat-matches-deepseek-v3-template.sh
 EXTRA_DIST += tests/unit/t-chat-matches-deepseek-v3-template.sh
+
+# The official OpenAI Node client (npm `openai`, installed at test time) against dsv4d.
+TESTS += tests/integ/t-openai-client-completes-and-streams.sh
+EXTRA_DIST += tests/integ/t-openai-client-completes-and-streams.sh \
+	tests/integ/t-openai-client-completes-and-streams.mjs
