@@ -41,3 +41,10 @@ EXTRA_DIST += tests/unit/t-chat-matches-deepseek-v3-template.sh
 TESTS += tests/integ/t-openai-client-completes-and-streams.sh
 EXTRA_DIST += tests/integ/t-openai-client-completes-and-streams.sh \
 	tests/integ/t-openai-client-completes-and-streams.mjs
+
+# The HTTP load generator (bench/serve-load.sh and bench/soak.sh run it); built with the
+# tests only, since the bounded soak test runs it too.
+check_PROGRAMS += bench/serve-load
+bench_serve_load_SOURCES = bench/serve-load.c
+bench_serve_load_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS) $(PTHREAD_CFLAGS)
+bench_serve_load_LDADD = $(JANSSON_LIBS) $(PTHREAD_LIBS) -lm
