@@ -10,7 +10,8 @@
 # SOAK_CLIENTS (80), SOAK_ABORT percent (5), and either SOAK_SECONDS (600) or
 # SOAK_REQUESTS (a fixed count: the bounded run the test suite makes); SOAK_PROMPTS and
 # SOAK_OUTS the prompt lengths and max_tokens to mix (bench/serve-load -p, -o); SOAK_OUT
-# names a markdown file to write the result to.
+# names a markdown file to write the result to, COMMIT the commit it names (default: the
+# source tree's HEAD; set it when BUILDDIR was built from a snapshot).
 set -eu
 src=$(cd "$(dirname "$0")/.." && pwd)
 : "${top_srcdir:=$src}"
@@ -81,8 +82,9 @@ ok(not errors, "dsv4d logged no error", "\n".join(errors[:10]))
 d.signal()
 rc = d.wait(120)
 if out:
-    rev = subprocess.run(["git", "-C", os.environ["top_srcdir"], "rev-parse", "--short", "HEAD"],
-                         stdout=subprocess.PIPE, text=True).stdout.strip()
+    rev = os.environ.get("COMMIT") or subprocess.run(
+        ["git", "-C", os.environ["top_srcdir"], "rev-parse", "--short", "HEAD"],
+        stdout=subprocess.PIPE, text=True).stdout.strip()
     with open(out, "w") as f:
         f.write("# dsv4d soak on the CPU (%s)\n\n" % time.strftime("%Y-%m-%d", time.gmtime()))
         f.write("Commit %s; %d cores (`nproc`), load average before the run: %s.\n\n"

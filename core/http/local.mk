@@ -50,4 +50,5 @@ bench_serve_load_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS) $(PTHREAD_CFLAGS)
 bench_serve_load_LDADD = $(JANSSON_LIBS) $(PTHREAD_LIBS) -lm
 # A bounded run of bench/soak.sh (bench/serve-load against dsv4d; no timing thresholds).
 TESTS += tests/integ/t-soak-80-clients-with-aborts-leak-nothing.sh
-EXTRA_DIST += tests/integ/t-soak-80-clients-with-aborts-leak-nothing.sh bench/soak.sh
+EXTRA_DIST += tests/integ/t-soak-80-clients-with-aborts-leak-nothing.sh bench/soak.sh \
+	bench/serve-load.sh
