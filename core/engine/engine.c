@@ -66,7 +66,9 @@ dsv4_engine *dsv4_engine_new(const dsv4_model *model, const dsv4_engine_conf *co
         goto fail;
     dsv4_kv_pool_conf pc = {&model->cfg, conf->kv_dtype,    eng->conf.page_tokens, conf->n_pages,
                             S,           eng->ik_desc->ops, eng->ik_desc->name};
-    if (!(eng->pool = dsv4_kv_pool_new(&pc, err, errlen)))
+    eng->pool = conf->kv_shared ? dsv4_kv_pool_new_shared(&pc, err, errlen)
+                                : dsv4_kv_pool_new(&pc, err, errlen);
+    if (!eng->pool)
         goto fail;
     dsv4_fwd_conf fc = {model,
                         eng->pool,
@@ -214,6 +216,17 @@ static int dsv4_engine_pages(dsv4_engine *eng, dsv4_eseq *s, uint32_t tokens)
         s->n_pages++;
     }
     return 0;
+}
+
+int dsv4_engine_seq_reserve(dsv4_engine *eng, uint32_t seq, uint32_t tokens)
+{
+    if (seq >= eng->conf.n_slots || !eng->seqs[seq].live || eng->seqs[seq].len != 0 ||
+        tokens > eng->conf.n_pages * eng->conf.page_tokens)
+        return -EINVAL;
+    int rc = dsv4_engine_pages(eng, &eng->seqs[seq], tokens);
+    if (rc == 0)
+        eng->seqs[seq].len = tokens;
+    return rc;
 }
 
 static int dsv4_engine_check(const dsv4_engine *eng, size_t n, const uint32_t *seqs)

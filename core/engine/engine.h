@@ -25,6 +25,7 @@ typedef struct dsv4_engine_conf {
     const dsv4_plugin_desc *indexk; /* the indexk plugin (family DSV4_FAMILY_INDEXK) */
     const void *indexk_conf;        /* its config struct; NULL = its schema defaults */
     const dsv4_host *host;          /* handed to the plugin; NULL = dsv4_host_default() */
+    bool kv_shared; /* pool in shared memory (a PD decode server over transport/local) */
 } dsv4_engine_conf;
 
 typedef enum dsv4_logits_mode {
@@ -42,6 +43,12 @@ void dsv4_engine_free(dsv4_engine *eng);
 int dsv4_engine_seq_new(dsv4_engine *eng, uint32_t *seq_p);
 /* Give the sequence's pages and state slot back to the pool. */
 void dsv4_engine_seq_free(dsv4_engine *eng, uint32_t seq);
+/* Give an empty sequence pages for its first `tokens` tokens without running the forward,
+ * and make that its length: a PD transfer writes those pages and the state slot (the
+ * decode role, core/serve/pd_decode.c), and the sequence must not run before it landed.
+ * 0, -EINVAL (not empty, over the context) or -ENOSPC (the pages taken so far stay with
+ * the sequence: free it). */
+int dsv4_engine_seq_reserve(dsv4_engine *eng, uint32_t seq, uint32_t tokens);
 /* Tokens in the sequence's KV so far. */
 uint32_t dsv4_engine_seq_len(const dsv4_engine *eng, uint32_t seq);
 /* The sequence's state slot and its pages in order (n_pages_p gets the count); NULL for a

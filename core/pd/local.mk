@@ -7,6 +7,9 @@ core_libdsv4core_la_SOURCES += core/pd/checksum.c core/pd/checksum.h \
 	core/pd/plan.c core/pd/plan.h \
 	core/pd/wire.c core/pd/wire.h \
 	core/pd/conn.c core/pd/conn.h
+# The serving loop's prefill and decode roles (core/serve/pd.h) live with the rest of PD.
+core_libdsv4core_la_SOURCES += core/serve/pd.h core/serve/pd_priv.h core/serve/pd_common.c \
+	core/serve/pd_prefill.c core/serve/pd_decode.c
 core_libdsv4core_la_CFLAGS += $(CRYPTO_CFLAGS)
 core_libdsv4core_la_LIBADD += $(CRYPTO_LIBS)
 

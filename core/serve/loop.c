@@ -40,10 +40,11 @@
 #include <dsv4d/sched.h>
 
 #include "core/serve/metrics.h"
+#include "core/serve/pd.h"
 #include "core/util/log.h"
 #include "core/util/status.h"
 
-static uint32_t dsv4_serve_pages(const dsv4_server *srv, uint64_t tokens)
+uint32_t dsv4_serve_pages(const dsv4_server *srv, uint64_t tokens)
 {
     return (uint32_t)((tokens + srv->page_tokens - 1) / srv->page_tokens);
 }
@@ -75,14 +76,14 @@ static uint32_t *dsv4_serve_count(dsv4_server *srv, dsv4_sreq_where where)
 {
     return where == DSV4_SREQ_WAITING     ? &srv->n_waiting
            : where == DSV4_SREQ_RETRACTED ? &srv->n_retracted
+           : where == DSV4_SREQ_PD        ? &srv->n_pd_held
                                           : &srv->n_running;
 }
 
-/* Move r to the list of `to`, at its front or back (or off every list: ENDED). */
-static void dsv4_serve_move(dsv4_server *srv, dsv4_sreq *r, dsv4_sreq_where to, bool front)
+void dsv4_serve_move(dsv4_server *srv, dsv4_sreq *r, dsv4_sreq_where to, bool front)
 {
     dsv4_list_unlink(&r->q);
-    if (r->where != DSV4_SREQ_INBOX)
+    if (r->where != DSV4_SREQ_INBOX && r->where != DSV4_SREQ_ENDED)
         (*dsv4_serve_count(srv, r->where))--;
     r->where = to;
     if (to == DSV4_SREQ_ENDED)
@@ -90,6 +91,7 @@ static void dsv4_serve_move(dsv4_server *srv, dsv4_sreq *r, dsv4_sreq_where to, 
     (*dsv4_serve_count(srv, to))++;
     dsv4_link *head = to == DSV4_SREQ_WAITING     ? &srv->waiting
                       : to == DSV4_SREQ_RETRACTED ? &srv->retracted
+                      : to == DSV4_SREQ_PD        ? &srv->pd_held
                                                   : &srv->running;
     if (front)
         dsv4_list_push_front(head, &r->q);
@@ -105,11 +107,10 @@ static void dsv4_serve_release(dsv4_server *srv, dsv4_sreq *r, bool insert)
     r->n_fed = 0;
 }
 
-/* Deliver r's terminal event and free it. Its pages are back before the event. */
-static void dsv4_serve_finish(dsv4_server *srv, dsv4_sreq *r, dsv4_gen_event_kind kind,
-                              dsv4_finish finish, int status)
+void dsv4_serve_finish(dsv4_server *srv, dsv4_sreq *r, dsv4_gen_event_kind kind,
+                       dsv4_finish finish, int status)
 {
-    if (r->where == DSV4_SREQ_RUNNING)
+    if (r->where == DSV4_SREQ_RUNNING || r->where == DSV4_SREQ_PD)
         dsv4_serve_release(srv, r, kind == DSV4_EV_DONE);
     dsv4_serve_move(srv, r, DSV4_SREQ_ENDED, false);
     pthread_mutex_lock(&srv->mu);
@@ -156,6 +157,10 @@ static float dsv4_serve_logprob(const float *logits, uint32_t n, int32_t tok)
 /* Sample r's next token from its logits, deliver it, and end r when it is done. */
 static void dsv4_serve_token(dsv4_server *srv, dsv4_sreq *r, const float *logits)
 {
+    if (r->pd) { /* a prefill server's lease: its KV goes to the decode server instead */
+        dsv4_pd_prefill_handoff(srv, r);
+        return;
+    }
     dsv4_sample_params sp = {r->params.temperature, r->params.top_p, r->params.top_k};
     int32_t tok = dsv4_sample(logits, srv->vocab, &sp, &r->rng, srv->scratch);
     uint64_t now = dsv4_serve_now_ns();
@@ -200,7 +205,7 @@ static bool dsv4_serve_make_room(dsv4_server *srv, uint32_t need)
 
 static bool dsv4_serve_try_admit(dsv4_server *srv, dsv4_sreq *r, uint32_t *reserved)
 {
-    if (srv->n_running >= srv->max_running)
+    if (srv->n_running + srv->n_pd_held >= srv->max_running)
         return false;
     uint32_t hit = dsv4_serve_cache_peek(srv, r) / srv->page_tokens;
     uint32_t claim = dsv4_serve_claim(srv, r);
@@ -214,6 +219,14 @@ static bool dsv4_serve_try_admit(dsv4_server *srv, dsv4_sreq *r, uint32_t *reser
     if (dsv4_engine_seq_new(srv->eng, &r->seq) != 0)
         return false;
     r->n_fed = 0;
+    if (dsv4_pd_decode_takes(srv, r)) { /* decode role: the prompt's KV comes from a peer */
+        if (dsv4_pd_decode_reserve(srv, r) != 0) {
+            dsv4_engine_seq_free(srv->eng, r->seq);
+            return false;
+        }
+        *reserved += claim - dsv4_serve_pages(srv, r->n_fed);
+        return true;
+    }
     uint32_t adopted = dsv4_serve_cache_adopt(srv, r);
     if (!r->admitted) {
         r->admitted = true;
@@ -285,7 +298,8 @@ static int dsv4_serve_order(dsv4_server *srv, dsv4_sreq **ptrs, uint32_t *order)
 
 static void dsv4_serve_admit(dsv4_server *srv)
 {
-    if (srv->n_running >= srv->max_running || srv->n_waiting + srv->n_retracted == 0)
+    if (srv->n_running + srv->n_pd_held >= srv->max_running ||
+        srv->n_waiting + srv->n_retracted == 0)
         return;
     uint32_t reserved = 0;
     for (dsv4_link *l = srv->running.next; l != &srv->running; l = l->next) {
@@ -423,7 +437,7 @@ static void dsv4_serve_abort(dsv4_server *srv, bool only_cancelled)
 
 static bool dsv4_serve_busy(const dsv4_server *srv)
 {
-    return srv->n_running + srv->n_waiting + srv->n_retracted > 0;
+    return srv->n_running + srv->n_waiting + srv->n_retracted + srv->n_pd_held > 0;
 }
 
 void *dsv4_serve_loop(void *arg)
@@ -465,6 +479,7 @@ void *dsv4_serve_loop(void *arg)
         dsv4_serve_admit(srv);
         dsv4_serve_decode(srv);
         dsv4_serve_prefill(srv);
+        dsv4_pd_step(srv);
         dsv4_metric_add(DSV4_M_ENGINE_STEPS, 1);
         dsv4_serve_gauges(srv);
     }

@@ -53,6 +53,7 @@ typedef enum dsv4_sreq_where {
     DSV4_SREQ_WAITING,   /* in the queue the sched plugin orders */
     DSV4_SREQ_RETRACTED, /* gave its pages back; resumes before the queue */
     DSV4_SREQ_RUNNING,   /* holds a sequence */
+    DSV4_SREQ_PD,        /* holds a sequence a PD transfer writes (decode) or reads (prefill) */
     DSV4_SREQ_ENDED,     /* off every list, about to be freed */
 } dsv4_sreq_where;
 
@@ -78,6 +79,7 @@ typedef struct dsv4_sreq {
     dsv4_radix_node *node; /* the cache node the sequence started from (locked) */
     uint32_t snap_slot;    /* state at the newest page boundary, or DSV4_RADIX_NO_SLOT */
     uint32_t snap_pages;   /* pages that snapshot ends after */
+    struct dsv4_pd_job *pd; /* its PD lease while it has one (pd.h), else NULL */
 } dsv4_sreq;
 
 /* Tokens known (prompt and generated) and those still to feed before the next sample. */
@@ -105,9 +107,11 @@ struct dsv4_server {
     uint64_t next_id;
     uint64_t flush_asked, flush_done;
 
+    struct dsv4_pd *pd; /* the prefill or decode role (pd.h); NULL when unified */
+
     /* engine thread only */
-    dsv4_link waiting, retracted, running;
-    uint32_t n_waiting, n_retracted, n_running;
+    dsv4_link waiting, retracted, running, pd_held;
+    uint32_t n_waiting, n_retracted, n_running, n_pd_held;
     uint64_t next_arrival;
     dsv4_radix *cache;
     uint32_t *cache_pages; /* [max_context / page_tokens + 1] a match */
@@ -123,6 +127,19 @@ struct dsv4_server {
 uint64_t dsv4_serve_now_ns(void);
 /* The engine thread's body (loop.c). */
 void *dsv4_serve_loop(void *arg);
+
+/* dsv4_server_submit for any role; pd: the prefill role's lease the request computes. */
+int dsv4_serve_submit(dsv4_server *srv, const int32_t *prompt, size_t n,
+                      const dsv4_gen_params *params, dsv4_gen_event_fn fn, void *ctx,
+                      struct dsv4_pd_job *pd, uint64_t *id_p);
+/* Pages for `tokens` tokens (loop.c). */
+uint32_t dsv4_serve_pages(const dsv4_server *srv, uint64_t tokens);
+/* Move r to the list of `to`, at its front or back (or off every list: ENDED). */
+void dsv4_serve_move(dsv4_server *srv, dsv4_sreq *r, dsv4_sreq_where to, bool front);
+/* Deliver r's terminal event and free it; a RUNNING or PD request gives its sequence back
+ * first (an ENDED one no longer has it). */
+void dsv4_serve_finish(dsv4_server *srv, dsv4_sreq *r, dsv4_gen_event_kind kind,
+                       dsv4_finish finish, int status);
 
 /* Prefix-cache glue (cache.c). */
 int dsv4_serve_cache_new(dsv4_server *srv, char *err, size_t errlen);

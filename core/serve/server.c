@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "core/serve/metrics.h"
+#include "core/serve/pd.h"
 #include "core/util/log.h"
 
 uint64_t dsv4_serve_now_ns(void)
@@ -57,6 +58,7 @@ static int dsv4_serve_engine(dsv4_server *srv, const dsv4_config *conf, const ds
         .step_tokens = (uint32_t)conf->server.prefill_chunk,
         .indexk = ik,
         .indexk_conf = conf->plugin_conf[DSV4_FAMILY_INDEXK],
+        .kv_shared = dsv4_pd_wants_shared_pool(conf),
     };
     size_t page_bytes;
     int rc = dsv4_serve_page_bytes(model, &ec, &page_bytes, err, errlen);
@@ -107,6 +109,7 @@ static int dsv4_serve_sched(dsv4_server *srv, const dsv4_config *conf, char *err
 
 static void dsv4_serve_free(dsv4_server *srv)
 {
+    dsv4_pd_stop(srv);
     dsv4_serve_cache_free(srv);
     dsv4_engine_free(srv->eng);
     if (srv->sched && srv->sched->fini)
@@ -141,6 +144,7 @@ dsv4_server *dsv4_server_start_opts(const dsv4_config *conf, const dsv4_model *m
     dsv4_list_init(&srv->waiting);
     dsv4_list_init(&srv->retracted);
     dsv4_list_init(&srv->running);
+    dsv4_list_init(&srv->pd_held);
     srv->model = model;
     srv->vocab = model->cfg.vocab_size;
     srv->eos = model->cfg.eos_id;
@@ -169,6 +173,8 @@ dsv4_server *dsv4_server_start_opts(const dsv4_config *conf, const dsv4_model *m
         snprintf(err, errlen, "server: out of memory");
         goto fail;
     }
+    if (dsv4_pd_start(srv, conf, err, errlen) != 0)
+        goto fail;
     dsv4_metric_set(DSV4_M_PAGES_TOTAL, srv->n_pages);
     int rc = pthread_create(&srv->thread, NULL, dsv4_serve_loop, srv);
     if (rc != 0) {
@@ -212,6 +218,15 @@ int dsv4_server_submit(dsv4_server *srv, const int32_t *prompt, size_t n,
                        const dsv4_gen_params *params, dsv4_gen_event_fn fn, void *ctx,
                        uint64_t *id_p)
 {
+    if (!dsv4_pd_takes_clients(srv))
+        return -EPERM; /* a prefill server computes leases only */
+    return dsv4_serve_submit(srv, prompt, n, params, fn, ctx, NULL, id_p);
+}
+
+int dsv4_serve_submit(dsv4_server *srv, const int32_t *prompt, size_t n,
+                      const dsv4_gen_params *params, dsv4_gen_event_fn fn, void *ctx,
+                      struct dsv4_pd_job *pd, uint64_t *id_p)
+{
     if (!prompt || n == 0 || !params || !fn || !dsv4_serve_params_ok(params) ||
         n > srv->max_context || params->max_tokens > srv->max_context - n)
         return -EINVAL;
@@ -232,6 +247,7 @@ int dsv4_server_submit(dsv4_server *srv, const int32_t *prompt, size_t n,
     r->fn = fn;
     r->ctx = ctx;
     r->snap_slot = DSV4_RADIX_NO_SLOT;
+    r->pd = pd;
     atomic_init(&r->cancel, false);
     dsv4_rng_seed(&r->rng, params->seed);
     r->t_submit_ns = dsv4_serve_now_ns();
