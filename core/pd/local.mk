@@ -40,3 +40,8 @@ check_PROGRAMS += bench/pd-handoff
 bench_pd_handoff_SOURCES = bench/pd-handoff.c
 bench_pd_handoff_LDADD = core/libdsv4core.la
 EXTRA_DIST += bench/pd-handoff.sh
+
+# PD integration tests: prefill and decode daemons on 127.0.0.1 (tests/integ/dsv4d_pd.py).
+PD_INTEG_TESTS = tests/integ/t-pd-golden-tokens-match-unified.sh
+TESTS += $(PD_INTEG_TESTS)
+EXTRA_DIST += $(PD_INTEG_TESTS) tests/integ/dsv4d_pd.py

@@ -1,0 +1,102 @@
+"""dsv4d_pd: what the PD integration tests share (python3 standard library only).
+
+Prefill and decode daemons on 127.0.0.1 (dsv4d_http.Daemon with a [pd] section), each on
+its own free ports, the same tiny model (dsv4ctl mkmodel is deterministic for a seed), one
+shared secret; helpers to wait for the decode server's peers to connect, to ask /generate
+for token ids and to read PD metrics. Every wait is bounded and every daemon is stopped at
+exit (Daemon registers its stop).
+"""
+import re
+import time
+
+from dsv4d_http import Daemon, diag, free_port
+
+SECRET = "pd-test-secret-0123456789abcdef"
+# Short deadlines keep the fault tests bounded; the defaults are for real deployments.
+DEADLINES = ("bootstrap_timeout = 2s\nwaiting_timeout = 5s\ntransfer_timeout = 3s\n"
+             "retries = %d\n")
+
+TRANSPORTS = {
+    "local": "[transport]\nplugin = local\n",
+    "ucx-tcp": "[transport]\nplugin = ucx\n[transport.ucx]\ntls = tcp\n",
+    "ucx-shm": "[transport]\nplugin = ucx\n[transport.ucx]\ntls = shm,self\n",
+}
+
+
+def chaos(inner="local", inner_options="", **faults):
+    """A [transport] section for transport/chaos around `inner` with these percentages."""
+    s = "[transport]\nplugin = chaos\n[transport.chaos]\ninner = %s\n" % inner
+    if inner_options:
+        s += "inner_options = %s\n" % inner_options
+    for k, v in faults.items():
+        s += "%s = %s\n" % (k, v)
+    return s
+
+
+def prefill(transport, secret=SECRET, model="", retries=2):
+    """A prefill server; its control address is .pd_addr."""
+    port = free_port()
+    d = Daemon(server="role = prefill\n", model=model,
+               extra="[pd]\nlisten = 127.0.0.1:%d\nsecret = %s\n%s%s"
+               % (port, secret, DEADLINES % retries, transport))
+    d.pd_addr = "127.0.0.1:%d" % port
+    return d
+
+
+def decode(transport, peers, secret=SECRET, retries=2):
+    """A decode server leasing to the prefill servers `peers` (Daemons or addresses)."""
+    addrs = ",".join(p if isinstance(p, str) else p.pd_addr for p in peers)
+    return Daemon(server="role = decode\n",
+                  extra="[pd]\npeers = %s\nsecret = %s\n%s%s"
+                  % (addrs, secret, DEADLINES % retries, transport))
+
+
+def wait_log(d, pattern, timeout=30):
+    """True once the daemon's log matches pattern (a regex)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if re.search(pattern, d.log(), re.M):
+            return True
+        time.sleep(0.05)
+    diag("log of the daemon without /%s/:\n%s" % (pattern, d.log()[-3000:]))
+    return False
+
+
+def wait_connected(dec, n, timeout=30):
+    """True once the decode server logged n connected prefill peers."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if len(re.findall(r"pd: prefill \S+ connected", dec.log())) >= n:
+            return True
+        time.sleep(0.05)
+    diag("decode log:\n" + dec.log()[-3000:])
+    return False
+
+
+def generate(d, ids, max_tokens=12, temperature=0, seed=None, timeout=120):
+    """(status, output ids or the error body) of /generate."""
+    body = {"input_ids": ids, "max_tokens": max_tokens, "temperature": temperature,
+            "ignore_eos": True}
+    if seed is not None:
+        body["seed"] = seed
+    r = d.post("/generate", body)
+    j = r.json()
+    if r.status == 200 and isinstance(j, dict):
+        return r.status, j.get("output_ids")
+    return r.status, r.body
+
+
+def prompts():
+    """Prompts of 1, 2, a page boundary's worth and several pages of tokens, with greedy
+    and seeded sampling: (ids, temperature, seed)."""
+    out = []
+    for n in (1, 2, 17, 255, 256, 257, 700):
+        ids = [256] + [(7 * i + n) % 250 for i in range(n - 1)]
+        out.append((ids, 0, None))
+        out.append((ids, 0.8, 1000 + n))
+    return out
+
+
+def held_pages(m):
+    """Pages held outside the prefix cache (0 when every request gave its pages back)."""
+    return m.get("dsv4d_kv_pages_used", -1) - m.get("dsv4d_prefix_cache_pages", 0)
