@@ -42,6 +42,7 @@ bench_pd_handoff_LDADD = core/libdsv4core.la
 EXTRA_DIST += bench/pd-handoff.sh
 
 # PD integration tests: prefill and decode daemons on 127.0.0.1 (tests/integ/dsv4d_pd.py).
-PD_INTEG_TESTS = tests/integ/t-pd-golden-tokens-match-unified.sh
+PD_INTEG_TESTS = tests/integ/t-pd-golden-tokens-match-unified.sh \
+	tests/integ/t-pd-chaos-faults-are-caught-and-retried.sh
 TESTS += $(PD_INTEG_TESTS)
 EXTRA_DIST += $(PD_INTEG_TESTS) tests/integ/dsv4d_pd.py
