@@ -33,9 +33,10 @@ def chaos(inner="local", inner_options="", **faults):
     return s
 
 
-def prefill(transport, secret=SECRET, model="", retries=2):
-    """A prefill server; its control address is .pd_addr."""
-    port = free_port()
+def prefill(transport, secret=SECRET, model="", retries=2, port=None):
+    """A prefill server (on control port `port`, or a free one); its control address is
+    .pd_addr."""
+    port = port or free_port()
     d = Daemon(server="role = prefill\n", model=model,
                extra="[pd]\nlisten = 127.0.0.1:%d\nsecret = %s\n%s%s"
                % (port, secret, DEADLINES % retries, transport))
