@@ -82,18 +82,38 @@ void dsv4_k_hc_expand(float *x, const float *y, const float *post, const float *
                       size_t hidden);
 
 /* ---- attention (spec §3.3, §3.7) ---------------------------------------------------------- */
-typedef enum dsv4_k_dtype { DSV4_K_F32 = 0, DSV4_K_BF16 = 1 } dsv4_k_dtype;
+typedef enum dsv4_k_dtype { DSV4_K_F32 = 0, DSV4_K_BF16 = 1, DSV4_K_FP8 = 2 } dsv4_k_dtype;
+
+/* How one KV row (window or compressed, K = V) of `dims` values is stored.
+ *   f32, bf16: dims values of that type.
+ *   fp8 (spec §4.2, §5): the first nope = dims - rope values as e4m3 bytes, each block of
+ *     DSV4_K_FP8_BLOCK with its own UE8M0 scale 2^e, e the least with 448 * 2^e >=
+ *     max(amax, 1e-4) (= 2^ceil(log2(max(amax, 1e-4) / 448))), values rounded to nearest,
+ *     ties to even; then the rope trailing values as bf16; then the nope / 64 scale bytes;
+ *     zero padding to a multiple of 8 bytes. D 512, R 64: 448 + 128 + 7 + 1 = 584 bytes.
+ *     nope must be a multiple of DSV4_K_FP8_BLOCK. */
+#define DSV4_K_FP8_BLOCK 64
+typedef struct dsv4_k_rowfmt {
+    dsv4_k_dtype dtype;
+    uint32_t dims; /* D */
+    uint32_t rope; /* R: the trailing rotary dims (kept in bf16 by fp8 rows) */
+} dsv4_k_rowfmt;
+
+/* Bytes of one row; 0 when fmt cannot be stored (fp8 with a nope part that is not a
+ * multiple of DSV4_K_FP8_BLOCK, or rope > dims). */
+size_t dsv4_k_row_bytes(const dsv4_k_rowfmt *fmt);
 
 /* One head: o[d] = sum_v e^{l_v - M} row_v / (e^{sink - M} + sum_v e^{l_v - M}) with
- * l_v = scale * q . row_v over n key rows (K = V), each stored as `dtype`. scores is
- * scratch of n floats. With n = 0, o is zero. */
-void dsv4_k_attend(const float *q, const void *const *rows, size_t n, dsv4_k_dtype dtype, size_t d,
+ * l_v = scale * q . row_v over n key rows (K = V) in format fmt. Each dot product has
+ * dsv4_k_dot's order over the decoded row, and each o[d] sums over v in order, whatever
+ * the format. scores is scratch of n floats. With n = 0, o is zero. */
+void dsv4_k_attend(const float *q, const void *const *rows, size_t n, const dsv4_k_rowfmt *fmt,
                    float scale, float sink, float *scores, float *o);
-/* Store an f32 row as dtype, and load it back. */
-void dsv4_k_row_store(void *dst, const float *src, size_t d, dsv4_k_dtype dtype);
-void dsv4_k_row_load(float *dst, const void *src, size_t d, dsv4_k_dtype dtype);
-/* Round x to dtype and back in place (so a fresh row equals its stored copy). */
-void dsv4_k_row_round(float *x, size_t d, dsv4_k_dtype dtype);
+/* Store an f32 row of fmt->dims values in fmt, and load it back. */
+void dsv4_k_row_store(void *dst, const float *src, const dsv4_k_rowfmt *fmt);
+void dsv4_k_row_load(float *dst, const void *src, const dsv4_k_rowfmt *fmt);
+/* Round x to fmt and back in place (so a fresh row equals its stored copy). */
+void dsv4_k_row_round(float *x, const dsv4_k_rowfmt *fmt);
 
 /* ---- compressor pooling (spec §3.4-3.5) --------------------------------------------------- */
 /* out[c] = sum_s softmax_s(logit[s][c]) * kv[s][c] over ns slots (per channel). */

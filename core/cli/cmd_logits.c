@@ -74,8 +74,11 @@ static int run_opt(run_opts *o, int c, const char *arg, const char *cmd)
             o->kv_dtype = DSV4_KV_F32;
         else if (strcmp(arg, "bf16") == 0)
             o->kv_dtype = DSV4_KV_BF16;
+        else if (strcmp(arg, "fp8") == 0)
+            o->kv_dtype = DSV4_KV_FP8;
         else {
-            fprintf(stderr, "dsv4ctl %s: --kv-dtype: expected f32 or bf16, got '%s'\n", cmd, arg);
+            fprintf(stderr, "dsv4ctl %s: --kv-dtype: expected f32, bf16 or fp8, got '%s'\n", cmd,
+                    arg);
             return -1;
         }
         return 1;
@@ -160,7 +163,7 @@ static int logits_usage(FILE *out, int status)
 {
     fprintf(out, "usage: dsv4ctl [--plugin-dir DIR] logits --model DIR --input IN.safetensors\n"
                  "         --output OUT.safetensors [--chunk N] [--decode-from K]\n"
-                 "         [--indexk NAME] [--kv-dtype f32|bf16] [--threads N]\n");
+                 "         [--indexk NAME] [--kv-dtype f32|bf16|fp8] [--threads N]\n");
     return status;
 }
 
@@ -342,7 +345,7 @@ static int generate_usage(FILE *out, int status)
 {
     fprintf(out, "usage: dsv4ctl [--plugin-dir DIR] generate [--model DIR] --prompt-ids 1,2,3\n"
                  "         -n N [--temperature T] [--top-p P] [--top-k K] [--seed S]\n"
-                 "         [--indexk NAME] [--kv-dtype f32|bf16] [--threads N] [--chunk N]\n");
+                 "         [--indexk NAME] [--kv-dtype f32|bf16|fp8] [--threads N] [--chunk N]\n");
     return status;
 }
 

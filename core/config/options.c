@@ -48,8 +48,10 @@ const dsv4_option dsv4_model_options[] = {
      "empty runs the embedded tiny synthetic model",
      offsetof(dsv4_model_conf, path)},
     {"kv_dtype", DSV4_OPT_ENUM, "bf16", NO_RANGE, kv_dtype_names,
-     "element type of the cached KV rows (window, CSA and HCA); index-K precision is the "
-     "indexk plugin's",
+     "element type of the cached KV rows (window, CSA and HCA); fp8 stores the nope dims as "
+     "e4m3 with one ue8m0 scale per 64 and the rope dims as bf16 (584 bytes a row at head_dim "
+     "512), and needs head_dim minus the rope dims to be a multiple of 64; index-K precision "
+     "is the indexk plugin's",
      offsetof(dsv4_model_conf, kv_dtype)},
     {"kv_pool", DSV4_OPT_SIZE, "1G", 16ll << 20, 64ll << 40, NULL,
      "memory for paged KV (every paged buffer of every layer), on the device the model runs on",

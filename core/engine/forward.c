@@ -40,8 +40,8 @@ struct dsv4_fwd {
     void *ik_state;
     dsv4_indexk_geom geom;
     uint32_t max_tokens, max_context, max_comp, max_rate;
-    dsv4_k_dtype kvt;
-    size_t row_bytes; /* one window/compressed row in the KV dtype */
+    dsv4_k_rowfmt kvf; /* window and compressed rows */
+    size_t row_bytes;  /* one such row */
     float *freq_main, *freq_comp;
 
     /* per token of the step */
@@ -171,8 +171,8 @@ dsv4_fwd *dsv4_fwd_new(const dsv4_fwd_conf *conf, char *err, size_t errlen)
                                  c->rate_csa ? lay->page_tokens / c->rate_csa : 0};
     f->max_tokens = conf->max_tokens;
     f->max_context = conf->max_context;
-    f->kvt = lay->kv_dtype == DSV4_KV_BF16 ? DSV4_K_BF16 : DSV4_K_F32;
-    f->row_bytes = (f->kvt == DSV4_K_BF16 ? 2 : 4) * (size_t)c->head_dim;
+    f->kvf = dsv4_kv_rowfmt(c, lay->kv_dtype);
+    f->row_bytes = dsv4_k_row_bytes(&f->kvf);
 
     bool csa = dsv4_fwd_has(c, DSV4_LAYER_CSA), hca = dsv4_fwd_has(c, DSV4_LAYER_HCA);
     uint32_t csa_rows = csa ? conf->max_context / c->rate_csa : 0;
@@ -346,7 +346,7 @@ static void dsv4_fwd_qkv_range(void *ctx, size_t b, size_t e, unsigned tid)
         float *kv = f->kv + t * D;
         dsv4_k_rmsnorm(kv, D, f->lw->kv_norm, eps);
         dsv4_k_rope(kv + D - R, f->freq, (uint32_t)R, f->pos[t], false);
-        dsv4_k_row_store(f->kvs + t * f->row_bytes, kv, D, f->kvt);
+        dsv4_k_row_store(f->kvs + t * f->row_bytes, kv, &f->kvf);
     }
 }
 
@@ -417,7 +417,7 @@ static int dsv4_fwd_compressors(dsv4_fwd *f, const dsv4_fwd_seq *seqs, size_t n_
             size_t cw = (csa ? 2 : 1) * (size_t)D;
             if (dsv4_fwd_compress(f, &lw->comp, csa, rate, D, &cy, p, f->kc + t * cw,
                                   f->gc + t * cw, f->crow))
-                dsv4_k_row_store(dsv4_fwd_row(rows, sq->pages, w), f->crow, D, f->kvt);
+                dsv4_k_row_store(dsv4_fwd_row(rows, sq->pages, w), f->crow, &f->kvf);
             if (csa && dsv4_fwd_compress(f, &lw->idx_comp, true, rate, DI, &icy, p,
                                          f->ikc + t * 2 * DI, f->igc + t * 2 * DI, f->crow)) {
                 dsv4_indexk_slot slot = {sq->pages[w / ik->rows_per_block], w % ik->rows_per_block};
@@ -505,7 +505,7 @@ static void dsv4_fwd_attend_range(void *ctx, size_t b, size_t e, unsigned tid)
                 scr->rows[n++] = dsv4_fwd_row(rows, sq->pages, sel[j]);
         }
         float *o = f->o + ((size_t)t * nh + h) * D;
-        dsv4_k_attend(f->q + ((size_t)t * nh + h) * D, scr->rows, n, f->kvt, D, scale,
+        dsv4_k_attend(f->q + ((size_t)t * nh + h) * D, scr->rows, n, &f->kvf, scale,
                       f->lw->sinks[h], scr->scores, o);
         dsv4_k_rope(o + D - R, f->freq, R, p, true);
     }

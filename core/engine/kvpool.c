@@ -36,6 +36,14 @@ struct dsv4_kv_pool {
     size_t shm_bytes, shm_used;
 };
 
+dsv4_k_rowfmt dsv4_kv_rowfmt(const dsv4_model_config *m, dsv4_kv_dtype kv_dtype)
+{
+    dsv4_k_dtype t = kv_dtype == DSV4_KV_FP8    ? DSV4_K_FP8
+                     : kv_dtype == DSV4_KV_BF16 ? DSV4_K_BF16
+                                                : DSV4_K_F32;
+    return (dsv4_k_rowfmt){t, m->head_dim, m->rope_main.dims};
+}
+
 size_t dsv4_kv_carry_bytes(bool overlap, uint32_t rate, uint32_t dim)
 {
     size_t c = overlap ? 2 : 1;
@@ -96,9 +104,19 @@ static int dsv4_kv_add(dsv4_kv_pool *pool, uint32_t kind, uint32_t layer, size_t
 static int dsv4_kv_check(const dsv4_kv_pool_conf *c, char *err, size_t errlen)
 {
     const dsv4_model_config *m = c->model;
-    if (c->kv_dtype != DSV4_KV_F32 && c->kv_dtype != DSV4_KV_BF16) {
-        snprintf(err, errlen, "kv pool: kv_dtype not supported by the cpu backend (f32|bf16)");
+    if (c->kv_dtype != DSV4_KV_F32 && c->kv_dtype != DSV4_KV_BF16 && c->kv_dtype != DSV4_KV_FP8) {
+        snprintf(err, errlen, "kv pool: unknown kv_dtype %d", (int)c->kv_dtype);
         return -EINVAL;
+    }
+    if (c->kv_dtype == DSV4_KV_FP8) {
+        dsv4_k_rowfmt f = dsv4_kv_rowfmt(m, c->kv_dtype);
+        if (m->rope_compress.dims != m->rope_main.dims || dsv4_k_row_bytes(&f) == 0) {
+            snprintf(err, errlen,
+                     "kv pool: kv_dtype fp8 needs head_dim minus the rope dims to be a multiple "
+                     "of %d (head_dim %u, rope dims %u, compress rope dims %u)",
+                     DSV4_K_FP8_BLOCK, m->head_dim, m->rope_main.dims, m->rope_compress.dims);
+            return -EINVAL;
+        }
     }
     if (m->n_layers == 0 || m->n_layers > DSV4_MAX_LAYERS || c->n_pages == 0 || c->n_slots == 0 ||
         c->page_tokens == 0) {
@@ -129,7 +147,8 @@ static int dsv4_kv_check(const dsv4_kv_pool_conf *c, char *err, size_t errlen)
 static int dsv4_kv_add_all(dsv4_kv_pool *pool, const dsv4_kv_pool_conf *c, char *err, size_t errlen)
 {
     const dsv4_model_config *m = c->model;
-    size_t es = c->kv_dtype == DSV4_KV_BF16 ? 2 : 4, row = es * m->head_dim;
+    dsv4_k_rowfmt fmt = dsv4_kv_rowfmt(m, c->kv_dtype);
+    size_t row = dsv4_k_row_bytes(&fmt);
     dsv4_indexk_geom geom = {sizeof(geom), m->index_dim, c->page_tokens / m->rate_csa};
     for (uint32_t l = 0; l < m->n_layers; l++) {
         int rc = dsv4_kv_add(pool, DSV4_BUF_WINDOW, l, row * m->window, c->n_slots, m->window, row,

@@ -18,12 +18,13 @@
 #include <dsv4d/kv.h>
 
 #include "core/model/model.h"
+#include "kernels/kernels.h"
 
 typedef struct dsv4_kv_pool dsv4_kv_pool;
 
 typedef struct dsv4_kv_pool_conf {
     const dsv4_model_config *model;
-    dsv4_kv_dtype kv_dtype; /* f32 or bf16 for compressed and window rows */
+    dsv4_kv_dtype kv_dtype; /* of compressed and window rows (dsv4_kv_rowfmt) */
     uint32_t page_tokens;   /* source tokens per page (256) */
     uint32_t n_pages;
     uint32_t n_slots;
@@ -44,7 +45,13 @@ typedef struct dsv4_kv_carry {
     float *prev_kv, *prev_logit; /* NULL without overlap */
 } dsv4_kv_carry;
 
-/* NULL with the reason in err (bad geometry, unsupported kv dtype, out of memory). */
+/* The format of the window and compressed rows of model m stored as kv_dtype: f32,
+ * bf16, or fp8 with the nope dims (head_dim - rope dims) in e4m3 and the rope dims in
+ * bf16 (kernels.h; 584 bytes at head_dim 512, 64 rope dims). */
+dsv4_k_rowfmt dsv4_kv_rowfmt(const dsv4_model_config *m, dsv4_kv_dtype kv_dtype);
+
+/* NULL with the reason in err (bad geometry, a kv dtype the model's rows cannot take,
+ * out of memory). */
 dsv4_kv_pool *dsv4_kv_pool_new(const dsv4_kv_pool_conf *conf, char *err, size_t errlen);
 /* The same pool with every buffer in one shared memory object (a memfd) instead of
  * private memory, so another process on the host can map it: the decode side of a PD pair

@@ -48,14 +48,15 @@ int main(void)
         ptr[v] = rows[v];
     }
     float scale = 1 / sqrtf(D);
-    dsv4_k_attend(q, ptr, NR, DSV4_K_F32, D, scale, 0.3f, scores, o);
+    const dsv4_k_rowfmt f32 = {DSV4_K_F32, D, 0}, bf16 = {DSV4_K_BF16, D, 0};
+    dsv4_k_attend(q, ptr, NR, &f32, scale, 0.3f, scores, o);
     ref_attend(q, rows, NR, scale, 0.3, r);
     double worst = 0;
     for (int i = 0; i < D; i++)
         worst = fmax(worst, fabs(o[i] - r[i]));
     ok(worst < 1e-6, "matches the double reference with sink 0.3 (%.2e)", worst);
 
-    dsv4_k_attend(q, ptr, NR, DSV4_K_F32, D, scale, -1e30f, scores, o);
+    dsv4_k_attend(q, ptr, NR, &f32, scale, -1e30f, scores, o);
     ref_attend(q, rows, NR, scale, -INFINITY, r);
     worst = 0;
     for (int i = 0; i < D; i++)
@@ -64,17 +65,17 @@ int main(void)
     double plain_norm = 0, sink_norm = 0;
     for (int i = 0; i < D; i++)
         plain_norm += r[i] * r[i];
-    dsv4_k_attend(q, ptr, NR, DSV4_K_F32, D, scale, 0.3f, scores, o);
+    dsv4_k_attend(q, ptr, NR, &f32, scale, 0.3f, scores, o);
     for (int i = 0; i < D; i++)
         sink_norm += (double)o[i] * o[i];
     ok(sink_norm < plain_norm, "the sink only takes weight away (norm %.4f < %.4f)", sink_norm,
        plain_norm);
-    dsv4_k_attend(q, ptr, NR, DSV4_K_F32, D, scale, 60.0f, scores, o);
+    dsv4_k_attend(q, ptr, NR, &f32, scale, 60.0f, scores, o);
     worst = 0;
     for (int i = 0; i < D; i++)
         worst = fmax(worst, fabs(o[i]));
     ok(worst < 1e-12, "a dominant sink gives a zero output");
-    dsv4_k_attend(q, ptr, 0, DSV4_K_F32, D, scale, 0.3f, scores, o);
+    dsv4_k_attend(q, ptr, 0, &f32, scale, 0.3f, scores, o);
     worst = 0;
     for (int i = 0; i < D; i++)
         worst = fmax(worst, fabs(o[i]));
@@ -84,14 +85,14 @@ int main(void)
     float rounded[NR][D];
     const void *bptr[NR], *rptr[NR];
     for (int v = 0; v < NR; v++) {
-        dsv4_k_row_store(b16[v], rows[v], D, DSV4_K_BF16);
-        dsv4_k_row_load(rounded[v], b16[v], D, DSV4_K_BF16);
+        dsv4_k_row_store(b16[v], rows[v], &bf16);
+        dsv4_k_row_load(rounded[v], b16[v], &bf16);
         bptr[v] = b16[v];
         rptr[v] = rounded[v];
     }
     float ob[D], orr[D];
-    dsv4_k_attend(q, bptr, NR, DSV4_K_BF16, D, scale, 0.3f, scores, ob);
-    dsv4_k_attend(q, rptr, NR, DSV4_K_F32, D, scale, 0.3f, scores, orr);
+    dsv4_k_attend(q, bptr, NR, &bf16, scale, 0.3f, scores, ob);
+    dsv4_k_attend(q, rptr, NR, &f32, scale, 0.3f, scores, orr);
     ok(memcmp(ob, orr, sizeof(ob)) == 0, "bf16 rows = f32 attention over the rounded rows");
 
     /* pooling over 3 slots, the middle one at -inf */

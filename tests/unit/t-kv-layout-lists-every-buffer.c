@@ -106,7 +106,8 @@ int main(void)
 
     conf.kv_dtype = DSV4_KV_FP8;
     pool = dsv4_kv_pool_new(&conf, err, sizeof(err));
-    ok(!pool && strstr(err, "kv_dtype not supported"), "fp8 kv rows are refused (%s)", err);
+    ok(!pool && strstr(err, "multiple of 64") && strstr(err, "head_dim 16, rope dims 8"),
+       "fp8 kv rows are refused when the nope dims are not whole blocks of 64 (%s)", err);
     conf.kv_dtype = DSV4_KV_F32;
     conf.page_tokens = 12;
     pool = dsv4_kv_pool_new(&conf, err, sizeof(err));
