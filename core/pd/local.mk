@@ -44,6 +44,7 @@ EXTRA_DIST += bench/pd-handoff.sh
 # PD integration tests: prefill and decode daemons on 127.0.0.1 (tests/integ/dsv4d_pd.py).
 PD_INTEG_TESTS = tests/integ/t-pd-golden-tokens-match-unified.sh \
 	tests/integ/t-pd-chaos-faults-are-caught-and-retried.sh \
-	tests/integ/t-pd-survives-prefill-kill.sh
+	tests/integ/t-pd-survives-prefill-kill.sh \
+	tests/integ/t-pd-refuses-mismatched-peers.sh
 TESTS += $(PD_INTEG_TESTS)
 EXTRA_DIST += $(PD_INTEG_TESTS) tests/integ/dsv4d_pd.py
