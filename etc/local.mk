@@ -6,4 +6,8 @@ dist_dsv4dconf_DATA = \
 	etc/dsv4d.ini \
 	etc/unified.ini \
 	etc/unified-bf16-lpm.ini \
-	etc/unified-f32-reference.ini
+	etc/unified-f32-reference.ini \
+	etc/pd-prefill.ini \
+	etc/pd-decode.ini \
+	etc/pd-prefill-ucx.ini \
+	etc/pd-decode-ucx.ini
