@@ -1,0 +1,538 @@
+/* matrix.c: dsv4ctl matrix, plugin combinations against their reference (matrix.h).
+ *
+ * Deployments run one after another (the host's cores are the budget, and a golden
+ * comparison needs no parallel deployments); each is stopped, within a bounded grace,
+ * before the next starts. */
+#include "config.h"
+
+#include "core/repro/matrix.h"
+
+#include <errno.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/plugin/registry.h"
+#include "core/repro/deploy.h"
+
+#define START_TIMEOUT_MS 120000
+#define STOP_GRACE_MS 15000
+#define MAX_PLUGINS 32
+
+typedef struct name_list {
+    const char *v[MAX_PLUGINS];
+    size_t n;
+} name_list;
+
+typedef struct mx {
+    const dsv4_matrix_opts *o;
+    dsv4_registry *reg;
+    char dir[256];
+    dsv4_matrix_row *rows;
+    size_t n, cap;
+    dsv4_matrix_row_fn on_row;
+    void *ctx;
+    name_list indexk, hostcache, sched, transport;
+    bool have_unfenced;
+    char pd_off[320]; /* set once a PD pair showed that the daemon does not do PD */
+} mx;
+
+/* One deployment: a unified server, or a prefill and a decode server. */
+typedef struct deployment {
+    const char *indexk, *hostcache, *sched, *transport; /* transport NULL: unified */
+    const char *hostcache_keys;                         /* extra [hostcache.<name>] lines */
+    const char *transport_keys;                         /* extra [transport.<name>] lines */
+} deployment;
+
+const char *dsv4_matrix_status_name(dsv4_matrix_status s)
+{
+    switch (s) {
+    case DSV4_MX_PASS: return "pass";
+    case DSV4_MX_MISMATCH: return "MISMATCH";
+    case DSV4_MX_FAILED: return "FAILED";
+    case DSV4_MX_SKIPPED: break;
+    }
+    return "skipped";
+}
+
+static dsv4_matrix_row *row_add(mx *m, const char *combo, bool control)
+{
+    if (m->n == m->cap) {
+        size_t cap = m->cap ? 2 * m->cap : 64;
+        dsv4_matrix_row *r = realloc(m->rows, cap * sizeof(*r));
+        if (!r)
+            return NULL;
+        m->rows = r;
+        m->cap = cap;
+    }
+    dsv4_matrix_row *r = &m->rows[m->n++];
+    memset(r, 0, sizeof(*r));
+    snprintf(r->combo, sizeof(r->combo), "%s", combo);
+    r->control = control;
+    return r;
+}
+
+static void row_done(mx *m, dsv4_matrix_row *r)
+{
+    if (m->on_row)
+        m->on_row(r, m->ctx);
+}
+
+static void combo_name(const deployment *c, char *buf, size_t len)
+{
+    if (c->transport)
+        snprintf(buf, len, "pd indexk=%s hostcache=%s sched=%s transport=%s", c->indexk,
+                 c->hostcache, c->sched, c->transport);
+    else
+        snprintf(buf, len, "unified indexk=%s hostcache=%s sched=%s", c->indexk, c->hostcache,
+                 c->sched);
+}
+
+/* The configuration of one server of c. role: "unified", "prefill" or "decode". */
+static void make_ini(const mx *m, const deployment *c, const char *role, int http_port, int pd_port,
+                     char *buf, size_t len)
+{
+    const dsv4_matrix_opts *o = m->o;
+    int n = snprintf(buf, len,
+                     "; written by dsv4ctl matrix\n[core]\ndevice = cpu\nthreads = %u\n"
+                     "[model]\npath = %s\nkv_dtype = f32\nkv_pool = 16M\nmax_context = 16384\n"
+                     "state_slots = %u\n[server]\nrole = %s\nlisten = 127.0.0.1:%d\n"
+                     "max_running = %u\nshutdown_grace = 5s\n",
+                     o->threads, o->model ? o->model : "", o->concurrency + 4, role, http_port,
+                     o->concurrency);
+    if (c->transport)
+        n += snprintf(buf + n, len - (size_t)n, "[pd]\n%s = 127.0.0.1:%d\nsecret = dsv4-matrix\n",
+                      strcmp(role, "prefill") == 0 ? "listen" : "peers", pd_port);
+    n += snprintf(buf + n, len - (size_t)n,
+                  "[indexk]\nplugin = %s\n[hostcache]\nplugin = %s\n[sched]\nplugin = %s\n",
+                  c->indexk, c->hostcache, c->sched);
+    if (c->hostcache_keys)
+        n += snprintf(buf + n, len - (size_t)n, "[hostcache.%s]\n%s", c->hostcache,
+                      c->hostcache_keys);
+    if (c->transport)
+        n += snprintf(buf + n, len - (size_t)n, "[transport]\nplugin = %s\n", c->transport);
+    if (c->transport && c->transport_keys)
+        snprintf(buf + n, len - (size_t)n, "[transport.%s]\n%s", c->transport, c->transport_keys);
+}
+
+static dsv4_deploy *start_one(mx *m, const deployment *c, const char *role, const char *name,
+                              int http_port, int pd_port, char *err, size_t errlen)
+{
+    char ini[4096];
+    make_ini(m, c, role, http_port, pd_port, ini, sizeof(ini));
+    return dsv4_deploy_start(m->o->dsv4d, m->o->plugin_dir, m->dir, name, ini, http_port,
+                             START_TIMEOUT_MS, err, errlen);
+}
+
+/* Start c, run the sessions against it (compared with golden when not NULL, recorded
+ * into record when not NULL), stop it. The repro, or NULL with note filled. */
+static dsv4_repro *run_combo(mx *m, const deployment *c, unsigned concurrency, const char *golden,
+                             const char *record, char *note, size_t notelen)
+{
+    static unsigned serial;
+    char name[64], pname[64];
+    unsigned id = ++serial;
+    dsv4_deploy *prefill = NULL, *server = NULL;
+    dsv4_repro *r = NULL;
+    int http_port = dsv4_deploy_free_port(), pd_port = dsv4_deploy_free_port();
+    if (http_port < 0 || pd_port < 0) {
+        snprintf(note, notelen, "no free port (%s)",
+                 strerror(-(http_port < 0 ? http_port : pd_port)));
+        return NULL;
+    }
+    if (c->transport) {
+        int p_http = dsv4_deploy_free_port();
+        snprintf(pname, sizeof(pname), "d%03u-prefill", id);
+        prefill =
+            p_http < 0 ? NULL : start_one(m, c, "prefill", pname, p_http, pd_port, note, notelen);
+        if (!prefill)
+            return NULL;
+    }
+    snprintf(name, sizeof(name), c->transport ? "d%03u-decode" : "d%03u", id);
+    server = start_one(m, c, c->transport ? "decode" : "unified", name, http_port, pd_port, note,
+                       notelen);
+    if (server) {
+        dsv4_repro_opts ro = {
+            .url = dsv4_deploy_url(server),
+            .sessions = m->o->sessions,
+            .concurrency = concurrency,
+            .turns = m->o->turns,
+            .seed = m->o->seed,
+            .max_tokens = m->o->max_tokens,
+            .timeout_ms = 300000,
+            .golden = golden,
+        };
+        r = dsv4_repro_run(&ro, note, notelen);
+        if (r && record && dsv4_repro_write_golden(r, record, note, notelen) != 0) {
+            dsv4_repro_free(r);
+            r = NULL;
+        }
+    }
+    if (dsv4_deploy_stop(server, STOP_GRACE_MS) != 0 && r)
+        snprintf(note, notelen, "dsv4d %s did not stop within %d ms of SIGTERM (killed)", name,
+                 STOP_GRACE_MS);
+    dsv4_deploy_stop(prefill, STOP_GRACE_MS);
+    return r;
+}
+
+/* Settle a compared row from its run. */
+static void judge(dsv4_matrix_row *row, const dsv4_repro *r)
+{
+    const dsv4_repro_summary *s = dsv4_repro_summary_get(r);
+    const dsv4_repro_opts *o = dsv4_repro_opts_get(r);
+    row->sum = *s;
+    row->sessions = o->sessions;
+    row->ran = true;
+    if (s->sessions_corrupted) {
+        row->status = DSV4_MX_MISMATCH;
+        for (unsigned i = 0; i < o->sessions && !row->note[0]; i++)
+            for (unsigned t = 0; t < o->turns; t++) {
+                const dsv4_repro_turn *tr = dsv4_repro_turn_get(r, i, t);
+                if (tr->status == DSV4_TURN_OK && tr->diverged_at >= 0) {
+                    snprintf(row->note, sizeof(row->note), "first: session %u turn %u token %ld", i,
+                             t, tr->diverged_at);
+                    break;
+                }
+            }
+    } else if (s->failed || s->timed_out) {
+        row->status = DSV4_MX_FAILED;
+        for (unsigned i = 0; i < o->sessions && !row->note[0]; i++)
+            for (unsigned t = 0; t < o->turns; t++) {
+                const dsv4_repro_turn *tr = dsv4_repro_turn_get(r, i, t);
+                if (tr->status == DSV4_TURN_FAILED || tr->status == DSV4_TURN_TIMED_OUT) {
+                    snprintf(row->note, sizeof(row->note), "session %u turn %u: %s", i, t,
+                             tr->error);
+                    break;
+                }
+            }
+    } else {
+        row->status = DSV4_MX_PASS;
+    }
+}
+
+/* The run's change of one server counter; *found_p says whether the server has it. */
+static double counter(const dsv4_repro *r, const char *name, bool *found_p)
+{
+    const json_t *v = json_object_get(dsv4_repro_server_delta(r), name);
+    *found_p = v != NULL;
+    return json_real_value(v);
+}
+
+/* What a passing run went through on the server, so a reader can tell a combination that
+ * was exercised from one that merely started. */
+static void coverage_note(dsv4_matrix_row *row, const dsv4_repro *r)
+{
+    bool f;
+    snprintf(row->note, sizeof(row->note),
+             "prefix-cache hit tokens %.0f, evicted pages %.0f, host-tier loads %.0f, pd "
+             "transfer bytes %.0f",
+             counter(r, "dsv4d_prefix_cache_hit_tokens_total", &f),
+             counter(r, "dsv4d_prefix_cache_evicted_pages_total", &f),
+             counter(r, "dsv4d_hostcache_loads_total", &f),
+             counter(r, "dsv4d_pd_transfer_bytes_total", &f));
+}
+
+/* Did a PD pair really transfer? If not, every PD row is skipped with the reason. */
+static bool pd_live(mx *m, const dsv4_repro *r)
+{
+    bool found;
+    double bytes = counter(r, "dsv4d_pd_transfer_bytes_total", &found);
+    if (found && bytes > 0)
+        return true;
+    snprintf(m->pd_off, sizeof(m->pd_off),
+             "not exercised: the decode server's /metrics shows no PD transfers (%s), so this "
+             "dsv4d does not serve role = prefill/decode yet",
+             found ? "dsv4d_pd_transfer_bytes_total stayed 0" : "no transfer counter");
+    return false;
+}
+
+static void run_compared(mx *m, const deployment *c, const char *golden)
+{
+    char name[192];
+    combo_name(c, name, sizeof(name));
+    dsv4_matrix_row *row = row_add(m, name, false);
+    if (!row)
+        return;
+    if (c->transport && m->pd_off[0]) {
+        row->status = DSV4_MX_SKIPPED;
+        snprintf(row->note, sizeof(row->note), "%s", m->pd_off);
+    } else if (!golden) {
+        row->status = DSV4_MX_FAILED;
+        snprintf(row->note, sizeof(row->note), "no reference for indexk=%s", c->indexk);
+    } else {
+        dsv4_repro *r =
+            run_combo(m, c, m->o->concurrency, golden, NULL, row->note, sizeof(row->note));
+        if (!r) {
+            row->status = DSV4_MX_FAILED;
+        } else if (c->transport && !pd_live(m, r)) {
+            row->status = DSV4_MX_SKIPPED;
+            snprintf(row->note, sizeof(row->note), "%s", m->pd_off);
+        } else {
+            judge(row, r);
+            if (row->status == DSV4_MX_PASS)
+                coverage_note(row, r);
+        }
+        dsv4_repro_free(r);
+    }
+    row_done(m, row);
+}
+
+/* The reference of one indexk plugin; returns whether its golden file was written. */
+static bool run_reference(mx *m, const char *indexk, const char *golden)
+{
+    char name[192];
+    snprintf(name, sizeof(name), "reference indexk=%s (serial, records the golden)", indexk);
+    dsv4_matrix_row *row = row_add(m, name, false);
+    if (!row)
+        return false;
+    deployment c = {indexk, "off", "fcfs", NULL, NULL, NULL};
+    dsv4_repro *r = run_combo(m, &c, 1, NULL, golden, row->note, sizeof(row->note));
+    if (r)
+        judge(row, r);
+    else
+        row->status = DSV4_MX_FAILED;
+    dsv4_repro_free(r);
+    row_done(m, row);
+    return r != NULL;
+}
+
+/* hostcache/unfenced with a load delay: the sessions must come back corrupted. */
+static void control_unfenced(mx *m, const char *indexk, const char *golden)
+{
+    dsv4_matrix_row *row =
+        row_add(m, "control: unified hostcache=unfenced inject_delay=20ms (must corrupt)", true);
+    if (!row)
+        return;
+    deployment c = {indexk, "unfenced", "fcfs", NULL, "inject_delay = 20ms\n", NULL};
+    dsv4_repro *r = run_combo(m, &c, m->o->concurrency, golden, NULL, row->note, sizeof(row->note));
+    bool found_load, found_hit;
+    double loads = r ? counter(r, "dsv4d_hostcache_loads_total", &found_load) : 0;
+    double hits = r ? counter(r, "dsv4d_hostcache_hits_total", &found_hit) : 0;
+    if (!r) {
+        row->status = DSV4_MX_FAILED;
+    } else if (loads + hits <= 0) {
+        judge(row, r);
+        row->status = DSV4_MX_SKIPPED;
+        snprintf(row->note, sizeof(row->note),
+                 "not exercised: no host-tier loads in /metrics (%s), so the serving loop does "
+                 "not use the host tier yet",
+                 found_load || found_hit ? "dsv4d_hostcache_loads_total and _hits_total stayed 0"
+                                         : "no host-tier counters");
+    } else {
+        judge(row, r);
+        if (row->status == DSV4_MX_MISMATCH) {
+            row->status = DSV4_MX_PASS;
+            snprintf(row->note, sizeof(row->note), "caught: %u sessions corrupted",
+                     row->sum.sessions_corrupted);
+        } else {
+            row->status = DSV4_MX_FAILED;
+            snprintf(row->note, sizeof(row->note),
+                     "NOT caught: %.0f host-tier loads, no session corrupted", loads + hits);
+        }
+    }
+    dsv4_repro_free(r);
+    row_done(m, row);
+}
+
+/* A PD pair over transport/chaos flipping bytes: every corruption must be caught by the
+ * decode server's checksums (mismatches counted) and no session may come back corrupted. */
+static void control_chaos(mx *m, const char *indexk, const char *golden)
+{
+    dsv4_matrix_row *row = row_add(
+        m, "control: pd transport=chaos corrupt=30 (mismatches counted, 0 corrupted)", true);
+    if (!row)
+        return;
+    deployment c = {indexk, "off", "fcfs", "chaos", NULL, "corrupt = 30\n"};
+    dsv4_repro *r = m->pd_off[0] ? NULL
+                                 : run_combo(m, &c, m->o->concurrency, golden, NULL, row->note,
+                                             sizeof(row->note));
+    bool found;
+    if (m->pd_off[0]) {
+        row->status = DSV4_MX_SKIPPED;
+        snprintf(row->note, sizeof(row->note), "%s", m->pd_off);
+    } else if (!r) {
+        row->status = DSV4_MX_FAILED;
+    } else if (!pd_live(m, r)) {
+        row->status = DSV4_MX_SKIPPED;
+        snprintf(row->note, sizeof(row->note), "%s", m->pd_off);
+    } else {
+        double mism = counter(r, "dsv4d_pd_checksum_mismatches_total", &found);
+        judge(row, r);
+        row->note[0] = '\0';
+        if (mism > 0 && row->sum.sessions_corrupted == 0) {
+            row->status = DSV4_MX_PASS;
+            snprintf(row->note, sizeof(row->note),
+                     "caught: %.0f checksum mismatches, 0 sessions corrupted (%u requests "
+                     "failed cleanly)",
+                     mism, row->sum.failed + row->sum.timed_out);
+        } else {
+            row->status = DSV4_MX_FAILED;
+            snprintf(row->note, sizeof(row->note),
+                     "NOT caught: %.0f checksum mismatches%s, %u sessions corrupted", mism,
+                     found ? "" : " (no checksum counter)", row->sum.sessions_corrupted);
+        }
+    }
+    dsv4_repro_free(r);
+    row_done(m, row);
+}
+
+/* Sort the registry's plugins into runnable lists and skipped rows. */
+static void enumerate(mx *m)
+{
+    for (size_t i = 0; i < dsv4_registry_count(m->reg); i++) {
+        const dsv4_plugin_entry *e = dsv4_registry_entry(m->reg, i);
+        char what[192], why[512] = "";
+        snprintf(what, sizeof(what), "%s=%s (every combination)", e->family ? e->family : "?",
+                 e->name ? e->name : "?");
+        if (e->stage == DSV4_STAGE_DUPLICATE)
+            continue;
+        name_list *l = !e->family                            ? NULL
+                       : strcmp(e->family, "indexk") == 0    ? &m->indexk
+                       : strcmp(e->family, "hostcache") == 0 ? &m->hostcache
+                       : strcmp(e->family, "sched") == 0     ? &m->sched
+                       : strcmp(e->family, "transport") == 0 ? &m->transport
+                                                             : NULL;
+        if (e->stage != DSV4_STAGE_OK)
+            snprintf(why, sizeof(why), "plugin did not load (%s)", e->detail);
+        else if (e->desc->flags & (DSV4_PLUGIN_NEEDS_GPU | DSV4_PLUGIN_NEEDS_CUDA))
+            snprintf(why, sizeof(why), "needs a GPU; the matrix runs device = cpu");
+        else if (e->desc->flags & DSV4_PLUGIN_TEST_ONLY) {
+            m->have_unfenced |=
+                strcmp(e->family, "hostcache") == 0 && strcmp(e->name, "unfenced") == 0;
+            snprintf(why, sizeof(why), "test-only plugin (a negative control: --controls)");
+        } else if (!l)
+            snprintf(why, sizeof(why), "unknown family");
+        else if (l->n < MAX_PLUGINS)
+            l->v[l->n++] = e->name;
+        if (why[0]) {
+            dsv4_matrix_row *row = row_add(m, what, false);
+            if (row) {
+                row->status = DSV4_MX_SKIPPED;
+                snprintf(row->note, sizeof(row->note), "%s", why);
+                row_done(m, row);
+            }
+        }
+    }
+}
+
+static bool listed(const name_list *l, const char *name)
+{
+    for (size_t i = 0; i < l->n; i++)
+        if (strcmp(l->v[i], name) == 0)
+            return true;
+    return false;
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+bool dsv4_matrix_ok(const dsv4_matrix_row *rows, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (rows[i].status == DSV4_MX_MISMATCH || rows[i].status == DSV4_MX_FAILED)
+            return false;
+    return true;
+}
+
+int dsv4_matrix_run(const dsv4_matrix_opts *o, dsv4_matrix_row_fn on_row, void *ctx,
+                    dsv4_matrix_row **rows_p, size_t *n_p, char *err, size_t errlen)
+{
+    mx m = {.o = o, .on_row = on_row, .ctx = ctx};
+    const char *tmp = getenv("TMPDIR");
+    snprintf(m.dir, sizeof(m.dir), "%s/dsv4-matrix.XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+    if (!mkdtemp(m.dir)) {
+        snprintf(err, errlen, "matrix: cannot make a folder in %s (%s)", tmp ? tmp : "/tmp",
+                 strerror(errno));
+        return -errno;
+    }
+    m.reg = dsv4_registry_new(NULL);
+    if (!m.reg || dsv4_registry_scan(m.reg, o->plugin_dir, NULL) != 0) {
+        snprintf(err, errlen, "matrix: cannot scan for plugins");
+        dsv4_registry_free(m.reg);
+        rmdir(m.dir);
+        return -ENOENT;
+    }
+    enumerate(&m);
+    if (!m.indexk.n || !listed(&m.hostcache, "off") || !listed(&m.sched, "fcfs")) {
+        snprintf(err, errlen,
+                 "matrix: the reference needs indexk plugins, hostcache/off and "
+                 "sched/fcfs (is the plugin path right?)");
+        free(m.rows);
+        dsv4_registry_free(m.reg);
+        rmdir(m.dir);
+        return -ENOENT;
+    }
+    char first_golden[320] = "";
+    for (size_t i = 0; i < m.indexk.n; i++) {
+        char golden[320];
+        snprintf(golden, sizeof(golden), "%s/golden-%s.json", m.dir, m.indexk.v[i]);
+        bool have = run_reference(&m, m.indexk.v[i], golden);
+        if (have && !first_golden[0])
+            snprintf(first_golden, sizeof(first_golden), "%s", golden);
+        for (size_t h = 0; h < m.hostcache.n; h++)
+            for (size_t s = 0; s < m.sched.n; s++) {
+                deployment c = {m.indexk.v[i], m.hostcache.v[h], m.sched.v[s], NULL, NULL, NULL};
+                run_compared(&m, &c, have ? golden : NULL);
+            }
+        for (size_t t = 0; t < m.transport.n; t++)
+            for (size_t h = 0; h < m.hostcache.n; h++)
+                for (size_t s = 0; s < m.sched.n; s++) {
+                    deployment c = {m.indexk.v[i], m.hostcache.v[h],
+                                    m.sched.v[s],  m.transport.v[t],
+                                    NULL,          NULL};
+                    run_compared(&m, &c, have ? golden : NULL);
+                }
+    }
+    if (o->controls && first_golden[0]) {
+        /* the golden of the first indexk plugin whose reference ran */
+        const char *ix = strrchr(first_golden, '/') + strlen("/golden-");
+        char indexk[64];
+        snprintf(indexk, sizeof(indexk), "%.*s", (int)(strlen(ix) - strlen(".json")), ix);
+        if (m.have_unfenced)
+            control_unfenced(&m, indexk, first_golden);
+        if (listed(&m.transport, "chaos"))
+            control_chaos(&m, indexk, first_golden);
+    }
+    dsv4_registry_free(m.reg);
+    /* the logs of a failed matrix stay for the reader */
+    if (dsv4_matrix_ok(m.rows, m.n))
+        nftw(m.dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+    else
+        fprintf(stderr, "matrix: configurations and logs kept in %s\n", m.dir);
+    *rows_p = m.rows;
+    *n_p = m.n;
+    return 0;
+}
+
+json_t *dsv4_matrix_report(const dsv4_matrix_opts *o, const dsv4_matrix_row *rows, size_t n)
+{
+    json_t *arr = json_array();
+    for (size_t i = 0; arr && i < n; i++) {
+        const dsv4_matrix_row *r = &rows[i];
+        json_t *row =
+            json_pack("{s:s, s:b, s:s, s:s}", "combination", r->combo, "control", r->control,
+                      "status", dsv4_matrix_status_name(r->status), "note", r->note);
+        if (row && r->ran)
+            json_object_set_new(row, "result",
+                                json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f}", "sessions",
+                                          (int)r->sessions, "requests", (int)r->sum.requests,
+                                          "sessions_corrupted", (int)r->sum.sessions_corrupted,
+                                          "sessions_failed", (int)r->sum.sessions_failed, "failed",
+                                          (int)r->sum.failed, "timed_out", (int)r->sum.timed_out,
+                                          "latency_p50_ms", r->sum.latency_p50_ms, "latency_p99_ms",
+                                          r->sum.latency_p99_ms));
+        json_array_append_new(arr, row);
+    }
+    return json_pack("{s:s, s:i, s:s, s:I, s:i, s:i, s:i, s:i, s:b, s:o}", "format",
+                     "dsv4-matrix-report", "version", 1, "dsv4d", o->dsv4d, "seed",
+                     (json_int_t)o->seed, "sessions", (int)o->sessions, "turns", (int)o->turns,
+                     "concurrency", (int)o->concurrency, "max_tokens", (int)o->max_tokens, "ok",
+                     dsv4_matrix_ok(rows, n), "rows", arr);
+}
