@@ -41,6 +41,13 @@ bench_pd_handoff_SOURCES = bench/pd-handoff.c
 bench_pd_handoff_LDADD = core/libdsv4core.la
 EXTRA_DIST += bench/pd-handoff.sh
 
+# The decode role against a scripted prefill peer speaking the real protocol.
+check_PROGRAMS += tests/unit/t-pd-lease-drains-before-free-and-rejects-stale
+TESTS += tests/unit/t-pd-lease-drains-before-free-and-rejects-stale
+tests_unit_t_pd_lease_drains_before_free_and_rejects_stale_SOURCES = \
+	tests/unit/t-pd-lease-drains-before-free-and-rejects-stale.c $(ENGINE_TEST_HELPER)
+tests_unit_t_pd_lease_drains_before_free_and_rejects_stale_LDADD = $(TEST_CORE_LIBS) -lm
+
 # PD integration tests: prefill and decode daemons on 127.0.0.1 (tests/integ/dsv4d_pd.py).
 PD_INTEG_TESTS = tests/integ/t-pd-golden-tokens-match-unified.sh \
 	tests/integ/t-pd-chaos-faults-are-caught-and-retried.sh \

@@ -268,13 +268,14 @@ static void pd_quarantine_gauge(dsv4_pd_decode *dec)
     dsv4_metric_set(DSV4_M_PD_QUARANTINED_PAGES, dec->quarantined);
 }
 
-/* Sends ABORT for the job's lease; its pages wait for the drain signal. */
-static void pd_abort(dsv4_server *srv, dsv4_pd_job *job)
+/* Sends ABORT for the job's lease (failed with `why`); its pages wait for the drain signal. */
+static void pd_abort(dsv4_server *srv, dsv4_pd_job *job, int why)
 {
     dsv4_pd *pd = srv->pd;
     dsv4_pd_peer *p = job->peer;
     dsv4_pd_msg m = {.type = DSV4_PD_ABORT, .room = job->room, .generation = job->gen};
     job->state = PD_ABORTING;
+    job->why = why;
     job->deadline_ns = dsv4_pd_now() + (uint64_t)pd->bootstrap_ms * 1000000u;
     pthread_mutex_lock(&p->mu);
     dsv4_pd_conn *c = p->up ? p->conn : NULL;
@@ -452,7 +453,7 @@ static void pd_complete(dsv4_server *srv, dsv4_pd_job *job, const dsv4_pd_comple
                  (unsigned long long)job->room, job->peer->addr, dsv4_strerror(c->status));
         if (c->status == -ETIMEDOUT)
             dsv4_metric_add(DSV4_M_PD_TIMEOUTS, 1);
-        pd_abort(srv, job);
+        pd_abort(srv, job, c->status);
         return;
     }
     dsv4_pd_sum_bad bad;
@@ -470,7 +471,7 @@ static void pd_complete(dsv4_server *srv, dsv4_pd_job *job, const dsv4_pd_comple
         }
         dsv4_log(DSV4_LOG_WARN, "pd", "room %llu from prefill %s: %s (%u blocks differ)",
                  (unsigned long long)job->room, job->peer->addr, what, n_bad);
-        pd_abort(srv, job);
+        pd_abort(srv, job, rc);
         return;
     }
     job->peer->outstanding--;
@@ -519,14 +520,14 @@ static void pd_event_handle(dsv4_server *srv, pd_event *ev)
         /* ABORT_ACK, or a COMPLETE that crossed our ABORT: nothing is in flight */
         if (m->type == DSV4_PD_ERROR)
             return;
-        pd_retry(srv, job, -ECANCELED);
+        pd_retry(srv, job, job->why);
     } else if (m->type == DSV4_PD_COMPLETE) {
         pd_complete(srv, job, &m->complete);
     } else if (m->type == DSV4_PD_ERROR) {
         dsv4_log(DSV4_LOG_WARN, "pd", "request %llu: prefill %s refused the lease (%s)",
                  (unsigned long long)job->room, ev->peer->addr,
                  m->error.text ? m->error.text : "no reason");
-        pd_abort(srv, job);
+        pd_abort(srv, job, m->error.code < 0 ? m->error.code : DSV4_EPEER);
     } else {
         pd_stale(ev); /* ABORT_ACK for a lease we did not abort */
     }
@@ -582,7 +583,7 @@ void dsv4_pd_decode_step(dsv4_server *srv)
                 continue;
             }
             if (job->state == PD_LEASED)
-                pd_abort(srv, job);
+                pd_abort(srv, job, -ECANCELED);
         }
         if (job->state == PD_PENDING && !pd_lease(srv, job) && now >= job->deadline_ns) {
             job->last_peer = NULL;
@@ -591,7 +592,7 @@ void dsv4_pd_decode_step(dsv4_server *srv)
             dsv4_metric_add(DSV4_M_PD_TIMEOUTS, 1);
             dsv4_log(DSV4_LOG_WARN, "pd", "request %llu: prefill %s did not complete in time",
                      (unsigned long long)job->room, job->peer->addr);
-            pd_abort(srv, job);
+            pd_abort(srv, job, -ETIMEDOUT);
         } else if (job->state == PD_ABORTING && now >= job->deadline_ns) {
             dsv4_metric_add(DSV4_M_PD_TIMEOUTS, 1);
             dsv4_pd_peer *p = job->peer;

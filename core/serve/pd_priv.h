@@ -57,6 +57,7 @@ struct dsv4_pd_job {
     int state; /* pd_decode.c's lease state */
     struct dsv4_pd_peer *peer, *last_peer;
     uint32_t attempts;
+    int why;        /* what failed the attempt being aborted */
     bool cancelled; /* the client went away (or the server stops): no retry */
 };
 
