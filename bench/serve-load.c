@@ -5,7 +5,8 @@
  * connection each (HTTP/1.1, Connection: close), until --requests have been sent or
  * --duration has passed. Request i draws its prompt length and max_tokens from the lists
  * given (a seeded hash of i, so a run is reproducible); half the prompts open with one
- * shared text, so the prefix cache is used as a chat service would use it; greedy and
+ * shared text of SHARED_LEN bytes (more than two 256-token pages with the byte tokenizer),
+ * so the prefix cache is used as a chat service's system prompt uses it; greedy and
  * sampled requests alternate. --abort PCT of the requests hang up after a few tokens.
  *
  * Every answer that is read to its end is checked: 200 text/event-stream, every event a
@@ -43,6 +44,7 @@
 
 #define MAX_MIX 16
 #define MAX_REPORTED 8
+#define SHARED_LEN 640
 
 typedef struct load_opts {
     const char *host, *port, *api_key;
@@ -73,6 +75,7 @@ static _Atomic uint64_t next_req;
 static uint64_t t_start, t_deadline;
 static pthread_mutex_t report_mu = PTHREAD_MUTEX_INITIALIZER;
 static int n_reported;
+static char shared_text[SHARED_LEN + 1];
 
 static uint64_t now_ns(void)
 {
@@ -132,9 +135,6 @@ static void report_bad(uint64_t i, const char *fmt, const char *detail)
 /* The request body of request i; *max_tokens_p gets its max_tokens. */
 static char *request_body(uint64_t i, uint32_t *max_tokens_p)
 {
-    static const char shared[] =
-        "You are a careful assistant of the dsv4d load test. Answer the question below in "
-        "plain words, keep to the facts you are given and say so when you do not know. ";
     static const char *const words[] = {"paged",  "cache", "token", "prefill", "decode",
                                         "kernel", "batch", "radix", "stream",  "latency",
                                         "server", "model", "the",   "of",      "and",
@@ -147,8 +147,8 @@ static char *request_body(uint64_t i, uint32_t *max_tokens_p)
         return NULL;
     size_t n = 0;
     if ((h >> 32) & 1) {
-        n = sizeof(shared) - 1 < plen ? sizeof(shared) - 1 : plen;
-        memcpy(prompt, shared, n);
+        n = SHARED_LEN < plen ? SHARED_LEN : plen;
+        memcpy(prompt, shared_text, n);
     }
     for (uint64_t w = h; n < plen; w = mix64(w)) {
         const char *word = words[w % (sizeof(words) / sizeof(*words))];
@@ -172,6 +172,16 @@ static char *request_body(uint64_t i, uint32_t *max_tokens_p)
     json_decref(body);
     *max_tokens_p = max_tokens;
     return text;
+}
+
+/* The text half the prompts open with: one instruction repeated to SHARED_LEN bytes. */
+static void shared_text_fill(void)
+{
+    static const char sentence[] =
+        "You are a careful assistant of the dsv4d load test. Answer the question below in "
+        "plain words, keep to the facts you are given and say so when you do not know. ";
+    for (size_t k = 0; k < SHARED_LEN; k++)
+        shared_text[k] = sentence[k % (sizeof(sentence) - 1)];
 }
 
 static int dial(void)
@@ -553,6 +563,7 @@ int main(int argc, char **argv)
         (!opts.requests && opts.duration <= 0) || optind != argc)
         usage();
 
+    shared_text_fill();
     worker *ws = calloc((size_t)opts.clients, sizeof(*ws));
     if (!ws)
         return 2;
