@@ -17,8 +17,7 @@
 /* The blob a transport writes at expose() is small (names, keys); grown on -ENOSPC. */
 #define DSV4_PD_BLOB_GUESS 4096
 
-void dsv4_pd_split_addr(const char *addr, char *host, size_t host_len, char *port,
-                        size_t port_len)
+void dsv4_pd_split_addr(const char *addr, char *host, size_t host_len, char *port, size_t port_len)
 {
     const char *colon = strrchr(addr, ':');
     size_t n = colon ? (size_t)(colon - addr) : strlen(addr);
@@ -56,18 +55,17 @@ static void dsv4_pd_idle(dsv4_server *srv)
     pthread_mutex_unlock(&srv->mu);
 }
 
-int dsv4_pd_send(dsv4_pd *pd, dsv4_pd_conn *c, pthread_mutex_t *mu, const dsv4_pd_msg *m,
+int dsv4_pd_send(dsv4_pd *pd, dsv4_pd_conn *const *cp, pthread_mutex_t *mu, const dsv4_pd_msg *m,
                  const char *who)
 {
     char err[256] = "not connected";
     int rc = -ENOTCONN;
     pthread_mutex_lock(mu);
-    if (c)
-        rc = dsv4_pd_conn_send(c, m, dsv4_pd_deadline(pd->bootstrap_ms), err, sizeof(err));
+    if (*cp)
+        rc = dsv4_pd_conn_send(*cp, m, dsv4_pd_deadline(pd->bootstrap_ms), err, sizeof(err));
     pthread_mutex_unlock(mu);
     if (rc != 0)
-        dsv4_log(DSV4_LOG_WARN, "pd", "%s to %s failed (%s)", dsv4_pd_type_name(m->type), who,
-                 err);
+        dsv4_log(DSV4_LOG_WARN, "pd", "%s to %s failed (%s)", dsv4_pd_type_name(m->type), who, err);
     return rc;
 }
 
@@ -110,8 +108,8 @@ static int dsv4_pd_transport(dsv4_pd *pd, const dsv4_config *conf, char *err, si
     pd->host = *dsv4_host_default();
     pd->host.selection = &conf->selection;
     char why[256] = "";
-    int rc = d->init ? d->init(&pd->host, conf->plugin_conf[DSV4_FAMILY_TRANSPORT], &pd->tstate, why,
-                               sizeof(why))
+    int rc = d->init ? d->init(&pd->host, conf->plugin_conf[DSV4_FAMILY_TRANSPORT], &pd->tstate,
+                               why, sizeof(why))
                      : 0;
     if (rc != 0) {
         snprintf(err, errlen, "plugin transport/%s: init failed (%s)", d->name, why);

@@ -43,8 +43,8 @@
 #include "core/util/log.h"
 #include "core/util/status.h"
 
-#define PD_TICK_MS 100     /* how often blocked peer threads look at the stop flag */
-#define PD_REDIAL_MS 200   /* pause between connection attempts */
+#define PD_TICK_MS 100   /* how often blocked peer threads look at the stop flag */
+#define PD_REDIAL_MS 200 /* pause between connection attempts */
 #define PD_MAX_QUARANTINE 4096
 
 enum { PD_PENDING, PD_LEASED, PD_ABORTING };
@@ -54,11 +54,11 @@ typedef struct dsv4_pd_peer {
     char addr[300], host[256], port[32];
     pthread_t thread;
     pthread_mutex_t mu; /* conn, up: the engine thread sends under it */
-    dsv4_pd_conn *conn;
+    dsv4_pd_conn *conn; /* NULL while down */
     bool up;
     /* engine thread only */
-    uint32_t outstanding;  /* leases LEASED or ABORTING on it */
-    uint32_t *quarantine;  /* sequences kept aside until the peer is gone */
+    uint32_t outstanding; /* leases LEASED or ABORTING on it */
+    uint32_t *quarantine; /* sequences kept aside until the peer is gone */
     uint32_t n_quarantine, quarantine_pages;
 } dsv4_pd_peer;
 
@@ -76,7 +76,7 @@ struct dsv4_pd_decode {
     uint32_t n_peers;
     pthread_mutex_t mu; /* events */
     pd_event *head, **tail;
-    uint64_t next_gen; /* engine thread */
+    uint64_t next_gen;    /* engine thread */
     uint32_t quarantined; /* pages, all peers */
 };
 
@@ -112,8 +112,8 @@ static void pd_peer_session(dsv4_pd_peer *p, int fd, char *last_err, size_t last
         return;
     }
     dsv4_pd_msg peer = {0};
-    int rc = dsv4_pd_conn_handshake(c, &pd->hello, &peer, dsv4_pd_deadline(pd->bootstrap_ms),
-                                    err, sizeof(err));
+    int rc = dsv4_pd_conn_handshake(c, &pd->hello, &peer, dsv4_pd_deadline(pd->bootstrap_ms), err,
+                                    sizeof(err));
     if (rc == 0 && peer.hello.role != DSV4_ROLE_PREFILL) {
         snprintf(err, sizeof(err), "pd handshake: the peer is not a prefill server");
         rc = DSV4_EPEER;
@@ -141,9 +141,9 @@ static void pd_peer_session(dsv4_pd_peer *p, int fd, char *last_err, size_t last
         if (ready == 0)
             continue;
         dsv4_pd_msg m;
-        rc = ready < 0 ? ready
-                       : dsv4_pd_conn_recv(c, &m, dsv4_pd_deadline(pd->bootstrap_ms), err,
-                                           sizeof(err));
+        rc = ready < 0
+                 ? ready
+                 : dsv4_pd_conn_recv(c, &m, dsv4_pd_deadline(pd->bootstrap_ms), err, sizeof(err));
         if (rc != 0) {
             dsv4_log(DSV4_LOG_WARN, "pd", "prefill %s: connection lost (%s)", p->addr,
                      rc == -ECONNRESET ? "closed by the peer" : err);
@@ -179,8 +179,8 @@ static void *pd_peer_main(void *arg)
     dsv4_pd *pd = p->pd;
     char err[512], last_err[512] = "";
     while (!atomic_load(&pd->stop)) {
-        int fd = dsv4_pd_dial(p->host, p->port, dsv4_pd_deadline(pd->bootstrap_ms), err,
-                              sizeof(err));
+        int fd =
+            dsv4_pd_dial(p->host, p->port, dsv4_pd_deadline(pd->bootstrap_ms), err, sizeof(err));
         if (fd >= 0) {
             pd_peer_session(p, fd, last_err, sizeof(last_err));
         } else if (strcmp(err, last_err) != 0) {
@@ -234,8 +234,8 @@ int dsv4_pd_decode_open(dsv4_pd *pd, const dsv4_config *conf, char *err, size_t 
         }
         dec->n_peers++;
     }
-    dsv4_log(DSV4_LOG_INFO, "pd", "decode role: %u prefill servers, transport %s",
-             dec->n_peers, pd->tdesc->name);
+    dsv4_log(DSV4_LOG_INFO, "pd", "decode role: %u prefill servers, transport %s", dec->n_peers,
+             pd->tdesc->name);
     return 0;
 }
 
@@ -277,12 +277,8 @@ static void pd_abort(dsv4_server *srv, dsv4_pd_job *job, int why)
     job->state = PD_ABORTING;
     job->why = why;
     job->deadline_ns = dsv4_pd_now() + (uint64_t)pd->bootstrap_ms * 1000000u;
-    pthread_mutex_lock(&p->mu);
-    dsv4_pd_conn *c = p->up ? p->conn : NULL;
-    pthread_mutex_unlock(&p->mu);
     /* a failed send leaves the deadline to decide (the connection is failing anyway) */
-    if (c)
-        dsv4_pd_send(pd, c, &p->mu, &m, p->addr);
+    dsv4_pd_send(pd, &p->conn, &p->mu, &m, p->addr);
 }
 
 static void pd_job_end(dsv4_server *srv, dsv4_pd_job *job)
@@ -338,10 +334,7 @@ static bool pd_lease(dsv4_server *srv, dsv4_pd_job *job)
                                .n_pages = n,
                                .with_state = true,
                                .state_slot = slot}};
-    pthread_mutex_lock(&best->mu);
-    dsv4_pd_conn *c = best->up ? best->conn : NULL;
-    pthread_mutex_unlock(&best->mu);
-    if (!c || dsv4_pd_send(pd, c, &best->mu, &m, best->addr) != 0)
+    if (dsv4_pd_send(pd, &best->conn, &best->mu, &m, best->addr) != 0)
         return false;
     job->peer = best;
     best->outstanding++;
@@ -371,9 +364,10 @@ static void pd_retry(dsv4_server *srv, dsv4_pd_job *job, int status)
     }
     if (job->cancelled || ++job->attempts > srv->pd->retries) {
         if (!job->cancelled)
-            dsv4_log(DSV4_LOG_ERROR, "pd", "request %llu: no prefill server delivered its kv "
-                     "(%u attempts, last: %s)", (unsigned long long)job->room, job->attempts,
-                     dsv4_strerror(status));
+            dsv4_log(DSV4_LOG_ERROR, "pd",
+                     "request %llu: no prefill server delivered its kv "
+                     "(%u attempts, last: %s)",
+                     (unsigned long long)job->room, job->attempts, dsv4_strerror(status));
         pd_fail(srv, job, status);
         return;
     }
@@ -435,9 +429,11 @@ static dsv4_pd_job *pd_find(dsv4_server *srv, uint64_t room)
 static void pd_stale(const pd_event *ev)
 {
     dsv4_metric_add(DSV4_M_PD_STALE, 1);
-    dsv4_log(DSV4_LOG_INFO, "pd", "stale %s from prefill %s rejected (lease %llu.%llu is not "
-             "current)", dsv4_pd_type_name(ev->m.type), ev->peer->addr,
-             (unsigned long long)ev->m.room, (unsigned long long)ev->m.generation);
+    dsv4_log(DSV4_LOG_INFO, "pd",
+             "stale %s from prefill %s rejected (lease %llu.%llu is not "
+             "current)",
+             dsv4_pd_type_name(ev->m.type), ev->peer->addr, (unsigned long long)ev->m.room,
+             (unsigned long long)ev->m.generation);
 }
 
 /* COMPLETE for the current lease: verify every block, then the request runs. */
@@ -458,9 +454,9 @@ static void pd_complete(dsv4_server *srv, dsv4_pd_job *job, const dsv4_pd_comple
     }
     dsv4_pd_sum_bad bad;
     uint32_t n_bad = 0;
-    int rc = c->kv_tokens != job->n_kv ? -EINVAL
-                                       : dsv4_pd_sum_verify(pd->layout, &b, c->sums, c->n_sums,
-                                                            &bad, &n_bad);
+    int rc = c->kv_tokens != job->n_kv
+                 ? -EINVAL
+                 : dsv4_pd_sum_verify(pd->layout, &b, c->sums, c->n_sums, &bad, &n_bad);
     if (rc != 0) {
         char what[256];
         if (rc == DSV4_ECHECKSUM) {
@@ -511,8 +507,7 @@ static void pd_event_handle(dsv4_server *srv, pd_event *ev)
     dsv4_pd_msg *m = &ev->m;
     dsv4_pd_job *job = pd_find(srv, m->room);
     if (!job || job->gen != m->generation || job->peer != ev->peer ||
-        (m->type != DSV4_PD_COMPLETE && m->type != DSV4_PD_ABORT_ACK &&
-         m->type != DSV4_PD_ERROR)) {
+        (m->type != DSV4_PD_COMPLETE && m->type != DSV4_PD_ABORT_ACK && m->type != DSV4_PD_ERROR)) {
         pd_stale(ev);
         return;
     }
@@ -596,8 +591,10 @@ void dsv4_pd_decode_step(dsv4_server *srv)
         } else if (job->state == PD_ABORTING && now >= job->deadline_ns) {
             dsv4_metric_add(DSV4_M_PD_TIMEOUTS, 1);
             dsv4_pd_peer *p = job->peer;
-            dsv4_log(DSV4_LOG_WARN, "pd", "request %llu: prefill %s did not acknowledge the "
-                     "abort; dropping the connection", (unsigned long long)job->room, p->addr);
+            dsv4_log(DSV4_LOG_WARN, "pd",
+                     "request %llu: prefill %s did not acknowledge the "
+                     "abort; dropping the connection",
+                     (unsigned long long)job->room, p->addr);
             pthread_mutex_lock(&p->mu);
             if (p->conn)
                 shutdown(dsv4_pd_conn_fd(p->conn), SHUT_WR);

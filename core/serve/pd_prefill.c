@@ -90,7 +90,7 @@ static void pf_on_event(void *ctx, const dsv4_gen_event *ev)
         m.complete.sums = job->ok ? job->sums : NULL;
         m.complete.n_sums = job->ok ? (uint32_t)job->n_sums : 0;
     }
-    dsv4_pd_send(pc->pd, pc->c, &pc->send_mu, &m, pc->who);
+    dsv4_pd_send(pc->pd, &pc->c, &pc->send_mu, &m, pc->who);
     dsv4_list_unlink(&job->link);
     pc->n_jobs--;
     pthread_cond_broadcast(&pc->idle);
@@ -101,13 +101,12 @@ static void pf_on_event(void *ctx, const dsv4_gen_event *ev)
 static void pf_refuse(dsv4_pd_pconn *pc, const dsv4_pd_msg *lease, int code, const char *text)
 {
     dsv4_log(DSV4_LOG_WARN, "pd", "lease %llu.%llu from %s refused (%s)",
-             (unsigned long long)lease->room, (unsigned long long)lease->generation, pc->who,
-             text);
+             (unsigned long long)lease->room, (unsigned long long)lease->generation, pc->who, text);
     dsv4_pd_msg m = {.type = DSV4_PD_ERROR,
                      .room = lease->room,
                      .generation = lease->generation,
                      .error = {code, text}};
-    dsv4_pd_send(pc->pd, pc->c, &pc->send_mu, &m, pc->who);
+    dsv4_pd_send(pc->pd, &pc->c, &pc->send_mu, &m, pc->who);
 }
 
 static void pf_lease(dsv4_pd_pconn *pc, const dsv4_pd_msg *m)
@@ -143,8 +142,8 @@ static void pf_lease(dsv4_pd_pconn *pc, const dsv4_pd_msg *m)
     pthread_mutex_lock(&pc->mu);
     dsv4_list_push_back(&pc->jobs, &job->link);
     pc->n_jobs++;
-    int rc = dsv4_serve_submit(srv, l->tokens, l->n_tokens, &params, pf_on_event, job, job,
-                               &job->id);
+    int rc =
+        dsv4_serve_submit(srv, l->tokens, l->n_tokens, &params, pf_on_event, job, job, &job->id);
     if (rc != 0) {
         dsv4_list_unlink(&job->link);
         pc->n_jobs--;
@@ -175,7 +174,7 @@ static void pf_abort(dsv4_pd_pconn *pc, uint64_t room, uint64_t gen)
         dsv4_server_cancel(pc->pd->srv, job->id);
     } else {
         dsv4_pd_msg ack = {.type = DSV4_PD_ABORT_ACK, .room = room, .generation = gen};
-        dsv4_pd_send(pc->pd, pc->c, &pc->send_mu, &ack, pc->who);
+        dsv4_pd_send(pc->pd, &pc->c, &pc->send_mu, &ack, pc->who);
     }
     pthread_mutex_unlock(&pc->mu);
 }
@@ -214,7 +213,7 @@ static void *pf_conn_main(void *arg)
                               &pc->peer, err, sizeof(err));
         if (rc != 0) {
             dsv4_pd_msg e = {.type = DSV4_PD_ERROR, .error = {rc, err}};
-            dsv4_pd_send(pd, pc->c, &pc->send_mu, &e, pc->who);
+            dsv4_pd_send(pd, &pc->c, &pc->send_mu, &e, pc->who);
         }
     }
     dsv4_pd_msg_clear(&peer);
@@ -293,8 +292,8 @@ static void pf_accept(dsv4_pd *pd, int fd, const char *who)
 {
     char err[256] = "out of memory";
     dsv4_pd_pconn *pc = calloc(1, sizeof(*pc));
-    dsv4_pd_conn *c = pc ? dsv4_pd_conn_new(fd, pd->secret, pd->secret_len, err, sizeof(err))
-                         : NULL;
+    dsv4_pd_conn *c =
+        pc ? dsv4_pd_conn_new(fd, pd->secret, pd->secret_len, err, sizeof(err)) : NULL;
     if (!c) {
         dsv4_log(DSV4_LOG_ERROR, "pd", "decode peer %s dropped (%s)", who, err);
         free(pc);
@@ -396,8 +395,7 @@ int dsv4_pd_prefill_open(dsv4_pd *pd, const dsv4_config *conf, char *err, size_t
         pd->pre = NULL;
         return -EAGAIN;
     }
-    dsv4_log(DSV4_LOG_INFO, "pd", "prefill role: accepting decode servers on %s",
-             conf->pd.listen);
+    dsv4_log(DSV4_LOG_INFO, "pd", "prefill role: accepting decode servers on %s", conf->pd.listen);
     return 0;
 }
 
@@ -433,8 +431,8 @@ void dsv4_pd_prefill_handoff(dsv4_server *srv, dsv4_sreq *r)
                                       : dsv4_pd_sum_compute(pd->layout, &b, job->sums, job->n_sums);
         if (rc == 0)
             rc = dsv4_pd_plan_runs(pages, job->dst, n, job->runs, &n_runs);
-        dsv4_xfer_req req = {sizeof(req), job->room, job->gen, job->runs, n_runs,
-                             true,        slot,      job->dst_slot};
+        dsv4_xfer_req req = {sizeof(req), job->room, job->gen, job->runs,
+                             n_runs,      true,      slot,     job->dst_slot};
         if (rc == 0)
             rc = pd->tops->post(pd->tstate, job->conn->peer, &req, &job->xfer);
     }

@@ -68,12 +68,12 @@ static inline uint64_t dsv4_pd_now(void)
 }
 
 /* Splits "host:port" (the config checker already accepted it) into its parts. */
-void dsv4_pd_split_addr(const char *addr, char *host, size_t host_len, char *port,
-                        size_t port_len);
+void dsv4_pd_split_addr(const char *addr, char *host, size_t host_len, char *port, size_t port_len);
 /* Wake the engine thread (a message arrived, a peer came or went). */
 void dsv4_pd_kick(dsv4_server *srv);
-/* Sends m on c within the bootstrap deadline under mu; logs a failure with `who`. */
-int dsv4_pd_send(dsv4_pd *pd, dsv4_pd_conn *c, pthread_mutex_t *mu, const dsv4_pd_msg *m,
+/* Sends m on *cp (read under mu, which guards the connection's lifetime; NULL = not
+ * connected) within the bootstrap deadline; logs a failure with `who`. 0 or negative. */
+int dsv4_pd_send(dsv4_pd *pd, dsv4_pd_conn *const *cp, pthread_mutex_t *mu, const dsv4_pd_msg *m,
                  const char *who);
 /* Waits up to ms for fd to become readable: 1 readable, 0 not yet, negative on error. */
 int dsv4_pd_wait_readable(int fd, int ms);

@@ -137,9 +137,9 @@ int main(void)
     dsv4_pd_hello mine = {.role = DSV4_ROLE_PREFILL, .transport = "local"};
     dsv4_pd_geom_of(lay, bufs, &mine.geom);
     dsv4_pd_msg peer = {0};
-    int rc = pc ? dsv4_pd_conn_handshake(pc, &mine, &peer, dsv4_pd_deadline(10000), err,
-                                         sizeof(err))
-                : -ENOMEM;
+    int rc =
+        pc ? dsv4_pd_conn_handshake(pc, &mine, &peer, dsv4_pd_deadline(10000), err, sizeof(err))
+           : -ENOMEM;
     ok(rc == 0 && peer.hello.role == DSV4_ROLE_DECODE && peer.hello.blob_len > 0,
        "the decode server hands its exposed pool to the peer at the handshake (%s)",
        rc ? err : "ok");
@@ -161,8 +161,7 @@ int main(void)
            memcmp(lease.lease.tokens, prompt, (PROMPT - 1) * sizeof(int32_t)) == 0,
        "the lease carries all prompt tokens but the last and 3 destination pages");
     uint64_t room = lease.room, gen = lease.generation;
-    dsv4_pd_blocks blocks = {lease.lease.pages, lease.lease.n_pages, true,
-                             lease.lease.state_slot};
+    dsv4_pd_blocks blocks = {lease.lease.pages, lease.lease.n_pages, true, lease.lease.state_slot};
     size_t n_sums = dsv4_pd_sum_count(lay, &blocks);
     dsv4_pd_msg_clear(&lease);
     ok(wait_metric(DSV4_M_PAGES_USED, 3), "the decode server reserved the pages");
