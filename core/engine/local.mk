@@ -41,3 +41,16 @@ tests_unit_t_kv_layout_lists_every_buffer_LDADD = $(TEST_CORE_LIBS)
 tests_unit_t_kv_compressor_rows_at_boundaries_SOURCES = \
 	tests/unit/t-kv-compressor-rows-at-boundaries.c $(ENGINE_TEST_HELPER)
 tests_unit_t_kv_compressor_rows_at_boundaries_LDADD = $(TEST_CORE_LIBS) -lm
+
+# fp8 KV rows: their size at the real geometry, the refusal of an unfit geometry, and
+# the logits they give against f32 rows.
+KV_FP8_TESTS = tests/unit/t-kv-fp8-rows-584-bytes-at-flash-geometry \
+	tests/unit/t-kv-fp8-logits-close-to-f32
+check_PROGRAMS += $(KV_FP8_TESTS)
+TESTS += $(KV_FP8_TESTS)
+tests_unit_t_kv_fp8_rows_584_bytes_at_flash_geometry_SOURCES = \
+	tests/unit/t-kv-fp8-rows-584-bytes-at-flash-geometry.c $(ENGINE_TEST_HELPER)
+tests_unit_t_kv_fp8_rows_584_bytes_at_flash_geometry_LDADD = $(TEST_CORE_LIBS)
+tests_unit_t_kv_fp8_logits_close_to_f32_SOURCES = tests/unit/t-kv-fp8-logits-close-to-f32.c \
+	$(ENGINE_TEST_HELPER)
+tests_unit_t_kv_fp8_logits_close_to_f32_LDADD = $(TEST_CORE_LIBS) -lm

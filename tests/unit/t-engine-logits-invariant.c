@@ -5,7 +5,8 @@
  * model has a window (8) shorter than the prompt, index_topk (3) below the number of
  * candidate rows, and a 45-token prompt that crosses the CSA (4) and HCA (8) boundaries
  * and three 16-token pages. Checked for f32 and bf16 KV, f32 and fp8 index-K (the
- * indexk plugin), and hc_mult 2 and 4.
+ * indexk plugin), hc_mult 2 and 4, and fp8 KV rows (head_dim 136, rope 8: two scale
+ * blocks of 64 nope dims).
  * Freeing every request returns the pool to its baseline. */
 #include <math.h>
 #include <stdio.h>
@@ -139,7 +140,7 @@ int main(void)
     dsv4_test_tokens(other_a, 29, 61, 12);
     dsv4_test_tokens(other_b, 5, 61, 13);
 
-    plan(4 * 11 + 2);
+    plan(5 * 11 + 2);
     dsv4_test_shape shape = dsv4_test_shape_default();
     dsv4_model *m = dsv4_test_model_new(&shape, 1);
     check_model(m, DSV4_KV_F32, "f32 kv");
@@ -167,6 +168,13 @@ int main(void)
     shape.o_groups = 1;
     m = dsv4_test_model_new(&shape, 2);
     check_model(m, DSV4_KV_F32, "hc_mult 4, gelu, 1 group");
+    dsv4_test_model_free(m);
+
+    /* fp8 rows need head_dim - rope dims in whole blocks of 64 */
+    shape = dsv4_test_shape_default();
+    shape.head_dim = 136;
+    m = dsv4_test_model_new(&shape, 3);
+    check_model(m, DSV4_KV_FP8, "fp8 kv");
     dsv4_test_model_free(m);
     dsv4_registry_free(reg8);
     dsv4_registry_free(reg);
