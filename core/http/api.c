@@ -8,6 +8,25 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/tokenizer/utf8.h"
+
+/* The message quotes the client's bytes (jansson's error text, field names) and vsnprintf
+ * may cut it inside a sequence; JSON strings must be UTF-8, so every byte that is not part
+ * of a well-formed sequence becomes '?' (else the refusal could not be sent at all). */
+static void utf8_scrub(char *s)
+{
+    size_t len = strlen(s);
+    for (size_t i = 0; i < len;) {
+        uint32_t cp;
+        size_t n = dsv4_utf8_decode(s + i, len - i, &cp);
+        if (n == 0) {
+            s[i] = '?';
+            n = 1;
+        }
+        i += n;
+    }
+}
+
 int dsv4_api_fail(dsv4_api_error *err, int status, const char *code, const char *param,
                   const char *fmt, ...)
 {
@@ -21,6 +40,8 @@ int dsv4_api_fail(dsv4_api_error *err, int status, const char *code, const char 
     va_start(ap, fmt);
     vsnprintf(err->message, sizeof(err->message), fmt, ap);
     va_end(ap);
+    utf8_scrub(err->param);
+    utf8_scrub(err->message);
     return -EINVAL;
 }
 
