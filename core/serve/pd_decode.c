@@ -45,7 +45,6 @@
 
 #define PD_TICK_MS 100   /* how often blocked peer threads look at the stop flag */
 #define PD_REDIAL_MS 200 /* pause between connection attempts */
-#define PD_MAX_QUARANTINE 4096
 
 enum { PD_PENDING, PD_LEASED, PD_ABORTING };
 
@@ -58,7 +57,7 @@ typedef struct dsv4_pd_peer {
     bool up;
     /* engine thread only */
     uint32_t outstanding; /* leases LEASED or ABORTING on it */
-    uint32_t *quarantine; /* sequences kept aside until the peer is gone */
+    uint32_t *quarantine; /* [n_slots] sequences kept aside until the peer is gone */
     uint32_t n_quarantine, quarantine_pages;
 } dsv4_pd_peer;
 
@@ -222,7 +221,8 @@ int dsv4_pd_decode_open(dsv4_pd *pd, const dsv4_config *conf, char *err, size_t 
             continue;
         dsv4_pd_split_addr(p->addr, p->host, sizeof(p->host), p->port, sizeof(p->port));
         p->pd = pd;
-        p->quarantine = calloc(PD_MAX_QUARANTINE, sizeof(uint32_t));
+        /* each quarantined sequence holds a state slot: never more than n_slots */
+        p->quarantine = calloc(pd->srv->n_slots, sizeof(uint32_t));
         pthread_mutex_init(&p->mu, NULL);
         if (!p->quarantine || pthread_create(&p->thread, NULL, pd_peer_main, p) != 0) {
             snprintf(err, errlen, "pd: cannot start the thread for prefill %s", p->addr);
@@ -266,6 +266,16 @@ bool dsv4_pd_decode_takes(const dsv4_server *srv, const dsv4_sreq *r)
 static void pd_quarantine_gauge(dsv4_pd_decode *dec)
 {
     dsv4_metric_set(DSV4_M_PD_QUARANTINED_PAGES, dec->quarantined);
+}
+
+/* No more leases to p on this connection: half-close it (the peer drains, then closes). */
+static void pd_peer_drop(dsv4_pd_peer *p)
+{
+    pthread_mutex_lock(&p->mu);
+    p->up = false;
+    if (p->conn)
+        shutdown(dsv4_pd_conn_fd(p->conn), SHUT_WR);
+    pthread_mutex_unlock(&p->mu);
 }
 
 /* Sends ABORT for the job's lease (failed with `why`); its pages wait for the drain signal. */
@@ -334,8 +344,12 @@ static bool pd_lease(dsv4_server *srv, dsv4_pd_job *job)
                                .n_pages = n,
                                .with_state = true,
                                .state_slot = slot}};
-    if (dsv4_pd_send(pd, &best->conn, &best->mu, &m, best->addr) != 0)
+    if (dsv4_pd_send(pd, &best->conn, &best->mu, &m, best->addr) != 0) {
+        /* the connection is failing: stop picking this peer; its thread sees the
+         * half-close, waits for the peer's end and reports it gone */
+        pd_peer_drop(best);
         return false;
+    }
     job->peer = best;
     best->outstanding++;
     job->state = PD_LEASED;
@@ -384,15 +398,6 @@ static void pd_quarantine(dsv4_server *srv, dsv4_pd_job *job, int status)
     dsv4_sreq *r = job->r;
     uint32_t slot = 0, n = 0;
     dsv4_engine_seq_pages(srv->eng, r->seq, &slot, &n);
-    if (p->n_quarantine == PD_MAX_QUARANTINE) {
-        /* cannot keep more aside: the request ends and the sequence stays with it, off
-         * every list (never reused) */
-        dsv4_serve_move(srv, r, DSV4_SREQ_ENDED, false);
-        job->cancelled = false;
-        p->outstanding--;
-        pd_fail(srv, job, status);
-        return;
-    }
     p->quarantine[p->n_quarantine++] = r->seq;
     p->quarantine_pages += n;
     dec->quarantined += n;
@@ -595,10 +600,7 @@ void dsv4_pd_decode_step(dsv4_server *srv)
                      "request %llu: prefill %s did not acknowledge the "
                      "abort; dropping the connection",
                      (unsigned long long)job->room, p->addr);
-            pthread_mutex_lock(&p->mu);
-            if (p->conn)
-                shutdown(dsv4_pd_conn_fd(p->conn), SHUT_WR);
-            pthread_mutex_unlock(&p->mu);
+            pd_peer_drop(p);
             pd_quarantine(srv, job, -ETIMEDOUT);
         }
     }

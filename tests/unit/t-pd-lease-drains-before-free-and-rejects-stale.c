@@ -4,7 +4,10 @@
  * counted as stale), with a completion whose checksums do not match (the decode server
  * aborts, and keeps the request's pages reserved until ABORT_ACK), then with a failed
  * completion on the retry's new generation; after [pd] retries the client gets an error
- * and every page is back in the pool. */
+ * and every page is back in the pool. Then a peer that never acknowledges an abort: past
+ * the deadline the pages are quarantined (not reused while a write could still land), the
+ * decode server half-closes the connection, and the pages return only once the peer has
+ * closed its end. */
 #include "config.h"
 
 #include <errno.h>
@@ -75,7 +78,7 @@ static void recv_msg(dsv4_pd_conn *c, dsv4_pd_msg *m)
 
 int main(void)
 {
-    plan(13);
+    plan(19);
     dsv4_registry *reg = NULL;
     const dsv4_plugin_desc *ik = dsv4_test_indexk(&reg, "f32");
     const dsv4_plugin_desc *tp = dsv4_registry_find(reg, DSV4_FAMILY_TRANSPORT, "local", NULL);
@@ -217,8 +220,49 @@ int main(void)
        "every page and state slot is back in the pool");
     is_int(dsv4_metric_get(DSV4_M_PD_STALE), 2, "nothing else was stale");
 
-    dsv4_server_stop(srv, 0);
+    /* a silent peer: no ABORT_ACK ever comes */
+    pthread_mutex_lock(&mu);
+    ended = false;
+    pthread_mutex_unlock(&mu);
+    if (dsv4_server_submit(srv, prompt, PROMPT, &gp, on_event, NULL, &id) != 0)
+        bail_out("submit failed");
+    dsv4_pd_msg lease3;
+    recv_msg(pc, &lease3);
+    send_msg(pc, DSV4_PD_COMPLETE, lease3.room, lease3.generation, &done_ok);
+    dsv4_pd_msg abort3;
+    recv_msg(pc, &abort3);
+    ok(abort3.type == DSV4_PD_ABORT && abort3.generation == lease3.generation,
+       "the mismatch is aborted; this peer stays silent");
+    dsv4_pd_msg_clear(&lease3);
+    ok(wait_metric(DSV4_M_PD_QUARANTINED_PAGES, 3),
+       "past the abort deadline the request's 3 pages are quarantined");
+    ok(wait_metric(DSV4_M_PAGES_USED, 3) && dsv4_metric_get(DSV4_M_PD_QUARANTINED_PAGES) == 3,
+       "and stay out of the pool while the connection is open");
+    /* the decode server half-closed: read to its end of the stream, then close ours */
+    char sink[4096];
+    ssize_t got;
+    while ((got = read(dsv4_pd_conn_fd(pc), sink, sizeof(sink))) > 0)
+        ;
+    ok(got == 0, "the decode server closed its side of the connection");
+    is_int(dsv4_metric_get(DSV4_M_PD_QUARANTINED_PAGES), 3, "still quarantined before we close");
     dsv4_pd_conn_free(pc);
+    pc = NULL;
+    for (int i = 0; i < 1000 && dsv4_metric_get(DSV4_M_PD_QUARANTINED_PAGES) > 0; i++)
+        usleep(10000);
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < 100 && !ended; i++) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 1;
+        pthread_cond_timedwait(&cv, &mu, &ts);
+    }
+    was_error = ended && end_kind == DSV4_EV_ERROR;
+    pthread_mutex_unlock(&mu);
+    ok(was_error && dsv4_metric_get(DSV4_M_PD_QUARANTINED_PAGES) == 0 &&
+           wait_metric(DSV4_M_REQUESTS_FAILED, 2) && dsv4_metric_get(DSV4_M_PAGES_USED) == 0,
+       "once the peer closed, the quarantined pages are back; the request failed cleanly");
+
+    dsv4_server_stop(srv, 0);
     close(lfd);
     free(zeros);
     free(bufs);
