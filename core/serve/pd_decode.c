@@ -382,7 +382,8 @@ static void pd_retry(dsv4_server *srv, dsv4_pd_job *job, int status)
                      "request %llu: no prefill server delivered its kv "
                      "(%u attempts, last: %s)",
                      (unsigned long long)job->room, job->attempts, dsv4_strerror(status));
-        pd_fail(srv, job, status);
+        /* the client learns the service is unavailable (the log has the reason) */
+        pd_fail(srv, job, -EAGAIN);
         return;
     }
     dsv4_metric_add(DSV4_M_PD_RETRIES, 1);
