@@ -36,7 +36,9 @@ typedef struct mx {
     void *ctx;
     name_list indexk, hostcache, sched, transport;
     bool have_unfenced;
-    char pd_off[320]; /* set once a PD pair showed that the daemon does not do PD */
+    char pd_off[320];         /* set once a PD pair showed that the daemon does not do PD */
+    size_t pd_unrun;          /* PD combinations not started after that */
+    unsigned sessions, turns; /* the workload of the next run */
 } mx;
 
 /* One deployment: a unified server, or a prefill and a decode server. */
@@ -156,9 +158,9 @@ static dsv4_repro *run_combo(mx *m, const deployment *c, unsigned concurrency, c
     if (server) {
         dsv4_repro_opts ro = {
             .url = dsv4_deploy_url(server),
-            .sessions = m->o->sessions,
+            .sessions = m->sessions,
             .concurrency = concurrency,
-            .turns = m->o->turns,
+            .turns = m->turns,
             .seed = m->o->seed,
             .max_tokens = m->o->max_tokens,
             .timeout_ms = 300000,
@@ -222,13 +224,14 @@ static double counter(const dsv4_repro *r, const char *name, bool *found_p)
 
 /* What a passing run went through on the server, so a reader can tell a combination that
  * was exercised from one that merely started. */
-static void coverage_note(dsv4_matrix_row *row, const dsv4_repro *r)
+static void coverage_note_append(dsv4_matrix_row *row, const dsv4_repro *r)
 {
     bool f;
-    snprintf(row->note, sizeof(row->note),
-             "prefix-cache hit tokens %.0f, evicted pages %.0f, host-tier loads %.0f, pd "
+    size_t n = strlen(row->note);
+    snprintf(row->note + n, sizeof(row->note) - n,
+             "%sprefix-cache hit tokens %.0f, evicted pages %.0f, host-tier loads %.0f, pd "
              "transfer bytes %.0f",
-             counter(r, "dsv4d_prefix_cache_hit_tokens_total", &f),
+             n ? "; " : "", counter(r, "dsv4d_prefix_cache_hit_tokens_total", &f),
              counter(r, "dsv4d_prefix_cache_evicted_pages_total", &f),
              counter(r, "dsv4d_hostcache_loads_total", &f),
              counter(r, "dsv4d_pd_transfer_bytes_total", &f));
@@ -251,14 +254,15 @@ static bool pd_live(mx *m, const dsv4_repro *r)
 static void run_compared(mx *m, const deployment *c, const char *golden)
 {
     char name[192];
+    if (c->transport && m->pd_off[0]) {
+        m->pd_unrun++; /* one row for them all, at the end */
+        return;
+    }
     combo_name(c, name, sizeof(name));
     dsv4_matrix_row *row = row_add(m, name, false);
     if (!row)
         return;
-    if (c->transport && m->pd_off[0]) {
-        row->status = DSV4_MX_SKIPPED;
-        snprintf(row->note, sizeof(row->note), "%s", m->pd_off);
-    } else if (!golden) {
+    if (!golden) {
         row->status = DSV4_MX_FAILED;
         snprintf(row->note, sizeof(row->note), "no reference for indexk=%s", c->indexk);
     } else {
@@ -272,23 +276,23 @@ static void run_compared(mx *m, const deployment *c, const char *golden)
         } else {
             judge(row, r);
             if (row->status == DSV4_MX_PASS)
-                coverage_note(row, r);
+                coverage_note_append(row, r);
         }
         dsv4_repro_free(r);
     }
     row_done(m, row);
 }
 
-/* The reference of one indexk plugin; returns whether its golden file was written. */
-static bool run_reference(mx *m, const char *indexk, const char *golden)
+/* A reference run (unified, hostcache/off, sched/fcfs) that records golden; returns
+ * whether it was written. */
+static bool run_reference(mx *m, const char *label, const char *indexk, unsigned concurrency,
+                          const char *golden)
 {
-    char name[192];
-    snprintf(name, sizeof(name), "reference indexk=%s (serial, records the golden)", indexk);
-    dsv4_matrix_row *row = row_add(m, name, false);
+    dsv4_matrix_row *row = row_add(m, label, false);
     if (!row)
         return false;
     deployment c = {indexk, "off", "fcfs", NULL, NULL, NULL};
-    dsv4_repro *r = run_combo(m, &c, 1, NULL, golden, row->note, sizeof(row->note));
+    dsv4_repro *r = run_combo(m, &c, concurrency, NULL, golden, row->note, sizeof(row->note));
     if (r)
         judge(row, r);
     else
@@ -298,13 +302,29 @@ static bool run_reference(mx *m, const char *indexk, const char *golden)
     return r != NULL;
 }
 
-/* hostcache/unfenced with a load delay: the sessions must come back corrupted. */
-static void control_unfenced(mx *m, const char *indexk, const char *golden)
+/* hostcache/unfenced with a load delay: the sessions must come back corrupted. The
+ * workload is three times the matrix's sessions with one more turn, so the KV pool runs
+ * out and later turns load their prefixes back from the host tier; its own reference
+ * (hostcache/off at the same concurrency) records the golden file. */
+static void control_unfenced(mx *m, const char *indexk)
 {
+    char golden[320], label[192];
+    m->sessions = 3 * m->o->sessions;
+    m->turns = m->o->turns + 1;
+    snprintf(golden, sizeof(golden), "%s/golden-pressure.json", m->dir);
+    snprintf(label, sizeof(label),
+             "control reference indexk=%s (%u sessions x %u turns, records the golden)", indexk,
+             m->sessions, m->turns);
+    bool have = run_reference(m, label, indexk, m->o->concurrency, golden);
     dsv4_matrix_row *row =
-        row_add(m, "control: unified hostcache=unfenced inject_delay=20ms (must corrupt)", true);
-    if (!row)
+        have ? row_add(m, "control: unified hostcache=unfenced inject_delay=20ms (must corrupt)",
+                       true)
+             : NULL;
+    if (!row) {
+        m->sessions = m->o->sessions;
+        m->turns = m->o->turns;
         return;
+    }
     deployment c = {indexk, "unfenced", "fcfs", NULL, "inject_delay = 20ms\n", NULL};
     dsv4_repro *r = run_combo(m, &c, m->o->concurrency, golden, NULL, row->note, sizeof(row->note));
     bool found_load, found_hit;
@@ -320,6 +340,8 @@ static void control_unfenced(mx *m, const char *indexk, const char *golden)
                  "not use the host tier yet",
                  found_load || found_hit ? "dsv4d_hostcache_loads_total and _hits_total stayed 0"
                                          : "no host-tier counters");
+        /* every run of this deployment is one data point for the reader */
+        coverage_note_append(row, r);
     } else {
         judge(row, r);
         if (row->status == DSV4_MX_MISMATCH) {
@@ -334,6 +356,8 @@ static void control_unfenced(mx *m, const char *indexk, const char *golden)
     }
     dsv4_repro_free(r);
     row_done(m, row);
+    m->sessions = m->o->sessions;
+    m->turns = m->o->turns;
 }
 
 /* A PD pair over transport/chaos flipping bytes: every corruption must be caught by the
@@ -444,7 +468,7 @@ bool dsv4_matrix_ok(const dsv4_matrix_row *rows, size_t n)
 int dsv4_matrix_run(const dsv4_matrix_opts *o, dsv4_matrix_row_fn on_row, void *ctx,
                     dsv4_matrix_row **rows_p, size_t *n_p, char *err, size_t errlen)
 {
-    mx m = {.o = o, .on_row = on_row, .ctx = ctx};
+    mx m = {.o = o, .on_row = on_row, .ctx = ctx, .sessions = o->sessions, .turns = o->turns};
     const char *tmp = getenv("TMPDIR");
     snprintf(m.dir, sizeof(m.dir), "%s/dsv4-matrix.XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
     if (!mkdtemp(m.dir)) {
@@ -470,12 +494,18 @@ int dsv4_matrix_run(const dsv4_matrix_opts *o, dsv4_matrix_row_fn on_row, void *
         return -ENOENT;
     }
     char first_golden[320] = "";
+    const char *first_ix = NULL;
     for (size_t i = 0; i < m.indexk.n; i++) {
         char golden[320];
         snprintf(golden, sizeof(golden), "%s/golden-%s.json", m.dir, m.indexk.v[i]);
-        bool have = run_reference(&m, m.indexk.v[i], golden);
-        if (have && !first_golden[0])
+        char label[192];
+        snprintf(label, sizeof(label), "reference indexk=%s (serial, records the golden)",
+                 m.indexk.v[i]);
+        bool have = run_reference(&m, label, m.indexk.v[i], 1, golden);
+        if (have && !first_ix) {
+            first_ix = m.indexk.v[i];
             snprintf(first_golden, sizeof(first_golden), "%s", golden);
+        }
         for (size_t h = 0; h < m.hostcache.n; h++)
             for (size_t s = 0; s < m.sched.n; s++) {
                 deployment c = {m.indexk.v[i], m.hostcache.v[h], m.sched.v[s], NULL, NULL, NULL};
@@ -490,16 +520,24 @@ int dsv4_matrix_run(const dsv4_matrix_opts *o, dsv4_matrix_row_fn on_row, void *
                     run_compared(&m, &c, have ? golden : NULL);
                 }
     }
-    if (o->controls && first_golden[0]) {
-        /* the golden of the first indexk plugin whose reference ran */
-        const char *ix = strrchr(first_golden, '/') + strlen("/golden-");
-        char indexk[64];
-        snprintf(indexk, sizeof(indexk), "%.*s", (int)(strlen(ix) - strlen(".json")), ix);
-        if (m.have_unfenced)
-            control_unfenced(&m, indexk, first_golden);
-        if (listed(&m.transport, "chaos"))
-            control_chaos(&m, indexk, first_golden);
+    if (m.pd_unrun) {
+        char what[192];
+        snprintf(what, sizeof(what),
+                 "pd: %zu more combinations (indexk x hostcache x sched x "
+                 "transport)",
+                 m.pd_unrun);
+        dsv4_matrix_row *row = row_add(&m, what, false);
+        if (row) {
+            row->status = DSV4_MX_SKIPPED;
+            snprintf(row->note, sizeof(row->note), "%s", m.pd_off);
+            row_done(&m, row);
+        }
     }
+    /* the controls use the first indexk plugin whose reference ran */
+    if (o->controls && first_ix && m.have_unfenced)
+        control_unfenced(&m, first_ix);
+    if (o->controls && first_ix && listed(&m.transport, "chaos"))
+        control_chaos(&m, first_ix, first_golden);
     dsv4_registry_free(m.reg);
     /* the logs of a failed matrix stay for the reader */
     if (dsv4_matrix_ok(m.rows, m.n))
