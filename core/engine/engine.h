@@ -78,17 +78,25 @@ uint32_t dsv4_engine_vocab(const dsv4_engine *eng);
  * cached prefix is whole pages plus a snapshot of the per-sequence state (every state
  * buffer: window ring, compressor carries) at its end. */
 
+/* The KV pool, writable, for the host tier (core/hostcache/tier.h): it installs its load
+ * fence on the pool and copies pages in and out. Everything else reads dsv4_engine_kv. */
+dsv4_kv_pool *dsv4_engine_kv_pool(dsv4_engine *eng);
+/* A page for a cached page loaded back from host (one reference, the cache's). -ENOSPC. */
+int dsv4_engine_page_alloc(dsv4_engine *eng, uint32_t *page_p);
 /* Page references, for pages a cache keeps beyond the sequences that wrote them. */
 void dsv4_engine_page_ref(dsv4_engine *eng, uint32_t page);
 void dsv4_engine_page_unref(dsv4_engine *eng, uint32_t page);
 /* A spare state slot to hold a snapshot (it counts against n_slots). -ENOSPC. */
 int dsv4_engine_slot_alloc(dsv4_engine *eng, uint32_t *slot_p);
 void dsv4_engine_slot_free(dsv4_engine *eng, uint32_t slot);
-/* Copy the sequence's state into the spare slot. 0 or -EINVAL. */
+/* Copy the sequence's state into the spare slot. 0, -EINVAL, or the KV fence's failure. */
 int dsv4_engine_seq_snapshot(dsv4_engine *eng, uint32_t seq, uint32_t slot);
 /* Start an empty sequence from n_pages full pages (each gains a reference) and the state
- * snapshot in slot (copied): its length becomes n_pages * page_tokens. 0, -EINVAL (not
- * empty, bad slot) or -ENOMEM. */
+ * snapshot in slot (copied): its length becomes n_pages * page_tokens. With slot
+ * DSV4_ENGINE_NO_SLOT nothing is copied: the caller fills the sequence's own slot (the
+ * host tier loads a snapshot there). 0, -EINVAL (not empty, bad slot), -ENOMEM, or the
+ * KV fence's failure. */
+#define DSV4_ENGINE_NO_SLOT UINT32_MAX
 int dsv4_engine_seq_adopt(dsv4_engine *eng, uint32_t seq, const uint32_t *pages,
                           uint32_t n_pages, uint32_t slot);
 

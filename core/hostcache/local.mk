@@ -29,3 +29,15 @@ tests_unit_t_hostcache_delayed_load_keeps_logits_bit_identical_LDADD = $(PLUGIN_
 tests_unit_t_hostcache_unfenced_load_is_detected_SOURCES = \
 	tests/unit/t-hostcache-unfenced-load-is-detected.c $(HOSTCACHE_TESTKIT)
 tests_unit_t_hostcache_unfenced_load_is_detected_LDADD = $(PLUGIN_TEST_LIBS) -lm
+
+# The tier in the serving loop: a session whose prefix was evicted to host reloads it
+# bit-identically (sync, async, async with a load delay), metrics and flush baseline, and
+# the negative control at that level.
+SERVE_HOSTCACHE_TESTS = tests/unit/t-serve-hostcache-evicted-prefix-reloads-bit-identical
+check_PROGRAMS += $(SERVE_HOSTCACHE_TESTS)
+TESTS += $(SERVE_HOSTCACHE_TESTS)
+tests_unit_t_serve_hostcache_evicted_prefix_reloads_bit_identical_SOURCES = \
+	tests/unit/t-serve-hostcache-evicted-prefix-reloads-bit-identical.c \
+	tests/unit/serve-harness.c tests/unit/serve-harness.h \
+	tests/unit/engine-testmodel.c tests/unit/engine-testmodel.h
+tests_unit_t_serve_hostcache_evicted_prefix_reloads_bit_identical_LDADD = $(TEST_CORE_LIBS) -lm

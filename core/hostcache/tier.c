@@ -237,17 +237,48 @@ out:
     return rc;
 }
 
+/* The use at which the write policy backs an entry up (0: only at eviction). */
+static uint32_t dsv4_hc_tier_threshold(const dsv4_hc_tier *t)
+{
+    return t->policy == DSV4_HOSTCACHE_WRITE_THROUGH             ? 1
+           : t->policy == DSV4_HOSTCACHE_WRITE_THROUGH_SELECTIVE ? 2
+                                                                 : 0;
+}
+
+/* Whether a backup of e is due: at its use number `hits` (a hit), or at eviction. */
+static bool dsv4_hc_tier_due(const dsv4_hc_tier *t, const dsv4_hc_entry *e, uint32_t hits,
+                             bool evict)
+{
+    if (!t->hp || e->device == DSV4_HC_NONE || e->host != DSV4_HC_NONE)
+        return false;
+    uint32_t threshold = dsv4_hc_tier_threshold(t);
+    return evict ? threshold == 0 : threshold > 0 && hits >= threshold;
+}
+
+uint32_t dsv4_hc_tier_need(const dsv4_hc_tier *t, bool evict, dsv4_hc_entry *const *e, size_t n)
+{
+    uint32_t need = 0;
+    for (size_t i = 0; i < n; i++)
+        need += dsv4_hc_tier_due(t, e[i], e[i]->hits + !evict, evict);
+    return need;
+}
+
+uint32_t dsv4_hc_tier_host_free(const dsv4_hc_tier *t, dsv4_hc_unit unit)
+{
+    if (!t->hp)
+        return 0;
+    return unit == DSV4_HC_PAGE ? dsv4_host_pool_pages_free(t->hp)
+                                : dsv4_host_pool_slots_free(t->hp);
+}
+
 int dsv4_hc_tier_hit(dsv4_hc_tier *t, dsv4_hc_unit unit, dsv4_hc_entry *const *e, size_t n)
 {
     bool *want = calloc(n ? n : 1, sizeof(bool));
     if (!want)
         return -ENOMEM;
-    uint32_t threshold = t->policy == DSV4_HOSTCACHE_WRITE_THROUGH             ? 1
-                         : t->policy == DSV4_HOSTCACHE_WRITE_THROUGH_SELECTIVE ? 2
-                                                                               : 0;
     for (size_t i = 0; i < n; i++) {
         e[i]->hits++;
-        want[i] = threshold > 0 && e[i]->hits >= threshold;
+        want[i] = dsv4_hc_tier_due(t, e[i], e[i]->hits, false);
     }
     int rc = t->hp ? dsv4_hc_tier_backup(t, unit, e, n, want) : 0;
     free(want);
@@ -256,7 +287,7 @@ int dsv4_hc_tier_hit(dsv4_hc_tier *t, dsv4_hc_unit unit, dsv4_hc_entry *const *e
 
 int dsv4_hc_tier_evict(dsv4_hc_tier *t, dsv4_hc_unit unit, dsv4_hc_entry *const *e, size_t n)
 {
-    if (t->hp && t->policy == DSV4_HOSTCACHE_WRITE_BACK) {
+    if (t->hp && dsv4_hc_tier_threshold(t) == 0) {
         int rc = dsv4_hc_tier_backup(t, unit, e, n, NULL);
         if (rc != 0)
             return rc;

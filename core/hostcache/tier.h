@@ -88,6 +88,12 @@ int dsv4_hc_tier_hit(dsv4_hc_tier *tier, dsv4_hc_unit unit, dsv4_hc_entry *const
  * DSV4_HC_GONE was dropped). The caller frees the device ids after the call. 0, or the
  * plugin's failure (entries unchanged: do not free the device ids). */
 int dsv4_hc_tier_evict(dsv4_hc_tier *tier, dsv4_hc_unit unit, dsv4_hc_entry *const *e, size_t n);
+/* Host blocks that dsv4_hc_tier_hit (evict false) or dsv4_hc_tier_evict (evict true)
+ * would take for these entries under the write policy, and those free now: the caller
+ * frees what it wants least (dsv4_hc_tier_drop) to make room before the call. The hit
+ * counts in the entries are read, not changed. 0 for hostcache/off. */
+uint32_t dsv4_hc_tier_need(const dsv4_hc_tier *tier, bool evict, dsv4_hc_entry *const *e, size_t n);
+uint32_t dsv4_hc_tier_host_free(const dsv4_hc_tier *tier, dsv4_hc_unit unit);
 /* Free the host copies of these entries (their host id becomes DSV4_HC_NONE). */
 void dsv4_hc_tier_drop(dsv4_hc_tier *tier, dsv4_hc_unit unit, dsv4_hc_entry *const *e, size_t n);
 

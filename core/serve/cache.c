@@ -10,6 +10,14 @@
  *
  * Snapshot slots come from the state slots requests use; a request takes one only while
  * a slot stays free for every request max_running could still admit.
+ *
+ * With a [hostcache] plugin that keeps pages on host, the tier (core/hostcache/tier.h)
+ * lives here, over the engine's pool: eviction moves cached pages and snapshots to host
+ * per the write policy, and a request whose match ends on host gets device pages for
+ * those pages and a load into them and into its own state slot (radix.h). Its forward
+ * then runs while the load is in flight: the KV accessor waits for each layer. The step
+ * ends with dsv4_serve_cache_step_done, which finishes the load. Without a plugin (or
+ * with hostcache/off) an evicted prefix is gone and recomputed, as before.
  */
 #include "core/serve/serve_priv.h"
 
@@ -18,6 +26,8 @@
 #include <stdlib.h>
 
 #include "core/serve/metrics.h"
+#include "core/util/log.h"
+#include "core/util/status.h"
 
 static void dsv4_serve_hook_ref(void *ctx, uint32_t page)
 {
@@ -34,10 +44,46 @@ static void dsv4_serve_hook_slot_free(void *ctx, uint32_t slot)
     dsv4_engine_slot_free(ctx, slot);
 }
 
-int dsv4_serve_cache_new(dsv4_server *srv, char *err, size_t errlen)
+static int dsv4_serve_hook_page_alloc(void *ctx, uint32_t *page_p)
 {
-    dsv4_radix_hooks hooks = {srv->eng, dsv4_serve_hook_ref, dsv4_serve_hook_unref,
-                              dsv4_serve_hook_slot_free};
+    return dsv4_engine_page_alloc(ctx, page_p);
+}
+
+/* The host tier of the selected hostcache plugin; none without one, or when the plugin
+ * keeps nothing on host (off). */
+static int dsv4_serve_cache_tier(dsv4_server *srv, const dsv4_config *conf, char *err,
+                                 size_t errlen)
+{
+    const dsv4_plugin_desc *d = conf->desc[DSV4_FAMILY_HOSTCACHE];
+    if (!d)
+        return 0;
+    dsv4_hc_tier_conf tc = {.pool = dsv4_engine_kv_pool(srv->eng),
+                            .plugin = d,
+                            .plugin_conf = conf->plugin_conf[DSV4_FAMILY_HOSTCACHE]};
+    if (!(srv->tier = dsv4_hc_tier_new(&tc, err, errlen)))
+        return -EINVAL;
+    if (!dsv4_hc_tier_keeps(srv->tier)) {
+        dsv4_hc_tier_free(srv->tier);
+        srv->tier = NULL;
+        dsv4_log(DSV4_LOG_INFO, "server", "hostcache/%s: evicted prefixes are recomputed", d->name);
+        return 0;
+    }
+    dsv4_hc_stats st;
+    dsv4_hc_tier_stats(srv->tier, &st);
+    dsv4_metric_set(DSV4_M_HOST_PAGES_TOTAL, st.host_pages);
+    dsv4_log(DSV4_LOG_INFO, "server", "hostcache/%s: %u host pages, %u host state blocks", d->name,
+             st.host_pages, st.host_slots);
+    return 0;
+}
+
+int dsv4_serve_cache_new(dsv4_server *srv, const dsv4_config *conf, char *err, size_t errlen)
+{
+    int rc = dsv4_serve_cache_tier(srv, conf, err, errlen);
+    if (rc != 0)
+        return rc;
+    dsv4_radix_hooks hooks = {
+        srv->eng,  dsv4_serve_hook_ref,       dsv4_serve_hook_unref, dsv4_serve_hook_slot_free,
+        srv->tier, dsv4_serve_hook_page_alloc};
     srv->cache = dsv4_radix_new(srv->page_tokens, &hooks);
     srv->cache_pages = malloc((srv->max_context / srv->page_tokens + 1) * sizeof(uint32_t));
     if (!srv->cache || !srv->cache_pages) {
@@ -50,6 +96,7 @@ int dsv4_serve_cache_new(dsv4_server *srv, char *err, size_t errlen)
 void dsv4_serve_cache_free(dsv4_server *srv)
 {
     dsv4_radix_free(srv->cache);
+    dsv4_hc_tier_free(srv->tier);
     free(srv->cache_pages);
 }
 
@@ -59,15 +106,50 @@ uint32_t dsv4_serve_cache_peek(dsv4_server *srv, const dsv4_sreq *r)
            srv->page_tokens;
 }
 
+uint32_t dsv4_serve_cache_hit_pages(const dsv4_server *srv, const dsv4_sreq *r)
+{
+    uint32_t on_host;
+    return dsv4_radix_peek(srv->cache, r->toks, dsv4_sreq_len(r) - 1, &on_host) - on_host;
+}
+
+/* Bring the matched path of a locked node onto the device (radix.h): free device pages
+ * for the pages on host by evicting others first, then start the load; the snapshot, when
+ * on host only, is loaded into r's own slot. 0, or why the prefix cannot be used. */
+static int dsv4_serve_cache_fetch(dsv4_server *srv, dsv4_sreq *r, dsv4_radix_node *node, uint32_t m)
+{
+    uint32_t on_host = 0, free = dsv4_kv_pages_free(dsv4_engine_kv(srv->eng)), slot, n_pages;
+    for (uint32_t i = 0; i < m; i++)
+        on_host += srv->cache_pages[i] == DSV4_RADIX_ON_HOST;
+    if (on_host > free)
+        dsv4_serve_cache_evict(srv, on_host - free, 0);
+    if (!dsv4_engine_seq_pages(srv->eng, r->seq, &slot, &n_pages))
+        return -EINVAL;
+    return dsv4_radix_fetch(srv->cache, node, srv->cache_pages, slot);
+}
+
 uint32_t dsv4_serve_cache_adopt(dsv4_server *srv, dsv4_sreq *r)
 {
     dsv4_radix_node *node;
     uint32_t m =
         dsv4_radix_match(srv->cache, r->toks, dsv4_sreq_len(r) - 1, srv->cache_pages, &node);
-    if (m == 0 || dsv4_engine_seq_adopt(srv->eng, r->seq, srv->cache_pages, m,
-                                        dsv4_radix_node_slot(node)) != 0)
+    if (m == 0)
         return 0;
+    /* locked first: evicting room for a load must not take this path */
     dsv4_radix_lock(srv->cache, node);
+    uint32_t snap = dsv4_radix_node_slot(node);
+    int rc = srv->tier ? dsv4_serve_cache_fetch(srv, r, node, m) : 0;
+    if (rc == 0)
+        rc = dsv4_engine_seq_adopt(srv->eng, r->seq, srv->cache_pages, m,
+                                   snap == DSV4_RADIX_NO_SLOT ? DSV4_ENGINE_NO_SLOT : snap);
+    if (rc != 0) {
+        dsv4_radix_unlock(srv->cache, node);
+        /* a load into r's slot must land before r prefills from scratch */
+        if (srv->tier)
+            dsv4_hc_tier_load_finish(srv->tier);
+        dsv4_log(DSV4_LOG_DEBUG, "server", "request %llu: cached prefix not used (%s)",
+                 (unsigned long long)r->id, dsv4_strerror(rc));
+        return 0;
+    }
     r->node = node;
     r->n_fed = m * srv->page_tokens;
     return r->n_fed;
@@ -91,6 +173,9 @@ void dsv4_serve_cache_boundary(dsv4_server *srv, dsv4_sreq *r)
 
 void dsv4_serve_cache_release(dsv4_server *srv, dsv4_sreq *r, bool insert)
 {
+    /* r's slot may be the target of the active load: it lands before the slot is reused */
+    if (srv->tier)
+        dsv4_hc_tier_load_finish(srv->tier);
     if (r->snap_slot != DSV4_RADIX_NO_SLOT) {
         uint32_t slot, n_pages = 0;
         const uint32_t *pages = dsv4_engine_seq_pages(srv->eng, r->seq, &slot, &n_pages);
@@ -113,7 +198,38 @@ bool dsv4_serve_cache_evict(dsv4_server *srv, uint32_t pages, uint32_t slots)
     return got > 0 || got_slots > 0;
 }
 
+void dsv4_serve_cache_flush(dsv4_server *srv)
+{
+    uint32_t before = dsv4_radix_pages(srv->cache);
+    dsv4_radix_flush(srv->cache);
+    dsv4_metric_add(DSV4_M_EVICTED_PAGES, before - dsv4_radix_pages(srv->cache));
+}
+
 uint32_t dsv4_serve_cache_evictable_pages(const dsv4_server *srv)
 {
     return dsv4_radix_pages_unlocked(srv->cache);
+}
+
+void dsv4_serve_cache_step_done(dsv4_server *srv)
+{
+    if (!srv->tier)
+        return;
+    int rc = dsv4_hc_tier_load_finish(srv->tier);
+    if (rc != 0)
+        dsv4_log(DSV4_LOG_ERROR, "server", "host tier load failed (%s)", dsv4_strerror(rc));
+}
+
+void dsv4_serve_cache_metrics(const dsv4_server *srv)
+{
+    if (!srv->tier)
+        return;
+    dsv4_hc_stats st;
+    dsv4_hc_tier_stats(srv->tier, &st);
+    dsv4_metric_set(DSV4_M_HOSTCACHE_HITS, (int64_t)st.hits);
+    dsv4_metric_set(DSV4_M_HOSTCACHE_LOADS, (int64_t)st.loads);
+    dsv4_metric_set(DSV4_M_HOSTCACHE_LOAD_BYTES, (int64_t)st.load_bytes);
+    dsv4_metric_set(DSV4_M_HOSTCACHE_SAVE_BYTES, (int64_t)st.save_bytes);
+    dsv4_metric_set(DSV4_M_HOSTCACHE_LOAD_WAIT, (int64_t)st.load_wait_ns);
+    dsv4_metric_set(DSV4_M_HOST_PAGES_USED, st.host_pages_used);
+    dsv4_metric_set(DSV4_M_HOST_SLOTS_USED, st.host_slots_used);
 }

@@ -70,6 +70,7 @@ static void dsv4_serve_gauges(const dsv4_server *srv)
     dsv4_metric_set(DSV4_M_PAGES_USED, srv->n_pages - dsv4_kv_pages_free(pool));
     dsv4_metric_set(DSV4_M_PAGES_CACHED, dsv4_serve_cache_evictable_pages(srv));
     dsv4_metric_set(DSV4_M_SLOTS_USED, srv->n_slots - dsv4_kv_slots_free(pool));
+    dsv4_serve_cache_metrics(srv);
 }
 
 static uint32_t *dsv4_serve_count(dsv4_server *srv, dsv4_sreq_where where)
@@ -207,7 +208,7 @@ static bool dsv4_serve_try_admit(dsv4_server *srv, dsv4_sreq *r, uint32_t *reser
 {
     if (srv->n_running + srv->n_pd_held >= srv->max_running)
         return false;
-    uint32_t hit = dsv4_serve_cache_peek(srv, r) / srv->page_tokens;
+    uint32_t hit = dsv4_serve_cache_hit_pages(srv, r);
     uint32_t claim = dsv4_serve_claim(srv, r);
     uint64_t avail = (uint64_t)dsv4_serve_pages_free(srv) + dsv4_serve_cache_evictable_pages(srv);
     /* the matched pages stop being evictable once this request locks them */
@@ -463,7 +464,7 @@ void *dsv4_serve_loop(void *arg)
         if (stopping && dsv4_serve_now_ns() >= deadline)
             dsv4_serve_abort(srv, false);
         if (flush != srv->flush_done) {
-            dsv4_serve_cache_evict(srv, UINT32_MAX, UINT32_MAX);
+            dsv4_serve_cache_flush(srv);
             dsv4_serve_gauges(srv);
             pthread_mutex_lock(&srv->mu);
             srv->flush_done = flush;
@@ -480,6 +481,7 @@ void *dsv4_serve_loop(void *arg)
         dsv4_serve_decode(srv);
         dsv4_serve_prefill(srv);
         dsv4_pd_step(srv);
+        dsv4_serve_cache_step_done(srv);
         dsv4_metric_add(DSV4_M_ENGINE_STEPS, 1);
         dsv4_serve_gauges(srv);
     }

@@ -10,7 +10,8 @@
 typedef enum dsv4_metric_type {
     DSV4_MT_COUNTER,
     DSV4_MT_GAUGE,
-    DSV4_MT_HISTOGRAM
+    DSV4_MT_HISTOGRAM,
+    DSV4_MT_COUNTER_NS, /* a counter of seconds, kept in integer nanoseconds */
 } dsv4_metric_type;
 
 typedef struct dsv4_metric_def {
@@ -53,6 +54,16 @@ static const dsv4_metric_def dsv4_metric_defs[DSV4_M_COUNT] = {
                            "pd leases retried after a failed attempt"},
     [DSV4_M_PD_STALE] = {"dsv4d_pd_stale_messages_total", DSV4_MT_COUNTER,
                          "pd completions and acks rejected for a lease that is not current"},
+    [DSV4_M_HOSTCACHE_HITS] = {"dsv4d_hostcache_hits_total", DSV4_MT_COUNTER,
+                               "kv pages and state snapshots loaded back from the host tier"},
+    [DSV4_M_HOSTCACHE_LOADS] = {"dsv4d_hostcache_loads_total", DSV4_MT_COUNTER,
+                                "host tier load operations started"},
+    [DSV4_M_HOSTCACHE_LOAD_BYTES] = {"dsv4d_hostcache_load_bytes_total", DSV4_MT_COUNTER,
+                                     "bytes copied from the host tier to the kv pool"},
+    [DSV4_M_HOSTCACHE_SAVE_BYTES] = {"dsv4d_hostcache_save_bytes_total", DSV4_MT_COUNTER,
+                                     "bytes copied from the kv pool to the host tier"},
+    [DSV4_M_HOSTCACHE_LOAD_WAIT] = {"dsv4d_hostcache_load_wait_seconds_total", DSV4_MT_COUNTER_NS,
+                                    "time the forward waited for host tier loads to land"},
     [DSV4_M_RUNNING] = {"dsv4d_requests_running", DSV4_MT_GAUGE,
                         "requests admitted to the running batch"},
     [DSV4_M_WAITING] = {"dsv4d_requests_waiting", DSV4_MT_GAUGE, "requests waiting for admission"},
@@ -63,8 +74,15 @@ static const dsv4_metric_def dsv4_metric_defs[DSV4_M_COUNT] = {
                              "kv pages held only by the prefix cache"},
     [DSV4_M_SLOTS_USED] = {"dsv4d_kv_state_slots_used", DSV4_MT_GAUGE,
                            "per-request kv state slots in use (requests and cache snapshots)"},
-    [DSV4_M_PD_QUARANTINED_PAGES] = {"dsv4d_pd_quarantined_pages", DSV4_MT_GAUGE,
-                                     "kv pages kept from reuse until a silent prefill peer is gone"},
+    [DSV4_M_PD_QUARANTINED_PAGES] =
+        {"dsv4d_pd_quarantined_pages", DSV4_MT_GAUGE,
+         "kv pages kept from reuse until a silent prefill peer is gone"},
+    [DSV4_M_HOST_PAGES_USED] = {"dsv4d_kv_host_pages_used", DSV4_MT_GAUGE,
+                                "host tier pages holding evicted or backed-up kv pages"},
+    [DSV4_M_HOST_PAGES_TOTAL] = {"dsv4d_kv_host_pages_total", DSV4_MT_GAUGE,
+                                 "pages in the host tier (0 without one)"},
+    [DSV4_M_HOST_SLOTS_USED] = {"dsv4d_kv_host_slots_used", DSV4_MT_GAUGE,
+                                "host tier state blocks holding prefix snapshots"},
     [DSV4_M_TTFT] = {"dsv4d_time_to_first_token_seconds", DSV4_MT_HISTOGRAM,
                      "time from submission to the first generated token"},
     [DSV4_M_ITL] = {"dsv4d_inter_token_latency_seconds", DSV4_MT_HISTOGRAM,
@@ -147,7 +165,7 @@ static void dsv4_metric_render_hist(FILE *f, const char *name, dsv4_histogram *h
 
 char *dsv4_metrics_render(size_t *len_p)
 {
-    static const char *const type_names[] = {"counter", "gauge", "histogram"};
+    static const char *const type_names[] = {"counter", "gauge", "histogram", "counter"};
     char *text = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
@@ -158,6 +176,8 @@ char *dsv4_metrics_render(size_t *len_p)
         fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", d->name, d->help, d->name, type_names[d->type]);
         if (d->type == DSV4_MT_HISTOGRAM)
             dsv4_metric_render_hist(f, d->name, &dsv4_metric_hists[m - DSV4_M_TTFT]);
+        else if (d->type == DSV4_MT_COUNTER_NS)
+            fprintf(f, "%s %.9f\n", d->name, (double)dsv4_metric_get((dsv4_metric)m) / 1e9);
         else
             fprintf(f, "%s %lld\n", d->name, (long long)dsv4_metric_get((dsv4_metric)m));
     }

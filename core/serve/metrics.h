@@ -10,35 +10,43 @@
 
 typedef enum dsv4_metric {
     /* counters */
-    DSV4_M_REQUESTS,            /* dsv4d_requests_total: requests accepted */
-    DSV4_M_REQUESTS_FAILED,     /* dsv4d_requests_failed_total */
-    DSV4_M_REQUESTS_ABORTED,    /* dsv4d_requests_aborted_total */
-    DSV4_M_HTTP_ERRORS,         /* dsv4d_http_errors_total: 4xx/5xx answers */
-    DSV4_M_PROMPT_TOKENS,       /* dsv4d_prompt_tokens_total */
-    DSV4_M_GENERATED_TOKENS,    /* dsv4d_generation_tokens_total */
-    DSV4_M_PREFIX_HIT_TOKENS,   /* dsv4d_prefix_cache_hit_tokens_total */
-    DSV4_M_PREFIX_QUERY_TOKENS, /* dsv4d_prefix_cache_query_tokens_total */
-    DSV4_M_RETRACTIONS,         /* dsv4d_retractions_total */
-    DSV4_M_EVICTED_PAGES,       /* dsv4d_prefix_cache_evicted_pages_total */
-    DSV4_M_ENGINE_STEPS,        /* dsv4d_engine_steps_total */
-    DSV4_M_PD_LEASES,             /* dsv4d_pd_leases_total: leases sent (decode) */
-    DSV4_M_PD_TRANSFER_BYTES,     /* dsv4d_pd_transfer_bytes_total */
+    DSV4_M_REQUESTS,               /* dsv4d_requests_total: requests accepted */
+    DSV4_M_REQUESTS_FAILED,        /* dsv4d_requests_failed_total */
+    DSV4_M_REQUESTS_ABORTED,       /* dsv4d_requests_aborted_total */
+    DSV4_M_HTTP_ERRORS,            /* dsv4d_http_errors_total: 4xx/5xx answers */
+    DSV4_M_PROMPT_TOKENS,          /* dsv4d_prompt_tokens_total */
+    DSV4_M_GENERATED_TOKENS,       /* dsv4d_generation_tokens_total */
+    DSV4_M_PREFIX_HIT_TOKENS,      /* dsv4d_prefix_cache_hit_tokens_total */
+    DSV4_M_PREFIX_QUERY_TOKENS,    /* dsv4d_prefix_cache_query_tokens_total */
+    DSV4_M_RETRACTIONS,            /* dsv4d_retractions_total */
+    DSV4_M_EVICTED_PAGES,          /* dsv4d_prefix_cache_evicted_pages_total */
+    DSV4_M_ENGINE_STEPS,           /* dsv4d_engine_steps_total */
+    DSV4_M_PD_LEASES,              /* dsv4d_pd_leases_total: leases sent (decode) */
+    DSV4_M_PD_TRANSFER_BYTES,      /* dsv4d_pd_transfer_bytes_total */
     DSV4_M_PD_CHECKSUM_MISMATCHES, /* dsv4d_pd_checksum_mismatches_total */
-    DSV4_M_PD_TIMEOUTS,           /* dsv4d_pd_timeouts_total */
-    DSV4_M_PD_RETRIES,            /* dsv4d_pd_retries_total */
-    DSV4_M_PD_STALE,              /* dsv4d_pd_stale_messages_total */
+    DSV4_M_PD_TIMEOUTS,            /* dsv4d_pd_timeouts_total */
+    DSV4_M_PD_RETRIES,             /* dsv4d_pd_retries_total */
+    DSV4_M_PD_STALE,               /* dsv4d_pd_stale_messages_total */
+    DSV4_M_HOSTCACHE_HITS,         /* dsv4d_hostcache_hits_total: pages and snapshots loaded */
+    DSV4_M_HOSTCACHE_LOADS,        /* dsv4d_hostcache_loads_total */
+    DSV4_M_HOSTCACHE_LOAD_BYTES,   /* dsv4d_hostcache_load_bytes_total */
+    DSV4_M_HOSTCACHE_SAVE_BYTES,   /* dsv4d_hostcache_save_bytes_total */
+    DSV4_M_HOSTCACHE_LOAD_WAIT,    /* dsv4d_hostcache_load_wait_seconds_total: kept in ns */
     /* gauges */
-    DSV4_M_RUNNING,      /* dsv4d_requests_running */
-    DSV4_M_WAITING,      /* dsv4d_requests_waiting */
-    DSV4_M_PAGES_USED,   /* dsv4d_kv_pages_used */
-    DSV4_M_PAGES_TOTAL,  /* dsv4d_kv_pages_total */
-    DSV4_M_PAGES_CACHED, /* dsv4d_prefix_cache_pages: pages held only by the cache */
-    DSV4_M_SLOTS_USED,   /* dsv4d_kv_state_slots_used */
+    DSV4_M_RUNNING,              /* dsv4d_requests_running */
+    DSV4_M_WAITING,              /* dsv4d_requests_waiting */
+    DSV4_M_PAGES_USED,           /* dsv4d_kv_pages_used */
+    DSV4_M_PAGES_TOTAL,          /* dsv4d_kv_pages_total */
+    DSV4_M_PAGES_CACHED,         /* dsv4d_prefix_cache_pages: pages held only by the cache */
+    DSV4_M_SLOTS_USED,           /* dsv4d_kv_state_slots_used */
     DSV4_M_PD_QUARANTINED_PAGES, /* dsv4d_pd_quarantined_pages */
+    DSV4_M_HOST_PAGES_USED,      /* dsv4d_kv_host_pages_used */
+    DSV4_M_HOST_PAGES_TOTAL,     /* dsv4d_kv_host_pages_total */
+    DSV4_M_HOST_SLOTS_USED,      /* dsv4d_kv_host_slots_used */
     /* histograms (seconds) */
-    DSV4_M_TTFT, /* dsv4d_time_to_first_token_seconds */
-    DSV4_M_ITL,  /* dsv4d_inter_token_latency_seconds */
-    DSV4_M_E2E,  /* dsv4d_request_duration_seconds */
+    DSV4_M_TTFT,                /* dsv4d_time_to_first_token_seconds */
+    DSV4_M_ITL,                 /* dsv4d_inter_token_latency_seconds */
+    DSV4_M_E2E,                 /* dsv4d_request_duration_seconds */
     DSV4_M_PD_TRANSFER_SECONDS, /* dsv4d_pd_transfer_seconds */
     DSV4_M_COUNT
 } dsv4_metric;

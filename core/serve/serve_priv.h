@@ -114,6 +114,7 @@ struct dsv4_server {
     uint32_t n_waiting, n_retracted, n_running, n_pd_held;
     uint64_t next_arrival;
     dsv4_radix *cache;
+    dsv4_hc_tier *tier;    /* the host tier; NULL without a hostcache plugin that keeps pages */
     uint32_t *cache_pages; /* [max_context / page_tokens + 1] a match */
     float *logits;         /* [max_running][vocab] */
     void *scratch;         /* DSV4_SAMPLE_SCRATCH(vocab) */
@@ -142,10 +143,15 @@ void dsv4_serve_finish(dsv4_server *srv, dsv4_sreq *r, dsv4_gen_event_kind kind,
                        dsv4_finish finish, int status);
 
 /* Prefix-cache glue (cache.c). */
-int dsv4_serve_cache_new(dsv4_server *srv, char *err, size_t errlen);
+/* The radix cache and, with a [hostcache] plugin that keeps pages, its host tier. */
+int dsv4_serve_cache_new(dsv4_server *srv, const dsv4_config *conf, char *err, size_t errlen);
 /* Cached prompt tokens for r (a look only: the sched plugin's prefix_len). */
 uint32_t dsv4_serve_cache_peek(dsv4_server *srv, const dsv4_sreq *r);
-/* Start r's new sequence from the longest cached prefix; returns the tokens adopted. */
+/* Pages of r's cached prefix already on the device (those on host take free pages to
+ * load: admission counts them as new). */
+uint32_t dsv4_serve_cache_hit_pages(const dsv4_server *srv, const dsv4_sreq *r);
+/* Start r's new sequence from the longest cached prefix (loading what is on host);
+ * returns the tokens adopted. */
 uint32_t dsv4_serve_cache_adopt(dsv4_server *srv, dsv4_sreq *r);
 /* Called when r's KV length reached a page boundary: keep its state there. */
 void dsv4_serve_cache_boundary(dsv4_server *srv, dsv4_sreq *r);
@@ -154,8 +160,14 @@ void dsv4_serve_cache_boundary(dsv4_server *srv, dsv4_sreq *r);
 void dsv4_serve_cache_release(dsv4_server *srv, dsv4_sreq *r, bool insert);
 /* Free at least `pages` pages / `slots` state slots by eviction; true when any went. */
 bool dsv4_serve_cache_evict(dsv4_server *srv, uint32_t pages, uint32_t slots);
+/* Remove every cache entry no running request uses (device and host). */
+void dsv4_serve_cache_flush(dsv4_server *srv);
 /* Pages and slots eviction could free now. */
 uint32_t dsv4_serve_cache_evictable_pages(const dsv4_server *srv);
+/* After a step's forwards: finish the host tier load the step read from. */
+void dsv4_serve_cache_step_done(dsv4_server *srv);
+/* The host tier's counters and gauges into the metrics table. */
+void dsv4_serve_cache_metrics(const dsv4_server *srv);
 void dsv4_serve_cache_free(dsv4_server *srv);
 
 #endif

@@ -157,7 +157,7 @@ dsv4_server *dsv4_server_start_opts(const dsv4_config *conf, const dsv4_model *m
     }
     if (dsv4_serve_engine(srv, conf, model, opts, err, errlen) != 0 ||
         dsv4_serve_sched(srv, conf, err, errlen) != 0 ||
-        dsv4_serve_cache_new(srv, err, errlen) != 0)
+        dsv4_serve_cache_new(srv, conf, err, errlen) != 0)
         goto fail;
     size_t R = srv->max_running;
     srv->logits = malloc(R * srv->vocab * sizeof(float));

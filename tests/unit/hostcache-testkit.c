@@ -60,9 +60,8 @@ void hc_test_reload_logits(const dsv4_model *m, const int32_t *prompt, uint32_t 
     dsv4_registry *reg;
     const dsv4_plugin_desc *ik = dsv4_test_indexk(&reg, "bf16");
     dsv4_engine *eng = dsv4_test_engine(m, ik, 2, 64, DSV4_KV_BF16);
-    /* The engine hands out its pool read-only; the tier needs it writable to install
-     * the fence, as the serving loop's engine-side integration will have it. */
-    dsv4_kv_pool *pool = (dsv4_kv_pool *)dsv4_engine_kv(eng);
+    /* the tier needs the pool writable to install its fence, as the serving loop has it */
+    dsv4_kv_pool *pool = dsv4_engine_kv_pool(eng);
     uint32_t seq;
     if (dsv4_engine_seq_new(eng, &seq) != 0)
         bail_out("engine: no sequence");

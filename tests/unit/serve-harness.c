@@ -20,6 +20,9 @@ static struct th_sched_conf {
     void *conf;
 } th_sched[8];
 static size_t th_n_sched;
+/* hostcache configs, kept until dsv4_th_fini like the sched ones */
+static struct th_sched_conf th_hc[16];
+static size_t th_n_hc;
 
 void dsv4_th_init(uint64_t model_seed)
 {
@@ -41,6 +44,10 @@ void dsv4_th_fini(void)
     for (size_t i = 0; i < th_n_sched; i++) {
         dsv4_schema_release(th_sched[i].desc->options, th_sched[i].conf);
         free(th_sched[i].conf);
+    }
+    for (size_t i = 0; i < th_n_hc; i++) {
+        dsv4_schema_release(th_hc[i].desc->options, th_hc[i].conf);
+        free(th_hc[i].conf);
     }
     dsv4_config_free(th_conf);
     dsv4_test_model_free(th_model);
@@ -71,6 +78,25 @@ static void *dsv4_th_sched_conf(const dsv4_plugin_desc *sched)
     return th_sched[i].conf;
 }
 
+/* The hostcache plugin's config: its schema defaults with s->hostcache_set applied. */
+static void *dsv4_th_hostcache_conf(const dsv4_plugin_desc *d, const char *const *set)
+{
+    char err[256];
+    if (th_n_hc == sizeof(th_hc) / sizeof(th_hc[0]))
+        bail_out("too many hostcache configs");
+    void *conf = calloc(1, d->config_size ? d->config_size : 1);
+    if (!conf || dsv4_schema_defaults(d->options, conf, err, sizeof(err)) != 0)
+        bail_out("hostcache/%s defaults: %s", d->name, err);
+    for (size_t i = 0; set && set[i]; i += 2) {
+        const dsv4_option *opt = dsv4_schema_find(d->options, set[i]);
+        if (!opt || dsv4_schema_set(opt, conf, set[i + 1], err, sizeof(err)) != 0)
+            bail_out("hostcache/%s: %s = %s: %s", d->name, set[i], set[i + 1],
+                     opt ? err : "unknown key");
+    }
+    th_hc[th_n_hc++] = (struct th_sched_conf){d, conf};
+    return conf;
+}
+
 dsv4_server *dsv4_th_start(const dsv4_th_server *s)
 {
     char err[256];
@@ -93,6 +119,16 @@ dsv4_server *dsv4_th_start(const dsv4_th_server *s)
     c.server.max_running = s->max_running;
     c.server.prefill_chunk = s->prefill_chunk;
     c.model.state_slots = s->state_slots;
+    c.desc[DSV4_FAMILY_HOSTCACHE] = NULL;
+    c.plugin_conf[DSV4_FAMILY_HOSTCACHE] = NULL;
+    if (s->hostcache) {
+        c.desc[DSV4_FAMILY_HOSTCACHE] =
+            dsv4_registry_find(th_reg, DSV4_FAMILY_HOSTCACHE, s->hostcache, NULL);
+        if (!c.desc[DSV4_FAMILY_HOSTCACHE])
+            bail_out("plugin hostcache/%s missing", s->hostcache);
+        c.plugin_conf[DSV4_FAMILY_HOSTCACHE] =
+            dsv4_th_hostcache_conf(c.desc[DSV4_FAMILY_HOSTCACHE], s->hostcache_set);
+    }
     dsv4_server_opts opts = {.page_tokens = 16, .n_pages = s->n_pages};
     dsv4_server *srv = dsv4_server_start_opts(&c, th_model, &opts, err, sizeof(err));
     if (!srv)

@@ -26,9 +26,11 @@ typedef struct dsv4_th_req {
 
 typedef struct dsv4_th_server {
     uint32_t max_running, prefill_chunk, state_slots, n_pages;
-    const char *sched;      /* sched plugin name; NULL = fcfs */
-    const char *indexk;     /* indexk plugin name; NULL = f32 */
-    dsv4_kv_dtype kv_dtype; /* of compressed and window rows; 0 = f32 */
+    const char *sched;                /* sched plugin name; NULL = fcfs */
+    const char *indexk;               /* indexk plugin name; NULL = f32 */
+    dsv4_kv_dtype kv_dtype;           /* of compressed and window rows; 0 = f32 */
+    const char *hostcache;            /* hostcache plugin name; NULL = none */
+    const char *const *hostcache_set; /* key, value, ..., NULL over its schema defaults */
 } dsv4_th_server;
 
 /* The test model, the plugin registry and a default configuration (once per test). */

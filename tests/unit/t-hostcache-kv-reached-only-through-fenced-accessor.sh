@@ -2,11 +2,12 @@
 # t-hostcache-kv-reached-only-through-fenced-accessor: the fence rule of DESIGN.md §9 holds
 # in the source: the forward pass reaches KV memory only through dsv4_kv_pool_layer()
 # (one call site, no walk of the buffer table, no other pool accessor), the engine and the
-# kernels touch no KV buffer, and the accessor calls the fence before it hands out a
+# kernels touch no KV buffer, the prefix cache's state copy (snapshots, adoption) goes
+# through the same accessor, and the accessor calls the fence before it hands out a
 # pointer. A new read path that bypasses the fence (reference/sglang.md §3.6) fails here.
 . "$top_srcdir/tests/tap.sh"
 src=$top_srcdir
-plan 6
+plan 9
 fwd=$src/core/engine/forward.c
 is "$(grep -c 'dsv4_kv_pool_layer(' "$fwd")" 1 "forward.c gets layer views from one call site"
 is "$(grep -cE 'buffers|dsv4_engine_kv|dsv4_kv_pool_(page|slot)' "$fwd")" 0 \
@@ -16,6 +17,11 @@ is "$(grep -o 'lay->[a-z_]*' "$fwd" | sort -u | grep -vcE 'lay->(page_tokens|kv_
     "forward.c reads only geometry from the layout"
 is "$(grep -lE '\->base|buffers\[|dsv4_kv_pool_layer' "$src"/core/engine/engine.c \
     "$src"/kernels/cpu/*.c 2>/dev/null | wc -l)" 0 "engine.c and the kernels touch no KV buffer"
+pfx=$src/core/engine/prefix.c
+is "$(grep -c 'buffers' "$pfx")" 0 "prefix.c never walks the buffer table"
+is "$(grep 'dsv4_kv_pool_layout' "$pfx" | grep -vc 'dsv4_kv_pool_layout(eng->pool)->n_layers;')" 0 \
+    "prefix.c reads only the layer count from the layout"
+ok "prefix.c copies state through dsv4_kv_pool_layer" grep -q 'dsv4_kv_pool_layer(eng->pool, ' "$pfx"
 body=$(sed -n '/^int dsv4_kv_pool_layer(/,/^}/p' "$src/core/engine/kvpool.c")
 fence=$(printf '%s\n' "$body" | grep -n 'pool->fence(' | cut -d: -f1)
 view=$(printf '%s\n' "$body" | grep -n 'view_p->' | head -1 | cut -d: -f1)

@@ -40,7 +40,7 @@ static int total_refs(void)
 int main(void)
 {
     plan(24);
-    dsv4_radix_hooks hooks = {NULL, page_ref, page_unref, slot_free};
+    dsv4_radix_hooks hooks = {.page_ref = page_ref, .page_unref = page_unref, .slot_free = slot_free};
     dsv4_radix *rx = dsv4_radix_new(PT, &hooks);
     dsv4_radix_node *node = NULL;
     uint32_t got[8];
