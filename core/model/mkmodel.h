@@ -13,10 +13,12 @@
  * Presets (bos 256, eos 257 for the byte-level ones: ids 0..255 are bytes, 256..319
  * specials):
  *   tiny        the embedded default: H 64, 5 layers (sliding, sliding, CSA, HCA, CSA),
- *               hash MoE on layers 0..2, 4 heads of 64 with 16 rope dims, 8 output groups,
+ *               hash MoE on layers 0..2, 4 heads of 80 with 16 rope dims (64 nope dims:
+ *               fp8 KV rows fit), 8 output groups,
  *               window 16, CSA rate 4, HCA rate 16, index 2x32 top 4, 8 experts top 2,
  *               hc 2, vocab 320, YaRN on the compress rope;
- *   small       a few times larger, for CPU benchmarks (H 256, 8 layers, hc 4);
+ *   small       a few times larger, for CPU benchmarks (H 256, 8 layers, 8 heads of 160
+ *               with 32 rope dims, hc 4);
  *   flash-shape V4-Flash widths and layer pattern (43 layers, H 4096, 64x512 heads ...)
  *               with 8 routed experts (top 6): for GPUs; default dtype fp8. */
 #ifndef DSV4_CORE_MODEL_MKMODEL_H
