@@ -65,6 +65,7 @@ typedef struct gen {
     char *sse; /* stream bytes not yet handed to libmicrohttpd */
     size_t n_sse, off_sse, cap_sse;
     bool sent_role;      /* chat stream: the first delta names the role */
+    unsigned idle_s;     /* stream: the connection's idle timeout (see stream_read) */
     bool finished;       /* no more tokens will be used */
     bool closed;         /* stream: [DONE] queued */
     const char *finish;  /* "stop", "length", "abort" */
@@ -383,9 +384,13 @@ static void on_terminal(gen *g, const gen_event *ev)
 {
     g->finished = true;
     if (ev->kind == DSV4_EV_ERROR) {
+        /* -EAGAIN: the work could not be placed (e.g. no prefill server delivered the KV
+         * within its retries) - the server is fine, the client may retry: 503. */
+        int code = ev->status == -EAGAIN ? 503 : 500;
         g->failed = true;
-        dsv4_api_fail(&g->fail, 500, "generation_failed", NULL, "generation failed (%s%s%s)",
-                      dsv4_strerror(ev->status), g->error[0] ? ": " : "", g->error);
+        dsv4_api_fail(&g->fail, code, code == 503 ? "unavailable" : "generation_failed", NULL,
+                      "generation failed (%s%s%s)", dsv4_strerror(ev->status),
+                      g->error[0] ? ": " : "", g->error);
         return;
     }
     if (g->req.kind != DSV4_API_GENERATE) {
@@ -451,6 +456,13 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
     gen *g = cls;
     (void)pos;
+    /* Waiting for tokens is not idleness: a request queued or decoding slowly for longer
+     * than [server] idle_timeout would otherwise lose its connection when its bytes come.
+     * No timeout while step() waits (it watches for a hang-up itself); setting it again
+     * restarts libmicrohttpd's timer, so a client that stops reading still times out. */
+    bool waited = g->off_sse == g->n_sse;
+    if (waited)
+        MHD_set_connection_option(g->conn, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
     while (g->off_sse == g->n_sse) {
         g->off_sse = g->n_sse = 0;
         if (g->closed)
@@ -463,6 +475,8 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
         if (rc != 0)
             return MHD_CONTENT_READER_END_WITH_ERROR;
     }
+    if (waited)
+        MHD_set_connection_option(g->conn, MHD_CONNECTION_OPTION_TIMEOUT, g->idle_s);
     size_t n = g->n_sse - g->off_sse < max ? g->n_sse - g->off_sse : max;
     memcpy(buf, g->sse + g->off_sse, n);
     g->off_sse += n;
@@ -597,6 +611,9 @@ enum MHD_Result dsv4_http_generate(dsv4_http *http, struct MHD_Connection *conn,
     }
 
     if (g->req.stream) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_TIMEOUT);
+        g->idle_s = ci ? ci->connection_timeout : 0;
         struct MHD_Response *r =
             MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, g, stream_free);
         if (!r) {
