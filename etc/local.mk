@@ -7,6 +7,8 @@ dist_dsv4dconf_DATA = \
 	etc/unified.ini \
 	etc/unified-bf16-lpm.ini \
 	etc/unified-f32-reference.ini \
+	etc/unified-hostcache-sync.ini \
+	etc/unified-hostcache-async.ini \
 	etc/pd-prefill.ini \
 	etc/pd-decode.ini \
 	etc/pd-prefill-ucx.ini \
