@@ -32,8 +32,10 @@ tests_unit_t_hostcache_unfenced_load_is_detected_LDADD = $(PLUGIN_TEST_LIBS) -lm
 
 # The tier in the serving loop: a session whose prefix was evicted to host reloads it
 # bit-identically (sync, async, async with a load delay), metrics and flush baseline, and
-# the negative control at that level.
+# the negative control at that level; a full host pool drops the least recently used
+# host-only prefix.
 SERVE_HOSTCACHE_TESTS = tests/unit/t-serve-hostcache-evicted-prefix-reloads-bit-identical
+SERVE_HOSTCACHE_TESTS += tests/unit/t-serve-hostcache-full-host-pool-drops-lru-prefix
 check_PROGRAMS += $(SERVE_HOSTCACHE_TESTS)
 TESTS += $(SERVE_HOSTCACHE_TESTS)
 tests_unit_t_serve_hostcache_evicted_prefix_reloads_bit_identical_SOURCES = \
@@ -41,3 +43,15 @@ tests_unit_t_serve_hostcache_evicted_prefix_reloads_bit_identical_SOURCES = \
 	tests/unit/serve-harness.c tests/unit/serve-harness.h \
 	tests/unit/engine-testmodel.c tests/unit/engine-testmodel.h
 tests_unit_t_serve_hostcache_evicted_prefix_reloads_bit_identical_LDADD = $(TEST_CORE_LIBS) -lm
+tests_unit_t_serve_hostcache_full_host_pool_drops_lru_prefix_SOURCES = \
+	tests/unit/t-serve-hostcache-full-host-pool-drops-lru-prefix.c \
+	tests/unit/serve-harness.c tests/unit/serve-harness.h \
+	tests/unit/engine-testmodel.c tests/unit/engine-testmodel.h
+tests_unit_t_serve_hostcache_full_host_pool_drops_lru_prefix_LDADD = $(TEST_CORE_LIBS) -lm
+
+# The host-versus-device prefill benchmark (bench/hostcache-prefill.sh runs it); built
+# with the tests only.
+check_PROGRAMS += bench/hostcache-prefill
+bench_hostcache_prefill_SOURCES = bench/hostcache-prefill.c
+bench_hostcache_prefill_LDADD = core/libdsv4core.la -lm
+EXTRA_DIST += bench/hostcache-prefill.sh
