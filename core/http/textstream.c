@@ -165,6 +165,9 @@ static size_t stop_prefix_tail(const dsv4_textstream *ts)
  * else all but a possible stop-string start (all of it when final). */
 static int emit(dsv4_textstream *ts, bool final, const char **text_p, size_t *len_p)
 {
+    /* held exists even when nothing was ever held: memmem, memcpy and memmove take no NULL */
+    if (grow(&ts->held, &ts->cap_held, 1) != 0)
+        return -ENOMEM;
     size_t cut = ts->n_held, keep;
     for (size_t s = 0; s < ts->n_stops; s++) {
         const char *p = memmem(ts->held, ts->n_held, ts->stops[s], ts->stop_len[s]);
