@@ -25,16 +25,17 @@ trap 'rm -rf "$tmp"' EXIT
 field() { # key, line -> value
     printf '%s\n' "$2" | tr ' ' '\n' | sed -n "s/^$1=//p"
 }
-echo "| plugin | threads | prefix | suffix | loaded MiB | device ms | host ms | ratio | fence wait ms |"
-echo "|---|---|---|---|---|---|---|---|---|"
+echo "| plugin | threads | prefix | suffix | loaded MiB | load alone ms | device ms | host ms | ratio | fence wait ms |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
 for th in 1 $(nproc); do
     for plugin in sync async; do
         l=$("$build/bench/hostcache-prefill" --model "$tmp/model" --plugin "$plugin" \
             --prefix "$prefix" --suffix "$suffix" --threads "$th" --reps "$reps")
         awk -v p="$plugin" -v th="$th" -v n="$prefix" -v s="$suffix" \
-            -v b="$(field load_bytes "$l")" -v d="$(field device_ms "$l")" \
+            -v b="$(field load_bytes "$l")" -v la="$(field load_ms "$l")" \
+            -v d="$(field device_ms "$l")" \
             -v h="$(field host_ms "$l")" -v r="$(field ratio "$l")" -v w="$(field wait_ms "$l")" \
-            'BEGIN { printf "| %s | %d | %d | %d | %.1f | %.1f | %.1f | %.3f | %.1f |\n",
-                     p, th, n, s, b / 1048576, d, h, r, w }'
+            'BEGIN { printf "| %s | %d | %d | %d | %.1f | %.2f | %.1f | %.1f | %.3f | %.2f |\n",
+                     p, th, n, s, b / 1048576, la, d, h, r, w }'
     done
 done
