@@ -49,26 +49,20 @@ static int usage(void)
 {
     fprintf(stderr, "usage: dsv4ctl matrix [--build DIR] [--dsv4d PATH] [--model DIR] [--quick] "
                     "[--controls] [--sessions N] [--turns T] [--concurrency C] [--max-tokens M] "
-                    "[--seed S] [--threads N] [--report FILE]\n");
+                    "[--seed S] [--threads N] [--only TEXT] [--report FILE]\n");
     return 2;
 }
 
 int dsv4ctl_matrix(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"build", required_argument, NULL, 'b'},
-        {"dsv4d", required_argument, NULL, 'd'},
-        {"model", required_argument, NULL, 'M'},
-        {"quick", no_argument, NULL, 'q'},
-        {"controls", no_argument, NULL, 'C'},
-        {"sessions", required_argument, NULL, 'n'},
-        {"turns", required_argument, NULL, 't'},
-        {"concurrency", required_argument, NULL, 'c'},
-        {"max-tokens", required_argument, NULL, 'm'},
-        {"seed", required_argument, NULL, 's'},
-        {"threads", required_argument, NULL, 'j'},
-        {"report", required_argument, NULL, 'R'},
-        {NULL, 0, NULL, 0},
+        {"build", required_argument, NULL, 'b'},      {"dsv4d", required_argument, NULL, 'd'},
+        {"model", required_argument, NULL, 'M'},      {"quick", no_argument, NULL, 'q'},
+        {"controls", no_argument, NULL, 'C'},         {"sessions", required_argument, NULL, 'n'},
+        {"turns", required_argument, NULL, 't'},      {"concurrency", required_argument, NULL, 'c'},
+        {"max-tokens", required_argument, NULL, 'm'}, {"seed", required_argument, NULL, 's'},
+        {"threads", required_argument, NULL, 'j'},    {"report", required_argument, NULL, 'R'},
+        {"only", required_argument, NULL, 'o'},       {NULL, 0, NULL, 0},
     };
     dsv4_matrix_opts o = {.plugin_dir = dsv4ctl_opts.plugin_dir, .seed = 1, .threads = 2};
     uint64_t sessions = 0, turns = 0, conc = 0, maxt = 0;
@@ -92,6 +86,7 @@ int dsv4ctl_matrix(int argc, char **argv)
         case 's': rc = dsv4_arg_uint(optarg, 0, UINT64_MAX, &o.seed); break;
         case 'j': rc = dsv4_arg_uint(optarg, 1, 4096, &v), o.threads = (unsigned)v; break;
         case 'R': report = optarg; break;
+        case 'o': o.only = optarg; break;
         default: return usage();
         }
         if (rc != 0) {

@@ -20,6 +20,8 @@
 #define START_TIMEOUT_MS 120000
 #define STOP_GRACE_MS 15000
 #define MAX_PLUGINS 32
+#define UNFENCED_LABEL "control: unified hostcache=unfenced inject_delay=20ms (must corrupt)"
+#define CHAOS_LABEL "control: pd transport=chaos corrupt=30 (mismatches counted, 0 corrupted)"
 
 typedef struct name_list {
     const char *v[MAX_PLUGINS];
@@ -251,6 +253,12 @@ static bool pd_live(mx *m, const dsv4_repro *r)
     return false;
 }
 
+/* Whether --only selects a row of this name. */
+static bool wanted(const dsv4_matrix_opts *o, const char *name)
+{
+    return !o->only || strstr(name, o->only);
+}
+
 static void run_compared(mx *m, const deployment *c, const char *golden)
 {
     char name[192];
@@ -302,15 +310,38 @@ static bool run_reference(mx *m, const char *label, const char *indexk, unsigned
     return r != NULL;
 }
 
+/* The compared combinations of one indexk plugin that --only selects: counted, or run
+ * against golden when run is set. Unified ones first, then PD per transport. */
+static size_t combos_of(mx *m, const char *indexk, const char *golden, bool run)
+{
+    size_t n = 0;
+    char name[192];
+    for (size_t t = 0; t <= m->transport.n; t++)
+        for (size_t h = 0; h < m->hostcache.n; h++)
+            for (size_t s = 0; s < m->sched.n; s++) {
+                deployment c = {indexk,        m->hostcache.v[h],
+                                m->sched.v[s], t ? m->transport.v[t - 1] : NULL,
+                                NULL,          NULL};
+                combo_name(&c, name, sizeof(name));
+                if (!wanted(m->o, name))
+                    continue;
+                n++;
+                if (run)
+                    run_compared(m, &c, golden);
+            }
+    return n;
+}
+
 /* hostcache/unfenced with a load delay: the sessions must come back corrupted. The
- * workload is three times the matrix's sessions with one more turn, so the KV pool runs
- * out and later turns load their prefixes back from the host tier; its own reference
+ * workload is three times the matrix's sessions with three more turns, so the KV pool
+ * (16M: 315 pages of the tiny model) runs out and later turns load their prefixes back
+ * from the host tier; its own reference
  * (hostcache/off at the same concurrency) records the golden file. */
 static void control_unfenced(mx *m, const char *indexk)
 {
     char golden[320], label[192];
     m->sessions = 3 * m->o->sessions;
-    m->turns = m->o->turns + 1;
+    m->turns = m->o->turns + 3;
     snprintf(golden, sizeof(golden), "%s/golden-pressure.json", m->dir);
     snprintf(label, sizeof(label),
              "control reference indexk=%s (%u sessions x %u turns, records the golden)", indexk,
@@ -364,18 +395,20 @@ static void control_unfenced(mx *m, const char *indexk)
  * decode server's checksums (mismatches counted) and no session may come back corrupted. */
 static void control_chaos(mx *m, const char *indexk, const char *golden)
 {
-    dsv4_matrix_row *row = row_add(
-        m, "control: pd transport=chaos corrupt=30 (mismatches counted, 0 corrupted)", true);
+    dsv4_matrix_row *row = row_add(m, CHAOS_LABEL, true);
     if (!row)
         return;
     deployment c = {indexk, "off", "fcfs", "chaos", NULL, "corrupt = 30\n"};
-    dsv4_repro *r = m->pd_off[0] ? NULL
-                                 : run_combo(m, &c, m->o->concurrency, golden, NULL, row->note,
-                                             sizeof(row->note));
+    dsv4_repro *r = m->pd_off[0] || !golden ? NULL
+                                            : run_combo(m, &c, m->o->concurrency, golden, NULL,
+                                                        row->note, sizeof(row->note));
     bool found;
     if (m->pd_off[0]) {
         row->status = DSV4_MX_SKIPPED;
         snprintf(row->note, sizeof(row->note), "%s", m->pd_off);
+    } else if (!golden) {
+        row->status = DSV4_MX_FAILED;
+        snprintf(row->note, sizeof(row->note), "no reference for indexk=%s", indexk);
     } else if (!r) {
         row->status = DSV4_MX_FAILED;
     } else if (!pd_live(m, r)) {
@@ -430,7 +463,7 @@ static void enumerate(mx *m)
             snprintf(why, sizeof(why), "unknown family");
         else if (l->n < MAX_PLUGINS)
             l->v[l->n++] = e->name;
-        if (why[0]) {
+        if (why[0] && wanted(m->o, what)) {
             dsv4_matrix_row *row = row_add(m, what, false);
             if (row) {
                 row->status = DSV4_MX_SKIPPED;
@@ -496,9 +529,10 @@ int dsv4_matrix_run(const dsv4_matrix_opts *o, dsv4_matrix_row_fn on_row, void *
     char first_golden[320] = "";
     const char *first_ix = NULL;
     for (size_t i = 0; i < m.indexk.n; i++) {
-        char golden[320];
+        if (combos_of(&m, m.indexk.v[i], NULL, false) == 0)
+            continue; /* --only left nothing that needs this reference */
+        char golden[320], label[192];
         snprintf(golden, sizeof(golden), "%s/golden-%s.json", m.dir, m.indexk.v[i]);
-        char label[192];
         snprintf(label, sizeof(label), "reference indexk=%s (serial, records the golden)",
                  m.indexk.v[i]);
         bool have = run_reference(&m, label, m.indexk.v[i], 1, golden);
@@ -506,19 +540,7 @@ int dsv4_matrix_run(const dsv4_matrix_opts *o, dsv4_matrix_row_fn on_row, void *
             first_ix = m.indexk.v[i];
             snprintf(first_golden, sizeof(first_golden), "%s", golden);
         }
-        for (size_t h = 0; h < m.hostcache.n; h++)
-            for (size_t s = 0; s < m.sched.n; s++) {
-                deployment c = {m.indexk.v[i], m.hostcache.v[h], m.sched.v[s], NULL, NULL, NULL};
-                run_compared(&m, &c, have ? golden : NULL);
-            }
-        for (size_t t = 0; t < m.transport.n; t++)
-            for (size_t h = 0; h < m.hostcache.n; h++)
-                for (size_t s = 0; s < m.sched.n; s++) {
-                    deployment c = {m.indexk.v[i], m.hostcache.v[h],
-                                    m.sched.v[s],  m.transport.v[t],
-                                    NULL,          NULL};
-                    run_compared(&m, &c, have ? golden : NULL);
-                }
+        combos_of(&m, m.indexk.v[i], have ? golden : NULL, true);
     }
     if (m.pd_unrun) {
         char what[192];
@@ -534,10 +556,20 @@ int dsv4_matrix_run(const dsv4_matrix_opts *o, dsv4_matrix_row_fn on_row, void *
         }
     }
     /* the controls use the first indexk plugin whose reference ran */
-    if (o->controls && first_ix && m.have_unfenced)
-        control_unfenced(&m, first_ix);
-    if (o->controls && first_ix && listed(&m.transport, "chaos"))
-        control_chaos(&m, first_ix, first_golden);
+    if (o->controls && m.have_unfenced && wanted(o, UNFENCED_LABEL))
+        control_unfenced(&m, first_ix ? first_ix : m.indexk.v[0]);
+    if (o->controls && listed(&m.transport, "chaos") && wanted(o, CHAOS_LABEL)) {
+        if (!first_ix) {
+            char label[192];
+            first_ix = m.indexk.v[0];
+            snprintf(label, sizeof(label), "reference indexk=%s (serial, records the golden)",
+                     first_ix);
+            snprintf(first_golden, sizeof(first_golden), "%s/golden-%s.json", m.dir, first_ix);
+            if (!run_reference(&m, label, first_ix, 1, first_golden))
+                first_golden[0] = '\0';
+        }
+        control_chaos(&m, first_ix, first_golden[0] ? first_golden : NULL);
+    }
     dsv4_registry_free(m.reg);
     /* the logs of a failed matrix stay for the reader */
     if (dsv4_matrix_ok(m.rows, m.n))

@@ -30,7 +30,8 @@ typedef struct dsv4_matrix_opts {
     const char *model;      /* [model] path; "" or NULL: the embedded tiny model */
     unsigned sessions, turns, concurrency, max_tokens, threads;
     uint64_t seed;
-    bool controls; /* run the negative controls too */
+    bool controls;    /* run the negative controls too */
+    const char *only; /* run only the rows whose name contains this (NULL: all) */
 } dsv4_matrix_opts;
 
 typedef enum dsv4_matrix_status {
