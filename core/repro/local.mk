@@ -16,6 +16,7 @@ tests_unit_t_repro_workload_is_deterministic_and_grows_LDADD = $(TEST_CORE_LIBS)
 tests_unit_t_repro_workload_is_deterministic_and_grows_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS)
 
 REPRO_INTEG_TESTS = tests/integ/t-repro-records-then-matches-golden.sh \
-	tests/integ/t-matrix-cpu-combinations-match-reference.sh
+	tests/integ/t-matrix-cpu-combinations-match-reference.sh \
+	tests/integ/t-matrix-negative-controls-are-caught.sh
 TESTS += $(REPRO_INTEG_TESTS)
 EXTRA_DIST += $(REPRO_INTEG_TESTS)

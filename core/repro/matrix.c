@@ -38,9 +38,9 @@ typedef struct mx {
     void *ctx;
     name_list indexk, hostcache, sched, transport;
     bool have_unfenced;
-    char pd_off[320];         /* set once a PD pair showed that the daemon does not do PD */
-    size_t pd_unrun;          /* PD combinations not started after that */
-    unsigned sessions, turns; /* the workload of the next run */
+    char pd_off[320]; /* set once a PD pair showed that the daemon does not do PD */
+    size_t pd_unrun;  /* PD combinations not started after that */
+    unsigned sessions, turns, concurrency; /* the workload of the next deployment */
 } mx;
 
 /* One deployment: a unified server, or a prefill and a decode server. */
@@ -104,8 +104,8 @@ static void make_ini(const mx *m, const deployment *c, const char *role, int htt
                      "[model]\npath = %s\nkv_dtype = f32\nkv_pool = 16M\nmax_context = 16384\n"
                      "state_slots = %u\n[server]\nrole = %s\nlisten = 127.0.0.1:%d\n"
                      "max_running = %u\nshutdown_grace = 5s\n",
-                     o->threads, o->model ? o->model : "", o->concurrency + 4, role, http_port,
-                     o->concurrency);
+                     o->threads, o->model ? o->model : "", m->concurrency + 4, role, http_port,
+                     m->concurrency);
     if (c->transport)
         n += snprintf(buf + n, len - (size_t)n, "[pd]\n%s = 127.0.0.1:%d\nsecret = dsv4-matrix\n",
                       strcmp(role, "prefill") == 0 ? "listen" : "peers", pd_port);
@@ -332,32 +332,40 @@ static size_t combos_of(mx *m, const char *indexk, const char *golden, bool run)
     return n;
 }
 
+/* Back to the matrix's own workload after a control's. */
+static void control_done(mx *m)
+{
+    m->sessions = m->o->sessions;
+    m->turns = m->o->turns;
+    m->concurrency = m->o->concurrency;
+}
+
 /* hostcache/unfenced with a load delay: the sessions must come back corrupted. The
- * workload is three times the matrix's sessions with three more turns, so the KV pool
- * (16M: 315 pages of the tiny model) runs out and later turns load their prefixes back
- * from the host tier; its own reference
+ * workload is twice the matrix's sessions, all at once, with three more turns, so the
+ * sessions in flight outgrow the KV pool (16M: 315 pages of the tiny model) and later
+ * turns load their prefixes back from the host tier; its own reference
  * (hostcache/off at the same concurrency) records the golden file. */
 static void control_unfenced(mx *m, const char *indexk)
 {
     char golden[320], label[192];
-    m->sessions = 3 * m->o->sessions;
+    m->sessions = 2 * m->o->sessions;
     m->turns = m->o->turns + 3;
+    m->concurrency = 2 * m->o->concurrency;
     snprintf(golden, sizeof(golden), "%s/golden-pressure.json", m->dir);
     snprintf(label, sizeof(label),
-             "control reference indexk=%s (%u sessions x %u turns, records the golden)", indexk,
-             m->sessions, m->turns);
-    bool have = run_reference(m, label, indexk, m->o->concurrency, golden);
+             "control reference indexk=%s (%u sessions x %u turns at %u, records the golden)",
+             indexk, m->sessions, m->turns, m->concurrency);
+    bool have = run_reference(m, label, indexk, m->concurrency, golden);
     dsv4_matrix_row *row =
         have ? row_add(m, "control: unified hostcache=unfenced inject_delay=20ms (must corrupt)",
                        true)
              : NULL;
     if (!row) {
-        m->sessions = m->o->sessions;
-        m->turns = m->o->turns;
+        control_done(m);
         return;
     }
     deployment c = {indexk, "unfenced", "fcfs", NULL, "inject_delay = 20ms\n", NULL};
-    dsv4_repro *r = run_combo(m, &c, m->o->concurrency, golden, NULL, row->note, sizeof(row->note));
+    dsv4_repro *r = run_combo(m, &c, m->concurrency, golden, NULL, row->note, sizeof(row->note));
     bool found_load, found_hit;
     double loads = r ? counter(r, "dsv4d_hostcache_loads_total", &found_load) : 0;
     double hits = r ? counter(r, "dsv4d_hostcache_hits_total", &found_hit) : 0;
@@ -387,8 +395,7 @@ static void control_unfenced(mx *m, const char *indexk)
     }
     dsv4_repro_free(r);
     row_done(m, row);
-    m->sessions = m->o->sessions;
-    m->turns = m->o->turns;
+    control_done(m);
 }
 
 /* A PD pair over transport/chaos flipping bytes: every corruption must be caught by the
@@ -501,7 +508,12 @@ bool dsv4_matrix_ok(const dsv4_matrix_row *rows, size_t n)
 int dsv4_matrix_run(const dsv4_matrix_opts *o, dsv4_matrix_row_fn on_row, void *ctx,
                     dsv4_matrix_row **rows_p, size_t *n_p, char *err, size_t errlen)
 {
-    mx m = {.o = o, .on_row = on_row, .ctx = ctx, .sessions = o->sessions, .turns = o->turns};
+    mx m = {.o = o,
+            .on_row = on_row,
+            .ctx = ctx,
+            .sessions = o->sessions,
+            .turns = o->turns,
+            .concurrency = o->concurrency};
     const char *tmp = getenv("TMPDIR");
     snprintf(m.dir, sizeof(m.dir), "%s/dsv4-matrix.XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
     if (!mkdtemp(m.dir)) {
