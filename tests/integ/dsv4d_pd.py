@@ -33,23 +33,27 @@ def chaos(inner="local", inner_options="", **faults):
     return s
 
 
-def prefill(transport, secret=SECRET, model="", retries=2, port=None):
+def prefill(transport, secret=SECRET, model="", retries=2, port=None, server="",
+            deadlines=DEADLINES):
     """A prefill server (on control port `port`, or a free one); its control address is
-    .pd_addr."""
+    .pd_addr. server: more [server] keys; deadlines: the [pd] deadline keys, with %d for
+    retries (the soak driver uses the longer ones of a loaded machine)."""
     port = port or free_port()
-    d = Daemon(server="role = prefill\n", model=model,
+    d = Daemon(server="role = prefill\n" + server, model=model,
                extra="[pd]\nlisten = 127.0.0.1:%d\nsecret = %s\n%s%s"
-               % (port, secret, DEADLINES % retries, transport))
+               % (port, secret, deadlines % retries, transport))
     d.pd_addr = "127.0.0.1:%d" % port
     return d
 
 
-def decode(transport, peers, secret=SECRET, retries=2):
-    """A decode server leasing to the prefill servers `peers` (Daemons or addresses)."""
+def decode(transport, peers, secret=SECRET, retries=2, server="", model="",
+           deadlines=DEADLINES):
+    """A decode server leasing to the prefill servers `peers` (Daemons or addresses);
+    server, model: more keys of those sections; deadlines as for prefill()."""
     addrs = ",".join(p if isinstance(p, str) else p.pd_addr for p in peers)
-    return Daemon(server="role = decode\n",
+    return Daemon(server="role = decode\n" + server, model=model,
                   extra="[pd]\npeers = %s\nsecret = %s\n%s%s"
-                  % (addrs, secret, DEADLINES % retries, transport))
+                  % (addrs, secret, deadlines % retries, transport))
 
 
 def wait_log(d, pattern, timeout=30):
