@@ -324,8 +324,9 @@ static void dsv4_serve_admit(dsv4_server *srv)
     free(ptrs);
     free(order);
     /* With nothing running and the cache evictable the first request always fits (the
-     * context limit never exceeds the pool); should it not, fail it rather than spin. */
-    if (blocked && srv->n_running == 0)
+     * context limit never exceeds the pool); should it not, fail it rather than spin. Pages
+     * reserved for KV in transfer (pd) are not free yet but come back or start running: wait. */
+    if (blocked && srv->n_running == 0 && srv->n_pd_held == 0)
         dsv4_serve_fail(srv, &blocked, 1, -ENOSPC, "admission into an empty pool");
 }
 

@@ -36,11 +36,11 @@ void dsv4_pd_kick(dsv4_server *srv)
     pthread_mutex_unlock(&srv->mu);
 }
 
-/* Nothing but PD work in the loop: wait up to 1 ms for a message (a kick) instead of
- * spinning. */
+/* Nothing runs but PD work (requests that wait wait for it: for batch places or pages it
+ * holds): wait up to 1 ms for a message (a kick) instead of spinning. */
 static void dsv4_pd_idle(dsv4_server *srv)
 {
-    if (srv->n_running + srv->n_waiting + srv->n_retracted > 0 || srv->n_pd_held == 0)
+    if (srv->n_running > 0 || srv->n_pd_held == 0)
         return;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
