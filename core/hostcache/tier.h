@@ -19,13 +19,18 @@
  * longer wants with dsv4_hc_tier_drop, least recently used first). With hostcache/off
  * nothing is ever on host and evicted entries are gone.
  *
- * The serving loop's calls, on its engine thread (the tier is not thread-safe):
- *   radix insert or match of entries  -> dsv4_hc_tier_hit
- *   radix eviction of device copies   -> dsv4_hc_tier_evict, then unref/free the device ids
- *   radix removal of host-only nodes  -> dsv4_hc_tier_drop
- *   admitting a request whose prefix is on host only: allocate device pages/slot, set
- *   entry->device, dsv4_hc_tier_load, dsv4_hc_tier_wait_state before copying the loaded
- *   snapshot (dsv4_engine_seq_adopt), run the step(s), dsv4_hc_tier_load_finish
+ * The serving loop's calls (core/serve/radix.c and cache.c), on its engine thread (the
+ * tier is not thread-safe):
+ *   radix insert, or use of a matched node -> dsv4_hc_tier_need (make room), _hit
+ *   radix eviction of device copies        -> dsv4_hc_tier_need (make room), _evict, then
+ *                                             unref/free the device ids
+ *   radix removal of host copies           -> dsv4_hc_tier_drop
+ *   admitting a request whose prefix is partly on host: allocate device pages, set
+ *   entry->device, dsv4_hc_tier_load of them with the snapshot loaded straight into the
+ *   request's own slot (so the forward's fence covers it and nothing copies it
+ *   afterwards), run the step, dsv4_hc_tier_load_finish. Code that copies a loaded state
+ *   block outside the forward waits first (dsv4_hc_tier_wait_state, or the fenced
+ *   accessor, as dsv4_engine_seq_adopt's copy does).
  */
 #ifndef DSV4_CORE_HOSTCACHE_TIER_H
 #define DSV4_CORE_HOSTCACHE_TIER_H
