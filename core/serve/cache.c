@@ -70,7 +70,6 @@ static int dsv4_serve_cache_tier(dsv4_server *srv, const dsv4_config *conf, char
     }
     dsv4_hc_stats st;
     dsv4_hc_tier_stats(srv->tier, &st);
-    dsv4_metric_set(DSV4_M_HOST_PAGES_TOTAL, st.host_pages);
     dsv4_log(DSV4_LOG_INFO, "server", "hostcache/%s: %u host pages, %u host state blocks", d->name,
              st.host_pages, st.host_slots);
     return 0;
@@ -231,5 +230,6 @@ void dsv4_serve_cache_metrics(const dsv4_server *srv)
     dsv4_metric_set(DSV4_M_HOSTCACHE_SAVE_BYTES, (int64_t)st.save_bytes);
     dsv4_metric_set(DSV4_M_HOSTCACHE_LOAD_WAIT, (int64_t)st.load_wait_ns);
     dsv4_metric_set(DSV4_M_HOST_PAGES_USED, st.host_pages_used);
+    dsv4_metric_set(DSV4_M_HOST_PAGES_TOTAL, st.host_pages);
     dsv4_metric_set(DSV4_M_HOST_SLOTS_USED, st.host_slots_used);
 }
