@@ -3,7 +3,8 @@
  * window rings (128 rows a slot), the CSA pages (64 rows = 37,376 bytes for 256 tokens)
  * and the HCA pages (2 rows), while index-K pages keep the indexk plugin's format; bf16
  * rows are 1024 bytes. A model whose nope dims are not whole blocks of 64 (the tiny
- * preset: head_dim 64, 16 rope dims) is refused by name when the engine is created. */
+ * preset cut to head_dim 64 with its 16 rope dims) is refused by name when the engine is
+ * created. */
 #include <string.h>
 
 #include "core/engine/kvpool.h"
@@ -67,6 +68,7 @@ int main(void)
 
     dsv4_model_config tiny;
     dsv4_mkmodel_preset("tiny", &tiny);
+    tiny.head_dim = 64; /* 48 nope dims: not whole fp8 scale blocks */
     dsv4_model model = {.cfg = tiny};
     dsv4_engine_conf ec = {.threads = 1,
                            .kv_dtype = DSV4_KV_FP8,
