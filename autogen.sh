@@ -17,6 +17,10 @@ if [ "${1:-}" = "--install-deps" ]; then
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
             missing="$missing $p"
     done
+    # Node.js runs the official OpenAI client against dsv4d in the tests; a machine that
+    # already has node (from any source) keeps it, so Debian's nodejs cannot clash with it.
+    command -v node >/dev/null 2>&1 || missing="$missing nodejs"
+    command -v npm >/dev/null 2>&1 || missing="$missing npm"
     if [ -n "$missing" ]; then
         echo "autogen: installing$missing"
         DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $missing
