@@ -375,10 +375,11 @@ static void control_unfenced(mx *m, const char *indexk)
         judge(row, r);
         row->status = DSV4_MX_SKIPPED;
         snprintf(row->note, sizeof(row->note),
-                 "not exercised: no host-tier loads in /metrics (%s), so the serving loop does "
-                 "not use the host tier yet",
+                 "not exercised: no host-tier loads in /metrics (%s, %.0f pages evicted), so "
+                 "no prefix came back from the host tier",
                  found_load || found_hit ? "dsv4d_hostcache_loads_total and _hits_total stayed 0"
-                                         : "no host-tier counters");
+                                         : "no host-tier counters",
+                 counter(r, "dsv4d_prefix_cache_evicted_pages_total", &found_load));
         /* every run of this deployment is one data point for the reader */
         coverage_note_append(row, r);
     } else {
