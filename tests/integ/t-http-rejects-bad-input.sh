@@ -145,7 +145,10 @@ s = raw_socket(d.port)
 s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode()
           + b"\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
           + body)
-time.sleep(0.3)
+# hang up only once the server runs the request (a fixed sleep races a slow build)
+deadline = time.time() + 60
+while d.metrics().get("dsv4d_requests_running", 0) < 1 and time.time() < deadline:
+    time.sleep(0.05)
 s.close()
 m2 = d.wait_idle()
 ok(m2.get("dsv4d_requests_running") == 0 and
