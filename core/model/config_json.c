@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/model/model.h"
+#include "core/util/json.h"
 #include "core/util/status.h"
 
 /* Sizes above this are refused so that products of two or three of them stay far from
@@ -36,20 +37,6 @@ static void fail(cfg_parser *p, const char *fmt, ...)
     p->rc = DSV4_EFORMAT;
 }
 
-static const char *kind(const json_t *j)
-{
-    switch (json_typeof(j)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a number";
-    case JSON_TRUE:
-    case JSON_FALSE: return "a boolean";
-    default: return "null";
-    }
-}
-
 /* json null counts as absent, as in Hugging Face's configs. */
 static json_t *get(json_t *obj, const char *key)
 {
@@ -65,7 +52,7 @@ static uint32_t get_uint(cfg_parser *p, json_t *obj, const char *key, uint32_t d
     if (!v)
         return def;
     if (!json_is_integer(v)) {
-        fail(p, "%s must be an integer (got %s)", key, kind(v));
+        fail(p, "%s must be an integer (got %s)", key, dsv4_json_kind(v));
         return 0;
     }
     long long x = json_integer_value(v);
@@ -82,7 +69,7 @@ static double get_num(cfg_parser *p, json_t *obj, const char *key, double def, d
     if (!v)
         return def;
     if (!json_is_number(v)) {
-        fail(p, "%s must be a number (got %s)", key, kind(v));
+        fail(p, "%s must be a number (got %s)", key, dsv4_json_kind(v));
         return def;
     }
     double x = json_number_value(v);
@@ -99,7 +86,7 @@ static bool get_bool(cfg_parser *p, json_t *obj, const char *key, bool def)
     if (!v)
         return def;
     if (!json_is_boolean(v)) {
-        fail(p, "%s must be true or false (got %s)", key, kind(v));
+        fail(p, "%s must be true or false (got %s)", key, dsv4_json_kind(v));
         return def;
     }
     return json_is_true(v);
@@ -119,7 +106,7 @@ static int enum_value(cfg_parser *p, json_t *v, const char *label, const char *c
     if (json_is_string(v))
         fail(p, "%s '%s' is not supported (one of %s)", label, json_string_value(v), allowed);
     else
-        fail(p, "%s must be a string (got %s)", label, kind(v));
+        fail(p, "%s must be a string (got %s)", label, dsv4_json_kind(v));
     return def;
 }
 
@@ -168,7 +155,7 @@ static void parse_rope(cfg_parser *p, json_t *o, const char *what, double theta,
                        dsv4_rope_conf *r)
 {
     if (!json_is_object(o)) {
-        fail(p, "%s must be an object (got %s)", what, kind(o));
+        fail(p, "%s must be an object (got %s)", what, dsv4_json_kind(o));
         return;
     }
     static const char *const types[] = {"default", "yarn"};
@@ -206,7 +193,7 @@ static void parse_ropes(cfg_parser *p, dsv4_model_config *c)
     if (!rp)
         rp = get(root, "rope_scaling");
     if (rp && !json_is_object(rp)) {
-        fail(p, "rope_parameters must be an object (got %s)", kind(rp));
+        fail(p, "rope_parameters must be an object (got %s)", dsv4_json_kind(rp));
         return;
     }
     json_t *main = rp ? get(rp, "main") : NULL, *comp = rp ? get(rp, "compress") : NULL;
@@ -232,7 +219,7 @@ static void parse_layers(cfg_parser *p, dsv4_model_config *c)
     const uint32_t L = c->n_layers;
     json_t *rates = get(root, "compress_rates");
     if (rates && !json_is_object(rates))
-        fail(p, "compress_rates must be an object (got %s)", kind(rates));
+        fail(p, "compress_rates must be an object (got %s)", dsv4_json_kind(rates));
     json_t *ro = rates ? rates : root;
     c->rate_csa = get_uint(p, ro, rates ? "compressed_sparse_attention" : "compress_rate_csa", 4, 1,
                            1u << 20);
@@ -325,7 +312,7 @@ int dsv4_model_config_parse(const char *json, size_t len, dsv4_model_config *cfg
         return DSV4_EFORMAT;
     }
     if (!json_is_object(p.root)) {
-        fail(&p, "top level must be an object (got %s)", kind(p.root));
+        fail(&p, "top level must be an object (got %s)", dsv4_json_kind(p.root));
         json_decref(p.root);
         return p.rc;
     }

@@ -21,6 +21,8 @@
 
 #include <jansson.h>
 
+#include "core/util/json.h"
+
 /* Where in the document a check failed, and why, for the caller's "path: " prefix. */
 typedef struct hf_err {
     char *buf;
@@ -36,20 +38,6 @@ static int __attribute__((format(printf, 2, 3))) fail(hf_err *e, const char *fmt
     return DSV4_EFORMAT;
 }
 
-static const char *json_kind(const json_t *v)
-{
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a number";
-    case JSON_TRUE:
-    case JSON_FALSE: return "a boolean";
-    default: return "null";
-    }
-}
-
 /* obj[key] as a boolean: def when absent or null. */
 static int get_bool(const json_t *obj, const char *key, bool def, bool *out_p, hf_err *e,
                     const char *where)
@@ -60,7 +48,7 @@ static int get_bool(const json_t *obj, const char *key, bool def, bool *out_p, h
         return 0;
     }
     if (!json_is_boolean(v))
-        return fail(e, "%s.%s: expected a boolean, got %s", where, key, json_kind(v));
+        return fail(e, "%s.%s: expected a boolean, got %s", where, key, dsv4_json_kind(v));
     *out_p = json_is_true(v);
     return 0;
 }
@@ -73,7 +61,7 @@ static int get_string(const json_t *obj, const char *key, const json_t **out_p, 
     if (!v)
         return fail(e, "%s: missing \"%s\"", where, key);
     if (!json_is_string(v))
-        return fail(e, "%s.%s: expected a string, got %s", where, key, json_kind(v));
+        return fail(e, "%s.%s: expected a string, got %s", where, key, dsv4_json_kind(v));
     *out_p = v;
     return 0;
 }
@@ -82,7 +70,7 @@ static int get_string(const json_t *obj, const char *key, const json_t **out_p, 
 static int get_type(const json_t *obj, const char **type_p, hf_err *e, const char *where)
 {
     if (!json_is_object(obj))
-        return fail(e, "%s: expected an object, got %s", where, json_kind(obj));
+        return fail(e, "%s: expected an object, got %s", where, dsv4_json_kind(obj));
     const json_t *t;
     int rc = get_string(obj, "type", &t, e, where);
     if (!rc)
@@ -94,7 +82,7 @@ static int get_type(const json_t *obj, const char **type_p, hf_err *e, const cha
 static int check_id(const json_t *v, int32_t *id_p, hf_err *e, const char *where, const char *name)
 {
     if (!json_is_integer(v))
-        return fail(e, "%s: \"%s\": expected an integer id, got %s", where, name, json_kind(v));
+        return fail(e, "%s: \"%s\": expected an integer id, got %s", where, name, dsv4_json_kind(v));
     json_int_t id = json_integer_value(v);
     if (id < 0 || id >= (json_int_t)DSV4_TOK_MAX_IDS)
         return fail(e, "%s: \"%s\": id %lld out of range (0..%u)", where, name, (long long)id,
@@ -131,7 +119,7 @@ static int check_model(const json_t *model, bool *ignore_merges_p, int32_t *max_
     if (!vocab)
         return fail(e, "model: missing \"vocab\"");
     if (!json_is_object(vocab))
-        return fail(e, "model.vocab: expected an object, got %s", json_kind(vocab));
+        return fail(e, "model.vocab: expected an object, got %s", dsv4_json_kind(vocab));
     const char *key;
     const json_t *v;
     json_object_foreach((json_t *)vocab, key, v)
@@ -146,7 +134,7 @@ static int check_model(const json_t *model, bool *ignore_merges_p, int32_t *max_
     if (!merges)
         return fail(e, "model: missing \"merges\"");
     if (!json_is_array(merges))
-        return fail(e, "model.merges: expected an array, got %s", json_kind(merges));
+        return fail(e, "model.merges: expected an array, got %s", dsv4_json_kind(merges));
     return 0;
 }
 
@@ -156,7 +144,7 @@ static int check_added(const json_t *added, int32_t *max_p, hf_err *e)
     if (!added || json_is_null(added))
         return 0;
     if (!json_is_array(added))
-        return fail(e, "added_tokens: expected an array, got %s", json_kind(added));
+        return fail(e, "added_tokens: expected an array, got %s", dsv4_json_kind(added));
     size_t i;
     const json_t *t;
     json_array_foreach(added, i, t)
@@ -164,7 +152,7 @@ static int check_added(const json_t *added, int32_t *max_p, hf_err *e)
         char where[64];
         snprintf(where, sizeof(where), "added_tokens[%zu]", i);
         if (!json_is_object(t))
-            return fail(e, "%s: expected an object, got %s", where, json_kind(t));
+            return fail(e, "%s: expected an object, got %s", where, dsv4_json_kind(t));
         const json_t *content, *idv = json_object_get(t, "id");
         int rc = get_string(t, "content", &content, e, where);
         if (rc)
@@ -248,7 +236,7 @@ static int load_merges(dsv4_tokenizer *tok, const json_t *merges, hf_err *e)
             blen = json_string_length(json_array_get(m, 1));
         } else {
             return fail(e, "model.merges[%zu]: expected \"a b\" or [\"a\", \"b\"], got %s", i,
-                        json_kind(m));
+                        dsv4_json_kind(m));
         }
         char why[256];
         int rc = dsv4_bpe_add_merge(tok->bpe, a, alen, b, blen, why, sizeof(why));
@@ -391,7 +379,7 @@ static int load_pretok(dsv4_pretok *pt, const json_t *p, bool *bytelevel_p, hf_e
 static int hf_build(const json_t *root, dsv4_tokenizer **tok_p, hf_err *e)
 {
     if (!json_is_object(root))
-        return fail(e, "expected an object, got %s", json_kind(root));
+        return fail(e, "expected an object, got %s", dsv4_json_kind(root));
     const json_t *model = json_object_get(root, "model");
     const json_t *added = json_object_get(root, "added_tokens");
     if (!model)
