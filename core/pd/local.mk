@@ -39,7 +39,7 @@ tests_unit_t_pd_shared_pool_is_visible_to_another_process_LDADD = $(TEST_CORE_LI
 check_PROGRAMS += bench/pd-handoff
 bench_pd_handoff_SOURCES = bench/pd-handoff.c
 bench_pd_handoff_LDADD = core/libdsv4core.la
-EXTRA_DIST += bench/pd-handoff.sh
+EXTRA_DIST += bench/pd-handoff.sh bench/pd-soak.sh
 
 # The decode role against a scripted prefill peer speaking the real protocol.
 check_PROGRAMS += tests/unit/t-pd-lease-drains-before-free-and-rejects-stale
