@@ -24,5 +24,7 @@ int dsv4ctl_validate(int argc, char **argv);
 int dsv4ctl_mkmodel(int argc, char **argv);
 int dsv4ctl_logits(int argc, char **argv);
 int dsv4ctl_generate(int argc, char **argv);
+int dsv4ctl_repro(int argc, char **argv);
+int dsv4ctl_matrix(int argc, char **argv);
 
 #endif

@@ -25,6 +25,13 @@ static const dsv4ctl_command commands[] = {
      "run the model on token ids and write logits", dsv4ctl_logits},
     {"generate", "--model DIR --prompt-ids 1,2,3 -n N [...]", "generate tokens greedily or sampled",
      dsv4ctl_generate},
+    {"repro",
+     "--url URL --sessions N --concurrency C --turns T --seed S [--record FILE | --golden FILE] "
+     "[--report FILE] [--plot FILE]",
+     "run multi-turn agentic sessions against a server; record or compare every turn",
+     dsv4ctl_repro},
+    {"matrix", "[--build DIR] [--quick] [--controls] [--only TEXT] [--report FILE]",
+     "run repro against every plugin combination and compare with the reference", dsv4ctl_matrix},
 };
 
 static void usage(FILE *out)
