@@ -7,8 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Blocks start on cache lines, as in the device pool. */
+/* Buffers start on cache lines, as in the device pool; the slab holding them all starts
+ * and ends on an OS page. */
 #define DSV4_HOST_POOL_ALIGN 64
+#define DSV4_HOST_POOL_PAGE 4096
 
 /* A stack of free ids plus who is taken, so a double free is ignored, not a corruption. */
 typedef struct dsv4_hp_ids {
@@ -20,6 +22,7 @@ typedef struct dsv4_hp_ids {
 struct dsv4_host_pool {
     dsv4_kv_layout layout;
     dsv4_kv_buffer *buffers;
+    uint8_t *slab; /* every buffer's memory */
     dsv4_hp_ids pages, slots;
 };
 
@@ -32,13 +35,26 @@ size_t dsv4_host_pool_page_bytes(const dsv4_kv_layout *device)
     return bytes;
 }
 
-/* The one place host-tier memory comes from: cache-line aligned memory on the CPU
- * backend. On GPU hosts this becomes pinned memory (cudaHostAlloc), so asynchronous
- * copies to the device need no staging; that arrives with the CUDA backend. */
-static void *dsv4_host_pool_mem(size_t bytes)
+static size_t dsv4_host_pool_round(size_t bytes, size_t align)
 {
-    size_t alloc = (bytes + DSV4_HOST_POOL_ALIGN - 1) / DSV4_HOST_POOL_ALIGN * DSV4_HOST_POOL_ALIGN;
-    return aligned_alloc(DSV4_HOST_POOL_ALIGN, alloc ? alloc : DSV4_HOST_POOL_ALIGN);
+    return (bytes + align - 1) / align * align;
+}
+
+/* The one place host-tier memory comes from: one page-aligned slab for every buffer. When
+ * the device layout is in CUDA memory the hostcache plugin page-locks it at attach (core
+ * holds no CUDA code), and one slab makes that one cudaHostRegister call, so asynchronous
+ * copies to the device run at PCIe speed without staging. */
+static uint8_t *dsv4_host_pool_slab(const dsv4_kv_layout *device, uint32_t n_pages,
+                                    uint32_t n_slots)
+{
+    size_t bytes = 0;
+    for (uint32_t i = 0; i < device->n_buffers; i++) {
+        const dsv4_kv_buffer *b = &device->buffers[i];
+        size_t n = dsv4_buf_is_paged(b->kind) ? n_pages : n_slots;
+        bytes += dsv4_host_pool_round(b->block_bytes * n, DSV4_HOST_POOL_ALIGN);
+    }
+    return aligned_alloc(DSV4_HOST_POOL_PAGE,
+                         dsv4_host_pool_round(bytes ? bytes : 1, DSV4_HOST_POOL_PAGE));
 }
 
 static int dsv4_hp_ids_init(dsv4_hp_ids *ids, uint32_t n)
@@ -95,14 +111,16 @@ dsv4_host_pool *dsv4_host_pool_new(const dsv4_kv_layout *device, uint32_t n_page
     pool->layout.shm_fd = -1;
     pool->layout.shm_base = NULL;
     pool->layout.shm_bytes = 0;
+    if (!(pool->slab = dsv4_host_pool_slab(device, n_pages, n_slots)))
+        goto fail_oom;
+    size_t off = 0;
     for (uint32_t i = 0; i < device->n_buffers; i++) {
         dsv4_kv_buffer b = device->buffers[i];
         b.mem = DSV4_MEM_HOST;
         b.cuda_device = -1;
         b.n_blocks = dsv4_buf_is_paged(b.kind) ? n_pages : n_slots;
-        b.base = dsv4_host_pool_mem(b.block_bytes * b.n_blocks);
-        if (!b.base)
-            goto fail_oom;
+        b.base = pool->slab + off;
+        off += dsv4_host_pool_round(b.block_bytes * b.n_blocks, DSV4_HOST_POOL_ALIGN);
         pool->buffers[pool->layout.n_buffers++] = b;
     }
     return pool;
@@ -117,8 +135,7 @@ void dsv4_host_pool_free(dsv4_host_pool *pool)
 {
     if (!pool)
         return;
-    for (uint32_t i = 0; i < pool->layout.n_buffers; i++)
-        free(pool->buffers[i].base);
+    free(pool->slab);
     free(pool->buffers);
     free(pool->pages.free);
     free(pool->pages.taken);

@@ -5,7 +5,9 @@
  * lists them), each in host memory with its own page and state-slot count. A hostcache
  * plugin attaches the device layout and this one and copies blocks between them by id.
  *
- * The pool owns its memory and the two id allocators; residency (which device page a host
+ * The pool owns its memory (one page-aligned slab for every buffer, which the hostcache
+ * plugin page-locks while attached when the device layout is in CUDA memory) and the two
+ * id allocators; residency (which device page a host
  * page backs) is kept by the tier (tier.h). Not thread-safe: the engine thread owns it.
  */
 #ifndef DSV4_CORE_HOSTPOOL_H

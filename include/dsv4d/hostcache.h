@@ -12,6 +12,14 @@
  * host). release may be called on a running op: it waits for the op to finish first, so
  * memory an op reads or writes is never given back under it.
  *
+ * CUDA: when the device layout's buffers are in CUDA memory (dsv4_kv_buffer.mem), attach
+ * page-locks the host layout's memory (cudaHostRegister) until fini, so copies run at
+ * PCIe speed; ops are queued on the plugin's own copy stream after the work already queued
+ * on the daemon's compute stream (dsv4_host.cuda_stream), one batch of copies per layer
+ * and one CUDA event per layer. wait_layer then blocks the host until the layer's event
+ * (the fence the CPU forward and host readers need); stream_wait_layer (appended) orders a
+ * CUDA stream after it without blocking the host (the fence a CUDA forward can use).
+ *
  * Config: every hostcache plugin that keeps pages on host starts its config struct with
  * dsv4_hostcache_config; the daemon sizes the host pool and applies the write policy from
  * it. A plugin whose config_size is smaller (off) keeps nothing on host.
@@ -55,8 +63,8 @@ typedef struct dsv4_hostcache_ops {
     int (*save)(void *state, const dsv4_page_copy *pages, size_t n, void **op_p);
     /* Start copying host pages to device pages, layer by layer. */
     int (*load)(void *state, const dsv4_page_copy *pages, size_t n, void **op_p);
-    /* The fence: returns once `layer` of a load has landed (CPU), or has ordered the
-     * daemon's compute stream after it (CUDA). */
+    /* The fence: returns once `layer` of the op has landed, in host or CUDA memory alike
+     * (on CUDA the host waits for the layer's event). */
     int (*wait_layer)(void *state, void *op, uint32_t layer);
     /* 0: the whole op is done; -EAGAIN: still running; else failed. */
     int (*poll)(void *state, void *op);
@@ -65,6 +73,12 @@ typedef struct dsv4_hostcache_ops {
      * carry); the ids in dsv4_page_copy are state slots. */
     int (*save_state)(void *state, const dsv4_page_copy *slots, size_t n, void **op_p);
     int (*load_state)(void *state, const dsv4_page_copy *slots, size_t n, void **op_p);
+    /* Appended: the fence without blocking the host. On a CUDA device layout, orders
+     * `stream` (a cudaStream_t; NULL = the legacy default stream) after `layer` of the op
+     * has landed, so kernels queued on it afterwards read the loaded blocks, and returns at
+     * once. On a host layout it is wait_layer (the host waits; stream is ignored). 0,
+     * -EINVAL (no op, layer out of range), -EIO (CUDA refused the wait). */
+    int (*stream_wait_layer)(void *state, void *op, uint32_t layer, void *stream);
 } dsv4_hostcache_ops;
 
 #ifdef __cplusplus

@@ -1,7 +1,9 @@
-/* common.c: the copy engine the hostcache plugins share (common.h). */
+/* common.c: the copy engine the hostcache plugins share (common.h): memcpy layer by layer
+ * on host layouts, the CUDA engine of cuda.h on device layouts in CUDA memory. */
 #include "config.h"
 
 #include "plugins/hostcache/common.h"
+#include "plugins/hostcache/cuda.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -20,8 +22,9 @@ typedef struct dsv4_hc_op {
     size_t n;
     pthread_mutex_t mu;
     pthread_cond_t landed_cv;
-    uint32_t landed; /* layers copied so far, under mu */
+    uint32_t landed; /* layers copied so far, under mu (host layouts) */
     struct dsv4_hc_op *next;
+    dsv4_hc_cuda_op *cuda; /* the op's events on the copy stream (CUDA layouts) */
 } dsv4_hc_op;
 
 typedef struct dsv4_hc_state {
@@ -30,7 +33,8 @@ typedef struct dsv4_hc_state {
     const dsv4_host *host;
     int64_t delay_ms;
     const dsv4_kv_layout *dev, *hst;
-    /* async: the worker and its FIFO of ops */
+    dsv4_hc_cuda *cuda; /* the copy engine when the device layout is in CUDA memory */
+    /* async on host layouts: the worker and its FIFO of ops */
     pthread_t worker;
     bool worker_started;
     pthread_mutex_t mu;
@@ -138,6 +142,7 @@ void dsv4_hc_fini(void *state)
     dsv4_hc_state *s = state;
     if (!s)
         return;
+    dsv4_hc_cuda_detach(s->cuda);
     if (s->worker_started) {
         pthread_mutex_lock(&s->mu);
         s->stop = true;
@@ -164,6 +169,17 @@ int dsv4_hc_attach(void *state, const dsv4_kv_layout *device, const dsv4_kv_layo
                      "(%u vs %u buffers)",
                      host->n_buffers, device->n_buffers);
         return -EINVAL;
+    }
+    bool on_cuda = false;
+    for (uint32_t i = 0; i < device->n_buffers; i++)
+        on_cuda = on_cuda || device->buffers[i].mem == DSV4_MEM_CUDA;
+    dsv4_hc_cuda_detach(s->cuda);
+    s->cuda = NULL;
+    s->dev = NULL;
+    if (on_cuda) {
+        int rc = dsv4_hc_cuda_attach(s->host, s->subject, device, host, &s->delay_ms, &s->cuda);
+        if (rc != 0)
+            return rc;
     }
     s->dev = device;
     s->hst = host;
@@ -198,7 +214,17 @@ static int dsv4_hc_start(dsv4_hc_state *s, bool load, bool paged, const dsv4_pag
     op->paged = paged;
     pthread_mutex_init(&op->mu, NULL);
     pthread_cond_init(&op->landed_cv, NULL);
-    if (s->mode == DSV4_HC_SYNC) {
+    if (s->cuda) {
+        /* the copy stream is the queue: every layer is queued now, the events say when
+         * each has landed; sync waits for the last one before returning */
+        int rc = dsv4_hc_cuda_start(s->cuda, load, paged, copies, n, &op->cuda);
+        if (rc == 0 && s->mode == DSV4_HC_SYNC && s->dev->n_layers > 0)
+            rc = dsv4_hc_cuda_wait(s->cuda, op->cuda, s->dev->n_layers - 1);
+        if (rc != 0) {
+            dsv4_hc_release(s, op);
+            return rc;
+        }
+    } else if (s->mode == DSV4_HC_SYNC) {
         dsv4_hc_run(s, op);
     } else {
         pthread_mutex_lock(&s->mu);
@@ -252,8 +278,25 @@ int dsv4_hc_wait_layer(void *state, void *op, uint32_t layer)
      * the fence exists to prevent (tests/unit/t-hostcache-unfenced-load-is-detected). */
     if (s->mode == DSV4_HC_UNFENCED)
         return 0;
-    dsv4_hc_wait_landed(op, layer + 1);
+    dsv4_hc_op *o = op;
+    if (o->cuda)
+        return dsv4_hc_cuda_wait(s->cuda, o->cuda, layer);
+    dsv4_hc_wait_landed(o, layer + 1);
     return 0;
+}
+
+int dsv4_hc_stream_wait_layer(void *state, void *op, uint32_t layer, void *stream)
+{
+    dsv4_hc_state *s = state;
+    dsv4_hc_op *o = op;
+    if (!o || layer >= s->dev->n_layers)
+        return -EINVAL;
+    if (!o->cuda)
+        return dsv4_hc_wait_layer(state, op, layer);
+    /* the negative control orders nothing, as its wait_layer waits for nothing */
+    if (s->mode == DSV4_HC_UNFENCED)
+        return 0;
+    return dsv4_hc_cuda_stream_wait(s->cuda, o->cuda, layer, stream);
 }
 
 int dsv4_hc_poll(void *state, void *op)
@@ -262,6 +305,8 @@ int dsv4_hc_poll(void *state, void *op)
     dsv4_hc_op *o = op;
     if (!o)
         return -EINVAL;
+    if (o->cuda)
+        return dsv4_hc_cuda_poll(s->cuda, o->cuda);
     pthread_mutex_lock(&o->mu);
     bool done = o->landed == s->dev->n_layers;
     pthread_mutex_unlock(&o->mu);
@@ -274,8 +319,12 @@ void dsv4_hc_release(void *state, void *op)
     dsv4_hc_op *o = op;
     if (!o)
         return;
-    /* the worker may still be copying: free only once it is done with the op */
-    dsv4_hc_wait_landed(o, s->dev->n_layers);
+    /* the worker or the copy stream may still be copying: free only once it is done
+     * with the op */
+    if (o->cuda)
+        dsv4_hc_cuda_op_free(s->cuda, o->cuda);
+    else if (!s->cuda) /* (with a copy engine, an op without events never started) */
+        dsv4_hc_wait_landed(o, s->dev->n_layers);
     pthread_cond_destroy(&o->landed_cv);
     pthread_mutex_destroy(&o->mu);
     free(o->copies);

@@ -1,6 +1,9 @@
 /* common.h: what the hostcache plugins share (plugins/hostcache/): the config keys of a
  * plugin that keeps pages on host, and the copy engine behind save/load.
  *
+ * On a device layout in CUDA memory the copies are CUDA's instead (cuda.h): the copy
+ * stream is the queue and a per-layer event the counter, in every mode.
+ *
  * An op copies a list of blocks (pages, or state blocks) between the attached device and
  * host layouts, layer by layer, every buffer of the layer the table lists. Its "layers
  * landed" counter sits under the op's own mutex and condition variable: wait_layer(l)
@@ -14,6 +17,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 
 #include <dsv4d/hostcache.h>
 
@@ -76,13 +80,20 @@ int dsv4_hc_load(void *state, const dsv4_page_copy *pages, size_t n, void **op_p
 int dsv4_hc_save_state(void *state, const dsv4_page_copy *slots, size_t n, void **op_p);
 int dsv4_hc_load_state(void *state, const dsv4_page_copy *slots, size_t n, void **op_p);
 int dsv4_hc_wait_layer(void *state, void *op, uint32_t layer);
+int dsv4_hc_stream_wait_layer(void *state, void *op, uint32_t layer, void *stream);
 int dsv4_hc_poll(void *state, void *op);
 void dsv4_hc_release(void *state, void *op);
 
-/* Every hostcache plugin runs anywhere: the copy engine is plain memory copies on the
- * CPU backend (a CUDA copy stream arrives with the CUDA backend and will probe then). */
+/* Every hostcache plugin runs on the CPU backend (memory copies), and on the CUDA backend
+ * when built with CUDA (the copy stream of cuda.h). */
 static inline int dsv4_hc_probe(const dsv4_host *host, char *why, size_t whylen)
 {
+#ifndef HAVE_CUDA
+    if (host->selection && host->selection->device == DSV4_DEVICE_CUDA) {
+        snprintf(why, whylen, "built without CUDA (device = cuda needs its copy stream)");
+        return DSV4_EUNAVAIL;
+    }
+#endif
     (void)host;
     (void)why;
     (void)whylen;
@@ -115,7 +126,7 @@ static inline int dsv4_hc_check(const dsv4_selection *sel, const void *config,
         .struct_size = sizeof(dsv4_hostcache_ops), .attach = dsv4_hc_attach, .save = dsv4_hc_save, \
         .load = dsv4_hc_load, .wait_layer = dsv4_hc_wait_layer, .poll = dsv4_hc_poll,              \
         .release = dsv4_hc_release, .save_state = dsv4_hc_save_state,                              \
-        .load_state = dsv4_hc_load_state,                                                          \
+        .load_state = dsv4_hc_load_state, .stream_wait_layer = dsv4_hc_stream_wait_layer,          \
     }
 
 #endif

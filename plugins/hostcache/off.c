@@ -71,6 +71,12 @@ static int off_wait_layer(void *state, void *op, uint32_t layer)
     return -EINVAL;
 }
 
+static int off_stream_wait_layer(void *state, void *op, uint32_t layer, void *stream)
+{
+    (void)stream;
+    return off_wait_layer(state, op, layer);
+}
+
 static int off_poll(void *state, void *op)
 {
     (void)state;
@@ -96,6 +102,7 @@ static const dsv4_hostcache_ops off_ops = {
     .release = off_release,
     .save_state = off_save,
     .load_state = off_load,
+    .stream_wait_layer = off_stream_wait_layer,
 };
 
 const dsv4_plugin_desc dsv4_plugin = {
