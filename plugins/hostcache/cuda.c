@@ -130,8 +130,12 @@ int dsv4_hc_cuda_attach(const dsv4_host *host, const char *subject, const dsv4_k
     dsv4_hc_cuda *c = calloc(1, sizeof(*c));
     if (!c)
         return -ENOMEM;
-    *c = (dsv4_hc_cuda){.host = host, .subject = subject, .dev = device, .hst = hst,
-                        .device = ordinal, .delay_ms = delay_ms};
+    *c = (dsv4_hc_cuda){.host = host,
+                        .subject = subject,
+                        .dev = device,
+                        .hst = hst,
+                        .device = ordinal,
+                        .delay_ms = delay_ms};
     int prev, rc;
     cudaError_t e = dsv4_hc_cuda_enter(c->device, &prev);
     if (e != cudaSuccess) {
@@ -279,7 +283,8 @@ int dsv4_hc_cuda_start(dsv4_hc_cuda *c, bool load, bool paged, const dsv4_page_c
     for (uint32_t l = 0; l < n_layers; l++) {
         uint32_t k = 0;
         for (uint32_t i = 0; i < c->dev->n_buffers; i++)
-            k += c->dev->buffers[i].layer == l && dsv4_buf_is_paged(c->dev->buffers[i].kind) == paged;
+            k += c->dev->buffers[i].layer == l &&
+                 dsv4_buf_is_paged(c->dev->buffers[i].kind) == paged;
         if (k > per_layer)
             per_layer = k;
     }
@@ -322,9 +327,9 @@ int dsv4_hc_cuda_wait(dsv4_hc_cuda *c, dsv4_hc_cuda_op *op, uint32_t layer)
 int dsv4_hc_cuda_stream_wait(dsv4_hc_cuda *c, dsv4_hc_cuda_op *op, uint32_t layer, void *stream)
 {
     cudaError_t e = cudaStreamWaitEvent((cudaStream_t)stream, op->landed[layer], 0);
-    return e == cudaSuccess ? 0
-                            : dsv4_hc_cuda_fail(c->host, c->subject,
-                                                "ordering a stream after a layer", e);
+    return e == cudaSuccess
+               ? 0
+               : dsv4_hc_cuda_fail(c->host, c->subject, "ordering a stream after a layer", e);
 }
 
 int dsv4_hc_cuda_poll(dsv4_hc_cuda *c, dsv4_hc_cuda_op *op)
