@@ -12,6 +12,7 @@
 
 #include "core/config/config.h"
 #include "core/config/config_priv.h"
+#include "core/pd/conn.h" /* DSV4_PD_MIN_SECRET */
 
 /* The sink a check reports into (opaque to plugins: plugin.h only declares it). */
 struct dsv4_diag {
@@ -58,11 +59,14 @@ static void pd_role_needs_transport(const dsv4_config *c, dsv4_diag *d)
 
 static void pd_role_needs_secret(const dsv4_config *c, dsv4_diag *d)
 {
-    if (pd_role(c) && c->pd.secret[0] == '\0')
+    size_t len = strlen(c->pd.secret);
+    if (pd_role(c) && len == 0)
         report(d, "server", "role",
                "role %s needs [pd] secret (peers authenticate with it before any KV memory "
                "is exposed)",
                role_name(c->server.role));
+    else if (len > 0 && len < DSV4_PD_MIN_SECRET)
+        report(d, "pd", "secret", "too short (%zu bytes, at least %d)", len, DSV4_PD_MIN_SECRET);
 }
 
 static void prefill_needs_pd_listen(const dsv4_config *c, dsv4_diag *d)

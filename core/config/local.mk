@@ -73,6 +73,8 @@ EXTRA_DIST += \
 	tests/fixtures/config/over-long-line.ini \
 	tests/fixtures/config/pd-role-needs-transport-and-secret.expect \
 	tests/fixtures/config/pd-role-needs-transport-and-secret.ini \
+	tests/fixtures/config/pd-secret-too-short.expect \
+	tests/fixtures/config/pd-secret-too-short.ini \
 	tests/fixtures/config/plugin-bad-value.expect \
 	tests/fixtures/config/plugin-bad-value.ini \
 	tests/fixtures/config/plugin-unknown-key.expect \

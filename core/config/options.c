@@ -53,7 +53,7 @@ const dsv4_option dsv4_model_options[] = {
      "512), and needs head_dim minus the rope dims to be a multiple of 64; index-K precision "
      "is the indexk plugin's",
      offsetof(dsv4_model_conf, kv_dtype)},
-    {"kv_pool", DSV4_OPT_SIZE, "1G", 16ll << 20, 64ll << 40, NULL,
+    {"kv_pool", DSV4_OPT_SIZE, "1G", 1ll << 20, 64ll << 40, NULL,
      "memory for paged KV (every paged buffer of every layer), on the device the model runs on",
      offsetof(dsv4_model_conf, kv_pool)},
     {"max_context", DSV4_OPT_INT, "32768", 256, 1 << 20, NULL,
@@ -104,8 +104,8 @@ const dsv4_option dsv4_pd_options[] = {
      "sends work to; required for role = decode",
      offsetof(dsv4_pd_conf, peers)},
     {"secret", DSV4_OPT_STRING, "", NO_RANGE, NULL,
-     "shared secret that authenticates PD peers before any KV memory is exposed; required "
-     "for role = prefill or decode",
+     "shared secret (at least 16 bytes) that authenticates PD peers before any KV memory is "
+     "exposed; required for role = prefill or decode",
      offsetof(dsv4_pd_conf, secret)},
     {"bootstrap_timeout", DSV4_OPT_DURATION, "10s", 100, 600000, NULL,
      "deadline for a prefill server to accept a request and its transfer lease",
