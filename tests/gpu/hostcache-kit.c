@@ -83,6 +83,16 @@ void hcg_kv_new(hcg_kv *kv, uint32_t layers, uint32_t pages, uint32_t slots)
         hcg_add(kv, DSV4_BUF_WINDOW, l, 128 * HCG_ROW, 128);
     }
     gpu_sync();
+    /* Launch the checksum kernel once now. With lazy module loading (CUDA's default) its
+     * first launch loads the module, and that waits for the whole device, the plugin's
+     * copy stream included: a first read right after an unfenced load would then see the
+     * load landed and hide the race (seen on the H200). */
+    uint32_t zero = 0;
+    hcg_check *warm = hcg_check_new(kv, false, HCG_ALL_LAYERS, &zero, &zero, slots ? 1 : 0);
+    hcg_check_queue(warm, NULL);
+    if (hcg_check_mismatches(warm, NULL) != 0)
+        bail_out("the checksum kernel disagrees with libxxhash on a state block");
+    hcg_check_free(warm);
 }
 
 void hcg_kv_free(hcg_kv *kv)
