@@ -3,7 +3,8 @@
  * refuse a host layout that does not mirror the device buffer table and ids out of
  * range; async's wait_layer(l) returns only once layer l of a delayed load is in device
  * memory (pages and state blocks alike), and poll/release see the whole op through;
- * unfenced is flagged test-only. Layouts are hand-built: 3 layers, each with one paged
+ * on host layouts stream_wait_layer fences as wait_layer does; unfenced is flagged
+ * test-only. Layouts are hand-built: 3 layers, each with one paged
  * and one state buffer. */
 #include <errno.h>
 #include <stdlib.h>
@@ -64,7 +65,7 @@ static bool landed(const mem *dev, uint32_t id, const mem *hst, uint32_t hid, ui
 int main(void)
 {
     static const char *names[] = {"off", "sync", "async", "unfenced"};
-    plan(4 * PLUGTEST_DESC_TESTS + 3 + 3 * 3 + 4);
+    plan(4 * PLUGTEST_DESC_TESTS + 3 + 3 * 3 + 5);
     const dsv4_plugin_desc *d[4];
     for (int i = 0; i < 4; i++) {
         d[i] = plugtest_open("hostcache", names[i]);
@@ -122,6 +123,16 @@ int main(void)
     is_int(ops->wait_layer(st, pop, LAYERS), -EINVAL, "async: a layer out of range is refused");
     ops->release(st, pop);
     ops->release(st, sop);
+    /* on a host layout the stream fence is the host fence: the stream is ignored (the
+     * device memory is made anew, so nothing has landed before this load) */
+    mem_free(&dev);
+    mem_init(&dev, 0x10);
+    fenced = ops->load(st, pc, 2, &pop) == 0;
+    for (uint32_t l = 0; l < LAYERS && fenced; l++)
+        fenced = ops->stream_wait_layer(st, pop, l, NULL) == 0 && landed(&dev, 3, &hst, 1, l, 0) &&
+                 landed(&dev, 0, &hst, 2, l, 0);
+    ok(fenced, "async: on host layouts stream_wait_layer(l) returns with layer l landed too");
+    ops->release(st, pop);
     d[2]->fini(st);
     plugtest_config_free(d[2], conf);
     ok((d[3]->flags & DSV4_PLUGIN_TEST_ONLY) && !(d[2]->flags & DSV4_PLUGIN_TEST_ONLY),
