@@ -102,6 +102,23 @@ static void cuda_needs_cuda_build(const dsv4_config *c, dsv4_diag *d)
 #endif
 }
 
+static bool transport_is(const dsv4_config *c, const char *name)
+{
+    return pd_role(c) && c->plugin[DSV4_FAMILY_TRANSPORT] &&
+           strcmp(c->plugin[DSV4_FAMILY_TRANSPORT], name) == 0;
+}
+
+/* NCCL cannot run both ends of a connection on one device, and two servers on one host
+ * that leave the ordinal unset both take the first GPU. (The servers themselves refuse
+ * a peer on their own GPU at connect: see transport/nccl.) */
+static void nccl_role_picks_its_gpu(const dsv4_config *c, dsv4_diag *d)
+{
+    if (transport_is(c, "nccl") && c->core.device == DSV4_DEVICE_CUDA && c->core.cuda_device < 0)
+        report(d, "core", "cuda_device",
+               "unset with transport nccl (a prefill and a decode server on one host would both "
+               "take the first GPU; give each role its own)");
+}
+
 static void cuda_device_unused_on_cpu(const dsv4_config *c, dsv4_diag *d)
 {
     if (c->core.device == DSV4_DEVICE_CPU && c->core.cuda_device >= 0)
@@ -225,6 +242,7 @@ static const rule rules[] = {
     {addresses_are_host_port, DSV4_DIAG_ERROR},
     {unified_ignores_transport, DSV4_DIAG_WARNING},
     {cuda_device_unused_on_cpu, DSV4_DIAG_WARNING},
+    {nccl_role_picks_its_gpu, DSV4_DIAG_WARNING},
     {plugins_not_for_production, DSV4_DIAG_WARNING},
 };
 

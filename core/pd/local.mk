@@ -31,6 +31,11 @@ tests_unit_t_pd_plan_merges_contiguous_runs_LDADD = $(TEST_CORE_LIBS)
 tests_unit_t_pd_wire_refuses_malformed_frames_CFLAGS = $(AM_CFLAGS) $(CRYPTO_CFLAGS)
 tests_unit_t_pd_wire_refuses_malformed_frames_LDADD = $(TEST_CORE_LIBS) $(CRYPTO_LIBS)
 tests_unit_t_pd_conn_authenticates_peers_LDADD = $(TEST_CORE_LIBS)
+# The frames two-sided transports (transport/nccl) add: BOOTSTRAP and XFER.
+check_PROGRAMS += tests/unit/t-nccl-pd-frames-carry-bootstrap-and-xfer
+TESTS += tests/unit/t-nccl-pd-frames-carry-bootstrap-and-xfer
+tests_unit_t_nccl_pd_frames_carry_bootstrap_and_xfer_CFLAGS = $(AM_CFLAGS) $(CRYPTO_CFLAGS)
+tests_unit_t_nccl_pd_frames_carry_bootstrap_and_xfer_LDADD = $(TEST_CORE_LIBS) $(CRYPTO_LIBS)
 tests_unit_t_pd_shared_pool_is_visible_to_another_process_SOURCES = \
 	tests/unit/t-pd-shared-pool-is-visible-to-another-process.c $(PD_TEST_POOL)
 tests_unit_t_pd_shared_pool_is_visible_to_another_process_LDADD = $(TEST_CORE_LIBS) -lm

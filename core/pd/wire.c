@@ -11,9 +11,11 @@
 #include <string.h>
 
 static const char *const type_names[] = {
-    [DSV4_PD_HELLO] = "hello",       [DSV4_PD_READY] = "ready", [DSV4_PD_LEASE] = "lease",
-    [DSV4_PD_COMPLETE] = "complete", [DSV4_PD_ABORT] = "abort", [DSV4_PD_ABORT_ACK] = "abort-ack",
-    [DSV4_PD_ERROR] = "error",
+    [DSV4_PD_HELLO] = "hello", [DSV4_PD_READY] = "ready",
+    [DSV4_PD_LEASE] = "lease", [DSV4_PD_COMPLETE] = "complete",
+    [DSV4_PD_ABORT] = "abort", [DSV4_PD_ABORT_ACK] = "abort-ack",
+    [DSV4_PD_ERROR] = "error", [DSV4_PD_BOOTSTRAP] = "bootstrap",
+    [DSV4_PD_XFER] = "xfer",
 };
 
 const char *dsv4_pd_type_name(uint32_t type)
@@ -120,6 +122,25 @@ static void put_body(dsv4_pd_out *o, const dsv4_pd_msg *m)
         put_u32(o, (uint32_t)m->error.code);
         put_str(o, m->error.text);
         break;
+    case DSV4_PD_BOOTSTRAP:
+        put_u64(o, m->room, 8);
+        put_u64(o, m->generation, 8);
+        put_u32(o, m->bootstrap.blob_len);
+        put_bytes(o, m->bootstrap.blob, m->bootstrap.blob_len);
+        break;
+    case DSV4_PD_XFER:
+        put_u64(o, m->room, 8);
+        put_u64(o, m->generation, 8);
+        put_u32(o, m->xfer.n_runs);
+        for (uint32_t i = 0; i < m->xfer.n_runs; i++) {
+            put_u32(o, m->xfer.runs[i].src_page);
+            put_u32(o, m->xfer.runs[i].dst_page);
+            put_u32(o, m->xfer.runs[i].n_pages);
+        }
+        put_u8(o, m->xfer.with_state);
+        put_u32(o, m->xfer.src_state);
+        put_u32(o, m->xfer.dst_state);
+        break;
     }
 }
 
@@ -142,8 +163,11 @@ static int dsv4_pd_msg_check(const dsv4_pd_msg *m, char *err, size_t errlen)
     else if (m->type == DSV4_PD_HELLO && (str_len(m->hello.geom.indexk) >= DSV4_PD_MAX_NAME ||
                                           str_len(m->hello.transport) >= DSV4_PD_MAX_NAME))
         what = "plugin name too long";
-    else if (m->type == DSV4_PD_HELLO && m->hello.blob_len > DSV4_PD_MAX_BLOB)
+    else if ((m->type == DSV4_PD_HELLO && m->hello.blob_len > DSV4_PD_MAX_BLOB) ||
+             (m->type == DSV4_PD_BOOTSTRAP && m->bootstrap.blob_len > DSV4_PD_MAX_BLOB))
         what = "transport blob too large";
+    else if (m->type == DSV4_PD_XFER && m->xfer.n_runs > DSV4_PD_MAX_PAGES)
+        what = "too many runs";
     else if (m->type == DSV4_PD_LEASE &&
              (m->lease.n_tokens > DSV4_PD_MAX_TOKENS || m->lease.n_pages > DSV4_PD_MAX_PAGES))
         what = "too many tokens or pages";
@@ -292,6 +316,24 @@ static void *get_array(dsv4_pd_in *in, uint32_t n, size_t size, void **owned, co
     return a;
 }
 
+/* A transport blob: length (capped) and bytes, copied into malloc'd memory in *owned. */
+static const uint8_t *get_blob(dsv4_pd_in *in, uint32_t *len_p, void **owned)
+{
+    uint32_t len = get_count(in, 1, DSV4_PD_MAX_BLOB, "transport blob length");
+    if (!need(in, len, "transport blob"))
+        return NULL;
+    uint8_t *blob = malloc(len ? len : 1);
+    if (!blob) {
+        in->bad = "out of memory";
+        return NULL;
+    }
+    *owned = blob;
+    memcpy(blob, in->p + in->off, len);
+    in->off += len;
+    *len_p = len;
+    return blob;
+}
+
 static void get_hello(dsv4_pd_in *in, dsv4_pd_msg *m)
 {
     dsv4_pd_hello *h = &m->hello;
@@ -323,18 +365,30 @@ static void get_hello(dsv4_pd_in *in, dsv4_pd_msg *m)
     }
     h->geom.buffers = b;
     h->transport = get_str(in, DSV4_PD_MAX_NAME, &m->owned[3], "transport name");
-    h->blob_len = get_count(in, 1, DSV4_PD_MAX_BLOB, "transport blob length");
-    if (need(in, h->blob_len, "transport blob")) {
-        uint8_t *blob = malloc(h->blob_len ? h->blob_len : 1);
-        m->owned[4] = blob;
-        if (!blob) {
-            in->bad = "out of memory";
-            return;
-        }
-        memcpy(blob, in->p + in->off, h->blob_len);
-        in->off += h->blob_len;
-        h->blob = blob;
+    h->blob = get_blob(in, &h->blob_len, &m->owned[4]);
+}
+
+/* An XFER body: runs (each a page range at both ends), then the state flag and slots. */
+static void get_xfer(dsv4_pd_in *in, dsv4_pd_msg *m)
+{
+    dsv4_pd_xfer *x = &m->xfer;
+    x->n_runs = get_count(in, 12, DSV4_PD_MAX_PAGES, "run count");
+    dsv4_xfer_run *runs = NULL;
+    if (!in->bad && !(runs = calloc(x->n_runs ? x->n_runs : 1, sizeof(*runs))))
+        in->bad = "out of memory";
+    m->owned[0] = runs;
+    for (uint32_t i = 0; runs && i < x->n_runs; i++) {
+        runs[i].src_page = get_u32(in, "run");
+        runs[i].dst_page = get_u32(in, "run");
+        runs[i].n_pages = get_u32(in, "run");
     }
+    x->runs = runs;
+    uint64_t with_state = get_uint(in, 1, "state flag");
+    if (!in->bad && with_state > 1)
+        in->bad = "state flag";
+    x->with_state = with_state == 1;
+    x->src_state = get_u32(in, "state slots");
+    x->dst_state = get_u32(in, "state slots");
 }
 
 static void get_body(dsv4_pd_in *in, dsv4_pd_msg *m)
@@ -372,6 +426,10 @@ static void get_body(dsv4_pd_in *in, dsv4_pd_msg *m)
         m->error.code = (int32_t)get_u32(in, "error code");
         m->error.text = get_str(in, DSV4_PD_MAX_TEXT, &m->owned[0], "error text");
         break;
+    case DSV4_PD_BOOTSTRAP:
+        m->bootstrap.blob = get_blob(in, &m->bootstrap.blob_len, &m->owned[0]);
+        break;
+    case DSV4_PD_XFER: get_xfer(in, m); break;
     default: /* ABORT, ABORT_ACK: the lease only */ break;
     }
 }

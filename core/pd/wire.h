@@ -11,6 +11,10 @@
  * any body that does not decode exactly (every count is checked against the bytes left
  * and against a cap; trailing bytes are an error).
  *
+ * BOOTSTRAP and XFER exist for two-sided transports only (transport.h: bootstrap(),
+ * recv_post()); a server whose transport is one-sided never sends them, so version 1 peers
+ * of local, ucx and chaos exchange exactly the frames they always did.
+ *
  * Keys and sequence numbers belong to the connection (conn.h): HELLO frames carry seq 0
  * and are keyed with the shared secret itself; every later frame uses a per-direction
  * session key derived from both sides' HELLO nonces and a sequence that starts at 1 and
@@ -25,7 +29,7 @@
 #ifndef DSV4_CORE_PD_WIRE_H
 #define DSV4_CORE_PD_WIRE_H
 
-#include <dsv4d/kv.h>
+#include <dsv4d/transport.h>
 
 #define DSV4_PD_MAGIC 0x44503444u /* "D4PD" as little-endian bytes */
 #define DSV4_PD_VERSION 1
@@ -49,7 +53,9 @@ typedef enum dsv4_pd_type {
     DSV4_PD_ABORT = 5,     /* decode -> prefill: stop the lease */
     DSV4_PD_ABORT_ACK = 6, /* prefill -> decode: nothing of the lease is in flight any more */
     DSV4_PD_ERROR = 7,     /* either way: a refusal with its reason */
-    DSV4_PD_TYPE_MAX = DSV4_PD_ERROR,
+    DSV4_PD_BOOTSTRAP = 8, /* prefill -> decode: the transport's bootstrap message (no lease) */
+    DSV4_PD_XFER = 9,      /* prefill -> decode: the request the sender posts next (receives) */
+    DSV4_PD_TYPE_MAX = DSV4_PD_XFER,
 } dsv4_pd_type;
 
 /* One buffer of the table, as the handshake compares it (the same order on both sides). */
@@ -93,6 +99,20 @@ typedef struct dsv4_pd_complete {
     uint32_t n_sums;
 } dsv4_pd_complete;
 
+typedef struct dsv4_pd_bootstrap {
+    const uint8_t *blob; /* the sender's bootstrap() message */
+    uint32_t blob_len;
+} dsv4_pd_bootstrap;
+
+/* The dsv4_xfer_req the sender posted for the lease (room, generation): runs with source
+ * pages at the prefill and destination pages at the decode, in the sender's order. */
+typedef struct dsv4_pd_xfer {
+    const dsv4_xfer_run *runs;
+    uint32_t n_runs;
+    bool with_state;
+    uint32_t src_state, dst_state;
+} dsv4_pd_xfer;
+
 typedef struct dsv4_pd_error {
     int32_t code;     /* negative status */
     const char *text; /* lowercase message */
@@ -100,11 +120,13 @@ typedef struct dsv4_pd_error {
 
 typedef struct dsv4_pd_msg {
     dsv4_pd_type type;
-    uint64_t room, generation; /* the lease (LEASE, COMPLETE, ABORT, ABORT_ACK, ERROR) */
+    uint64_t room, generation; /* the lease (LEASE, COMPLETE, ABORT, ABORT_ACK, ERROR, XFER) */
     dsv4_pd_hello hello;
     dsv4_pd_lease lease;
     dsv4_pd_complete complete;
     dsv4_pd_error error;
+    dsv4_pd_bootstrap bootstrap;
+    dsv4_pd_xfer xfer;
     void *owned[5]; /* what dsv4_pd_frame_open allocated */
 } dsv4_pd_msg;
 

@@ -78,6 +78,13 @@ int dsv4_pd_wait_readable(int fd, int ms)
     return n;
 }
 
+bool dsv4_pd_two_sided(const dsv4_pd *pd)
+{
+    const dsv4_transport_ops *o = pd->tops;
+    return DSV4_HAS_FIELD(o, dsv4_transport_ops, recv_post) && o->bootstrap && o->accept &&
+           o->recv_post;
+}
+
 uint64_t dsv4_pd_bytes(const dsv4_pd *pd, uint32_t n_pages)
 {
     uint64_t bytes = 0;

@@ -28,6 +28,16 @@
  * died (for transport/local its mapping of our pool died with it; for ucx its endpoints).
  * A peer that never closes keeps its quarantined pages for the server's lifetime, counted
  * in dsv4d_pd_quarantined_pages: never reused while a write could land in them.
+ *
+ * Two-sided transports (transport/nccl): the pages are written by receives this server
+ * posts. A BOOTSTRAP from the prefill creates or rebuilds our end of its connection
+ * (accept); an XFER names the request the prefill just posted, whose destination pages
+ * must be exactly the lease's, and we post its receives (recv_post) at once, in whatever
+ * state the lease is (the pages are still ours, and skipping one would pair the next
+ * request's sends with these receives). A lease then completes only when both the
+ * COMPLETE arrived and the receives finished; an aborted lease is retried only when both
+ * the sender's drain signal came and our receives drained (cancel() returns 0); a peer
+ * that is gone is detached first, which ends every receive of it.
  */
 #include "core/serve/pd_priv.h"
 
@@ -56,6 +66,7 @@ typedef struct dsv4_pd_peer {
     dsv4_pd_conn *conn; /* NULL while down */
     bool up;
     /* engine thread only */
+    void *rpeer;          /* two-sided transports: our end of its connection (accept) */
     uint32_t outstanding; /* leases LEASED or ABORTING on it */
     uint32_t *quarantine; /* [n_slots] sequences kept aside until the peer is gone */
     uint32_t n_quarantine, quarantine_pages;
@@ -244,6 +255,8 @@ void dsv4_pd_decode_close(dsv4_pd *pd)
     dsv4_pd_decode *dec = pd->dec;
     for (uint32_t i = 0; i < dec->n_peers; i++) {
         pthread_join(dec->peers[i].thread, NULL);
+        if (dec->peers[i].rpeer)
+            pd->tops->detach(pd->tstate, dec->peers[i].rpeer);
         pthread_mutex_destroy(&dec->peers[i].mu);
         free(dec->peers[i].quarantine);
     }
@@ -278,6 +291,36 @@ static void pd_peer_drop(dsv4_pd_peer *p)
     pthread_mutex_unlock(&p->mu);
 }
 
+/* Forgets a COMPLETE that waited for the receives. */
+static void pd_done_drop(dsv4_pd_job *job)
+{
+    if (job->has_done)
+        dsv4_pd_msg_clear(&job->done);
+    job->has_done = false;
+}
+
+/* True when none of the job's receives can write into its pages any more (released). */
+static bool pd_rx_drained(dsv4_server *srv, dsv4_pd_job *job)
+{
+    dsv4_pd *pd = srv->pd;
+    if (!job->rx)
+        return true;
+    if (pd->tops->cancel(pd->tstate, job->rx) == -EAGAIN)
+        return false;
+    pd->tops->release(pd->tstate, job->rx);
+    job->rx = NULL;
+    return true;
+}
+
+/* Stops tracking the job's receives without waiting: only for pages that are quarantined
+ * until the peer is gone (its detach ends every receive). */
+static void pd_rx_abandon(dsv4_server *srv, dsv4_pd_job *job)
+{
+    if (job->rx)
+        srv->pd->tops->release(srv->pd->tstate, job->rx);
+    job->rx = NULL;
+}
+
 /* Sends ABORT for the job's lease (failed with `why`); its pages wait for the drain signal. */
 static void pd_abort(dsv4_server *srv, dsv4_pd_job *job, int why)
 {
@@ -286,6 +329,8 @@ static void pd_abort(dsv4_server *srv, dsv4_pd_job *job, int why)
     dsv4_pd_msg m = {.type = DSV4_PD_ABORT, .room = job->room, .generation = job->gen};
     job->state = PD_ABORTING;
     job->why = why;
+    job->acked = false;
+    pd_done_drop(job);
     job->deadline_ns = dsv4_pd_now() + (uint64_t)pd->bootstrap_ms * 1000000u;
     /* a failed send leaves the deadline to decide (the connection is failing anyway) */
     dsv4_pd_send(pd, &p->conn, &p->mu, &m, p->addr);
@@ -293,6 +338,7 @@ static void pd_abort(dsv4_server *srv, dsv4_pd_job *job, int why)
 
 static void pd_job_end(dsv4_server *srv, dsv4_pd_job *job)
 {
+    pd_done_drop(job);
     job->r->pd = NULL;
     free(job);
     (void)srv;
@@ -399,6 +445,7 @@ static void pd_quarantine(dsv4_server *srv, dsv4_pd_job *job, int status)
     dsv4_sreq *r = job->r;
     uint32_t slot = 0, n = 0;
     dsv4_engine_seq_pages(srv->eng, r->seq, &slot, &n);
+    pd_rx_abandon(srv, job);
     p->quarantine[p->n_quarantine++] = r->seq;
     p->quarantine_pages += n;
     dec->quarantined += n;
@@ -487,12 +534,21 @@ static void pd_complete(dsv4_server *srv, dsv4_pd_job *job, const dsv4_pd_comple
 
 static void pd_gone(dsv4_server *srv, dsv4_pd_peer *p)
 {
-    dsv4_pd_decode *dec = srv->pd->dec;
+    dsv4_pd *pd = srv->pd;
+    dsv4_pd_decode *dec = pd->dec;
+    if (p->rpeer) { /* returns once no receive of it can land */
+        pd->tops->detach(pd->tstate, p->rpeer);
+        p->rpeer = NULL;
+    }
     for (dsv4_link *l = srv->pd_held.next, *next; l != &srv->pd_held; l = next) {
         next = l->next;
         dsv4_pd_job *job = DSV4_CONTAINER(l, dsv4_sreq, q)->pd;
-        if (job->peer == p) /* the peer closed: nothing of it is in flight */
-            pd_retry(srv, job, -ECONNRESET);
+        if (job->peer != p)
+            continue;
+        /* the peer closed: nothing of it is in flight, and detach ended our receives */
+        pd_rx_abandon(srv, job);
+        pd_done_drop(job);
+        pd_retry(srv, job, -ECONNRESET);
     }
     for (uint32_t i = 0; i < p->n_quarantine; i++)
         dsv4_engine_seq_free(srv->eng, p->quarantine[i]);
@@ -504,6 +560,113 @@ static void pd_gone(dsv4_server *srv, dsv4_pd_peer *p)
     pd_quarantine_gauge(dec);
 }
 
+/* BOOTSTRAP: creates or rebuilds our end of the peer's two-sided connection. */
+static void pd_accept(dsv4_server *srv, dsv4_pd_peer *p, const dsv4_pd_msg *m)
+{
+    dsv4_pd *pd = srv->pd;
+    char err[512] = "";
+    int rc = -ENOTSUP;
+    if (dsv4_pd_two_sided(pd))
+        rc = pd->tops->accept(pd->tstate, pd->layout, m->bootstrap.blob, m->bootstrap.blob_len,
+                              &p->rpeer, err, sizeof(err));
+    else
+        snprintf(err, sizeof(err), "transport/%s is one-sided", pd->tdesc->name);
+    if (rc == DSV4_ESTALE) {
+        dsv4_log(DSV4_LOG_INFO, "pd", "prefill %s: stale transport bootstrap ignored (%s)", p->addr,
+                 err);
+    } else if (rc != 0) {
+        dsv4_log(DSV4_LOG_ERROR, "pd", "prefill %s: transport bootstrap refused (%s)", p->addr,
+                 err);
+        pd_peer_drop(p);
+    }
+}
+
+/* 0 when the XFER writes exactly the lease's pages (each once) and its state slot. */
+static int pd_xfer_is_lease(const dsv4_pd *pd, const dsv4_pd_xfer *x, const uint32_t *pages,
+                            uint32_t n, uint32_t slot)
+{
+    uint32_t n_pool = pd->layout->n_pages;
+    uint8_t *mine = calloc(n_pool ? n_pool : 1, 1);
+    if (!mine)
+        return -ENOMEM;
+    for (uint32_t i = 0; i < n; i++)
+        mine[pages[i]] = 1;
+    uint64_t total = 0;
+    int rc = x->with_state && x->dst_state == slot ? 0 : -EPROTO;
+    for (uint32_t r = 0; rc == 0 && r < x->n_runs; r++) {
+        const dsv4_xfer_run *run = &x->runs[r];
+        for (uint64_t k = 0; rc == 0 && k < run->n_pages; k++) {
+            uint64_t page = (uint64_t)run->dst_page + k;
+            rc = page < n_pool && mine[page] ? 0 : -EPROTO;
+            if (rc == 0)
+                mine[page] = 0; /* once */
+        }
+        total += run->n_pages;
+    }
+    free(mine);
+    return rc == 0 && total != n ? -EPROTO : rc;
+}
+
+/* XFER: the request the prefill posted for the current lease; its receives go out now. */
+static void pd_recv(dsv4_server *srv, dsv4_pd_job *job, const pd_event *ev)
+{
+    dsv4_pd *pd = srv->pd;
+    const dsv4_pd_xfer *x = &ev->m.xfer;
+    uint32_t slot = 0, n = 0;
+    const uint32_t *pages = dsv4_engine_seq_pages(srv->eng, job->r->seq, &slot, &n);
+    int rc = job->rx || !ev->peer->rpeer || !dsv4_pd_two_sided(pd)
+                 ? -EPROTO
+                 : pd_xfer_is_lease(pd, x, pages, n, slot);
+    dsv4_xfer_req req = {.struct_size = sizeof(req),
+                         .room = job->room,
+                         .generation = job->gen,
+                         .runs = x->runs,
+                         .n_runs = x->n_runs,
+                         .with_state = x->with_state,
+                         .src_state = x->src_state,
+                         .dst_state = x->dst_state};
+    void *rx = NULL;
+    if (rc == 0)
+        rc = pd->tops->recv_post(pd->tstate, ev->peer->rpeer, &req, &rx);
+    if (rc == 0) {
+        job->rx = rx;
+        return;
+    }
+    dsv4_log(DSV4_LOG_WARN, "pd", "request %llu: receives from prefill %s not posted (%s)",
+             (unsigned long long)job->room, ev->peer->addr,
+             rc == -EPROTO ? "the transfer is not the lease's" : dsv4_strerror(rc));
+    if (job->state == PD_LEASED)
+        pd_abort(srv, job, rc);
+}
+
+/* Our receives failed (their connection died): the lease is aborted. */
+static void pd_rx_failed(dsv4_server *srv, dsv4_pd_job *job, int rc)
+{
+    dsv4_log(DSV4_LOG_WARN, "pd", "request %llu: receives from prefill %s failed (%s)",
+             (unsigned long long)job->room, job->peer->addr, dsv4_strerror(rc));
+    pd_abort(srv, job, rc);
+}
+
+/* A good COMPLETE waits for our receives: then verify, or abort when they failed. */
+static void pd_landed(dsv4_server *srv, dsv4_pd_job *job)
+{
+    dsv4_pd *pd = srv->pd;
+    int rc = pd->tops->poll(pd->tstate, job->rx);
+    if (rc == -EAGAIN)
+        return;
+    if (rc != 0) {
+        pd_rx_failed(srv, job, rc);
+        return;
+    }
+    pd->tops->release(pd->tstate, job->rx);
+    job->rx = NULL;
+    dsv4_pd_msg done = job->done;
+    memset(&job->done, 0, sizeof(job->done));
+    job->has_done = false;
+    pd_complete(srv, job, &done.complete);
+    dsv4_pd_msg_clear(&done);
+}
+
 static void pd_event_handle(dsv4_server *srv, pd_event *ev)
 {
     if (ev->kind == PD_EV_GONE) {
@@ -511,17 +674,38 @@ static void pd_event_handle(dsv4_server *srv, pd_event *ev)
         return;
     }
     dsv4_pd_msg *m = &ev->m;
+    if (m->type == DSV4_PD_BOOTSTRAP) {
+        pd_accept(srv, ev->peer, m);
+        return;
+    }
     dsv4_pd_job *job = pd_find(srv, m->room);
     if (!job || job->gen != m->generation || job->peer != ev->peer ||
-        (m->type != DSV4_PD_COMPLETE && m->type != DSV4_PD_ABORT_ACK && m->type != DSV4_PD_ERROR)) {
+        (m->type != DSV4_PD_COMPLETE && m->type != DSV4_PD_ABORT_ACK && m->type != DSV4_PD_ERROR &&
+         m->type != DSV4_PD_XFER)) {
         pd_stale(ev);
         return;
     }
-    if (job->state == PD_ABORTING) {
-        /* ABORT_ACK, or a COMPLETE that crossed our ABORT: nothing is in flight */
+    if (m->type == DSV4_PD_XFER) {
+        pd_recv(srv, job, ev);
+    } else if (job->state == PD_ABORTING) {
+        /* ABORT_ACK, or a COMPLETE that crossed our ABORT: nothing is in flight at the
+         * sender; our own receives may still be draining */
         if (m->type == DSV4_PD_ERROR)
             return;
-        pd_retry(srv, job, job->why);
+        job->acked = true;
+        if (pd_rx_drained(srv, job))
+            pd_retry(srv, job, job->why);
+    } else if (m->type == DSV4_PD_COMPLETE && m->complete.status == 0 && ev->peer->rpeer) {
+        if (!job->rx) {
+            dsv4_log(DSV4_LOG_WARN, "pd", "request %llu: prefill %s completed without an xfer",
+                     (unsigned long long)job->room, ev->peer->addr);
+            pd_abort(srv, job, -EPROTO);
+            return;
+        }
+        job->done = *m; /* the event gives the message up */
+        memset(m, 0, sizeof(*m));
+        job->has_done = true;
+        pd_landed(srv, job);
     } else if (m->type == DSV4_PD_COMPLETE) {
         pd_complete(srv, job, &m->complete);
     } else if (m->type == DSV4_PD_ERROR) {
@@ -585,6 +769,22 @@ void dsv4_pd_decode_step(dsv4_server *srv)
             }
             if (job->state == PD_LEASED)
                 pd_abort(srv, job, -ECANCELED);
+        }
+        if (job->rx && !job->has_done) {
+            /* two-sided: receives are launched (once the connection is up) as they are
+             * polled; one that failed fails the lease now rather than at its deadline */
+            int rc = srv->pd->tops->poll(srv->pd->tstate, job->rx);
+            if (rc != 0 && rc != -EAGAIN && job->state == PD_LEASED)
+                pd_rx_failed(srv, job, rc);
+        }
+        if (job->state == PD_LEASED && job->has_done) {
+            pd_landed(srv, job);
+            if (r->pd != job)
+                continue; /* it runs */
+        }
+        if (job->state == PD_ABORTING && job->acked && pd_rx_drained(srv, job)) {
+            pd_retry(srv, job, job->why);
+            continue;
         }
         if (job->state == PD_PENDING && !pd_lease(srv, job) && now >= job->deadline_ns) {
             job->last_peer = NULL;

@@ -17,6 +17,15 @@
  * A connection is closed only after every lease on it ended (each drained) and the peer
  * was detached: the decode server relies on that rule (a closed connection means no
  * further write from this process; see pd_decode.c).
+ *
+ * Two-sided transports (transport/nccl) also need the decode server to post receives. The
+ * connection thread sends the transport's first BOOTSTRAP right after attach, before it
+ * reads any lease; later ones (after an abort tore the transport's connection down) are
+ * sent by the engine thread, at the end of each step and before each post. Each post is
+ * followed by an XFER frame with the request the transport was given. Both come from the
+ * thread that posts, so the decode server sees every BOOTSTRAP before the requests posted
+ * on the connection it announces, and the requests in the order they were posted: the
+ * order its receives must be posted in.
  */
 #include "core/serve/pd_priv.h"
 
@@ -46,7 +55,9 @@ typedef struct dsv4_pd_pconn {
     pthread_cond_t idle;     /* jobs became empty */
     dsv4_link jobs;
     uint32_t n_jobs;
-    void *peer; /* the transport's attachment to the decode pool */
+    void *peer;        /* the transport's attachment to the decode pool */
+    bool two_sided;    /* the attachment wants BOOTSTRAP and XFER frames */
+    atomic_bool ready; /* attached: the engine thread may call bootstrap() (under mu) */
     char who[64];
     atomic_bool done;
     struct dsv4_pd_pconn *next;
@@ -196,6 +207,28 @@ static void pf_expire(dsv4_pd_pconn *pc, bool all)
     pthread_mutex_unlock(&pc->mu);
 }
 
+/* The BOOTSTRAP a two-sided transport wants sent for pc now, if any: 0 (sent or none
+ * due), -ENOTSUP (the transport is one-sided for this peer), or a failure (logged). */
+static int pf_bootstrap(dsv4_pd_pconn *pc)
+{
+    dsv4_pd *pd = pc->pd;
+    uint8_t small[1024], *blob = small;
+    size_t len = sizeof(small);
+    int rc = pd->tops->bootstrap(pd->tstate, pc->peer, blob, &len);
+    if (rc == -ENOSPC && (blob = malloc(len)))
+        rc = pd->tops->bootstrap(pd->tstate, pc->peer, blob, &len);
+    if (rc == 0) {
+        dsv4_pd_msg m = {.type = DSV4_PD_BOOTSTRAP, .bootstrap = {blob, (uint32_t)len}};
+        dsv4_pd_send(pd, &pc->c, &pc->send_mu, &m, pc->who);
+    } else if (rc != -EAGAIN && rc != -ENOTSUP) {
+        dsv4_log(DSV4_LOG_WARN, "pd", "decode peer %s: transport bootstrap failed (%s)", pc->who,
+                 dsv4_strerror(rc));
+    }
+    if (blob != small)
+        free(blob);
+    return rc == -EAGAIN ? 0 : rc;
+}
+
 static void *pf_conn_main(void *arg)
 {
     dsv4_pd_pconn *pc = arg;
@@ -221,6 +254,9 @@ static void *pf_conn_main(void *arg)
         dsv4_log(DSV4_LOG_ERROR, "pd", "decode peer %s refused (%s)", pc->who, err);
         goto out;
     }
+    /* before any lease is read: the first BOOTSTRAP precedes every XFER */
+    pc->two_sided = dsv4_pd_two_sided(pd) && pf_bootstrap(pc) != -ENOTSUP;
+    atomic_store(&pc->ready, true);
     dsv4_log(DSV4_LOG_INFO, "pd", "decode peer %s connected (transport %s)", pc->who,
              pd->tdesc->name);
     int fd = dsv4_pd_conn_fd(pc->c);
@@ -253,6 +289,7 @@ static void *pf_conn_main(void *arg)
     pthread_mutex_lock(&pc->mu);
     while (pc->n_jobs > 0)
         pthread_cond_wait(&pc->idle, &pc->mu);
+    atomic_store(&pc->ready, false); /* the engine thread stops calling bootstrap() */
     pthread_mutex_unlock(&pc->mu);
     pd->tops->detach(pd->tstate, pc->peer);
     dsv4_log(DSV4_LOG_INFO, "pd", "decode peer %s disconnected", pc->who);
@@ -308,6 +345,7 @@ static void pf_accept(dsv4_pd *pd, int fd, const char *who)
     pthread_cond_init(&pc->idle, NULL);
     dsv4_list_init(&pc->jobs);
     atomic_init(&pc->done, false);
+    atomic_init(&pc->ready, false);
     if (pthread_create(&pc->thread, NULL, pf_conn_main, pc) != 0) {
         dsv4_log(DSV4_LOG_ERROR, "pd", "decode peer %s dropped (no thread)", who);
         dsv4_pd_conn_free(c);
@@ -433,8 +471,19 @@ void dsv4_pd_prefill_handoff(dsv4_server *srv, dsv4_sreq *r)
             rc = dsv4_pd_plan_runs(pages, job->dst, n, job->runs, &n_runs);
         dsv4_xfer_req req = {sizeof(req), job->room, job->gen, job->runs,
                              n_runs,      true,      slot,     job->dst_slot};
+        dsv4_pd_pconn *pc = job->conn;
+        if (rc == 0 && pc->two_sided)
+            rc = pf_bootstrap(pc); /* a new connection is announced before it is used */
         if (rc == 0)
-            rc = pd->tops->post(pd->tstate, job->conn->peer, &req, &job->xfer);
+            rc = pd->tops->post(pd->tstate, pc->peer, &req, &job->xfer);
+        if (rc == 0 && pc->two_sided) {
+            /* a failed send leaves the transfer to its deadline (the connection fails) */
+            dsv4_pd_msg m = {.type = DSV4_PD_XFER,
+                             .room = job->room,
+                             .generation = job->gen,
+                             .xfer = {job->runs, (uint32_t)n_runs, true, slot, job->dst_slot}};
+            dsv4_pd_send(pd, &pc->c, &pc->send_mu, &m, pc->who);
+        }
     }
     if (rc != 0) {
         dsv4_log(DSV4_LOG_WARN, "pd", "lease %llu.%llu: transfer not posted (%s)",
@@ -444,6 +493,22 @@ void dsv4_pd_prefill_handoff(dsv4_server *srv, dsv4_sreq *r)
     }
     job->r = r;
     dsv4_serve_move(srv, r, DSV4_SREQ_PD, false);
+}
+
+/* Engine thread: a BOOTSTRAP for every connection whose transport rebuilt its end (after
+ * the cancels of this step), so the decode server can rebuild its end without waiting for
+ * the next post. */
+static void pf_bootstrap_all(dsv4_pd *pd)
+{
+    dsv4_pd_prefill *pre = pd->pre;
+    pthread_mutex_lock(&pre->mu);
+    for (dsv4_pd_pconn *pc = pre->conns; pc; pc = pc->next) {
+        pthread_mutex_lock(&pc->mu);
+        if (atomic_load(&pc->ready) && pc->two_sided)
+            pf_bootstrap(pc);
+        pthread_mutex_unlock(&pc->mu);
+    }
+    pthread_mutex_unlock(&pre->mu);
 }
 
 /* Engine thread: transfers in flight complete, fail, or are cancelled and drained. */
@@ -489,4 +554,5 @@ void dsv4_pd_prefill_step(dsv4_server *srv)
             dsv4_serve_finish(srv, r, DSV4_EV_ERROR, DSV4_FINISH_NONE, rc);
         }
     }
+    pf_bootstrap_all(pd);
 }

@@ -59,6 +59,11 @@ struct dsv4_pd_job {
     uint32_t attempts;
     int why;        /* what failed the attempt being aborted */
     bool cancelled; /* the client went away (or the server stops): no retry */
+    /* decode, two-sided transports: our receives of the lease, and what waits for them */
+    void *rx;         /* recv_post()'s transfer, until it settled and was released */
+    bool acked;       /* ABORTING: the sender drained; retry once rx drained too */
+    bool has_done;    /* LEASED: a good COMPLETE arrived before rx finished */
+    dsv4_pd_msg done; /* ... that COMPLETE */
 };
 
 /* Now on the monotonic clock (ns). */
@@ -77,6 +82,8 @@ int dsv4_pd_send(dsv4_pd *pd, dsv4_pd_conn *const *cp, pthread_mutex_t *mu, cons
                  const char *who);
 /* Waits up to ms for fd to become readable: 1 readable, 0 not yet, negative on error. */
 int dsv4_pd_wait_readable(int fd, int ms);
+/* The transport fills the two-sided ops (bootstrap, accept, recv_post: transport.h). */
+bool dsv4_pd_two_sided(const dsv4_pd *pd);
 /* Bytes one request of n_pages pages (and its state slot) moves. */
 uint64_t dsv4_pd_bytes(const dsv4_pd *pd, uint32_t n_pages);
 

@@ -15,6 +15,12 @@
  * init. Plugins cannot reach the daemon's loader, and this keeps the inner plugin's whole
  * configuration inside [transport.chaos].
  *
+ * Two-sided inner plugins (transport/nccl): chaos forwards bootstrap, accept and recv_post
+ * (receive-side transfers are never faulted). Their sends must pair with receives the
+ * decode server already posted, in order, so the faults that would skip or reorder sends
+ * are refused (drop, corrupt), and delay holds back the completion instead of the start:
+ * the data moves on time and the prefill reports it delay_time late.
+ *
  * The byte flip uses only the transport's own ops: attach() also attaches the inner
  * plugin to the peer with a one-page "shadow" layout whose blocks live in chaos's scratch
  * memory; after the real writes complete, chaos copies the source page of every buffer
@@ -60,6 +66,7 @@ typedef struct chaos_state {
     const dsv4_transport_ops *ops;
     void *inner_conf;
     void *inner_state;
+    bool two_sided;     /* the inner plugin fills the two-sided ops */
     pthread_mutex_t mu; /* the generator and the counters */
     uint64_t rng;
     uint64_t count[CHAOS_HANG + 1];
@@ -221,6 +228,15 @@ static int chaos_init(const dsv4_host *host, const void *config, void **state_p,
         rc = chaos_open_inner(s, c->inner, err, errlen);
     if (rc == 0)
         rc = chaos_inner_config(s, c->inner_options, err, errlen);
+    s->two_sided = rc == 0 && DSV4_HAS_FIELD(s->ops, dsv4_transport_ops, recv_post) &&
+                   s->ops->bootstrap && s->ops->accept && s->ops->recv_post;
+    if (s->two_sided && (c->drop > 0 || c->corrupt > 0)) {
+        snprintf(err, errlen,
+                 CHAOS_SUBJECT ": inner = %s is two-sided: drop and corrupt would pair its sends "
+                               "with the wrong receives (use delay and hang)",
+                 c->inner);
+        rc = DSV4_ECONFIG;
+    }
     char why[512] = "";
     if (rc == 0 && (rc = s->inner->probe(host, why, sizeof(why))) != 0)
         snprintf(err, errlen, CHAOS_SUBJECT ": inner = %s cannot run here (%s)", c->inner, why);
@@ -258,6 +274,12 @@ static int chaos_check(const dsv4_selection *sel, const void *config, dsv4_repor
     if (strcmp(c->inner, "chaos") == 0) {
         report(diag, "transport.chaos", "inner",
                "chaos cannot wrap itself (expected local, ucx ...)");
+        n++;
+    }
+    if (strcmp(c->inner, "nccl") == 0 && (c->drop > 0 || c->corrupt > 0)) {
+        report(diag, "transport.chaos", c->drop > 0 ? "drop" : "corrupt",
+               "inner = nccl is two-sided: drop and corrupt would pair its sends with the wrong "
+               "receives (use delay and hang)");
         n++;
     }
     if (c->delay + c->drop + c->corrupt + c->hang > 100) {
@@ -387,7 +409,7 @@ static int chaos_post(void *state, void *peer, const dsv4_xfer_req *req, void **
     int rc = 0;
     if (x->fault == CHAOS_DELAY)
         x->start_ns = chaos_now() + (uint64_t)s->conf->delay_time * 1000000u;
-    else if (x->fault != CHAOS_DROP)
+    if ((x->fault != CHAOS_DELAY || s->two_sided) && x->fault != CHAOS_DROP)
         rc = s->ops->post(s->inner_state, p->inner, &x->req, &x->inner);
     if (rc != 0) {
         free(runs);
@@ -467,6 +489,8 @@ static int chaos_poll(void *state, void *xfer)
     if (x->shadow)
         return s->ops->poll(s->inner_state, x->shadow);
     int rc = s->ops->poll(s->inner_state, x->inner);
+    if (x->fault == CHAOS_DELAY && rc == 0 && chaos_now() < x->start_ns)
+        return -EAGAIN; /* two-sided: landed on time, reported late */
     if (x->fault == CHAOS_HANG && rc != -EAGAIN)
         return -EAGAIN; /* the writes landed, but nobody will be told */
     if (x->fault == CHAOS_CORRUPT && rc == 0) {
@@ -501,6 +525,64 @@ static void chaos_release(void *state, void *xfer)
         s->ops->release(s->inner_state, x->shadow);
     free((void *)x->req.runs);
     free(x);
+}
+
+/* ---- two-sided ops: forwarded ------------------------------------------------------------ */
+static int chaos_bootstrap(void *state, void *peer, void *blob, size_t *len_p)
+{
+    chaos_state *s = state;
+    chaos_peer *p = peer;
+    if (!s->two_sided)
+        return -ENOTSUP;
+    return s->ops->bootstrap(s->inner_state, p->inner, blob, len_p);
+}
+
+static int chaos_accept(void *state, const dsv4_kv_layout *local, const void *msg, size_t len,
+                        void **peer_p, char *err, size_t errlen)
+{
+    chaos_state *s = state;
+    if (!s->two_sided) {
+        snprintf(err, errlen, CHAOS_SUBJECT ": inner = %s is one-sided", s->inner->name);
+        return -ENOTSUP;
+    }
+    chaos_peer *p = *peer_p;
+    if (!p && !(p = calloc(1, sizeof(*p)))) {
+        snprintf(err, errlen, CHAOS_SUBJECT ": out of memory");
+        return -ENOMEM;
+    }
+    p->local = local;
+    int rc = s->ops->accept(s->inner_state, local, msg, len, &p->inner, err, errlen);
+    if (!*peer_p && !p->inner) {
+        free(p);
+        return rc;
+    }
+    *peer_p = p;
+    return rc;
+}
+
+/* Receives are never faulted: the wrapper only lets poll, cancel and release find them. */
+static int chaos_recv_post(void *state, void *peer, const dsv4_xfer_req *req, void **xfer_p)
+{
+    chaos_state *s = state;
+    chaos_peer *p = peer;
+    if (!s->two_sided)
+        return -ENOTSUP;
+    chaos_xfer *x = calloc(1, sizeof(*x));
+    dsv4_xfer_run *runs = dsv4_tp_runs_dup(req);
+    int rc = x && runs ? 0 : -ENOMEM;
+    if (rc == 0) {
+        x->peer = p;
+        x->req = *req;
+        x->req.runs = runs;
+        rc = s->ops->recv_post(s->inner_state, p->inner, &x->req, &x->inner);
+    }
+    if (rc != 0) {
+        free(runs);
+        free(x);
+        return rc;
+    }
+    *xfer_p = x;
+    return 0;
 }
 
 static const dsv4_option chaos_options[] = {
@@ -572,6 +654,9 @@ static const dsv4_transport_ops chaos_ops = {
     .poll = chaos_poll,
     .cancel = chaos_cancel,
     .release = chaos_release,
+    .bootstrap = chaos_bootstrap,
+    .accept = chaos_accept,
+    .recv_post = chaos_recv_post,
 };
 
 const dsv4_plugin_desc dsv4_plugin = {

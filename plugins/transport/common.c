@@ -50,10 +50,10 @@ uint64_t dsv4_tp_get_u64(dsv4_tp_in *in)
     return lo | (uint64_t)dsv4_tp_get_u32(in) << 32;
 }
 
-int dsv4_tp_put_table(dsv4_tp_out *o, uint32_t magic, const dsv4_kv_layout *l)
+int dsv4_tp_put_table(dsv4_tp_out *o, uint32_t magic, const dsv4_kv_layout *l, uint32_t mem)
 {
     for (uint32_t i = 0; i < l->n_buffers; i++)
-        if (l->buffers[i].mem != DSV4_MEM_HOST)
+        if (l->buffers[i].mem != mem)
             return -ENOTSUP;
     dsv4_tp_put_u32(o, magic);
     dsv4_tp_put_u32(o, l->n_pages);
@@ -115,19 +115,25 @@ static bool dsv4_tp_fits(uint32_t first, uint32_t n, uint32_t limit)
     return n <= limit && first <= limit - n;
 }
 
-int dsv4_tp_check_req(const dsv4_xfer_req *req, const dsv4_kv_layout *local,
-                      const dsv4_tp_table *peer)
+int dsv4_tp_check_sides(const dsv4_xfer_req *req, const dsv4_tp_table *src,
+                        const dsv4_tp_table *dst)
 {
     for (size_t r = 0; r < req->n_runs; r++) {
         const dsv4_xfer_run *run = &req->runs[r];
-        if (!dsv4_tp_fits(run->src_page, run->n_pages, local->n_pages) ||
-            !dsv4_tp_fits(run->dst_page, run->n_pages, peer->n_pages))
+        if (!dsv4_tp_fits(run->src_page, run->n_pages, src->n_pages) ||
+            !dsv4_tp_fits(run->dst_page, run->n_pages, dst->n_pages))
             return -ERANGE;
     }
-    if (req->with_state &&
-        (req->src_state >= local->n_state_slots || req->dst_state >= peer->n_slots))
+    if (req->with_state && (req->src_state >= src->n_slots || req->dst_state >= dst->n_slots))
         return -ERANGE;
     return 0;
+}
+
+int dsv4_tp_check_req(const dsv4_xfer_req *req, const dsv4_kv_layout *local,
+                      const dsv4_tp_table *peer)
+{
+    dsv4_tp_table src = {local->n_pages, local->n_state_slots, local->n_buffers};
+    return dsv4_tp_check_sides(req, &src, peer);
 }
 
 dsv4_xfer_run *dsv4_tp_runs_dup(const dsv4_xfer_req *req)

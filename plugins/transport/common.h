@@ -1,4 +1,5 @@
-/* common.h: what the transport plugins share (local, ucx; chaos uses the descriptor part).
+/* common.h: what the transport plugins share (local, ucx, nccl; chaos uses the descriptor
+ * part).
  *
  * Expose blobs start with the receiver's buffer table (kind, layer, block size, blocks of
  * every buffer, in table order) so attach() can refuse a peer whose table differs from
@@ -47,15 +48,18 @@ typedef struct dsv4_tp_table {
     uint32_t n_pages, n_slots, n_buffers;
 } dsv4_tp_table;
 
-/* Writes magic, the receiver's table; fails with -ENOTSUP for device memory (host pools
- * only for now). */
-int dsv4_tp_put_table(dsv4_tp_out *o, uint32_t magic, const dsv4_kv_layout *l);
+/* Writes magic and the table of l; -ENOTSUP when a buffer does not live in `mem`
+ * (dsv4_mem: host pools for local and ucx, device pools for nccl). */
+int dsv4_tp_put_table(dsv4_tp_out *o, uint32_t magic, const dsv4_kv_layout *l, uint32_t mem);
 /* Reads magic and the table and checks it against local (same kinds, layers and block
  * sizes in the same order; paged buffers with n_pages blocks, state buffers with n_slots).
  * 0, or DSV4_EPEER with what differs in err. */
 int dsv4_tp_get_table(dsv4_tp_in *in, uint32_t magic, const dsv4_kv_layout *local,
                       dsv4_tp_table *t_p, const char *subject, char *err, size_t errlen);
 /* Every run inside both pools (no overflow) and the state slots in range: 0 or -ERANGE. */
+int dsv4_tp_check_sides(const dsv4_xfer_req *req, const dsv4_tp_table *src,
+                        const dsv4_tp_table *dst);
+/* The same with the local layout as the source. */
 int dsv4_tp_check_req(const dsv4_xfer_req *req, const dsv4_kv_layout *local,
                       const dsv4_tp_table *peer);
 /* The copy of req->runs a transfer keeps (the caller's array may go away after post). */

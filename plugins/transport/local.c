@@ -166,7 +166,7 @@ static int local_expose(void *state, const dsv4_kv_layout *l, void *blob, size_t
     if (shared && fstat(l->shm_fd, &st) != 0)
         return -errno;
     dsv4_tp_out o = {.p = blob, .cap = blob ? *len_p : 0};
-    int rc = dsv4_tp_put_table(&o, LOCAL_MAGIC, l);
+    int rc = dsv4_tp_put_table(&o, LOCAL_MAGIC, l, DSV4_MEM_HOST);
     if (rc != 0)
         return rc;
     dsv4_tp_put_u64(&o, process_token);

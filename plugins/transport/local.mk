@@ -16,6 +16,25 @@ plugins_dsv4_transport_ucx_la_LDFLAGS = $(AM_LDFLAGS) $(PLUGIN_MODULE_FLAGS)
 plugins_dsv4_transport_ucx_la_LIBADD = $(UCX_LIBS) $(PTHREAD_LIBS)
 endif
 
+# transport/nccl only where configure found NCCL (and so CUDA); cudart only, never cuBLAS.
+# nccl_proto.c (blob, bootstrap message, send/receive plan) is pure C, tested without a GPU.
+NCCL_PROTO = plugins/transport/nccl_proto.c plugins/transport/nccl_proto.h
+if HAVE_NCCL
+plugin_LTLIBRARIES += plugins/dsv4-transport-nccl.la
+plugins_dsv4_transport_nccl_la_SOURCES = plugins/transport/nccl.c $(NCCL_PROTO) $(TRANSPORT_COMMON)
+plugins_dsv4_transport_nccl_la_CFLAGS = $(AM_CFLAGS) $(CUDA_CPPFLAGS) $(NCCL_CPPFLAGS)
+plugins_dsv4_transport_nccl_la_LDFLAGS = $(AM_LDFLAGS) $(PLUGIN_MODULE_FLAGS)
+plugins_dsv4_transport_nccl_la_LIBADD = $(NCCL_LIBS) $(CUDA_LIBS) $(PTHREAD_LIBS)
+endif
+
+check_PROGRAMS += tests/unit/t-nccl-proto-blobs-and-plan
+TESTS += tests/unit/t-nccl-proto-blobs-and-plan
+tests_unit_t_nccl_proto_blobs_and_plan_SOURCES = tests/unit/t-nccl-proto-blobs-and-plan.c \
+	$(NCCL_PROTO) $(TRANSPORT_COMMON)
+# its own CFLAGS give the test its own objects (the plugins compile the same files with libtool)
+tests_unit_t_nccl_proto_blobs_and_plan_CFLAGS = $(AM_CFLAGS)
+tests_unit_t_nccl_proto_blobs_and_plan_LDADD = tests/libtap.la
+
 # Plugin tests: they dlopen the built modules and move real pools
 # (tests/plugin/transport-harness.c, shared with the core/pd tests).
 TRANSPORT_TEST_SOURCES = $(PD_TEST_POOL)
@@ -32,6 +51,20 @@ endif
 tests_plugin_t_transport_ucx_moves_every_buffer_SOURCES = \
 	tests/plugin/t-transport-ucx-moves-every-buffer.c $(TRANSPORT_TEST_SOURCES)
 tests_plugin_t_transport_ucx_moves_every_buffer_LDADD = $(PLUGIN_TEST_LIBS) -lm
+
+if HAVE_NCCL
+check_PROGRAMS += tests/plugin/t-transport-nccl-refuses-what-it-cannot-move
+TESTS += tests/plugin/t-transport-nccl-refuses-what-it-cannot-move
+endif
+tests_plugin_t_transport_nccl_refuses_what_it_cannot_move_LDADD = $(PLUGIN_TEST_LIBS)
+# dsv4ctl list/describe/validate with transport/nccl (skips where it is not built)
+TESTS += tests/cli/t-transport-nccl-listed-and-validated.sh
+EXTRA_DIST += tests/cli/t-transport-nccl-listed-and-validated.sh \
+	tests/fixtures/nccl/chaos-drop.ini \
+	tests/fixtures/nccl/cuda-device-unset.ini tests/fixtures/nccl/cuda-device-unset.expect \
+	tests/fixtures/nccl/device-auto.ini tests/fixtures/nccl/device-auto.expect \
+	tests/fixtures/nccl/device-cpu.ini tests/fixtures/nccl/device-cpu.expect \
+	tests/fixtures/nccl/own-gpu.ini tests/fixtures/nccl/own-gpu.expect
 
 # transport/chaos loads its inner plugin itself and parses inner_options with the
 # daemon's schema code (compiled in: plugins link nothing of the daemon).

@@ -259,7 +259,7 @@ static int ucx_expose(void *state, const dsv4_kv_layout *l, void *blob, size_t *
 {
     ucx_state *s = state;
     dsv4_tp_out o = {.p = blob, .cap = blob ? *len_p : 0};
-    int rc = dsv4_tp_put_table(&o, UCX_MAGIC, l);
+    int rc = dsv4_tp_put_table(&o, UCX_MAGIC, l, DSV4_MEM_HOST);
     if (rc == 0)
         rc = ucx_register(s, l);
     if (rc != 0)

@@ -151,8 +151,8 @@ int main(void)
     ok(refused(f, len, DSV4_EFORMAT, "protocol version 2 not supported (this side speaks 1)"),
        "unknown version");
     f[4] = 1;
-    f[6] = 9;
-    ok(refused(f, len, DSV4_EFORMAT, "unknown message type 9"), "unknown type");
+    f[6] = DSV4_PD_TYPE_MAX + 1;
+    ok(refused(f, len, DSV4_EFORMAT, "unknown message type 10"), "unknown type");
     f[6] = DSV4_PD_LEASE;
     f[13] = 1;
     ok(refused(f, len, DSV4_EFORMAT, "reserved field is not zero"), "nonzero reserved field");
