@@ -66,6 +66,25 @@ EXTRA_DIST += tests/cli/t-transport-nccl-listed-and-validated.sh \
 	tests/fixtures/nccl/device-cpu.ini tests/fixtures/nccl/device-cpu.expect \
 	tests/fixtures/nccl/own-gpu.ini tests/fixtures/nccl/own-gpu.expect
 
+# On two GPUs (tests/gpu/nccl-pair.c: two processes, one GPU each): the transport test
+# (skips with the reason elsewhere) and the handoff bench (bench/pd-nccl-handoff.sh).
+NCCL_PAIR = tests/gpu/nccl-pair.c tests/gpu/nccl-pair.h
+if HAVE_NCCL
+check_PROGRAMS += tests/gpu/t-nccl-transport-moves-every-buffer-between-two-gpus \
+	bench/pd-nccl-handoff
+TESTS += tests/gpu/t-nccl-transport-moves-every-buffer-between-two-gpus
+endif
+tests_gpu_t_nccl_transport_moves_every_buffer_between_two_gpus_SOURCES = \
+	tests/gpu/t-nccl-transport-moves-every-buffer-between-two-gpus.c $(NCCL_PAIR)
+tests_gpu_t_nccl_transport_moves_every_buffer_between_two_gpus_CPPFLAGS = $(AM_CPPFLAGS) \
+	$(CUDA_CPPFLAGS)
+tests_gpu_t_nccl_transport_moves_every_buffer_between_two_gpus_LDADD = $(PLUGIN_TEST_LIBS) \
+	$(CUDA_LIBS)
+bench_pd_nccl_handoff_SOURCES = bench/pd-nccl-handoff.c $(NCCL_PAIR)
+bench_pd_nccl_handoff_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS) $(NCCL_CPPFLAGS)
+bench_pd_nccl_handoff_LDADD = $(PLUGIN_TEST_LIBS) $(NCCL_LIBS) $(CUDA_LIBS)
+EXTRA_DIST += bench/pd-nccl-handoff.sh
+
 # transport/chaos loads its inner plugin itself and parses inner_options with the
 # daemon's schema code (compiled in: plugins link nothing of the daemon).
 plugin_LTLIBRARIES += plugins/dsv4-transport-chaos.la
