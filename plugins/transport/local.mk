@@ -72,7 +72,8 @@ NCCL_PAIR = tests/gpu/nccl-pair.c tests/gpu/nccl-pair.h
 if HAVE_NCCL
 check_PROGRAMS += tests/gpu/t-nccl-transport-moves-every-buffer-between-two-gpus \
 	bench/pd-nccl-handoff
-TESTS += tests/gpu/t-nccl-transport-moves-every-buffer-between-two-gpus
+TESTS += tests/gpu/t-nccl-transport-moves-every-buffer-between-two-gpus \
+	tests/gpu/t-nccl-pd-golden-and-chaos-on-two-gpus.sh
 endif
 tests_gpu_t_nccl_transport_moves_every_buffer_between_two_gpus_SOURCES = \
 	tests/gpu/t-nccl-transport-moves-every-buffer-between-two-gpus.c $(NCCL_PAIR)
@@ -83,7 +84,7 @@ tests_gpu_t_nccl_transport_moves_every_buffer_between_two_gpus_LDADD = $(PLUGIN_
 bench_pd_nccl_handoff_SOURCES = bench/pd-nccl-handoff.c $(NCCL_PAIR)
 bench_pd_nccl_handoff_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS) $(NCCL_CPPFLAGS)
 bench_pd_nccl_handoff_LDADD = $(PLUGIN_TEST_LIBS) $(NCCL_LIBS) $(CUDA_LIBS)
-EXTRA_DIST += bench/pd-nccl-handoff.sh
+EXTRA_DIST += bench/pd-nccl-handoff.sh tests/gpu/t-nccl-pd-golden-and-chaos-on-two-gpus.sh
 
 # transport/chaos loads its inner plugin itself and parses inner_options with the
 # daemon's schema code (compiled in: plugins link nothing of the daemon).
