@@ -21,7 +21,8 @@ static const char *const role_names[] = {"unified", "prefill", "decode", NULL};
 
 const dsv4_option dsv4_core_options[] = {
     {"device", DSV4_OPT_ENUM, "auto", NO_RANGE, device_names,
-     "compute backend; auto uses cuda when this build has CUDA and a GPU is visible, else cpu",
+     "compute backend; auto uses cuda when this build has CUDA, the GPU answers and no "
+     "selected plugin refuses device = cuda, else cpu (the choice is logged at start)",
      offsetof(dsv4_core_conf, device)},
     {"cuda_device", DSV4_OPT_INT, "-1", -1, 1023, NULL,
      "CUDA device ordinal to run on; -1 uses the first visible device",
@@ -30,8 +31,10 @@ const dsv4_option dsv4_core_options[] = {
      "CPU worker threads for the cpu backend; 0 uses one per online core",
      offsetof(dsv4_core_conf, threads)},
     {"deterministic", DSV4_OPT_BOOL, "true", NO_RANGE, NULL,
-     "batch-invariant CUDA kernels (fixed GEMM algorithm, no split-K), so a request's "
-     "output does not depend on what else is batched; the cpu backend always is",
+     "batch-invariant CUDA kernels: every linear layer runs on one fixed-order tiled kernel "
+     "(no cuBLAS, no split-K), so a request's logits do not depend on what else is batched "
+     "or on chunking; false lets cuBLAS pick its GEMM kernels (faster); the cpu backend "
+     "always is invariant",
      offsetof(dsv4_core_conf, deterministic)},
     {"plugin_dir", DSV4_OPT_STRING, "", NO_RANGE, NULL,
      "directory searched for plugins after --plugin-dir and DSV4D_PLUGIN_PATH, before the "

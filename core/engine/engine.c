@@ -1,5 +1,7 @@
 /* engine.c: sequences, page bookkeeping and step scheduling around the forward pass
  * (engine.h). */
+#include "config.h"
+
 #include "core/engine/engine_priv.h"
 
 #include <errno.h>
@@ -10,7 +12,12 @@
 #include <dsv4d/indexk.h>
 
 #include "core/config/schema.h"
+#include "core/engine/backend.h"
 #include "core/plugin/registry.h"
+
+#ifdef HAVE_CUDA
+#include "core/engine/forward_cuda.h"
+#endif
 
 static int dsv4_engine_plugin(dsv4_engine *eng, const dsv4_engine_conf *conf, char *err,
                               size_t errlen)
@@ -62,12 +69,26 @@ dsv4_engine *dsv4_engine_new(const dsv4_model *model, const dsv4_engine_conf *co
     }
     if (dsv4_engine_plugin(eng, conf, err, errlen) != 0)
         goto fail;
-    if (!(eng->threads = dsv4_threads_new(conf->threads, err, errlen)))
+    if (dsv4_backend_pick(conf, &eng->backend, err, errlen) != 0)
+        goto fail;
+    bool cuda = eng->backend == DSV4_BACKEND_CUDA;
+    if (cuda && conf->kv_shared) {
+        snprintf(err, errlen,
+                 "engine: a shared-memory KV pool (PD over transport/local) "
+                 "needs the cpu backend");
+        goto fail;
+    }
+    /* the CUDA forward needs no CPU workers */
+    if (!cuda && !(eng->threads = dsv4_threads_new(conf->threads, err, errlen)))
         goto fail;
     dsv4_kv_pool_conf pc = {&model->cfg, conf->kv_dtype,    eng->conf.page_tokens, conf->n_pages,
                             S,           eng->ik_desc->ops, eng->ik_desc->name};
-    eng->pool = conf->kv_shared ? dsv4_kv_pool_new_shared(&pc, err, errlen)
-                                : dsv4_kv_pool_new(&pc, err, errlen);
+    if (cuda)
+        eng->pool =
+            dsv4_kv_pool_new_cuda(&pc, conf->cuda_device < 0 ? 0 : conf->cuda_device, err, errlen);
+    else
+        eng->pool = conf->kv_shared ? dsv4_kv_pool_new_shared(&pc, err, errlen)
+                                    : dsv4_kv_pool_new(&pc, err, errlen);
     if (!eng->pool)
         goto fail;
     dsv4_fwd_conf fc = {model,
@@ -77,7 +98,11 @@ dsv4_engine *dsv4_engine_new(const dsv4_model *model, const dsv4_engine_conf *co
                         eng->ik_state,
                         B,
                         conf->n_pages * eng->conf.page_tokens};
-    if (!(eng->fwd = dsv4_fwd_new(&fc, err, errlen)))
+#ifdef HAVE_CUDA
+    if (cuda && !(eng->cfwd = dsv4_fwd_cuda_new(&fc, !conf->fast_kernels, err, errlen)))
+        goto fail;
+#endif
+    if (!cuda && !(eng->fwd = dsv4_fwd_new(&fc, err, errlen)))
         goto fail;
     eng->seqs = calloc(S, sizeof(*eng->seqs));
     eng->step = calloc(S, sizeof(*eng->step));
@@ -108,6 +133,9 @@ void dsv4_engine_free(dsv4_engine *eng)
     for (uint32_t i = 0; eng->seqs && i < eng->conf.n_slots; i++)
         free(eng->seqs[i].pages);
     dsv4_fwd_free(eng->fwd);
+#ifdef HAVE_CUDA
+    dsv4_fwd_cuda_free(eng->cfwd);
+#endif
     dsv4_kv_pool_free(eng->pool);
     dsv4_threads_free(eng->threads);
     if (eng->ik_desc && eng->ik_desc->fini)
@@ -182,6 +210,11 @@ const dsv4_kv_pool *dsv4_engine_kv(const dsv4_engine *eng)
     return eng->pool;
 }
 
+dsv4_backend dsv4_engine_backend(const dsv4_engine *eng)
+{
+    return eng->backend;
+}
+
 uint32_t dsv4_engine_vocab(const dsv4_engine *eng)
 {
     return eng->model->cfg.vocab_size;
@@ -243,6 +276,16 @@ static int dsv4_engine_check(const dsv4_engine *eng, size_t n, const uint32_t *s
     return 0;
 }
 
+/* One forward step of the built step entries on the engine's backend. */
+static int dsv4_engine_step(dsv4_engine *eng, uint32_t ns)
+{
+#ifdef HAVE_CUDA
+    if (eng->cfwd)
+        return dsv4_fwd_cuda_step(eng->cfwd, eng->step, ns);
+#endif
+    return dsv4_fwd_step(eng->fwd, eng->step, ns);
+}
+
 int dsv4_engine_prefill(dsv4_engine *eng, size_t n, const uint32_t *seqs,
                         const int32_t *const *tokens, const uint32_t *lens, dsv4_logits_mode mode,
                         float *const *logits)
@@ -287,7 +330,7 @@ int dsv4_engine_prefill(dsv4_engine *eng, size_t n, const uint32_t *seqs,
         }
         if (ns == 0)
             return 0;
-        if ((rc = dsv4_fwd_step(eng->fwd, eng->step, ns)) != 0)
+        if ((rc = dsv4_engine_step(eng, ns)) != 0)
             return rc;
         for (uint32_t k = 0; k < ns; k++) {
             uint32_t i = eng->step_of[k];

@@ -15,6 +15,18 @@
 
 typedef struct dsv4_engine dsv4_engine;
 
+/* Where the forward runs (core/engine/backend.c). The zero value is the CPU, so an engine
+ * configured in code stays on the reference backend unless it asks for CUDA. */
+typedef enum dsv4_backend {
+    DSV4_BACKEND_CPU = 0,
+    DSV4_BACKEND_CUDA, /* the CUDA forward and a device KV pool; an error without a device */
+    DSV4_BACKEND_AUTO, /* cuda when built with CUDA, a device answers and no selected plugin
+                          refuses device = cuda (its check hook); else cpu */
+} dsv4_backend;
+
+/* [core] device as a backend request. */
+dsv4_backend dsv4_backend_of_device(dsv4_device device);
+
 typedef struct dsv4_engine_conf {
     uint32_t threads;               /* [core] threads; 0 = one per core */
     dsv4_kv_dtype kv_dtype;         /* [model] kv_dtype: f32 or bf16 */
@@ -25,7 +37,16 @@ typedef struct dsv4_engine_conf {
     const dsv4_plugin_desc *indexk; /* the indexk plugin (family DSV4_FAMILY_INDEXK) */
     const void *indexk_conf;        /* its config struct; NULL = its schema defaults */
     const dsv4_host *host;          /* handed to the plugin; NULL = dsv4_host_default() */
-    bool kv_shared; /* pool in shared memory (a PD decode server over transport/local) */
+    bool kv_shared;       /* pool in shared memory (a PD decode server over transport/local) */
+    dsv4_backend backend; /* [core] device (dsv4_backend_of_device) */
+    int32_t cuda_device;  /* [core] cuda_device: the ordinal; -1 = the first */
+    bool fast_kernels;    /* [core] deterministic = false: cuBLAS picks the GEMM kernels,
+                             so CUDA logits may depend on the batch */
+    /* For AUTO: the whole selection and the selected plugins ([DSV4_FAMILY_COUNT]), whose
+     * check hooks are asked whether device = cuda suits them; NULL = the indexk plugin
+     * alone. */
+    const dsv4_selection *selection;
+    const dsv4_plugin_desc *const *plugins;
 } dsv4_engine_conf;
 
 typedef enum dsv4_logits_mode {
@@ -72,6 +93,8 @@ int dsv4_engine_decode(dsv4_engine *eng, size_t n, const uint32_t *seqs, const i
                        float *logits);
 
 const dsv4_kv_pool *dsv4_engine_kv(const dsv4_engine *eng);
+/* The backend the engine runs on (CPU or CUDA, never AUTO). */
+dsv4_backend dsv4_engine_backend(const dsv4_engine *eng);
 uint32_t dsv4_engine_vocab(const dsv4_engine *eng);
 
 /* For the prefix cache (prefix.c; a sequence's pages come from dsv4_engine_seq_pages). A
@@ -97,7 +120,7 @@ int dsv4_engine_seq_snapshot(dsv4_engine *eng, uint32_t seq, uint32_t slot);
  * host tier loads a snapshot there). 0, -EINVAL (not empty, bad slot), -ENOMEM, or the
  * KV fence's failure. */
 #define DSV4_ENGINE_NO_SLOT UINT32_MAX
-int dsv4_engine_seq_adopt(dsv4_engine *eng, uint32_t seq, const uint32_t *pages,
-                          uint32_t n_pages, uint32_t slot);
+int dsv4_engine_seq_adopt(dsv4_engine *eng, uint32_t seq, const uint32_t *pages, uint32_t n_pages,
+                          uint32_t slot);
 
 #endif

@@ -6,6 +6,8 @@
 #include "core/engine/engine.h"
 #include "core/engine/forward.h"
 
+typedef struct dsv4_fwd_cuda dsv4_fwd_cuda; /* forward_cuda.h, built with CUDA only */
+
 typedef struct dsv4_eseq {
     bool live;
     uint32_t slot;
@@ -19,7 +21,9 @@ struct dsv4_engine {
     dsv4_engine_conf conf;
     dsv4_threads *threads;
     dsv4_kv_pool *pool;
-    dsv4_fwd *fwd;
+    dsv4_backend backend; /* CPU or CUDA */
+    dsv4_fwd *fwd;        /* the CPU forward, or */
+    dsv4_fwd_cuda *cfwd;  /* the CUDA one (NULL in a build without CUDA) */
     const dsv4_plugin_desc *ik_desc;
     void *ik_conf; /* owned when the caller gave none */
     void *ik_state;

@@ -102,8 +102,7 @@ static void dsv4_fwd_rope_params(const dsv4_rope_conf *r, dsv4_rope_params *p)
                             r->beta_fast, r->beta_slow};
 }
 
-/* Geometry the kernels rely on; the loader checks shapes, this checks combinations. */
-static int dsv4_fwd_check(const dsv4_model *m, char *err, size_t errlen)
+int dsv4_fwd_check_model(const dsv4_model *m, char *err, size_t errlen)
 {
     const dsv4_model_config *c = &m->cfg;
     const char *why = NULL;
@@ -153,7 +152,7 @@ dsv4_fwd *dsv4_fwd_new(const dsv4_fwd_conf *conf, char *err, size_t errlen)
 {
     const dsv4_model *m = conf->model;
     const dsv4_model_config *c = &m->cfg;
-    if (dsv4_fwd_check(m, err, errlen) != 0)
+    if (dsv4_fwd_check_model(m, err, errlen) != 0)
         return NULL;
     dsv4_fwd *f = calloc(1, sizeof(*f));
     if (!f) {

@@ -42,6 +42,9 @@ typedef struct dsv4_fwd_seq {
                               the array itself may be NULL */
 } dsv4_fwd_seq;
 
+/* The geometry the kernels rely on (the loader checks shapes, this checks combinations),
+ * for this forward and the CUDA one. 0, or -EINVAL with the reason in err. */
+int dsv4_fwd_check_model(const dsv4_model *m, char *err, size_t errlen);
 /* NULL with the reason in err. */
 dsv4_fwd *dsv4_fwd_new(const dsv4_fwd_conf *conf, char *err, size_t errlen);
 void dsv4_fwd_free(dsv4_fwd *fwd);

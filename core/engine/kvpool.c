@@ -11,6 +11,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#ifdef HAVE_CUDA
+#include "kernels/cuda/model.h"
+#endif
+
 /* Buffers and carry blocks start on cache lines. */
 #define DSV4_KV_ALIGN 64
 
@@ -34,6 +38,8 @@ struct dsv4_kv_pool {
     int shm_fd;
     uint8_t *shm_base;
     size_t shm_bytes, shm_used;
+    dsv4_mem mem; /* where every buffer lives */
+    int32_t cuda_device;
 };
 
 dsv4_k_rowfmt dsv4_kv_rowfmt(const dsv4_model_config *m, dsv4_kv_dtype kv_dtype)
@@ -75,23 +81,31 @@ static int dsv4_kv_add(dsv4_kv_pool *pool, uint32_t kind, uint32_t layer, size_t
         return 0;
     }
     uint8_t *base;
-    if (pool->shm_base) {
+    if (pool->mem == DSV4_MEM_CUDA) {
+#ifdef HAVE_CUDA
+        base = dsv4_cuda_alloc(alloc); /* zeroed there */
+#else
+        base = NULL;
+#endif
+    } else if (pool->shm_base) {
         base = pool->shm_base + pool->shm_used;
         pool->shm_used += alloc;
     } else {
         base = aligned_alloc(DSV4_KV_ALIGN, alloc);
     }
     if (!base) {
-        snprintf(err, errlen, "kv pool: out of memory (%zu bytes for layer %u)", bytes, layer);
+        snprintf(err, errlen, "kv pool: out of %s memory (%zu bytes for layer %u)",
+                 pool->mem == DSV4_MEM_CUDA ? "device" : "host", bytes, layer);
         return -ENOMEM;
     }
     /* zeroed so transfers and checksums of never-written rows are reproducible */
-    memset(base, 0, bytes);
+    if (pool->mem == DSV4_MEM_HOST)
+        memset(base, 0, bytes);
     dsv4_kv_buffer *b = &pool->buffers[pool->layout.n_buffers];
     *b = (dsv4_kv_buffer){.kind = kind,
                           .layer = layer,
-                          .mem = DSV4_MEM_HOST,
-                          .cuda_device = -1,
+                          .mem = pool->mem,
+                          .cuda_device = pool->mem == DSV4_MEM_CUDA ? pool->cuda_device : -1,
                           .base = base,
                           .block_bytes = block,
                           .n_blocks = n_blocks,
@@ -210,8 +224,9 @@ static int dsv4_kv_map_shared(dsv4_kv_pool *pool, const dsv4_kv_pool_conf *c, ch
     return 0;
 }
 
-static dsv4_kv_pool *dsv4_kv_pool_create(const dsv4_kv_pool_conf *c, bool shared, char *err,
-                                         size_t errlen)
+/* mem DSV4_MEM_CUDA: on device cuda_device (never shared). */
+static dsv4_kv_pool *dsv4_kv_pool_create(const dsv4_kv_pool_conf *c, bool shared, dsv4_mem mem,
+                                         int32_t cuda_device, char *err, size_t errlen)
 {
     if (dsv4_kv_check(c, err, errlen) != 0)
         return NULL;
@@ -220,6 +235,8 @@ static dsv4_kv_pool *dsv4_kv_pool_create(const dsv4_kv_pool_conf *c, bool shared
     if (!pool)
         goto fail_oom;
     pool->shm_fd = -1;
+    pool->mem = mem;
+    pool->cuda_device = cuda_device;
     memset(pool->index, 0xff, sizeof(pool->index));
     memcpy(pool->layer_kind, m->layer_kind, m->n_layers);
     pool->buffers = calloc((size_t)m->n_layers * DSV4_BUF_KIND_COUNT, sizeof(dsv4_kv_buffer));
@@ -269,12 +286,51 @@ fail_oom:
 
 dsv4_kv_pool *dsv4_kv_pool_new(const dsv4_kv_pool_conf *c, char *err, size_t errlen)
 {
-    return dsv4_kv_pool_create(c, false, err, errlen);
+    return dsv4_kv_pool_create(c, false, DSV4_MEM_HOST, -1, err, errlen);
 }
 
 dsv4_kv_pool *dsv4_kv_pool_new_shared(const dsv4_kv_pool_conf *c, char *err, size_t errlen)
 {
-    return dsv4_kv_pool_create(c, true, err, errlen);
+    return dsv4_kv_pool_create(c, true, DSV4_MEM_HOST, -1, err, errlen);
+}
+
+dsv4_kv_pool *dsv4_kv_pool_new_cuda(const dsv4_kv_pool_conf *c, int32_t cuda_device, char *err,
+                                    size_t errlen)
+{
+#ifdef HAVE_CUDA
+    return dsv4_kv_pool_create(c, false, DSV4_MEM_CUDA, cuda_device, err, errlen);
+#else
+    (void)c;
+    snprintf(err, errlen, "kv pool: device %d asked of a build without CUDA", cuda_device);
+    return NULL;
+#endif
+}
+
+static void dsv4_kv_base_free(const dsv4_kv_pool *pool, uint8_t *base)
+{
+#ifdef HAVE_CUDA
+    if (pool->mem == DSV4_MEM_CUDA) {
+        dsv4_cuda_free(base);
+        return;
+    }
+#endif
+    (void)pool;
+    free(base);
+}
+
+int dsv4_kv_block_copy(const dsv4_kv_buffer *b, uint32_t dst, uint32_t src)
+{
+    uint8_t *to = b->base + (size_t)dst * b->block_bytes;
+    const uint8_t *from = b->base + (size_t)src * b->block_bytes;
+#ifdef HAVE_CUDA
+    if (b->mem == DSV4_MEM_CUDA) {
+        /* the legacy stream orders it after the forward's work on its blocking stream */
+        int rc = dsv4_cuda_copy(to, from, b->block_bytes, NULL);
+        return rc == 0 ? dsv4_cuda_sync(NULL) : rc;
+    }
+#endif
+    memcpy(to, from, b->block_bytes);
+    return 0;
 }
 
 void dsv4_kv_pool_free(dsv4_kv_pool *pool)
@@ -285,7 +341,7 @@ void dsv4_kv_pool_free(dsv4_kv_pool *pool)
         munmap(pool->shm_base, pool->shm_bytes);
     else
         for (uint32_t i = 0; i < pool->layout.n_buffers; i++)
-            free(pool->buffers[i].base);
+            dsv4_kv_base_free(pool, pool->buffers[i].base);
     if (pool->shm_fd >= 0)
         close(pool->shm_fd);
     free(pool->buffers);

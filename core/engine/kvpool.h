@@ -58,6 +58,12 @@ dsv4_kv_pool *dsv4_kv_pool_new(const dsv4_kv_pool_conf *conf, char *err, size_t 
  * over transport/local needs this. The layout's shm_fd, shm_base and shm_bytes describe
  * the object; it lives until dsv4_kv_pool_free. */
 dsv4_kv_pool *dsv4_kv_pool_new_shared(const dsv4_kv_pool_conf *conf, char *err, size_t errlen);
+/* The same pool with every buffer in device memory of CUDA device cuda_device, which the
+ * caller has made current (kernels/cuda/model.h dsv4_cuda_device_use): same layout and
+ * page ids, buffers with mem = DSV4_MEM_CUDA. Only the CUDA forward and device copies
+ * may touch it. NULL also in a build without CUDA. */
+dsv4_kv_pool *dsv4_kv_pool_new_cuda(const dsv4_kv_pool_conf *conf, int32_t cuda_device, char *err,
+                                    size_t errlen);
 void dsv4_kv_pool_free(dsv4_kv_pool *pool);
 
 const dsv4_kv_layout *dsv4_kv_pool_layout(const dsv4_kv_pool *pool);
@@ -85,6 +91,10 @@ uint32_t dsv4_kv_pages_free(const dsv4_kv_pool *pool);
 int dsv4_kv_slot_alloc(dsv4_kv_pool *pool, uint32_t *slot_p);
 void dsv4_kv_slot_free(dsv4_kv_pool *pool, uint32_t slot);
 uint32_t dsv4_kv_slots_free(const dsv4_kv_pool *pool);
+
+/* Copy block src over block dst of buffer b (a state slot snapshot): memcpy, or for a
+ * device buffer a device-to-device copy that has completed on return. 0 or -EIO. */
+int dsv4_kv_block_copy(const dsv4_kv_buffer *b, uint32_t dst, uint32_t src);
 
 /* Bytes of one carry block for a compressor of `rate` over `dim` channels. */
 size_t dsv4_kv_carry_bytes(bool overlap, uint32_t rate, uint32_t dim);

@@ -2,10 +2,15 @@
 # sampling. Part of the core convenience library.
 core_libdsv4core_la_SOURCES += \
 	core/engine/kvpool.c core/engine/kvpool.h \
-	core/engine/forward.c core/engine/forward.h \
+	core/engine/backend.c core/engine/backend.h \
+	core/engine/forward.c core/engine/forward.h core/engine/forward_cuda.h \
 	core/engine/engine.c core/engine/engine.h core/engine/engine_priv.h \
 	core/engine/prefix.c \
 	core/engine/sample.c core/engine/sample.h
+# the CUDA forward (its kernels come with kernels/libdsv4cudafwd.la, kernels/cuda/local.mk)
+if HAVE_CUDA
+core_libdsv4core_la_SOURCES += core/engine/forward_cuda.c
+endif
 
 # Engine tests: random in-memory models (tests/unit/engine-testmodel.c) through the
 # real indexk plugins found on DSV4D_PLUGIN_PATH.
@@ -54,3 +59,9 @@ tests_unit_t_kv_fp8_rows_584_bytes_at_flash_geometry_LDADD = $(TEST_CORE_LIBS)
 tests_unit_t_kv_fp8_logits_close_to_f32_SOURCES = tests/unit/t-kv-fp8-logits-close-to-f32.c \
 	$(ENGINE_TEST_HELPER)
 tests_unit_t_kv_fp8_logits_close_to_f32_LDADD = $(TEST_CORE_LIBS) -lm
+
+# End-to-end decode tokens/s against the bandwidth roofline (bench/results/*-decode-*.md);
+# built with the checks, run by hand.
+check_PROGRAMS += bench/decode-e2e
+bench_decode_e2e_SOURCES = bench/decode-e2e.c
+bench_decode_e2e_LDADD = core/libdsv4core.la -lm

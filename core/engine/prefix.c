@@ -10,7 +10,6 @@
 #include "core/engine/engine_priv.h"
 
 #include <errno.h>
-#include <string.h>
 
 static dsv4_eseq *dsv4_engine_live(const dsv4_engine *eng, uint32_t seq)
 {
@@ -47,8 +46,8 @@ void dsv4_engine_slot_free(dsv4_engine *eng, uint32_t slot)
     dsv4_kv_slot_free(eng->pool, slot);
 }
 
-/* Copy state block src over dst in every state buffer of every layer. 0, or the fence's
- * failure. */
+/* Copy state block src over dst in every state buffer of every layer (host or device
+ * memory). 0, the fence's failure, or -EIO from a device copy. */
 static int dsv4_engine_state_copy(dsv4_engine *eng, uint32_t dst, uint32_t src)
 {
     uint32_t layers = dsv4_kv_pool_layout(eng->pool)->n_layers;
@@ -57,12 +56,13 @@ static int dsv4_engine_state_copy(dsv4_engine *eng, uint32_t dst, uint32_t src)
         int rc = dsv4_kv_pool_layer(eng->pool, l, &v);
         if (rc != 0)
             return rc;
-        for (uint32_t k = 0; k < DSV4_BUF_KIND_COUNT; k++) {
+        for (uint32_t k = 0; rc == 0 && k < DSV4_BUF_KIND_COUNT; k++) {
             const dsv4_kv_buffer *b = v.buf[k];
             if (b && !dsv4_buf_is_paged(b->kind))
-                memcpy(b->base + dst * b->block_bytes, b->base + src * b->block_bytes,
-                       b->block_bytes);
+                rc = dsv4_kv_block_copy(b, dst, src);
         }
+        if (rc != 0)
+            return rc;
     }
     return 0;
 }

@@ -59,6 +59,11 @@ static int dsv4_serve_engine(dsv4_server *srv, const dsv4_config *conf, const ds
         .indexk = ik,
         .indexk_conf = conf->plugin_conf[DSV4_FAMILY_INDEXK],
         .kv_shared = dsv4_pd_wants_shared_pool(conf),
+        .backend = dsv4_backend_of_device((dsv4_device)conf->core.device),
+        .cuda_device = (int32_t)conf->core.cuda_device,
+        .fast_kernels = !conf->core.deterministic,
+        .selection = &conf->selection,
+        .plugins = conf->desc,
     };
     size_t page_bytes;
     int rc = dsv4_serve_page_bytes(model, &ec, &page_bytes, err, errlen);

@@ -22,19 +22,36 @@ SUFFIXES = .cu
 $(CUDA_KERNEL_OBJECTS): $(CUDA_KERNEL_INCS)
 CLEANFILES += kernels/cuda/*.lo kernels/cuda/*.o
 
+# The CUDA forward's kernels (kernels/cuda/model.h), with cuBLAS: linked into the core
+# only, never into a plugin (configure.ac says why cuBLAS stays out of dlclose'd objects).
+CUDA_MODEL_OBJECTS = kernels/cuda/model_mem.lo kernels/cuda/model_gemm.lo \
+	kernels/cuda/model_ffn.lo kernels/cuda/model_attn.lo
+CUDA_MODEL_INCS = kernels/cuda/model.h kernels/cuda/model_common.cuh kernels/kernels.h
+EXTRA_DIST += kernels/cuda/model_mem.cu kernels/cuda/model_gemm.cu kernels/cuda/model_ffn.cu \
+	kernels/cuda/model_attn.cu $(CUDA_MODEL_INCS)
+$(CUDA_MODEL_OBJECTS): $(CUDA_KERNEL_INCS) $(CUDA_MODEL_INCS)
+
 if HAVE_CUDA
 noinst_LTLIBRARIES += kernels/libdsv4cuda.la
 kernels_libdsv4cuda_la_SOURCES = kernels/cuda/cuda_kernels.h
 kernels_libdsv4cuda_la_LIBADD = $(CUDA_KERNEL_OBJECTS) $(CUDA_LIBS) -lstdc++
 kernels_libdsv4cuda_la_DEPENDENCIES = $(CUDA_KERNEL_OBJECTS)
 CUDA_TEST_LIBS = kernels/libdsv4cuda.la $(CUDA_LIBS)
+noinst_LTLIBRARIES += kernels/libdsv4cudafwd.la
+kernels_libdsv4cudafwd_la_SOURCES = kernels/cuda/model.h
+kernels_libdsv4cudafwd_la_LIBADD = $(CUDA_MODEL_OBJECTS) $(CUBLAS_LIBS) $(CUDA_LIBS) -lstdc++
+kernels_libdsv4cudafwd_la_DEPENDENCIES = $(CUDA_MODEL_OBJECTS)
+core_libdsv4core_la_LIBADD += kernels/libdsv4cudafwd.la kernels/libdsv4cuda.la
 endif
 
 # GPU tests: built everywhere, they skip with the reason where CUDA is not built or no
 # device answers.
 GPU_TESTS = tests/gpu/t-gpu-xxh64-matches-libxxhash \
 	tests/gpu/t-gpu-indexer-scores-match-cpu-plugins \
-	tests/gpu/t-gpu-topk-matches-cpu-order
+	tests/gpu/t-gpu-topk-matches-cpu-order \
+	tests/gpu/t-gpu-forward-matches-cpu-per-dtype \
+	tests/gpu/t-gpu-forward-deterministic-is-batch-invariant \
+	tests/gpu/t-gpu-forward-matches-hf-fixtures
 check_PROGRAMS += $(GPU_TESTS)
 TESTS += $(GPU_TESTS)
 GPU_TEST_SRC = tests/gpu/gpu.c tests/gpu/gpu.h
@@ -54,6 +71,24 @@ tests_gpu_t_gpu_topk_matches_cpu_order_SOURCES = tests/gpu/t-gpu-topk-matches-cp
 tests_gpu_t_gpu_topk_matches_cpu_order_CPPFLAGS = $(GPU_TEST_FLAGS)
 tests_gpu_t_gpu_topk_matches_cpu_order_LDADD = tests/libtap.la kernels/libdsv4cpu.la \
 	$(CUDA_TEST_LIBS) -lm
+
+# The CUDA forward (t-gpu-forward-*) against the CPU forward and Hugging Face, and its
+# deterministic mode.
+GPU_FORWARD_SRC = $(GPU_TEST_SRC) tests/gpu/gpu-engine.c tests/gpu/gpu-engine.h \
+	tests/unit/engine-testmodel.c tests/unit/engine-testmodel.h
+tests_gpu_t_gpu_forward_matches_cpu_per_dtype_SOURCES = \
+	tests/gpu/t-gpu-forward-matches-cpu-per-dtype.c $(GPU_FORWARD_SRC)
+tests_gpu_t_gpu_forward_matches_cpu_per_dtype_CPPFLAGS = $(GPU_TEST_FLAGS)
+tests_gpu_t_gpu_forward_matches_cpu_per_dtype_LDADD = $(TEST_CORE_LIBS) $(CUDA_TEST_LIBS) -lm
+tests_gpu_t_gpu_forward_deterministic_is_batch_invariant_SOURCES = \
+	tests/gpu/t-gpu-forward-deterministic-is-batch-invariant.c $(GPU_FORWARD_SRC)
+tests_gpu_t_gpu_forward_deterministic_is_batch_invariant_CPPFLAGS = $(GPU_TEST_FLAGS)
+tests_gpu_t_gpu_forward_deterministic_is_batch_invariant_LDADD = $(TEST_CORE_LIBS) \
+	$(CUDA_TEST_LIBS) -lm
+tests_gpu_t_gpu_forward_matches_hf_fixtures_SOURCES = \
+	tests/gpu/t-gpu-forward-matches-hf-fixtures.c $(GPU_FORWARD_SRC)
+tests_gpu_t_gpu_forward_matches_hf_fixtures_CPPFLAGS = $(GPU_TEST_FLAGS)
+tests_gpu_t_gpu_forward_matches_hf_fixtures_LDADD = $(TEST_CORE_LIBS) $(CUDA_TEST_LIBS) -lm
 
 # Benchmarks (bench/): nvcc-built programs, run by hand on a GPU machine; results go to
 # bench/results/.

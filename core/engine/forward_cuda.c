@@ -1,0 +1,841 @@
+/* forward_cuda.c: the DeepSeek-V4 forward step on a CUDA device (forward_cuda.h), the host
+ * side: weights on the device, the step's layout uploaded once, then per layer the same
+ * sequence of operations as forward.c, each one launch over the whole step
+ * (kernels/cuda/model.h). The host waits on the device only where the indexk plugin needs
+ * host pages (its store, and its CPU score for shapes its CUDA kernels do not take) and
+ * for the logits. */
+#include "config.h"
+
+#include "core/engine/forward_cuda.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/util/log.h"
+#include "kernels/cuda/model.h"
+
+#define FC_MAX_ALLOCS 512
+/* Head rows computed per batched head matmul. */
+#define FC_HEAD_ROWS 64
+/* Floats of indexer scores one scoring launch may fill (queries x rows). */
+#define FC_SCORE_FLOATS (32u << 20)
+
+typedef struct fc_layer {
+    float *hc_attn_fn, *hc_attn_base, *hc_attn_scale, *hc_ffn_fn, *hc_ffn_base, *hc_ffn_scale;
+    float *attn_norm, *ffn_norm, *wq_a, *q_norm, *wq_b, *wkv, *kv_norm, *wo_a, *wo_b, *sinks;
+    float *c_wkv, *c_wgate, *c_ape, *c_norm; /* main compressor */
+    float *i_wkv, *i_wgate, *i_ape, *i_norm; /* indexer compressor */
+    float *idx_wq_b, *idx_weights;
+    float *gate, *gate_bias;
+    int32_t *tid2eid;
+    float *exp_gate, *exp_up, *exp_down, *sh_gate, *sh_up, *sh_down;
+} fc_layer;
+
+/* A host buffer and its device twin that grow on demand (fallback paths). */
+typedef struct fc_grow {
+    void *host, *dev;
+    size_t bytes;
+} fc_grow;
+
+struct dsv4_fwd_cuda {
+    const dsv4_model *m;
+    const dsv4_model_config *c;
+    dsv4_kv_pool *pool;
+    const dsv4_indexk_ops *ik;
+    void *ik_state;
+    dsv4_indexk_geom geom;
+    size_t ik_page_bytes;
+    bool ik_host_score; /* the plugin's CUDA scorer refused the shape: score on the host */
+    uint32_t max_tokens, max_context, csa_rows;
+    dsv4_k_rowfmt kvf;
+    size_t row_bytes;
+    dsv4_cuda_dims dims;
+    void *stream;
+    dsv4_cuda_blas *blas;
+
+    fc_layer L[DSV4_MAX_LAYERS];
+    float *embed, *head, *norm, *hch_fn, *hch_base, *freq_main, *freq_comp;
+
+    /* device workspace, per token of the step */
+    float *x, *mixz, *pre, *post, *comb, *u, *cq, *q, *kv, *kc, *gc, *ikc, *igc, *iq, *iw;
+    float *ikrows, *scores, *o, *z, *y, *router, *rw, *sh_g, *sh_u, *sh_h, *sh_o;
+    float *xe, *ge, *ue, *he, *eo, *hu, *logits;
+    uint8_t *kvs, *ik_stage;
+    int32_t *rid;
+    uint32_t *n_rows, *page_start, *topk, *sel, *nsel, *off, *assign, *epos;
+    uint32_t *desc; /* the step's layout (dsv4_cuda_step points into it) */
+    size_t desc_words;
+    fc_grow pages;      /* device: the step's pages; host: their list */
+    fc_grow host_pages; /* fallback scorer: the step's index-K pages */
+
+    /* host side of the step */
+    uint32_t *hdesc;
+    dsv4_cuda_step st;
+    uint32_t n_seqs, n_pages_total, max_valid, n_new, n_touch, n_head;
+    dsv4_indexk_slot *ik_slots;
+    float *ik_rows_host, *iq_host, *iw_host, *scores_host, *logits_host;
+    uint8_t *ik_stage_host;
+    uint32_t *sel_host, *score_pages;
+    float **head_out;
+
+    void *allocs[FC_MAX_ALLOCS];
+    size_t n_allocs;
+    void *hallocs[32];
+    size_t n_hallocs;
+    bool oom; /* an allocation above failed */
+};
+
+/* Descriptor layout: per token arrays of max_tokens words, then per sequence arrays. */
+enum {
+    FD_TOK,
+    FD_POS,
+    FD_TSEQ,
+    FD_IKOUT,
+    FD_HEAD,
+    FD_TOUCH,
+    FD_SLOT,
+    FD_START,
+    FD_COUNT,
+    FD_FIRST,
+    FD_POFF,
+    FD_COUNT_ARRAYS
+};
+
+static void *fc_dev(dsv4_fwd_cuda *f, size_t n, size_t size)
+{
+    void *p = f->n_allocs < FC_MAX_ALLOCS ? dsv4_cuda_alloc((n ? n : 1) * size) : NULL;
+    if (p)
+        f->allocs[f->n_allocs++] = p;
+    else
+        f->oom = true;
+    return p;
+}
+
+static void *fc_host(dsv4_fwd_cuda *f, size_t n, size_t size)
+{
+    bool room = f->n_hallocs < sizeof(f->hallocs) / sizeof(f->hallocs[0]);
+    void *p = room ? calloc(n ? n : 1, size) : NULL;
+    if (p)
+        f->hallocs[f->n_hallocs++] = p;
+    else
+        f->oom = true;
+    return p;
+}
+
+/* A weight on the device (NULL for a NULL host pointer, which is then not an error). */
+static void *fc_up(dsv4_fwd_cuda *f, const void *host, size_t n, size_t size, bool *ok)
+{
+    if (!host)
+        return NULL;
+    void *d = fc_dev(f, n, size);
+    if (!d || dsv4_cuda_copy(d, host, n * size, f->stream) != 0)
+        *ok = false;
+    return d;
+}
+
+static int fc_grow_to(fc_grow *g, size_t bytes, bool with_host)
+{
+    if (bytes <= g->bytes)
+        return 0;
+    size_t cap = g->bytes ? g->bytes : 4096;
+    while (cap < bytes)
+        cap *= 2;
+    void *d = dsv4_cuda_alloc(cap), *h = with_host ? malloc(cap) : NULL;
+    if (!d || (with_host && !h)) {
+        dsv4_cuda_free(d);
+        free(h);
+        return -ENOMEM;
+    }
+    dsv4_cuda_free(g->dev);
+    free(g->host);
+    g->dev = d;
+    g->host = h;
+    g->bytes = cap;
+    return 0;
+}
+
+static bool fc_has(const dsv4_model_config *c, dsv4_layer_kind kind)
+{
+    for (uint32_t l = 0; l < c->n_layers; l++)
+        if (c->layer_kind[l] == kind)
+            return true;
+    return false;
+}
+
+static bool fc_upload_weights(dsv4_fwd_cuda *f)
+{
+    const dsv4_model *m = f->m;
+    const dsv4_model_config *c = f->c;
+    size_t N = c->hc_mult, H = c->hidden, D = c->head_dim, mix = (2 + N) * N, V = c->vocab_size;
+    size_t qr = c->q_lora_rank, QH = (size_t)c->n_heads * D, G = c->o_groups, orr = c->o_lora_rank;
+    size_t E = c->n_experts, I = c->moe_inter, K = c->top_k, DI = c->index_dim;
+    size_t NI = c->index_heads;
+    bool ok = true;
+
+    f->embed = fc_up(f, m->embed, V * H, sizeof(float), &ok);
+    f->head = fc_up(f, m->head, V * H, sizeof(float), &ok);
+    f->norm = fc_up(f, m->norm, H, sizeof(float), &ok);
+    f->hch_fn = fc_up(f, m->hc_head.fn, N * N * H, sizeof(float), &ok);
+    f->hch_base = fc_up(f, m->hc_head.base, N, sizeof(float), &ok);
+    for (uint32_t l = 0; ok && l < c->n_layers; l++) {
+        const dsv4_layer_weights *w = &m->layers[l];
+        fc_layer *d = &f->L[l];
+        uint8_t kind = c->layer_kind[l];
+        uint32_t rate = kind == DSV4_LAYER_CSA ? c->rate_csa : c->rate_hca;
+        size_t cw = (kind == DSV4_LAYER_CSA ? 2 : 1) * D;
+        d->hc_attn_fn = fc_up(f, w->hc_attn.fn, mix * N * H, sizeof(float), &ok);
+        d->hc_attn_base = fc_up(f, w->hc_attn.base, mix, sizeof(float), &ok);
+        d->hc_attn_scale = fc_up(f, w->hc_attn.scale, 3, sizeof(float), &ok);
+        d->hc_ffn_fn = fc_up(f, w->hc_ffn.fn, mix * N * H, sizeof(float), &ok);
+        d->hc_ffn_base = fc_up(f, w->hc_ffn.base, mix, sizeof(float), &ok);
+        d->hc_ffn_scale = fc_up(f, w->hc_ffn.scale, 3, sizeof(float), &ok);
+        d->attn_norm = fc_up(f, w->attn_norm, H, sizeof(float), &ok);
+        d->ffn_norm = fc_up(f, w->ffn_norm, H, sizeof(float), &ok);
+        d->wq_a = fc_up(f, w->wq_a, qr * H, sizeof(float), &ok);
+        d->q_norm = fc_up(f, w->q_norm, qr, sizeof(float), &ok);
+        d->wq_b = fc_up(f, w->wq_b, QH * qr, sizeof(float), &ok);
+        d->wkv = fc_up(f, w->wkv, D * H, sizeof(float), &ok);
+        d->kv_norm = fc_up(f, w->kv_norm, D, sizeof(float), &ok);
+        d->wo_a = fc_up(f, w->wo_a, orr * QH, sizeof(float), &ok);
+        d->wo_b = fc_up(f, w->wo_b, H * G * orr, sizeof(float), &ok);
+        d->sinks = fc_up(f, w->sinks, c->n_heads, sizeof(float), &ok);
+        if (kind != DSV4_LAYER_SLIDING) {
+            d->c_wkv = fc_up(f, w->comp.wkv, cw * H, sizeof(float), &ok);
+            d->c_wgate = fc_up(f, w->comp.wgate, cw * H, sizeof(float), &ok);
+            d->c_ape = fc_up(f, w->comp.ape, rate * cw, sizeof(float), &ok);
+            d->c_norm = fc_up(f, w->comp.norm, D, sizeof(float), &ok);
+        }
+        if (kind == DSV4_LAYER_CSA) {
+            d->i_wkv = fc_up(f, w->idx_comp.wkv, 2 * DI * H, sizeof(float), &ok);
+            d->i_wgate = fc_up(f, w->idx_comp.wgate, 2 * DI * H, sizeof(float), &ok);
+            d->i_ape = fc_up(f, w->idx_comp.ape, rate * 2 * DI, sizeof(float), &ok);
+            d->i_norm = fc_up(f, w->idx_comp.norm, DI, sizeof(float), &ok);
+            d->idx_wq_b = fc_up(f, w->idx_wq_b, NI * DI * qr, sizeof(float), &ok);
+            d->idx_weights = fc_up(f, w->idx_weights, NI * H, sizeof(float), &ok);
+        }
+        d->gate = fc_up(f, w->gate, E * H, sizeof(float), &ok);
+        d->gate_bias = c->hash_moe[l] ? NULL : fc_up(f, w->gate_bias, E, sizeof(float), &ok);
+        d->tid2eid = c->hash_moe[l] ? fc_up(f, w->tid2eid, V * K, sizeof(int32_t), &ok) : NULL;
+        d->exp_gate = fc_up(f, w->exp_gate, E * I * H, sizeof(float), &ok);
+        d->exp_up = fc_up(f, w->exp_up, E * I * H, sizeof(float), &ok);
+        d->exp_down = fc_up(f, w->exp_down, E * H * I, sizeof(float), &ok);
+        d->sh_gate = fc_up(f, w->sh_gate, I * H, sizeof(float), &ok);
+        d->sh_up = fc_up(f, w->sh_up, I * H, sizeof(float), &ok);
+        d->sh_down = fc_up(f, w->sh_down, H * I, sizeof(float), &ok);
+    }
+    return ok;
+}
+
+static bool fc_alloc_workspace(dsv4_fwd_cuda *f)
+{
+    const dsv4_model_config *c = f->c;
+    size_t B = f->max_tokens, N = c->hc_mult, H = c->hidden, D = c->head_dim;
+    size_t mix = (2 + N) * N, QH = (size_t)c->n_heads * D, K = c->top_k, I = c->moe_inter;
+    size_t E = c->n_experts, DI = c->index_dim, NI = c->index_heads, V = c->vocab_size;
+    size_t KI = c->index_topk ? c->index_topk : 1, rows = f->csa_rows ? f->csa_rows : 1;
+    size_t scores = rows * B < FC_SCORE_FLOATS ? rows * B : FC_SCORE_FLOATS;
+    if (scores < rows)
+        scores = rows;
+
+    f->x = fc_dev(f, B * N * H, sizeof(float));
+    f->mixz = fc_dev(f, B * mix, sizeof(float));
+    f->pre = fc_dev(f, B * N, sizeof(float));
+    f->post = fc_dev(f, B * N, sizeof(float));
+    f->comb = fc_dev(f, B * N * N, sizeof(float));
+    f->u = fc_dev(f, B * H, sizeof(float));
+    f->cq = fc_dev(f, B * c->q_lora_rank, sizeof(float));
+    f->q = fc_dev(f, B * QH, sizeof(float));
+    f->kv = fc_dev(f, B * D, sizeof(float));
+    f->kvs = fc_dev(f, B, f->row_bytes);
+    f->kc = fc_dev(f, B * 2 * D, sizeof(float));
+    f->gc = fc_dev(f, B * 2 * D, sizeof(float));
+    f->ikc = fc_dev(f, B * 2 * DI, sizeof(float));
+    f->igc = fc_dev(f, B * 2 * DI, sizeof(float));
+    f->iq = fc_dev(f, B * NI * DI, sizeof(float));
+    f->iw = fc_dev(f, B * NI, sizeof(float));
+    f->ikrows = fc_dev(f, B * DI, sizeof(float));
+    f->ik_stage = fc_dev(f, B, f->ik_page_bytes ? f->ik_page_bytes : 1);
+    f->scores = fc_dev(f, scores, sizeof(float));
+    f->n_rows = fc_dev(f, B, sizeof(uint32_t));
+    f->page_start = fc_dev(f, B, sizeof(uint32_t));
+    f->topk = fc_dev(f, B * KI, sizeof(uint32_t));
+    f->sel = fc_dev(f, B * KI, sizeof(uint32_t));
+    f->nsel = fc_dev(f, B, sizeof(uint32_t));
+    f->o = fc_dev(f, B * QH, sizeof(float));
+    f->z = fc_dev(f, B * c->o_groups * c->o_lora_rank, sizeof(float));
+    f->y = fc_dev(f, B * H, sizeof(float));
+    f->router = fc_dev(f, B * E, sizeof(float));
+    f->rw = fc_dev(f, B * K, sizeof(float));
+    f->rid = fc_dev(f, B * K, sizeof(int32_t));
+    f->off = fc_dev(f, E + 1, sizeof(uint32_t));
+    f->assign = fc_dev(f, B * K, sizeof(uint32_t));
+    f->epos = fc_dev(f, B * K, sizeof(uint32_t));
+    f->sh_g = fc_dev(f, B * I, sizeof(float));
+    f->sh_u = fc_dev(f, B * I, sizeof(float));
+    f->sh_h = fc_dev(f, B * I, sizeof(float));
+    f->sh_o = fc_dev(f, B * H, sizeof(float));
+    f->xe = fc_dev(f, B * K * H, sizeof(float));
+    f->ge = fc_dev(f, B * K * I, sizeof(float));
+    f->ue = fc_dev(f, B * K * I, sizeof(float));
+    f->he = fc_dev(f, B * K * I, sizeof(float));
+    f->eo = fc_dev(f, B * K * H, sizeof(float));
+    f->hu = fc_dev(f, FC_HEAD_ROWS * H, sizeof(float));
+    f->logits = fc_dev(f, FC_HEAD_ROWS * V, sizeof(float));
+    f->desc_words = (size_t)FD_COUNT_ARRAYS * B;
+    f->desc = fc_dev(f, f->desc_words, sizeof(uint32_t));
+
+    f->hdesc = fc_host(f, f->desc_words, sizeof(uint32_t));
+    f->ik_slots = fc_host(f, B, sizeof(dsv4_indexk_slot));
+    f->ik_rows_host = fc_host(f, B * DI, sizeof(float));
+    f->ik_stage_host = fc_host(f, B, f->ik_page_bytes ? f->ik_page_bytes : 1);
+    f->iq_host = fc_host(f, B * NI * DI, sizeof(float));
+    f->iw_host = fc_host(f, B * NI, sizeof(float));
+    f->scores_host = fc_host(f, rows, sizeof(float));
+    f->sel_host = fc_host(f, B * (KI + 1), sizeof(uint32_t));
+    f->logits_host = fc_host(f, FC_HEAD_ROWS * V, sizeof(float));
+    f->head_out = fc_host(f, B, sizeof(float *));
+    f->score_pages = fc_host(f, f->max_context / dsv4_kv_pool_layout(f->pool)->page_tokens + 1,
+                             sizeof(uint32_t));
+    return !f->oom;
+}
+
+dsv4_fwd_cuda *dsv4_fwd_cuda_new(const dsv4_fwd_conf *conf, bool deterministic, char *err,
+                                 size_t errlen)
+{
+    const dsv4_model *m = conf->model;
+    const dsv4_model_config *c = &m->cfg;
+    if (dsv4_fwd_check_model(m, err, errlen) != 0)
+        return NULL;
+    if (c->head_dim > 1024) {
+        snprintf(err, errlen, "forward (cuda): head_dim %u above the kernels' 1024", c->head_dim);
+        return NULL;
+    }
+    dsv4_fwd_cuda *f = calloc(1, sizeof(*f));
+    if (!f) {
+        snprintf(err, errlen, "forward (cuda): out of memory");
+        return NULL;
+    }
+    const dsv4_kv_layout *lay = dsv4_kv_pool_layout(conf->pool);
+    f->m = m;
+    f->c = c;
+    f->pool = conf->pool;
+    f->ik = conf->indexk;
+    f->ik_state = conf->indexk_state;
+    f->geom = (dsv4_indexk_geom){sizeof(f->geom), c->index_dim,
+                                 c->rate_csa ? lay->page_tokens / c->rate_csa : 0};
+    f->ik_page_bytes = fc_has(c, DSV4_LAYER_CSA) ? f->ik->page_bytes(&f->geom) : 0;
+    f->ik_host_score = !DSV4_HAS_FIELD(f->ik, dsv4_indexk_ops, topk_cuda) || !f->ik->score_cuda ||
+                       !f->ik->topk_cuda;
+    f->max_tokens = conf->max_tokens;
+    f->max_context = conf->max_context;
+    f->csa_rows = fc_has(c, DSV4_LAYER_CSA) ? conf->max_context / c->rate_csa : 0;
+    f->kvf = dsv4_kv_rowfmt(c, lay->kv_dtype);
+    f->row_bytes = dsv4_k_row_bytes(&f->kvf);
+    f->dims = (dsv4_cuda_dims){.hidden = c->hidden,
+                               .hc_mult = c->hc_mult,
+                               .hc_iters = c->hc_sinkhorn_iters,
+                               .heads = c->n_heads,
+                               .head_dim = c->head_dim,
+                               .window = c->window,
+                               .rope_main = c->rope_main.dims,
+                               .rope_comp = c->rope_compress.dims,
+                               .index_heads = c->index_heads,
+                               .index_dim = c->index_dim,
+                               .index_topk = c->index_topk,
+                               .eps = (float)c->rms_eps,
+                               .hc_eps = (float)c->hc_eps};
+    if (dsv4_cuda_stream_new(&f->stream) != 0 ||
+        !(f->blas = dsv4_cuda_blas_new(f->stream, deterministic))) {
+        snprintf(err, errlen, "forward (cuda): cannot start a stream and cuBLAS");
+        goto fail;
+    }
+    if (!fc_upload_weights(f) || !fc_alloc_workspace(f)) {
+        snprintf(err, errlen,
+                 "forward (cuda): out of memory (f32 weights and the workspace for %u tokens)",
+                 conf->max_tokens);
+        goto fail;
+    }
+    float *freq = fc_host(f, c->rope_main.dims / 2 + c->rope_compress.dims / 2 + 2, sizeof(float));
+    if (!freq)
+        goto fail_oom;
+    dsv4_rope_params rp = {c->rope_main.theta,
+                           c->rope_main.dims,
+                           c->rope_main.yarn,
+                           c->rope_main.factor,
+                           c->rope_main.original_max_pos,
+                           c->rope_main.beta_fast,
+                           c->rope_main.beta_slow};
+    dsv4_k_rope_freqs(&rp, freq);
+    bool ok = true;
+    f->freq_main = fc_up(f, freq, c->rope_main.dims / 2 + 1, sizeof(float), &ok);
+    rp = (dsv4_rope_params){c->rope_compress.theta,
+                            c->rope_compress.dims,
+                            c->rope_compress.yarn,
+                            c->rope_compress.factor,
+                            c->rope_compress.original_max_pos,
+                            c->rope_compress.beta_fast,
+                            c->rope_compress.beta_slow};
+    dsv4_k_rope_freqs(&rp, freq);
+    f->freq_comp = fc_up(f, freq, c->rope_compress.dims / 2 + 1, sizeof(float), &ok);
+    /* the uploads read host memory until they complete */
+    if (!ok || dsv4_cuda_sync(f->stream) != 0)
+        goto fail_oom;
+    return f;
+
+fail_oom:
+    snprintf(err, errlen, "forward (cuda): cannot upload the weights");
+fail:
+    dsv4_fwd_cuda_free(f);
+    return NULL;
+}
+
+void dsv4_fwd_cuda_free(dsv4_fwd_cuda *f)
+{
+    if (!f)
+        return;
+    if (f->stream)
+        dsv4_cuda_sync(f->stream);
+    for (size_t i = 0; i < f->n_allocs; i++)
+        dsv4_cuda_free(f->allocs[i]);
+    for (size_t i = 0; i < f->n_hallocs; i++)
+        free(f->hallocs[i]);
+    dsv4_cuda_free(f->pages.dev);
+    free(f->pages.host);
+    dsv4_cuda_free(f->host_pages.dev);
+    free(f->host_pages.host);
+    dsv4_cuda_blas_free(f->blas);
+    dsv4_cuda_stream_free(f->stream);
+    free(f);
+}
+
+/* ---- the step's layout -------------------------------------------------------------------- */
+
+/* Fill the host descriptor and page list, upload both, point f->st at the device copies.
+ * Sequences without tokens take no part. */
+static int fc_layout(dsv4_fwd_cuda *f, const dsv4_fwd_seq *seqs, size_t n_seqs)
+{
+    const dsv4_model_config *c = f->c;
+    const dsv4_kv_layout *lay = dsv4_kv_pool_layout(f->pool);
+    size_t B = f->max_tokens;
+    uint32_t *h = f->hdesc, t = 0, ns = 0, np = 0;
+    uint32_t rate = c->rate_csa, rpb = f->geom.rows_per_page;
+    bool csa = fc_has(c, DSV4_LAYER_CSA);
+
+    for (size_t s = 0; s < n_seqs; s++)
+        if (seqs[s].n > 0)
+            np += (seqs[s].start + seqs[s].n + lay->page_tokens - 1) / lay->page_tokens;
+    if (fc_grow_to(&f->pages, (size_t)np * sizeof(uint32_t) + 4, true) != 0)
+        return -ENOMEM;
+    uint32_t *pages = f->pages.host;
+    f->max_valid = f->n_new = f->n_touch = f->n_head = 0;
+    np = 0;
+    for (size_t s = 0; s < n_seqs; s++) {
+        const dsv4_fwd_seq *sq = &seqs[s];
+        if (sq->n == 0)
+            continue;
+        uint32_t sp = (sq->start + sq->n + lay->page_tokens - 1) / lay->page_tokens;
+        h[FD_SLOT * B + ns] = sq->slot;
+        h[FD_START * B + ns] = sq->start;
+        h[FD_COUNT * B + ns] = sq->n;
+        h[FD_FIRST * B + ns] = t;
+        h[FD_POFF * B + ns] = np;
+        memcpy(pages + np, sq->pages, sp * sizeof(uint32_t));
+        for (uint32_t i = 0; i < sq->n; i++, t++) {
+            uint32_t p = sq->start + i;
+            h[FD_TOK * B + t] = (uint32_t)sq->tokens[i];
+            h[FD_POS * B + t] = p;
+            h[FD_TSEQ * B + t] = ns;
+            h[FD_IKOUT * B + t] = UINT32_MAX;
+            if (csa && (p + 1) % rate == 0) {
+                /* token completes index-K row w: its slot, in a staged copy of its page */
+                uint32_t w = p / rate, page = sq->pages[w / rpb];
+                if (f->n_touch == 0 || h[FD_TOUCH * B + f->n_touch - 1] != page)
+                    h[FD_TOUCH * B + f->n_touch++] = page;
+                f->ik_slots[f->n_new] = (dsv4_indexk_slot){f->n_touch - 1, w % rpb};
+                h[FD_IKOUT * B + t] = f->n_new++;
+            }
+            if (csa && (p + 1) / rate > f->max_valid)
+                f->max_valid = (p + 1) / rate;
+            if (sq->logits && sq->logits[i]) {
+                h[FD_HEAD * B + f->n_head] = t;
+                f->head_out[f->n_head++] = sq->logits[i];
+            }
+        }
+        np += sp;
+        ns++;
+    }
+    f->n_seqs = ns;
+    f->n_pages_total = np;
+    uint32_t *d = f->desc;
+    f->st = (dsv4_cuda_step){.n_tok = t,
+                             .n_seqs = ns,
+                             .tok = (const int32_t *)d + FD_TOK * B,
+                             .pos = d + FD_POS * B,
+                             .tseq = d + FD_TSEQ * B,
+                             .slot = d + FD_SLOT * B,
+                             .start = d + FD_START * B,
+                             .count = d + FD_COUNT * B,
+                             .first = d + FD_FIRST * B,
+                             .page_off = d + FD_POFF * B,
+                             .pages = f->pages.dev,
+                             .ik_out = d + FD_IKOUT * B};
+    int rc = dsv4_cuda_copy(f->desc, h, f->desc_words * sizeof(uint32_t), f->stream);
+    if (rc == 0)
+        rc = dsv4_cuda_copy(f->pages.dev, pages, (size_t)np * sizeof(uint32_t), f->stream);
+    return rc;
+}
+
+static dsv4_cuda_kvbuf fc_kvbuf(const dsv4_kv_buffer *b)
+{
+    return (dsv4_cuda_kvbuf){b->base, b->block_bytes, b->row_bytes, b->rows_per_block};
+}
+
+/* ---- index-K through the plugin ------------------------------------------------------------ */
+
+/* The step's completed index-K rows (ikrows) into their pages: the pages they touch are
+ * staged on the host, written by the plugin's store, and copied back. */
+static int fc_ik_store(dsv4_fwd_cuda *f, const dsv4_kv_buffer *ik)
+{
+    size_t pb = f->ik_page_bytes, DI = f->c->index_dim;
+    const uint32_t *touch = f->desc + FD_TOUCH * f->max_tokens;
+    int rc = dsv4_cuda_blocks_copy(f->ik_stage, NULL, ik->base, touch, pb, f->n_touch, f->stream);
+    if (rc == 0)
+        rc = dsv4_cuda_copy(f->ik_stage_host, f->ik_stage, f->n_touch * pb, f->stream);
+    if (rc == 0)
+        rc = dsv4_cuda_copy(f->ik_rows_host, f->ikrows, f->n_new * DI * sizeof(float), f->stream);
+    if (rc == 0)
+        rc = dsv4_cuda_sync(f->stream);
+    if (rc != 0)
+        return rc;
+    rc = f->ik->store(f->ik_state, &f->geom, f->ik_stage_host, f->ik_rows_host, f->ik_slots,
+                      f->n_new);
+    if (rc == 0)
+        rc = dsv4_cuda_copy(f->ik_stage, f->ik_stage_host, f->n_touch * pb, f->stream);
+    if (rc == 0)
+        rc = dsv4_cuda_blocks_copy(ik->base, touch, f->ik_stage, NULL, pb, f->n_touch, f->stream);
+    return rc;
+}
+
+static int fc_cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The selection through the plugin's CPU score on a host copy of the step's index-K pages
+ * (the copy is in the step's page-list order, so page list entry i is staged page i). */
+static int fc_ik_select_host(dsv4_fwd_cuda *f, const dsv4_kv_buffer *ik)
+{
+    const dsv4_model_config *c = f->c;
+    size_t pb = f->ik_page_bytes, NI = c->index_heads, DI = c->index_dim, n = f->st.n_tok;
+    uint32_t KI = c->index_topk, *sel = f->sel_host, *nsel = f->sel_host + n * KI;
+    float scale = (float)(1.0 / sqrt((double)NI * DI));
+    int rc = fc_grow_to(&f->host_pages, (size_t)f->n_pages_total * pb, true);
+    if (rc == 0)
+        rc = dsv4_cuda_blocks_copy(f->host_pages.dev, NULL, ik->base, f->pages.dev, pb,
+                                   f->n_pages_total, f->stream);
+    if (rc == 0)
+        rc =
+            dsv4_cuda_copy(f->host_pages.host, f->host_pages.dev, f->n_pages_total * pb, f->stream);
+    if (rc == 0)
+        rc = dsv4_cuda_copy(f->iq_host, f->iq, n * NI * DI * sizeof(float), f->stream);
+    if (rc == 0)
+        rc = dsv4_cuda_copy(f->iw_host, f->iw, n * NI * sizeof(float), f->stream);
+    if (rc == 0)
+        rc = dsv4_cuda_sync(f->stream);
+    if (rc != 0)
+        return rc;
+    const uint32_t *h = f->hdesc;
+    size_t B = f->max_tokens;
+    for (size_t t = 0; t < n; t++) {
+        uint32_t valid = (h[FD_POS * B + t] + 1) / c->rate_csa, *st = sel + t * KI;
+        if (valid <= KI) {
+            for (uint32_t w = 0; w < valid; w++)
+                st[w] = w;
+            nsel[t] = valid;
+            continue;
+        }
+        /* staged page i holds page list entry i: hand the scorer staging indices */
+        uint32_t off = h[FD_POFF * B + h[FD_TSEQ * B + t]];
+        uint32_t np = (valid + f->geom.rows_per_page - 1) / f->geom.rows_per_page;
+        for (uint32_t i = 0; i < np; i++)
+            f->score_pages[i] = off + i;
+        rc = f->ik->score(f->ik_state, &f->geom, f->host_pages.host, f->score_pages, valid,
+                          f->iq_host + t * NI * DI, f->iw_host + t * NI, (uint32_t)NI, scale,
+                          f->scores_host);
+        if (rc != 0)
+            return rc;
+        dsv4_k_topk(f->scores_host, valid, KI, st);
+        qsort(st, KI, sizeof(uint32_t), fc_cmp_u32);
+        nsel[t] = KI;
+    }
+    rc = dsv4_cuda_copy(f->sel, sel, n * KI * sizeof(uint32_t), f->stream);
+    if (rc == 0)
+        rc = dsv4_cuda_copy(f->nsel, nsel, n * sizeof(uint32_t), f->stream);
+    return rc;
+}
+
+/* The selection through the plugin's CUDA scorer and top-k, in chunks of queries that fit
+ * the score buffer. -ENOTSUP when the plugin's kernels do not take this shape. */
+static int fc_ik_select_cuda(dsv4_fwd_cuda *f, const dsv4_kv_buffer *ik)
+{
+    const dsv4_model_config *c = f->c;
+    uint32_t n = f->st.n_tok, NI = c->index_heads, DI = c->index_dim, KI = c->index_topk;
+    uint32_t rows = f->max_valid, chunk = FC_SCORE_FLOATS / rows;
+    float scale = (float)(1.0 / sqrt((double)NI * DI));
+    if (chunk == 0)
+        chunk = 1;
+    if (chunk > 65535)
+        chunk = 65535;
+    if (chunk > n)
+        chunk = n;
+    int rc =
+        dsv4_cuda_index_rows(&f->dims, &f->st, c->rate_csa, f->n_rows, f->page_start, f->stream);
+    for (uint32_t t0 = 0; rc == 0 && t0 < n; t0 += chunk) {
+        uint32_t q = n - t0 < chunk ? n - t0 : chunk;
+        rc = f->ik->score_cuda(f->ik_state, &f->geom, ik->base, f->pages.dev, f->page_start + t0,
+                               f->n_rows + t0, q, rows, f->iq + (size_t)t0 * NI * DI,
+                               f->iw + (size_t)t0 * NI, NI, scale, f->scores, f->stream);
+        if (rc == 0)
+            rc = f->ik->topk_cuda(f->ik_state, f->scores, f->n_rows + t0, q, rows, KI,
+                                  f->topk + (size_t)t0 * KI, f->stream);
+    }
+    if (rc == 0)
+        rc = dsv4_cuda_index_select(&f->dims, &f->st, c->rate_csa, f->topk, f->sel, f->nsel,
+                                    f->stream);
+    return rc;
+}
+
+static int fc_ik_select(dsv4_fwd_cuda *f, const dsv4_kv_buffer *ik)
+{
+    const dsv4_model_config *c = f->c;
+    if (f->max_valid <= c->index_topk) /* nobody chooses: every visible row */
+        return dsv4_cuda_index_select(&f->dims, &f->st, c->rate_csa, f->topk, f->sel, f->nsel,
+                                      f->stream);
+    if (!f->ik_host_score) {
+        int rc = fc_ik_select_cuda(f, ik);
+        if (rc != -ENOTSUP)
+            return rc;
+        f->ik_host_score = true;
+        dsv4_log(DSV4_LOG_INFO, "forward",
+                 "indexk/%s: its CUDA scorer does not take index_head_dim %u with %u heads; "
+                 "scoring on the host",
+                 dsv4_kv_pool_layout(f->pool)->indexk, c->index_dim, c->index_heads);
+    }
+    return fc_ik_select_host(f, ik);
+}
+
+/* ---- layers ------------------------------------------------------------------------------- */
+
+static int fc_hc_pre(dsv4_fwd_cuda *f, const float *fn, const float *base, const float *scale,
+                     const float *norm)
+{
+    size_t N = f->c->hc_mult, NH = N * f->c->hidden, mix = (2 + N) * N, n = f->st.n_tok;
+    int rc = dsv4_cuda_linear(f->blas, fn, mix, NH, f->x, NH, n, f->mixz, mix);
+    if (rc == 0)
+        rc = dsv4_cuda_hc_pre(&f->dims, (uint32_t)n, f->x, f->mixz, base, scale, norm, f->pre,
+                              f->post, f->comb, f->u, f->stream);
+    return rc;
+}
+
+static int fc_attention(dsv4_fwd_cuda *f, uint32_t layer, const dsv4_kv_layer_view *v)
+{
+    const dsv4_model_config *c = f->c;
+    const fc_layer *w = &f->L[layer];
+    size_t n = f->st.n_tok, H = c->hidden, D = c->head_dim, qr = c->q_lora_rank;
+    size_t QH = (size_t)c->n_heads * D, G = c->o_groups, orr = c->o_lora_rank, gin = QH / G;
+    size_t DI = c->index_dim, NI = c->index_heads;
+    uint8_t kind = c->layer_kind[layer];
+    bool csa = kind == DSV4_LAYER_CSA;
+    const float *freq = kind == DSV4_LAYER_SLIDING ? f->freq_main : f->freq_comp;
+    uint32_t rope = kind == DSV4_LAYER_SLIDING ? c->rope_main.dims : c->rope_compress.dims;
+    dsv4_cuda_blas *b = f->blas;
+    void *s = f->stream;
+    int rc = dsv4_cuda_linear(b, w->wq_a, qr, H, f->u, H, n, f->cq, qr);
+    if (rc == 0)
+        rc = dsv4_cuda_rmsnorm_rows((uint32_t)n, (uint32_t)qr, f->cq, w->q_norm, f->dims.eps, s);
+    if (rc == 0)
+        rc = dsv4_cuda_linear(b, w->wq_b, QH, qr, f->cq, qr, n, f->q, QH);
+    if (rc == 0)
+        rc = dsv4_cuda_linear(b, w->wkv, D, H, f->u, H, n, f->kv, D);
+    if (rc == 0)
+        rc =
+            dsv4_cuda_qkv(&f->dims, &f->st, f->q, f->kv, w->kv_norm, freq, rope, f->kvf, f->kvs, s);
+    if (rc != 0)
+        return rc;
+
+    dsv4_cuda_kvbuf win = fc_kvbuf(v->buf[DSV4_BUF_WINDOW]), rows = {0}, *rows_p = NULL;
+    if (kind != DSV4_LAYER_SLIDING) {
+        size_t cw = (csa ? 2 : 1) * D;
+        uint32_t rate = csa ? c->rate_csa : c->rate_hca;
+        dsv4_cuda_kvbuf carry = fc_kvbuf(v->buf[csa ? DSV4_BUF_CSA_CARRY : DSV4_BUF_HCA_CARRY]);
+        rows = fc_kvbuf(v->buf[csa ? DSV4_BUF_CSA_KV : DSV4_BUF_HCA_KV]);
+        rows_p = &rows;
+        rc = dsv4_cuda_linear(b, w->c_wkv, cw, H, f->u, H, n, f->kc, cw);
+        if (rc == 0)
+            rc = dsv4_cuda_linear(b, w->c_wgate, cw, H, f->u, H, n, f->gc, cw);
+        if (rc == 0)
+            rc =
+                dsv4_cuda_compress(&f->dims, &f->st, csa, rate, (uint32_t)D, f->kc, f->gc, w->c_ape,
+                                   w->c_norm, f->freq_comp, &carry, &rows, f->kvf, NULL, s);
+        if (rc != 0)
+            return rc;
+    }
+    if (csa) {
+        const dsv4_kv_buffer *ik = v->buf[DSV4_BUF_INDEXK];
+        dsv4_cuda_kvbuf icarry = fc_kvbuf(v->buf[DSV4_BUF_INDEX_CARRY]);
+        rc = dsv4_cuda_linear(b, w->i_wkv, 2 * DI, H, f->u, H, n, f->ikc, 2 * DI);
+        if (rc == 0)
+            rc = dsv4_cuda_linear(b, w->i_wgate, 2 * DI, H, f->u, H, n, f->igc, 2 * DI);
+        if (rc == 0)
+            rc = dsv4_cuda_linear(b, w->idx_wq_b, NI * DI, qr, f->cq, qr, n, f->iq, NI * DI);
+        if (rc == 0)
+            rc = dsv4_cuda_linear(b, w->idx_weights, NI, H, f->u, H, n, f->iw, NI);
+        if (rc == 0)
+            rc = dsv4_cuda_compress(&f->dims, &f->st, true, c->rate_csa, (uint32_t)DI, f->ikc,
+                                    f->igc, w->i_ape, w->i_norm, f->freq_comp, &icarry, NULL,
+                                    f->kvf, f->ikrows, s);
+        if (rc == 0 && f->n_new > 0)
+            rc = fc_ik_store(f, ik);
+        if (rc == 0)
+            rc = dsv4_cuda_index_rope(&f->dims, &f->st, f->iq, f->freq_comp, s);
+        if (rc == 0)
+            rc = fc_ik_select(f, ik);
+        if (rc != 0)
+            return rc;
+    }
+    rc = dsv4_cuda_attend(&f->dims, &f->st, f->q, f->kvs, &win, rows_p,
+                          kind == DSV4_LAYER_HCA ? c->rate_hca : 0, f->sel, f->nsel, w->sinks, freq,
+                          rope, f->kvf, f->o, s);
+    /* the step's rows join the window rings only now (forward.c's file comment) */
+    if (rc == 0)
+        rc = dsv4_cuda_ring_write(&f->dims, &f->st, f->kvs, &win, s);
+    for (size_t g = 0; rc == 0 && g < G; g++)
+        rc = dsv4_cuda_linear(b, w->wo_a + g * orr * gin, orr, gin, f->o + g * gin, QH, n,
+                              f->z + g * orr, G * orr);
+    if (rc == 0)
+        rc = dsv4_cuda_linear(b, w->wo_b, H, G * orr, f->z, G * orr, n, f->y, H);
+    return rc;
+}
+
+static dsv4_k_scoring fc_scoring(dsv4_scoring s)
+{
+    switch (s) {
+    case DSV4_SCORE_SIGMOID: return DSV4_K_SIGMOID;
+    case DSV4_SCORE_SOFTMAX: return DSV4_K_SOFTMAX;
+    case DSV4_SCORE_SQRTSOFTPLUS: break;
+    }
+    return DSV4_K_SQRTSOFTPLUS;
+}
+
+static int fc_moe(dsv4_fwd_cuda *f, uint32_t layer)
+{
+    const dsv4_model_config *c = f->c;
+    const fc_layer *w = &f->L[layer];
+    size_t n = f->st.n_tok, H = c->hidden, E = c->n_experts, K = c->top_k, I = c->moe_inter;
+    float limit = (float)c->swiglu_limit;
+    dsv4_k_act act = c->act == DSV4_ACT_GELU ? DSV4_K_GELU : DSV4_K_SILU;
+    dsv4_cuda_blas *b = f->blas;
+    void *s = f->stream;
+    uint32_t pairs = (uint32_t)(n * K);
+
+    int rc = dsv4_cuda_linear(b, w->gate, E, H, f->u, H, n, f->router, E);
+    if (rc == 0)
+        rc = dsv4_cuda_route(&f->st, f->router, w->gate_bias, w->tid2eid, (uint32_t)E, (uint32_t)K,
+                             fc_scoring(c->scoring), (float)c->routed_scale, f->rid, f->rw, f->off,
+                             f->assign, f->epos, s);
+    /* the shared expert */
+    if (rc == 0)
+        rc = dsv4_cuda_linear(b, w->sh_gate, I, H, f->u, H, n, f->sh_g, I);
+    if (rc == 0)
+        rc = dsv4_cuda_linear(b, w->sh_up, I, H, f->u, H, n, f->sh_u, I);
+    if (rc == 0)
+        rc = dsv4_cuda_swiglu(n * I, f->sh_g, f->sh_u, limit, act, f->sh_h, s);
+    if (rc == 0)
+        rc = dsv4_cuda_linear(b, w->sh_down, H, I, f->sh_h, I, n, f->sh_o, H);
+    /* the routed experts over their grouped rows */
+    if (rc == 0)
+        rc = dsv4_cuda_moe_gather((uint32_t)n, (uint32_t)K, (uint32_t)H, f->u, f->assign, f->xe, s);
+    if (rc == 0)
+        rc = dsv4_cuda_linear_grouped(b, w->exp_gate, I, H, f->xe, H, f->off, (uint32_t)E, pairs,
+                                      f->ge, I);
+    if (rc == 0)
+        rc = dsv4_cuda_linear_grouped(b, w->exp_up, I, H, f->xe, H, f->off, (uint32_t)E, pairs,
+                                      f->ue, I);
+    if (rc == 0)
+        rc = dsv4_cuda_swiglu((size_t)pairs * I, f->ge, f->ue, limit, act, f->he, s);
+    if (rc == 0)
+        rc = dsv4_cuda_linear_grouped(b, w->exp_down, H, I, f->he, I, f->off, (uint32_t)E, pairs,
+                                      f->eo, H);
+    if (rc == 0)
+        rc = dsv4_cuda_moe_combine((uint32_t)n, (uint32_t)K, (uint32_t)H, f->rw, f->epos, f->eo,
+                                   f->sh_o, f->y, s);
+    return rc;
+}
+
+/* Logits of the rows that want them, FC_HEAD_ROWS at a time, copied out to the caller. */
+static int fc_head(dsv4_fwd_cuda *f)
+{
+    const dsv4_model_config *c = f->c;
+    size_t V = c->vocab_size, H = c->hidden;
+    const uint32_t *rows = f->desc + FD_HEAD * f->max_tokens;
+    int rc = 0;
+    for (uint32_t first = 0; rc == 0 && first < f->n_head; first += FC_HEAD_ROWS) {
+        uint32_t n = f->n_head - first < FC_HEAD_ROWS ? f->n_head - first : FC_HEAD_ROWS;
+        rc = dsv4_cuda_hc_head(&f->dims, n, rows + first, f->x, f->hch_fn, f->hch_base,
+                               f->m->hc_head.scale[0], f->norm, f->hu, f->stream);
+        if (rc == 0)
+            rc = dsv4_cuda_linear(f->blas, f->head, V, H, f->hu, H, n, f->logits, V);
+        if (rc == 0)
+            rc = dsv4_cuda_copy(f->logits_host, f->logits, n * V * sizeof(float), f->stream);
+        if (rc == 0)
+            rc = dsv4_cuda_sync(f->stream);
+        for (uint32_t i = 0; rc == 0 && i < n; i++)
+            memcpy(f->head_out[first + i], f->logits_host + i * V, V * sizeof(float));
+    }
+    return rc;
+}
+
+int dsv4_fwd_cuda_step(dsv4_fwd_cuda *f, const dsv4_fwd_seq *seqs, size_t n_seqs)
+{
+    const dsv4_model_config *c = f->c;
+    uint32_t t = 0;
+    for (size_t s = 0; s < n_seqs; s++) {
+        if (seqs[s].n > f->max_tokens - t || seqs[s].start + seqs[s].n > f->max_context)
+            return -EINVAL;
+        for (uint32_t i = 0; i < seqs[s].n; i++)
+            if (seqs[s].tokens[i] < 0 || (uint32_t)seqs[s].tokens[i] >= c->vocab_size)
+                return -EINVAL;
+        t += seqs[s].n;
+    }
+    if (t == 0)
+        return 0;
+    int rc = fc_layout(f, seqs, n_seqs);
+    if (rc == 0)
+        rc = dsv4_cuda_embed(&f->dims, &f->st, f->embed, f->x, f->stream);
+    for (uint32_t l = 0; rc == 0 && l < c->n_layers; l++) {
+        const fc_layer *w = &f->L[l];
+        dsv4_kv_layer_view view;
+        if ((rc = dsv4_kv_pool_layer(f->pool, l, &view)) != 0)
+            break;
+        rc = fc_hc_pre(f, w->hc_attn_fn, w->hc_attn_base, w->hc_attn_scale, w->attn_norm);
+        if (rc == 0)
+            rc = fc_attention(f, l, &view);
+        if (rc == 0)
+            rc = dsv4_cuda_hc_post(&f->dims, t, f->x, f->y, f->post, f->comb, f->stream);
+        if (rc == 0)
+            rc = fc_hc_pre(f, w->hc_ffn_fn, w->hc_ffn_base, w->hc_ffn_scale, w->ffn_norm);
+        if (rc == 0)
+            rc = fc_moe(f, l);
+        if (rc == 0)
+            rc = dsv4_cuda_hc_post(&f->dims, t, f->x, f->y, f->post, f->comb, f->stream);
+    }
+    if (rc == 0)
+        rc = fc_head(f);
+    /* a step ends with its KV written, whatever failed: the caller may free the pages */
+    int sync = dsv4_cuda_sync(f->stream);
+    return rc != 0 ? rc : sync;
+}

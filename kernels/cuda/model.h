@@ -1,0 +1,177 @@
+/* model.h: the C ABI of the CUDA forward (core/engine/forward_cuda.c): device memory and
+ * streams, the linear layers, and the per-token kernels of the DeepSeek-V4 graph
+ * (reference/dsv4-model-spec.md §3), each the device twin of a CPU kernel of kernels.h.
+ *
+ * Plain C types only, as in cuda_kernels.h: *_dev pointers are device memory, stream is a
+ * cudaStream_t passed as void *. Kernel calls only queue work and return 0 or a negative
+ * errno (-EINVAL bad arguments, -ENODEV no device, -ENOMEM, -EIO a refused launch).
+ *
+ * Determinism: every output element is computed by one thread or one thread block with a
+ * reduction order fixed by the kernel and the model's shapes alone, never by the number
+ * of tokens in the step; so are the linear layers in deterministic mode. Fast mode hands
+ * dense linear layers to cuBLAS, whose choice of kernel may follow the batch size.
+ */
+#ifndef DSV4_KERNELS_CUDA_MODEL_H
+#define DSV4_KERNELS_CUDA_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* inside the C linkage block: kernels.h declares C functions without one of its own */
+#include "kernels/kernels.h"
+
+/* ---- devices, memory, streams (model_mem.cu) --------------------------------------------- */
+/* Make device `ordinal` (-1 = the first) current for the calling thread and write its name.
+ * 0, -ENODEV when no device answers or the ordinal does not exist. */
+int dsv4_cuda_device_use(int ordinal, char *name, size_t namelen);
+/* Zeroed device memory on the current device; NULL when it cannot be had. */
+void *dsv4_cuda_alloc(size_t bytes);
+void dsv4_cuda_free(void *dev);
+int dsv4_cuda_stream_new(void **stream_p);
+void dsv4_cuda_stream_free(void *stream);
+/* Queue a copy of n bytes between any two of host and device memory. */
+int dsv4_cuda_copy(void *dst, const void *src, size_t n, void *stream);
+/* Wait for everything queued on stream. */
+int dsv4_cuda_sync(void *stream);
+/* Block dst_ids[i] (i when dst_ids_dev is NULL) of dst = block src_ids[i] (i when NULL) of
+ * src, for i < n, blocks of block_bytes bytes; one launch. */
+int dsv4_cuda_blocks_copy(uint8_t *dst_dev, const uint32_t *dst_ids_dev, const uint8_t *src_dev,
+                          const uint32_t *src_ids_dev, size_t block_bytes, uint32_t n,
+                          void *stream);
+
+/* ---- linear layers (model_gemm.cu) ------------------------------------------------------- */
+typedef struct dsv4_cuda_blas dsv4_cuda_blas;
+/* A cuBLAS handle on stream; deterministic selects the batch-invariant kernel for every
+ * linear layer. NULL when cuBLAS cannot start. */
+dsv4_cuda_blas *dsv4_cuda_blas_new(void *stream, bool deterministic);
+void dsv4_cuda_blas_free(dsv4_cuda_blas *blas);
+/* Y[t][o] = sum_i W[o][i] X[t][i] for t < n, o < out (strides in elements). */
+int dsv4_cuda_linear(dsv4_cuda_blas *blas, const float *w_dev, size_t out, size_t in,
+                     const float *x_dev, size_t x_stride, size_t n, float *y_dev, size_t y_stride);
+/* The same for groups: rows [off[g], off[g + 1]) of X use W + g * out * in, g < groups.
+ * off_dev has groups + 1 entries; max_rows bounds every group's row count. Always the
+ * batch-invariant kernel (the row counts live on the device). */
+int dsv4_cuda_linear_grouped(dsv4_cuda_blas *blas, const float *w_dev, size_t out, size_t in,
+                             const float *x_dev, size_t x_stride, const uint32_t *off_dev,
+                             uint32_t groups, uint32_t max_rows, float *y_dev, size_t y_stride);
+
+/* ---- the step's layout on the device (model_attn.cu, model_ffn.cu) ----------------------- */
+/* Per token and per sequence arrays of one step, uploaded once per step. */
+typedef struct dsv4_cuda_step {
+    uint32_t n_tok, n_seqs;
+    const int32_t *tok;       /* [n_tok] token ids */
+    const uint32_t *pos;      /* [n_tok] positions */
+    const uint32_t *tseq;     /* [n_tok] sequence of each token */
+    const uint32_t *slot;     /* [n_seqs] state slots */
+    const uint32_t *start;    /* [n_seqs] first position of the step */
+    const uint32_t *count;    /* [n_seqs] tokens in the step */
+    const uint32_t *first;    /* [n_seqs] first token index */
+    const uint32_t *page_off; /* [n_seqs] where the sequence's pages start in pages */
+    const uint32_t *pages;    /* every sequence's pages, concatenated */
+    const uint32_t *ik_out;   /* [n_tok] compact index-K output row of a token that
+                                 completes a CSA window, else UINT32_MAX */
+} dsv4_cuda_step;
+
+/* Model constants the per-token kernels share. */
+typedef struct dsv4_cuda_dims {
+    uint32_t hidden, hc_mult, hc_iters, heads, head_dim, window, rope_main, rope_comp;
+    uint32_t index_heads, index_dim, index_topk;
+    float eps, hc_eps;
+} dsv4_cuda_dims;
+
+/* Where a layer's KV lives: rows in fmt, blocks as in dsv4_kv_buffer. */
+typedef struct dsv4_cuda_kvbuf {
+    uint8_t *base;
+    size_t block_bytes, row_bytes;
+    uint32_t rows_per_block;
+} dsv4_cuda_kvbuf;
+
+/* ---- embedding, mHC, norms (model_ffn.cu) ------------------------------------------------- */
+/* x[t][j] = embed[tok[t]] for every stream j < hc_mult. */
+int dsv4_cuda_embed(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, const float *embed_dev,
+                    float *x_dev, void *stream);
+/* From mixz[t] = fn . X[t] (unscaled): pre, post, comb (dsv4_k_hc_mix), then
+ * u[t] = rmsnorm(sum_j pre_j X[t][j]) * norm. */
+int dsv4_cuda_hc_pre(const dsv4_cuda_dims *d, uint32_t n, const float *x_dev, float *mixz_dev,
+                     const float *base_dev, const float *scale_dev, const float *norm_dev,
+                     float *pre_dev, float *post_dev, float *comb_dev, float *u_dev, void *stream);
+/* X[t] <- post[t] y[t] + comb[t]^T X[t] (dsv4_k_hc_expand). */
+int dsv4_cuda_hc_post(const dsv4_cuda_dims *d, uint32_t n, float *x_dev, const float *y_dev,
+                      const float *post_dev, const float *comb_dev, void *stream);
+/* The head's collapse of rows rows[i] of X: u[i] = rmsnorm(sum_j pre_j X[j]) * norm with
+ * pre from fn (dsv4_k_hc_head_pre), for i < n. */
+int dsv4_cuda_hc_head(const dsv4_cuda_dims *d, uint32_t n, const uint32_t *rows_dev,
+                      const float *x_dev, const float *fn_dev, const float *base_dev, float scale,
+                      const float *norm_dev, float *u_dev, void *stream);
+/* x[t] <- rmsnorm(x[t]) (* w when w_dev is not NULL) for n rows of len values. */
+int dsv4_cuda_rmsnorm_rows(uint32_t n, uint32_t len, float *x_dev, const float *w_dev, float eps,
+                           void *stream);
+
+/* ---- attention (model_attn.cu) ------------------------------------------------------------ */
+/* Per token: every head of q unweighted-normed and rotated at pos; kv normed with kv_norm,
+ * rotated, and stored in fmt at kvs[t]. rope = the layer's rotary dims, freq its table. */
+int dsv4_cuda_qkv(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, float *q_dev, float *kv_dev,
+                  const float *kv_norm_dev, const float *freq_dev, uint32_t rope, dsv4_k_rowfmt fmt,
+                  uint8_t *kvs_dev, void *stream);
+/* One compressor over every token of the step, sequence by sequence (spec §3.4-3.5, the
+ * carry of dsv4_kv_carry): k, g are [n_tok][c * dim] (c = 2 with overlap). A completed
+ * window's row goes to the paged buffer rows in fmt (rows != NULL), or as floats to
+ * out_rows[ik_out[t]] (the index-K compressor). */
+int dsv4_cuda_compress(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, bool overlap,
+                       uint32_t rate, uint32_t dim, const float *k_dev, const float *g_dev,
+                       const float *ape_dev, const float *norm_dev, const float *freq_dev,
+                       const dsv4_cuda_kvbuf *carry, const dsv4_cuda_kvbuf *rows, dsv4_k_rowfmt fmt,
+                       float *out_rows_dev, void *stream);
+/* Rotate the trailing rope_comp dims of every index head of iq[t] at pos[t]. */
+int dsv4_cuda_index_rope(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, float *iq_dev,
+                         const float *freq_dev, void *stream);
+/* Index-K rows per token for the scorer: n_rows[t] = (pos + 1) / rate when that exceeds
+ * index_topk (the token must choose), else 0; page_start[t] = its sequence's page_off. */
+int dsv4_cuda_index_rows(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, uint32_t rate,
+                         uint32_t *n_rows_dev, uint32_t *page_start_dev, void *stream);
+/* sel[t] = the rows token t attends to, ascending, nsel[t] of them: every visible row when
+ * there are at most index_topk, else the top-k of topk[t] (as topk_cuda ranks them). */
+int dsv4_cuda_index_select(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, uint32_t rate,
+                           const uint32_t *topk_dev, uint32_t *sel_dev, uint32_t *nsel_dev,
+                           void *stream);
+/* Attention of every (token, head) with the sink over the window rows (this step's fresh
+ * rows from kvs, older ones from the ring in win) and the compressed rows (rows: all
+ * visible HCA rows when rate_hca, else the CSA rows sel[t][0..nsel[t]); neither when rows
+ * is NULL), then the inverse rotation of the output. */
+int dsv4_cuda_attend(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, const float *q_dev,
+                     const uint8_t *kvs_dev, const dsv4_cuda_kvbuf *win,
+                     const dsv4_cuda_kvbuf *rows, uint32_t rate_hca, const uint32_t *sel_dev,
+                     const uint32_t *nsel_dev, const float *sinks_dev, const float *freq_dev,
+                     uint32_t rope, dsv4_k_rowfmt fmt, float *o_dev, void *stream);
+/* The step's rows join the window rings (the last window of each sequence only). */
+int dsv4_cuda_ring_write(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, const uint8_t *kvs_dev,
+                         const dsv4_cuda_kvbuf *win, void *stream);
+
+/* ---- MoE (model_ffn.cu) ------------------------------------------------------------------- */
+/* dsv4_k_route for every token (hash ids from tid2eid[tok[t]] when tid2eid_dev is not
+ * NULL), then the (token, choice) pairs grouped by expert: off[e] the first row of expert
+ * e (E + 1 entries), assign[j] the pair of row j, epos[i] the row of pair i. */
+int dsv4_cuda_route(const dsv4_cuda_step *s, const float *logits_dev, const float *bias_dev,
+                    const int32_t *tid2eid_dev, uint32_t n_experts, uint32_t k,
+                    dsv4_k_scoring scoring, float routed_scale, int32_t *ids_dev, float *w_dev,
+                    uint32_t *off_dev, uint32_t *assign_dev, uint32_t *epos_dev, void *stream);
+/* xe[j] = u[assign[j] / k] for j < n * k. */
+int dsv4_cuda_moe_gather(uint32_t n, uint32_t k, uint32_t hidden, const float *u_dev,
+                         const uint32_t *assign_dev, float *xe_dev, void *stream);
+/* h = act(min(g, limit)) * clamp(u, -limit, limit) over n values (dsv4_k_swiglu). */
+int dsv4_cuda_swiglu(size_t n, const float *g_dev, const float *u_dev, float limit, dsv4_k_act act,
+                     float *h_dev, void *stream);
+/* y[t] = sum_i w[t][i] eo[epos[t k + i]] (i ascending) + sh[t]. */
+int dsv4_cuda_moe_combine(uint32_t n, uint32_t k, uint32_t hidden, const float *w_dev,
+                          const uint32_t *epos_dev, const float *eo_dev, const float *sh_dev,
+                          float *y_dev, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DSV4_KERNELS_CUDA_MODEL_H */
