@@ -309,8 +309,14 @@ dsv4_fwd_cuda *dsv4_fwd_cuda_new(const dsv4_fwd_conf *conf, bool deterministic, 
     const dsv4_model_config *c = &m->cfg;
     if (dsv4_fwd_check_model(m, err, errlen) != 0)
         return NULL;
-    if (c->head_dim > 1024) {
-        snprintf(err, errlen, "forward (cuda): head_dim %u above the kernels' 1024", c->head_dim);
+    const dsv4_kv_layout *lay = dsv4_kv_pool_layout(conf->pool);
+    dsv4_k_rowfmt kvf = dsv4_kv_rowfmt(c, lay->kv_dtype);
+    /* the kernels keep a head in registers and store rows as whole 32-bit words */
+    if (c->head_dim > 1024 || dsv4_k_row_bytes(&kvf) % 4 != 0) {
+        snprintf(err, errlen,
+                 "forward (cuda): head_dim %u not taken (at most 1024, and rows of a whole number "
+                 "of 32-bit words)",
+                 c->head_dim);
         return NULL;
     }
     dsv4_fwd_cuda *f = calloc(1, sizeof(*f));
@@ -318,7 +324,6 @@ dsv4_fwd_cuda *dsv4_fwd_cuda_new(const dsv4_fwd_conf *conf, bool deterministic, 
         snprintf(err, errlen, "forward (cuda): out of memory");
         return NULL;
     }
-    const dsv4_kv_layout *lay = dsv4_kv_pool_layout(conf->pool);
     f->m = m;
     f->c = c;
     f->pool = conf->pool;
@@ -332,7 +337,7 @@ dsv4_fwd_cuda *dsv4_fwd_cuda_new(const dsv4_fwd_conf *conf, bool deterministic, 
     f->max_tokens = conf->max_tokens;
     f->max_context = conf->max_context;
     f->csa_rows = fc_has(c, DSV4_LAYER_CSA) ? conf->max_context / c->rate_csa : 0;
-    f->kvf = dsv4_kv_rowfmt(c, lay->kv_dtype);
+    f->kvf = kvf;
     f->row_bytes = dsv4_k_row_bytes(&f->kvf);
     f->dims = (dsv4_cuda_dims){.hidden = c->hidden,
                                .hc_mult = c->hc_mult,

@@ -56,16 +56,10 @@ __device__ static inline void dsv4_rope_pair(float *x, const float *freq, uint32
     x[2 * i + 1] = a * s + b * c;
 }
 
-/* bf16 halves are read and written as 16-bit words (rows keep them 2-byte aligned), with
- * the conversion intrinsics' own bit casts. */
+/* A bf16 half of a row (rows keep them 2-byte aligned), through the intrinsics' bit casts. */
 __device__ static inline float dsv4_bf16_load(const uint8_t *p)
 {
     return __bfloat162float(__ushort_as_bfloat16(*(const uint16_t *)p));
-}
-
-__device__ static inline void dsv4_bf16_store(uint8_t *p, float v)
-{
-    *(uint16_t *)p = __bfloat16_as_ushort(__float2bfloat16_rn(v));
 }
 
 /* Value d of a stored row. */
@@ -97,35 +91,53 @@ __device__ static inline int dsv4_fp8_block_exp(const float *x)
     return e < -127 ? -127 : e > 127 ? 127 : e;
 }
 
-/* Store the row v (dims floats, readable by every thread) in f at dst; the block's threads
- * share the work, the caller synchronises before the row is read back. */
+/* Byte i of row v encoded in f (bf16, or fp8 with the block exponents exps). */
+__device__ static inline uint32_t dsv4_row_byte(const float *v, dsv4_k_rowfmt f, const int *exps,
+                                                uint32_t i)
+{
+    if (f.dtype == DSV4_K_BF16) {
+        uint32_t h = __bfloat16_as_ushort(__float2bfloat16_rn(v[i / 2]));
+        return i % 2 ? h >> 8 : h & 0xffu;
+    }
+    uint32_t nope = f.dims - f.rope, nb = nope / DSV4_K_FP8_BLOCK;
+    if (i < nope) /* scaling by a power of two is exact, so the only rounding is e4m3's */
+        return __nv_cvt_float_to_fp8(ldexpf(v[i], -exps[i / DSV4_K_FP8_BLOCK]), __NV_SATFINITE,
+                                     __NV_E4M3);
+    if (i < nope + 2 * f.rope) {
+        uint32_t k = i - nope, h = __bfloat16_as_ushort(__float2bfloat16_rn(v[nope + k / 2]));
+        return k % 2 ? h >> 8 : h & 0xffu;
+    }
+    if (i < nope + 2 * f.rope + nb)
+        return (uint32_t)(exps[i - nope - 2 * f.rope] + 127);
+    return 0;
+}
+
+/* Store the row v (dims floats, readable by every thread) in f at dst (4-byte aligned, as
+ * every row is: row sizes are multiples of 4). Every thread of the block calls it. Each
+ * 32-bit word of the row is assembled and written by one thread, so no two threads ever
+ * store into the same word; the caller synchronises before the row is read back. */
+#define DSV4_ROW_MAX_BLOCKS 16 /* fp8 scale blocks of a 1024-dim row */
 __device__ static inline void dsv4_row_store_block(uint8_t *dst, const float *v, dsv4_k_rowfmt f,
                                                    size_t row_bytes)
 {
+    __shared__ int exps[DSV4_ROW_MAX_BLOCKS];
     if (f.dtype == DSV4_K_F32) {
         for (uint32_t d = threadIdx.x; d < f.dims; d += blockDim.x)
             ((float *)dst)[d] = v[d];
         return;
     }
-    if (f.dtype == DSV4_K_BF16) {
-        for (uint32_t d = threadIdx.x; d < f.dims; d += blockDim.x)
-            dsv4_bf16_store(dst + 2 * (size_t)d, v[d]);
-        return;
+    if (f.dtype == DSV4_K_FP8) {
+        uint32_t nb = (f.dims - f.rope) / DSV4_K_FP8_BLOCK;
+        for (uint32_t b = threadIdx.x; b < nb && b < DSV4_ROW_MAX_BLOCKS; b += blockDim.x)
+            exps[b] = dsv4_fp8_block_exp(v + b * DSV4_K_FP8_BLOCK);
+        __syncthreads();
     }
-    uint32_t nope = f.dims - f.rope, nb = nope / DSV4_K_FP8_BLOCK;
-    for (uint32_t b = threadIdx.x; b < nb; b += blockDim.x) {
-        const float *x = v + b * DSV4_K_FP8_BLOCK;
-        int e = dsv4_fp8_block_exp(x);
-        dst[nope + 2 * f.rope + b] = (uint8_t)(e + 127);
-        /* scaling by a power of two is exact, so the only rounding is e4m3's */
-        for (int i = 0; i < DSV4_K_FP8_BLOCK; i++)
-            dst[b * DSV4_K_FP8_BLOCK + i] =
-                (uint8_t)__nv_cvt_float_to_fp8(ldexpf(x[i], -e), __NV_SATFINITE, __NV_E4M3);
+    for (uint32_t w = threadIdx.x; w < row_bytes / 4; w += blockDim.x) {
+        uint32_t word = 0;
+        for (uint32_t j = 0; j < 4; j++)
+            word |= dsv4_row_byte(v, f, exps, 4 * w + j) << (8 * j);
+        ((uint32_t *)dst)[w] = word;
     }
-    for (uint32_t i = threadIdx.x; i < f.rope; i += blockDim.x)
-        dsv4_bf16_store(dst + nope + 2 * (size_t)i, v[nope + i]);
-    for (size_t i = nope + 2 * (size_t)f.rope + nb + threadIdx.x; i < row_bytes; i += blockDim.x)
-        dst[i] = 0;
 }
 
 #endif
