@@ -28,6 +28,10 @@ tests_unit_t_engine_sampling_seeded_LDADD = $(TEST_CORE_LIBS) -lm
 tests_unit_t_engine_pool_returns_to_baseline_SOURCES = \
 	tests/unit/t-engine-pool-returns-to-baseline.c $(ENGINE_TEST_HELPER)
 tests_unit_t_engine_pool_returns_to_baseline_LDADD = $(TEST_CORE_LIBS)
+ENGINE_TESTS += tests/unit/t-engine-backend-resolves-device
+tests_unit_t_engine_backend_resolves_device_SOURCES = \
+	tests/unit/t-engine-backend-resolves-device.c $(ENGINE_TEST_HELPER)
+tests_unit_t_engine_backend_resolves_device_LDADD = $(TEST_CORE_LIBS)
 check_PROGRAMS += $(ENGINE_TESTS)
 TESTS += $(ENGINE_TESTS)
 
@@ -60,7 +64,7 @@ tests_unit_t_kv_fp8_logits_close_to_f32_SOURCES = tests/unit/t-kv-fp8-logits-clo
 	$(ENGINE_TEST_HELPER)
 tests_unit_t_kv_fp8_logits_close_to_f32_LDADD = $(TEST_CORE_LIBS) -lm
 
-# End-to-end decode tokens/s against the bandwidth roofline (bench/results/*-decode-*.md);
+# End-to-end decode tokens/s against the bandwidth roofline (bench/results/2026-11-29-gpu-forward-h200.md);
 # built with the checks, run by hand.
 check_PROGRAMS += bench/decode-e2e
 bench_decode_e2e_SOURCES = bench/decode-e2e.c
