@@ -4,7 +4,6 @@
 #ifndef DSV4_KERNELS_CUDA_MODEL_COMMON_CUH
 #define DSV4_KERNELS_CUDA_MODEL_COMMON_CUH
 
-#include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
 #include "kernels/cuda/model.h"
@@ -56,10 +55,23 @@ __device__ static inline void dsv4_rope_pair(float *x, const float *freq, uint32
     x[2 * i + 1] = a * s + b * c;
 }
 
-/* A bf16 half of a row (rows keep them 2-byte aligned), through the intrinsics' bit casts. */
+/* The bf16 bits of x, with kernels/cpu/numfmt.c's integer rounding (to nearest, ties to even;
+ * NaN stays a quiet NaN), so device rows hold the CPU's bytes, NaN included. Integer
+ * operations rather than __float2bfloat16_rn: with it (stored byte by byte) every bf16 half
+ * came out one byte off the CPU's on the H200, cause not understood
+ * (bench/results/2026-11-29-gpu-forward-h200.md). */
+__device__ static inline uint32_t dsv4_bf16_bits(float x)
+{
+    uint32_t u = __float_as_uint(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (u >> 16) | 0x0040u;
+    return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+}
+
+/* A bf16 half of a row (rows keep them 2-byte aligned). */
 __device__ static inline float dsv4_bf16_load(const uint8_t *p)
 {
-    return __bfloat162float(__ushort_as_bfloat16(*(const uint16_t *)p));
+    return __uint_as_float((uint32_t) * (const uint16_t *)p << 16);
 }
 
 /* Value d of a stored row. */
@@ -96,7 +108,7 @@ __device__ static inline uint32_t dsv4_row_byte(const float *v, dsv4_k_rowfmt f,
                                                 uint32_t i)
 {
     if (f.dtype == DSV4_K_BF16) {
-        uint32_t h = __bfloat16_as_ushort(__float2bfloat16_rn(v[i / 2]));
+        uint32_t h = dsv4_bf16_bits(v[i / 2]);
         return i % 2 ? h >> 8 : h & 0xffu;
     }
     uint32_t nope = f.dims - f.rope, nb = nope / DSV4_K_FP8_BLOCK;
@@ -104,7 +116,7 @@ __device__ static inline uint32_t dsv4_row_byte(const float *v, dsv4_k_rowfmt f,
         return __nv_cvt_float_to_fp8(ldexpf(v[i], -exps[i / DSV4_K_FP8_BLOCK]), __NV_SATFINITE,
                                      __NV_E4M3);
     if (i < nope + 2 * f.rope) {
-        uint32_t k = i - nope, h = __bfloat16_as_ushort(__float2bfloat16_rn(v[nope + k / 2]));
+        uint32_t k = i - nope, h = dsv4_bf16_bits(v[nope + k / 2]);
         return k % 2 ? h >> 8 : h & 0xffu;
     }
     if (i < nope + 2 * f.rope + nb)
