@@ -45,12 +45,12 @@ static int default_dsv4d(char *buf, size_t len)
     return access(buf, X_OK) == 0 ? 0 : -1;
 }
 
-static int usage(void)
+static int usage(FILE *out, int status)
 {
-    fprintf(stderr, "usage: dsv4ctl matrix [--build DIR] [--dsv4d PATH] [--model DIR] [--quick] "
+    fprintf(out, "usage: dsv4ctl matrix [--build DIR] [--dsv4d PATH] [--model DIR] [--quick] "
                     "[--controls] [--sessions N] [--turns T] [--concurrency C] [--max-tokens M] "
                     "[--seed S] [--threads N] [--only TEXT] [--report FILE]\n");
-    return 2;
+    return status;
 }
 
 int dsv4ctl_matrix(int argc, char **argv)
@@ -62,7 +62,8 @@ int dsv4ctl_matrix(int argc, char **argv)
         {"turns", required_argument, NULL, 't'},      {"concurrency", required_argument, NULL, 'c'},
         {"max-tokens", required_argument, NULL, 'm'}, {"seed", required_argument, NULL, 's'},
         {"threads", required_argument, NULL, 'j'},    {"report", required_argument, NULL, 'R'},
-        {"only", required_argument, NULL, 'o'},       {NULL, 0, NULL, 0},
+        {"only", required_argument, NULL, 'o'},       {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
     dsv4_matrix_opts o = {.plugin_dir = dsv4ctl_opts.plugin_dir, .seed = 1, .threads = 2};
     uint64_t sessions = 0, turns = 0, conc = 0, maxt = 0;
@@ -87,7 +88,8 @@ int dsv4ctl_matrix(int argc, char **argv)
         case 'j': rc = dsv4_arg_uint(optarg, 1, 4096, &v), o.threads = (unsigned)v; break;
         case 'R': report = optarg; break;
         case 'o': o.only = optarg; break;
-        default: return usage();
+        case 'h': return usage(stdout, 0);
+        default: return usage(stderr, 2);
         }
         if (rc != 0) {
             fprintf(stderr, "dsv4ctl matrix: --%s: '%s' is not a number in range\n", opts[idx].name,
@@ -96,12 +98,13 @@ int dsv4ctl_matrix(int argc, char **argv)
         }
     }
     if (optind != argc)
-        return usage();
+        return usage(stderr, 2);
     /* --quick: short sessions that still reach several pages and batch 8 at a time */
     o.sessions = sessions ? (unsigned)sessions : quick ? 8 : 32;
     o.turns = turns ? (unsigned)turns : quick ? 3 : 6;
     o.concurrency = conc ? (unsigned)conc : 8;
     o.max_tokens = maxt ? (unsigned)maxt : quick ? 8 : 16;
+    o.pd_one_sched = quick;
     if (build) {
         snprintf(dsv4d, sizeof(dsv4d), "%s/dsv4d", build);
         snprintf(plugins, sizeof(plugins), "%s/plugins/.libs", build);

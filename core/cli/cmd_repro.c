@@ -85,12 +85,12 @@ static int write_outputs(const dsv4_repro *r, const char *record, const char *re
     return rc;
 }
 
-static int usage(void)
+static int usage(FILE *out, int status)
 {
-    fprintf(stderr, "usage: dsv4ctl repro --url URL --sessions N --concurrency C --turns T "
+    fprintf(out, "usage: dsv4ctl repro --url URL --sessions N --concurrency C --turns T "
                     "--seed S [--max-tokens M] [--timeout SECONDS] [--record FILE | --golden "
                     "FILE] [--report FILE.json] [--plot FILE.svg]\n");
-    return 2;
+    return status;
 }
 
 int dsv4ctl_repro(int argc, char **argv)
@@ -101,7 +101,8 @@ int dsv4ctl_repro(int argc, char **argv)
         {"seed", required_argument, NULL, 's'},        {"max-tokens", required_argument, NULL, 'm'},
         {"timeout", required_argument, NULL, 'T'},     {"record", required_argument, NULL, 'r'},
         {"golden", required_argument, NULL, 'g'},      {"report", required_argument, NULL, 'R'},
-        {"plot", required_argument, NULL, 'p'},        {NULL, 0, NULL, 0},
+        {"plot", required_argument, NULL, 'p'},        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
     dsv4_repro_opts o = {.max_tokens = 16, .timeout_ms = 120000, .progress = isatty(2)};
     const char *record = NULL, *report = NULL, *plot = NULL;
@@ -121,7 +122,8 @@ int dsv4ctl_repro(int argc, char **argv)
         case 'g': o.golden = optarg; break;
         case 'R': report = optarg; break;
         case 'p': plot = optarg; break;
-        default: return usage();
+        case 'h': return usage(stdout, 0);
+        default: return usage(stderr, 2);
         }
         if (rc != 0) {
             fprintf(stderr, "dsv4ctl repro: --%s: '%s' is not a number in range\n", opts[idx].name,
@@ -132,11 +134,11 @@ int dsv4ctl_repro(int argc, char **argv)
     if (optind != argc || !o.url || !o.sessions || !o.concurrency || !o.turns) {
         fprintf(stderr, "dsv4ctl repro: --url, --sessions, --concurrency and --turns are "
                         "required\n");
-        return usage();
+        return usage(stderr, 2);
     }
     if (record && o.golden) {
         fprintf(stderr, "dsv4ctl repro: --record and --golden exclude each other\n");
-        return usage();
+        return usage(stderr, 2);
     }
     char err[512];
     dsv4_repro *r = dsv4_repro_run(&o, err, sizeof(err));

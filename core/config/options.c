@@ -56,7 +56,7 @@ const dsv4_option dsv4_model_options[] = {
      "512), and needs head_dim minus the rope dims to be a multiple of 64; index-K precision "
      "is the indexk plugin's",
      offsetof(dsv4_model_conf, kv_dtype)},
-    {"kv_pool", DSV4_OPT_SIZE, "1G", 1ll << 20, 64ll << 40, NULL,
+    {"kv_pool", DSV4_OPT_SIZE, "1G", 256ll << 10, 64ll << 40, NULL,
      "memory for paged KV (every paged buffer of every layer), on the device the model runs on",
      offsetof(dsv4_model_conf, kv_pool)},
     {"max_context", DSV4_OPT_INT, "32768", 256, 1 << 20, NULL,

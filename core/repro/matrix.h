@@ -31,6 +31,8 @@ typedef struct dsv4_matrix_opts {
     unsigned sessions, turns, concurrency, max_tokens, threads;
     uint64_t seed;
     bool controls;    /* run the negative controls too */
+    bool pd_one_sched; /* PD rows with the first sched plugin only (the unified rows cover
+                          every scheduler; the PD rows are about moving KV) */
     const char *only; /* run only the rows whose name contains this (NULL: all) */
 } dsv4_matrix_opts;
 

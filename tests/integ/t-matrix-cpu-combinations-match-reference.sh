@@ -1,11 +1,14 @@
 #!/bin/sh
-# t-matrix-cpu-combinations-match-reference: dsv4ctl matrix over the built plugins, on the
-# tiny model with short sessions at concurrency 8 (so requests batch), runs every
-# CPU-capable unified combination (indexk x hostcache x sched, whatever exists now) and
-# every PD one the daemon serves, and each matches its reference exactly (the negative
-# controls are t-matrix-negative-controls-are-caught).
+# t-matrix-cpu-combinations-match-reference: dsv4ctl matrix --quick over the built plugins,
+# on the tiny model with 8 sessions x 3 turns at concurrency 8 (so requests batch) in a KV
+# pool the sessions outgrow (so the host tier reloads prefixes), runs every CPU-capable
+# unified combination (indexk x hostcache x sched) and every PD one (indexk x hostcache x
+# transport, with the first scheduler: the unified rows cover the schedulers), and each
+# matches its reference exactly. The rows must have exercised what they name: host-tier
+# loads for sync/async, KV bytes moved for PD. (The negative controls are
+# t-matrix-negative-controls-are-caught.)
 exec python3 - <<'EOF'
-import json, os, subprocess, sys
+import json, os, re, subprocess, sys
 sys.dont_write_bytecode = True  # nothing written into the source tree
 sys.path.insert(0, os.path.join(os.environ.get("top_srcdir", "."), "tests", "integ"))
 import shutil, tempfile
@@ -40,15 +43,18 @@ def runnable(fam):
 
 want = ["unified indexk=%s hostcache=%s sched=%s" % (i, h, s)
         for i in runnable("indexk") for h in runnable("hostcache") for s in runnable("sched")]
-plan(6)
+transports = [t for t in runnable("transport") if t != "chaos"]
+want_pd = ["pd indexk=%s hostcache=%s sched=%s transport=%s" % (i, h, runnable("sched")[0], t)
+           for i in runnable("indexk") for h in runnable("hostcache") for t in transports]
+plan(9)
 diag("%d unified combinations expected: indexk %s, hostcache %s, sched %s"
      % (len(want), runnable("indexk"), runnable("hostcache"), runnable("sched")))
 
 tmp = tempfile.mkdtemp(prefix="dsv4-matrix-test.")
 report = os.path.join(tmp, "matrix.json")
 p = subprocess.run([DSV4CTL, "--plugin-dir", plugin_dir, "matrix",
-                    "--dsv4d", DSV4D, "--sessions", "8",
-                    "--turns", "2", "--max-tokens", "4", "--concurrency", "8",
+                    "--dsv4d", DSV4D, "--quick", "--sessions", "8",
+                    "--turns", "3", "--max-tokens", "4", "--concurrency", "8",
                     "--report", report], capture_output=True, text=True, timeout=3600)
 out = p.stdout + p.stderr
 for line in p.stdout.splitlines():
@@ -65,10 +71,27 @@ ok(not bad, "every unified combination matches its reference exactly",
    "\n".join("%s: %s %s" % (c, rows[c]["status"], rows[c]["note"]) for c in bad))
 refs = [c for c in rows if c.startswith("reference indexk=")]
 is_(len(refs), len(runnable("indexk")), "one serial reference per indexk plugin")
-pd = [row for c, row in rows.items() if c.startswith("pd ")]
-pd_bad = [row for row in pd if row["status"] not in ("pass", "skipped")]
-ok(not pd_bad, "PD combinations pass where the daemon serves PD (%d rows)" % len(pd), pd_bad)
+missing_pd = [c for c in want_pd if c not in rows]
+ok(len(transports) >= 1 and not missing_pd,
+   "every CPU PD combination ran (%d over %s)" % (len(want_pd), transports),
+   "missing: %s" % missing_pd)
+bad_pd = [c for c in want_pd if c in rows and rows[c]["status"] != "pass"]
+ok(not bad_pd, "every PD combination matches its reference exactly",
+   "\n".join("%s: %s %s" % (c, rows[c]["status"], rows[c]["note"]) for c in bad_pd))
 
+
+def counted(row, what):
+    m = re.search(what + r" (\d+)", row["note"])
+    return int(m.group(1)) if m else 0
+
+
+tiered = [c for c in want if "hostcache=off" not in c]
+unloaded = [c for c in tiered if c in rows and counted(rows[c], "host-tier loads") == 0]
+ok(tiered and not unloaded, "every host-tier row reloaded prefixes from the host tier",
+   "\n".join("%s: %s" % (c, rows[c]["note"]) for c in unloaded))
+unmoved = [c for c in want_pd if c in rows and counted(rows[c], "pd transfer bytes") == 0]
+ok(not unmoved, "every PD row moved its KV through the transport",
+   "\n".join("%s: %s" % (c, rows[c]["note"]) for c in unmoved))
 
 shutil.rmtree(tmp, ignore_errors=True)
 done()
