@@ -58,7 +58,7 @@ p = subprocess.run([DSV4CTL, "--plugin-dir", plugin_dir, "matrix",
                     "--report", report], capture_output=True, text=True, timeout=3600)
 out = p.stdout + p.stderr
 for line in p.stdout.splitlines():
-    diag(line[:200])
+    diag(line)
 is_(p.returncode, 0, "matrix: exit 0 (no mismatch, no failure)")
 r = json.load(open(report))
 rows = {row["combination"]: row for row in r["rows"]}
