@@ -10,6 +10,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "core/hostcache/hostpool.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "tests/gpu/gpu.h"
 #include "tests/plugin/plugin-harness.h"
@@ -349,4 +350,35 @@ unsigned hcg_loaded_mismatches(hcg_kv *kv, void *stream)
         free(rev);
     }
     return bad;
+}
+
+void hcg_rig_open(hcg_rig *rig, const char *plugin, const char *delay, uint32_t layers,
+                  uint32_t pages, uint32_t slots)
+{
+    char err[256];
+    hcg_kv_new(&rig->kv, layers, pages, slots);
+    if (!(rig->pool = dsv4_host_pool_new(&rig->kv.lay, pages, slots, err, sizeof(err))))
+        bail_out("%s", err);
+    cudaStream_t compute;
+    hcg_cuda(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking),
+             "creating the compute stream");
+    rig->compute = compute;
+    rig->desc = plugtest_open("hostcache", plugin);
+    rig->ops = rig->desc->ops;
+    rig->conf = plugtest_config(rig->desc, "inject_delay", delay, NULL);
+    rig->state = NULL;
+    if (rig->desc->init(hcg_host(compute), rig->conf, &rig->state, err, sizeof(err)) != 0)
+        bail_out("%s: init failed (%s)", plugin, err);
+    if (rig->ops->attach(rig->state, &rig->kv.lay, dsv4_host_pool_layout(rig->pool)) != 0)
+        bail_out("%s: attach failed", plugin);
+    hcg_save_all(rig->ops, rig->state, &rig->kv);
+}
+
+void hcg_rig_close(hcg_rig *rig)
+{
+    rig->desc->fini(rig->state);
+    plugtest_config_free(rig->desc, rig->conf);
+    cudaStreamDestroy((cudaStream_t)rig->compute);
+    dsv4_host_pool_free(rig->pool);
+    hcg_kv_free(&rig->kv);
 }

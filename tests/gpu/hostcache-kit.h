@@ -72,6 +72,21 @@ unsigned hcg_fenced_reads(const dsv4_hostcache_ops *ops, void *st, hcg_kv *kv, v
  * that the loads are over. */
 unsigned hcg_loaded_mismatches(hcg_kv *kv, void *stream);
 
+/* What the fence tests share: the device layout (layers x pages x slots), its host pool,
+ * a compute stream, and hostcache/<plugin> initialised with inject_delay = delay, attached
+ * and with every page and state block saved. Bails out on a failure. */
+typedef struct hcg_rig {
+    hcg_kv kv;
+    struct dsv4_host_pool *pool;
+    void *compute; /* cudaStream_t */
+    const dsv4_plugin_desc *desc;
+    const dsv4_hostcache_ops *ops;
+    void *conf, *state;
+} hcg_rig;
+void hcg_rig_open(hcg_rig *rig, const char *plugin, const char *delay, uint32_t layers,
+                  uint32_t pages, uint32_t slots);
+void hcg_rig_close(hcg_rig *rig);
+
 /* Whether CUDA knows p as page-locked host memory. */
 bool hcg_is_pinned(const void *p);
 

@@ -11,11 +11,7 @@
 #include "tests/tap.h"
 
 #ifdef HAVE_CUDA
-#include <cuda_runtime_api.h>
-
-#include "core/hostcache/hostpool.h"
 #include "tests/gpu/hostcache-kit.h"
-#include "tests/plugin/plugin-harness.h"
 
 #define LAYERS 6
 #define PAGES 8
@@ -26,38 +22,20 @@ int main(void)
     static const char *fences[] = {"host fence (wait_layer)", "stream fence (stream_wait_layer)"};
     gpu_require();
     plan(2 * 2);
-    hcg_kv kv;
-    hcg_kv_new(&kv, LAYERS, PAGES, SLOTS);
-    char err[256];
-    dsv4_host_pool *hp = dsv4_host_pool_new(&kv.lay, PAGES, SLOTS, err, sizeof(err));
-    if (!hp)
-        bail_out("%s", err);
-    cudaStream_t compute;
-    if (cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking) != cudaSuccess)
-        bail_out("cannot create the compute stream");
-    const dsv4_plugin_desc *d = plugtest_open("hostcache", "unfenced");
-    const dsv4_hostcache_ops *ops = d->ops;
-    void *conf = plugtest_config(d, "inject_delay", "50ms", NULL), *st = NULL;
-    if (d->init(hcg_host(compute), conf, &st, err, sizeof(err)) != 0)
-        bail_out("unfenced: init failed (%s)", err);
-    if (ops->attach(st, &kv.lay, dsv4_host_pool_layout(hp)) != 0)
-        bail_out("unfenced: attach failed");
-    hcg_save_all(ops, st, &kv);
+    hcg_rig rig;
+    hcg_rig_open(&rig, "unfenced", "50ms", LAYERS, PAGES, SLOTS);
 
     for (int f = 0; f < 2; f++) {
         uint32_t blocks = 0;
         bool running = false;
-        unsigned bad = hcg_fenced_reads(ops, st, &kv, compute, f == 1, &blocks, &running);
+        unsigned bad = hcg_fenced_reads(rig.ops, rig.state, &rig.kv, rig.compute, f == 1, &blocks,
+                                        &running);
         ok(bad > 0, "%s: the race is caught (%u of %u blocks read before they landed)", fences[f],
            bad, blocks);
-        is_int(hcg_loaded_mismatches(&kv, compute), 0,
+        is_int(hcg_loaded_mismatches(&rig.kv, rig.compute), 0,
                "%s: every block is in place once the load is released", fences[f]);
     }
-    d->fini(st);
-    plugtest_config_free(d, conf);
-    cudaStreamDestroy(compute);
-    dsv4_host_pool_free(hp);
-    hcg_kv_free(&kv);
+    hcg_rig_close(&rig);
     return done_testing();
 }
 #else
