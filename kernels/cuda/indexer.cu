@@ -5,15 +5,22 @@
  * bytes of fp8 key, far above what CUDA cores do at HBM speed; as an MMA the query block
  * (heads x dim) multiplies the key block (dim x rows of a page).
  *
- * Layout of the work: a thread block takes a run of pages of one query and keeps that
- * query in registers as MMA A fragments; pages stream into shared memory through
- * cp.async, several stages deep. Warps 0-3 take heads 0-31, warps 4-7 heads 32-63; within
- * a half, warp w takes the 8-row tiles w, w + 4, ... of the page. The dot product may sum
- * its dims in any order, so the k index of the MMA is permuted: thread t of a quad owns the
- * 16-byte chunks t, t + 4, ... of a row, which makes its key loads 16 bytes wide and free
- * of bank conflicts (odd rows swap chunk halves, see ik_chunk_pos). The epilogue applies
- * relu and the head weights to the accumulators, sums the 32 heads of a half across the
- * quad lanes in a fixed butterfly, and the two halves are added in a fixed order.
+ * Why this shape: at HBM speed the kernel is bound by instructions issued per row, not by
+ * the MMAs, so the layout minimises them. A warp holds all 64 heads of its query in
+ * registers as MMA A fragments (128 registers), so each key fragment is loaded and, for fp8,
+ * converted once and used by four MMAs, and the relu-weighted head sum of a row ends inside
+ * one warp (no partial sums through shared memory, no second barrier). A block of 4 warps
+ * takes a run of pages of one query; warp w takes the 8-row tiles w, w + 4, ... of a page.
+ * Pages land in shared memory by the copy engine (one cp.async.bulk per page issued by one
+ * thread, completing on an mbarrier), several stages deep, so no thread spends instructions
+ * on copies. f32 keys need the query twice (hi and lo terms): there a warp holds 32 heads
+ * and a block has two head groups of 4 warps, whose row sums meet in shared memory.
+ *
+ * The dot product may sum its dims in any order, so the k index of the MMA is permuted:
+ * thread t of a quad owns the 16-byte chunks t, t + 4, ... of a row, which makes its key
+ * loads 16 bytes wide. The epilogue applies relu and the head weights to the accumulators
+ * and sums the 8 lanes of a column group in a fixed three-step exchange, so every score is
+ * summed in an order fixed by the kernel alone.
  *
  * Precision: keys are used exactly as stored (e4m3 -> f16 and bf16 are exact); each query
  * head is divided by its largest |value| (relu(s x) = s relu(x) for s > 0, so the factor
@@ -27,47 +34,76 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
-#define IK_THREADS 256
-#define IK_HEADS 64     /* queries are padded to 64 heads (two halves of 32) */
-#define IK_MAX_RPP 256u /* rows per page the partial-sum buffer holds */
+#define IK_HEADS 64      /* queries are padded to 64 heads */
+#define IK_MAX_RPP 256u  /* rows per page the partial-sum buffer holds */
 #define IK_MAX_PPB 2048u /* pages per block, whose ids are staged in shared memory */
+#define IK_MAX_STAGES 8u
 #define IK_SMEM_MAX (200u * 1024u)
+#define IK_BAR_BYTES (IK_MAX_STAGES * 8u)
 #define IK_PART_BYTES (2u * IK_MAX_RPP * (uint32_t)sizeof(float))
 #define IK_IDS_BYTES (IK_MAX_PPB * (uint32_t)sizeof(uint32_t))
+#define IK_HEAD_BYTES (IK_BAR_BYTES + IK_PART_BYTES + IK_IDS_BYTES) /* a multiple of 16 */
 
+/* Per format: bytes per value, pipeline stages, row scale bytes, two-term query, heads per
+ * warp (the query's registers: 64 heads, or 32 heads twice), threads per block (4 warps per
+ * head group), blocks per multiprocessor. */
 template <dsv4_cuda_ik_format F> struct ik_fmt;
 template <> struct ik_fmt<DSV4_CUDA_IK_FP8> {
-    static constexpr int elem = 1, stages = 4, scale_bytes = 4;
+    static constexpr int elem = 1, stages = 6, scale_bytes = 4, hpw = 64, threads = 128, blocks = 2;
     static constexpr bool split = false;
 };
 template <> struct ik_fmt<DSV4_CUDA_IK_BF16> {
-    static constexpr int elem = 2, stages = 3, scale_bytes = 0;
+    static constexpr int elem = 2, stages = 4, scale_bytes = 0, hpw = 64, threads = 128, blocks = 2;
     static constexpr bool split = false;
 };
 template <> struct ik_fmt<DSV4_CUDA_IK_F32> {
-    static constexpr int elem = 4, stages = 2, scale_bytes = 0;
+    static constexpr int elem = 4, stages = 2, scale_bytes = 0, hpw = 32, threads = 256, blocks = 1;
     static constexpr bool split = true;
 };
 
-__device__ static inline void ik_cp_async16(void *smem, const void *gmem)
+__device__ static inline uint32_t ik_smem_addr(const void *p)
 {
-    uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+    return (uint32_t)__cvta_generic_to_shared(p);
 }
 
-__device__ static inline void ik_cp_commit()
+/* One thread: the stage barriers, each completed by one arrival plus its copy's bytes, made
+ * visible to the copy engine before any copy is issued. */
+__device__ static inline void ik_bars_init(uint64_t *bars, uint32_t n)
 {
-    asm volatile("cp.async.commit_group;\n" ::);
+    for (uint32_t s = 0; s < n; s++)
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(ik_smem_addr(&bars[s]))
+                     : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
-/* Wait until at most n groups are pending (n is small and run-time: stages - 2). */
-__device__ static inline void ik_cp_wait(int n)
+/* One thread: bytes from global src to shared dst on the copy engine; bar's current phase
+ * completes when they have landed. */
+__device__ static inline void ik_bulk_load(void *dst, const void *src, uint32_t bytes,
+                                           uint64_t *bar)
 {
-    switch (n) {
-    case 0: asm volatile("cp.async.wait_group 0;\n" ::); break;
-    case 1: asm volatile("cp.async.wait_group 1;\n" ::); break;
-    default: asm volatile("cp.async.wait_group 2;\n" ::); break;
-    }
+    asm volatile(
+        "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(ik_smem_addr(bar)),
+        "r"(bytes)
+        : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
+                 "%2, [%3];\n" ::"r"(ik_smem_addr(dst)),
+                 "l"(src), "r"(bytes), "r"(ik_smem_addr(bar))
+                 : "memory");
+}
+
+/* Until the phase of bar with this parity has completed. */
+__device__ static inline void ik_bar_wait(uint64_t *bar, uint32_t parity)
+{
+    uint32_t done;
+    do {
+        asm volatile("{\n.reg .pred p;\n"
+                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(ik_smem_addr(bar)), "r"(parity)
+                     : "memory");
+    } while (!done);
 }
 
 __device__ static inline void ik_mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
@@ -118,17 +154,10 @@ __device__ static inline float ik_relu(float x)
     return x < 0.0f ? 0.0f : x; /* NaN passes, as in the CPU plugins */
 }
 
-/* Where 16-byte chunk c of row r sits in shared memory: with 8 or more chunks per row, odd
- * rows swap the two halves of each group of 8, so the 8 lanes of a quarter warp (two rows,
- * four chunks each) hit 8 different bank groups. */
-template <int CPR> __device__ static inline uint32_t ik_chunk_pos(uint32_t r, uint32_t c)
-{
-    return CPR >= 8 ? c ^ ((r & 1u) << 2) : c;
-}
-
-/* The MMAs of one 16-byte key chunk (k-steps c * SPC ..) of one 8-row tile. */
-template <dsv4_cuda_ik_format F, int SPC, int QS, int KS>
-__device__ static inline void ik_mma_chunk(float (&acc)[2][4], const uint32_t (&qa)[QS][2][KS][4],
+/* The MMAs of one 16-byte key chunk (k-steps c * SPC ..) of one 8-row tile, for the MT
+ * 16-head tiles of the warp. */
+template <dsv4_cuda_ik_format F, int SPC, int QS, int MT, int KS>
+__device__ static inline void ik_mma_chunk(float (&acc)[MT][4], const uint32_t (&qa)[QS][MT][KS][4],
                                            const uint4 &raw, int c)
 {
     const uint32_t *wd = &raw.x;
@@ -138,11 +167,11 @@ __device__ static inline void ik_mma_chunk(float (&acc)[2][4], const uint32_t (&
         if (F == DSV4_CUDA_IK_FP8) {
             uint32_t b0 = ik_e4m3x2_f16(wd[sc] & 0xffffu), b1 = ik_e4m3x2_f16(wd[sc] >> 16);
 #pragma unroll
-            for (int mt = 0; mt < 2; mt++)
+            for (int mt = 0; mt < MT; mt++)
                 ik_mma_f16(acc[mt], qa[0][mt][s], b0, b1);
         } else if (F == DSV4_CUDA_IK_BF16) {
 #pragma unroll
-            for (int mt = 0; mt < 2; mt++)
+            for (int mt = 0; mt < MT; mt++)
                 ik_mma_bf16(acc[mt], qa[0][mt][s], wd[2 * sc], wd[2 * sc + 1]);
         } else {
             const float *k = (const float *)wd;
@@ -150,7 +179,7 @@ __device__ static inline void ik_mma_chunk(float (&acc)[2][4], const uint32_t (&
             uint32_t l0 = ik_pack_bf16(ik_bf16_rest(k[0]), ik_bf16_rest(k[1]));
             uint32_t l1 = ik_pack_bf16(ik_bf16_rest(k[2]), ik_bf16_rest(k[3]));
 #pragma unroll
-            for (int mt = 0; mt < 2; mt++) {
+            for (int mt = 0; mt < MT; mt++) {
                 ik_mma_bf16(acc[mt], qa[QS - 1][mt][s], h0, h1);
                 ik_mma_bf16(acc[mt], qa[0][mt][s], l0, l1);
                 ik_mma_bf16(acc[mt], qa[0][mt][s], h0, h1);
@@ -159,23 +188,25 @@ __device__ static inline void ik_mma_chunk(float (&acc)[2][4], const uint32_t (&
     }
 }
 
-/* f32 keep their two-term query in twice the registers: one block per multiprocessor. */
 template <dsv4_cuda_ik_format F, int DIM>
-__global__ void __launch_bounds__(IK_THREADS, F == DSV4_CUDA_IK_F32 ? 1 : 2)
+__global__ void __launch_bounds__(ik_fmt<F>::threads, ik_fmt<F>::blocks)
     dsv4_ik_score_kernel(const uint8_t *__restrict__ pool, uint32_t page_bytes, uint32_t rpp,
-                         int stages, uint32_t ppb, dsv4_cuda_ik_batch bt, float *scores)
+                         uint32_t stages, uint32_t ppb, dsv4_cuda_ik_batch bt, float *scores)
 {
     using fmt = ik_fmt<F>;
-    constexpr int E = 16 / fmt::elem;  /* values per 16-byte chunk */
-    constexpr int CPR = DIM / E;       /* chunks per row */
-    constexpr int CPT = CPR / 4;       /* chunks per thread and row */
-    constexpr int SPC = E / 4;         /* k-steps per chunk (4 values per thread per k-step) */
-    constexpr int KS = DIM / 16;       /* k-steps */
+    constexpr int E = 16 / fmt::elem; /* values per 16-byte chunk */
+    constexpr int CPR = DIM / E;      /* chunks per row */
+    constexpr int CPT = CPR / 4;      /* chunks per thread and row */
+    constexpr int SPC = E / 4;        /* k-steps per chunk (4 values per thread per k-step) */
+    constexpr int KS = DIM / 16;      /* k-steps */
     constexpr int QS = fmt::split ? 2 : 1;
+    constexpr int MT = fmt::hpw / 16;       /* 16-head MMA tiles per warp */
+    constexpr int HG = IK_HEADS / fmt::hpw; /* head groups of 4 warps */
     extern __shared__ __align__(16) uint8_t ik_smem[];
-    float *part = (float *)ik_smem;
-    uint32_t *ids = (uint32_t *)(ik_smem + IK_PART_BYTES);
-    uint8_t *stage0 = ik_smem + IK_PART_BYTES + IK_IDS_BYTES;
+    uint64_t *full = (uint64_t *)ik_smem;
+    float *part = (float *)(ik_smem + IK_BAR_BYTES);
+    uint32_t *ids = (uint32_t *)(ik_smem + IK_BAR_BYTES + IK_PART_BYTES);
+    uint8_t *stage0 = ik_smem + IK_HEAD_BYTES;
 
     const uint32_t b = blockIdx.y, tid = threadIdx.x;
     const uint32_t n_rows = bt.n_rows_dev[b];
@@ -186,36 +217,36 @@ __global__ void __launch_bounds__(IK_THREADS, F == DSV4_CUDA_IK_F32 ? 1 : 2)
     const uint32_t p1 = min(n_pages, p0 + ppb);
     const uint32_t *pages = bt.pages_dev + bt.page_start_dev[b];
     const uint32_t warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
-    const uint32_t hh = warp >> 2, rg = warp & 3;
-    const uint32_t data_chunks = rpp * CPR, n_chunks = page_bytes / 16;
+    const uint32_t hg = warp >> 2, rg = warp & 3;
 
     /* The page ids first: a page-table load inside the loop would stall every copy. */
-    for (uint32_t i = p0 + tid; i < p1; i += IK_THREADS)
+    for (uint32_t i = p0 + tid; i < p1; i += fmt::threads)
         ids[i - p0] = pages[i];
+    if (tid == 0)
+        ik_bars_init(full, stages);
     __syncthreads();
-    auto issue = [&](uint32_t i) {
-        if (i < p1) {
-            const uint8_t *src = pool + (size_t)ids[i - p0] * page_bytes;
-            uint8_t *dst = stage0 + (size_t)((i - p0) % (uint32_t)stages) * page_bytes;
-            for (uint32_t c = tid; c < n_chunks; c += IK_THREADS) {
-                uint32_t d = c < data_chunks ? c / CPR * CPR + ik_chunk_pos<CPR>(c / CPR, c % CPR)
-                                             : c;
-                ik_cp_async16(dst + (size_t)d * 16, src + (size_t)c * 16);
-            }
+    /* Thread 0 keeps stages - 1 pages in flight ahead of the one being read. */
+    uint32_t next = p0, next_stage = 0;
+    auto issue = [&]() {
+        if (next < p1) {
+            ik_bulk_load(stage0 + (size_t)next_stage * page_bytes,
+                         pool + (size_t)ids[next - p0] * page_bytes, page_bytes, &full[next_stage]);
+            next++;
+            next_stage = next_stage + 1 == stages ? 0 : next_stage + 1;
         }
-        ik_cp_commit(); /* always one group per page, so the wait count stays fixed */
     };
-    for (int s = 0; s < stages - 1; s++)
-        issue(p0 + s);
+    if (tid == 0)
+        for (uint32_t s = 0; s + 1 < stages; s++)
+            issue();
 
     /* The query as A fragments: a0/a2 hold head g (k low/high), a1/a3 head g + 8. */
-    uint32_t qa[QS][2][KS][4];
-    float wq[2][2];
+    uint32_t qa[QS][MT][KS][4];
+    float wq[MT][2];
 #pragma unroll
-    for (int mt = 0; mt < 2; mt++) {
+    for (int mt = 0; mt < MT; mt++) {
 #pragma unroll
         for (int hs = 0; hs < 2; hs++) {
-            uint32_t head = hh * 32 + mt * 16 + g + 8 * hs;
+            uint32_t head = hg * fmt::hpw + mt * 16 + g + 8 * hs;
             bool real = head < bt.n_heads;
             const float *qh = bt.q_dev + ((size_t)b * bt.n_heads + (real ? head : 0)) * DIM;
             float v[CPT * E], amax = 0.0f;
@@ -249,18 +280,21 @@ __global__ void __launch_bounds__(IK_THREADS, F == DSV4_CUDA_IK_F32 ? 1 : 2)
         }
     }
 
+    /* after the exchange below, lane g holds tile (g >> 2) & 1, row 2 t4 + ((g >> 1) & 1) */
+    const uint32_t ku = (g >> 2) & 1u, kj = (g >> 1) & 1u;
+    uint32_t stage = 0, parity = 0;
     for (uint32_t i = p0; i < p1; i++) {
-        /* groups committed so far: stages - 1 + (i - p0); page i's is done when at most
-         * stages - 2 are pending */
-        ik_cp_wait(stages - 2);
-        __syncthreads(); /* page i is in; every warp is done with page i - 1's stage */
-        issue(i + stages - 1);
-        const uint8_t *pg = stage0 + (size_t)((i - p0) % (uint32_t)stages) * page_bytes;
+        ik_bar_wait(&full[stage], parity);
+        __syncthreads(); /* every warp is done with page i - 1: its stage may be refilled */
+        if (tid == 0)
+            issue();
+        const uint8_t *pg = stage0 + (size_t)stage * page_bytes;
+        const float *row_scale = (const float *)(pg + (size_t)rpp * DIM);
 
-        /* two 8-row tiles per warp at a time (nt and nt + 4): four independent MMA chains */
+        /* two 8-row tiles per warp at a time (nt and nt + 4): 2 MT independent MMA chains */
         for (uint32_t nt = rg; nt * 8 < rpp; nt += 8) {
             const bool two = (nt + 4) * 8 < rpp;
-            float acc[2][2][4] = {};
+            float acc[2][MT][4] = {};
 #pragma unroll
             for (int c = 0; c < CPT; c++) {
                 uint4 raw[2];
@@ -268,53 +302,68 @@ __global__ void __launch_bounds__(IK_THREADS, F == DSV4_CUDA_IK_F32 ? 1 : 2)
                 for (int u = 0; u < 2; u++) {
                     const uint32_t row = (nt + 4 * u) * 8 + g;
                     raw[u] = u == 0 || two ? *(const uint4 *)(pg + (size_t)row * (DIM * fmt::elem) +
-                                                              ik_chunk_pos<CPR>(row, t4 + 4 * c) * 16)
+                                                              (t4 + 4 * c) * 16)
                                            : make_uint4(0, 0, 0, 0);
                 }
 #pragma unroll
                 for (int u = 0; u < 2; u++)
-                    ik_mma_chunk<F, SPC, QS, KS>(acc[u], qa, raw[u], c);
+                    ik_mma_chunk<F, SPC, QS, MT, KS>(acc[u], qa, raw[u], c);
             }
             /* c0, c1: head g, rows 2 t4 and 2 t4 + 1 of the tile; c2, c3: head g + 8 */
             float v[2][2] = {};
 #pragma unroll
             for (int u = 0; u < 2; u++) {
 #pragma unroll
-                for (int mt = 0; mt < 2; mt++) {
+                for (int mt = 0; mt < MT; mt++) {
                     v[u][0] += wq[mt][0] * ik_relu(acc[u][mt][0]);
                     v[u][0] += wq[mt][1] * ik_relu(acc[u][mt][2]);
                     v[u][1] += wq[mt][0] * ik_relu(acc[u][mt][1]);
                     v[u][1] += wq[mt][1] * ik_relu(acc[u][mt][3]);
                 }
             }
-#pragma unroll
-            for (int m = 4; m < 32; m <<= 1)
-#pragma unroll
-                for (int u = 0; u < 2; u++) {
-                    v[u][0] += __shfl_xor_sync(0xffffffffu, v[u][0], m);
-                    v[u][1] += __shfl_xor_sync(0xffffffffu, v[u][1], m);
-                }
-#pragma unroll
-            for (int u = 0; u < 2; u++) {
-                if (g == 0 && (u == 0 || two)) {
-                    float *dst = part + hh * IK_MAX_RPP + (nt + 4 * u) * 8 + 2 * t4;
-                    dst[0] = v[u][0];
-                    dst[1] = v[u][1];
+            /* sum over the 8 lanes of a quad column (g), each step keeping half of what is
+             * left: tiles across g bit 2, rows across g bit 1, then the last pair */
+            float k0 = ku ? v[1][0] : v[0][0], k1 = ku ? v[1][1] : v[0][1];
+            float s0 = ku ? v[0][0] : v[1][0], s1 = ku ? v[0][1] : v[1][1];
+            k0 += __shfl_xor_sync(0xffffffffu, s0, 16);
+            k1 += __shfl_xor_sync(0xffffffffu, s1, 16);
+            float r = kj ? k1 : k0;
+            r += __shfl_xor_sync(0xffffffffu, kj ? k0 : k1, 8);
+            r += __shfl_xor_sync(0xffffffffu, r, 4);
+            const uint32_t slot = (nt + 4 * ku) * 8 + 2 * t4 + kj;
+            if ((g & 1u) == 0 && (ku == 0 || two)) {
+                if (HG == 1) {
+                    const uint32_t row = i * rpp + slot;
+                    if (row < n_rows) {
+                        if (fmt::scale_bytes)
+                            r *= row_scale[slot];
+                        scores[(size_t)b * bt.max_rows + row] = bt.scale * r;
+                    }
+                } else {
+                    part[hg * IK_MAX_RPP + slot] = r;
                 }
             }
         }
-        __syncthreads();
-        for (uint32_t r = tid; r < rpp; r += IK_THREADS) {
-            uint32_t row = i * rpp + r;
-            if (row >= n_rows)
-                break;
-            float a = part[r] + part[IK_MAX_RPP + r];
-            if (fmt::scale_bytes)
-                a *= *(const float *)(pg + (size_t)rpp * DIM + (size_t)r * sizeof(float));
-            scores[(size_t)b * bt.max_rows + row] = bt.scale * a;
+        if (HG > 1) {
+            __syncthreads();
+            for (uint32_t r = tid; r < rpp; r += fmt::threads) {
+                uint32_t row = i * rpp + r;
+                if (row >= n_rows)
+                    break;
+                float a = part[r];
+#pragma unroll
+                for (int h = 1; h < HG; h++)
+                    a += part[h * IK_MAX_RPP + r];
+                if (fmt::scale_bytes)
+                    a *= row_scale[r];
+                scores[(size_t)b * bt.max_rows + row] = bt.scale * a;
+            }
+        }
+        if (++stage == stages) {
+            stage = 0;
+            parity ^= 1u;
         }
     }
-    ik_cp_wait(0); /* leave no copy in flight into shared memory we give up */
 }
 
 template <dsv4_cuda_ik_format F, int DIM>
@@ -323,14 +372,14 @@ static int ik_launch(uint32_t rpp, const void *pool, const dsv4_cuda_ik_batch *b
 {
     using fmt = ik_fmt<F>;
     uint32_t page_bytes = rpp * (DIM * fmt::elem + fmt::scale_bytes);
-    int stages = (int)((IK_SMEM_MAX - IK_PART_BYTES - IK_IDS_BYTES) / page_bytes);
-    int dev, sms;
+    uint32_t stages = (IK_SMEM_MAX - IK_HEAD_BYTES) / page_bytes;
+    int dev, sms, per_sm;
 
-    if (stages > fmt::stages)
+    if (stages > (uint32_t)fmt::stages)
         stages = fmt::stages;
     if (stages < 2)
         return -ENOTSUP; /* two pages must fit: one read while the next one lands */
-    size_t smem = IK_PART_BYTES + IK_IDS_BYTES + (size_t)stages * page_bytes;
+    size_t smem = IK_HEAD_BYTES + (size_t)stages * page_bytes;
     auto kernel = dsv4_ik_score_kernel<F, DIM>;
     int rc = dsv4_cuda_status(cudaGetDevice(&dev));
     if (rc == 0)
@@ -338,25 +387,30 @@ static int ik_launch(uint32_t rpp, const void *pool, const dsv4_cuda_ik_batch *b
     if (rc == 0)
         rc = dsv4_cuda_status(
             cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    if (rc == 0)
+        rc = dsv4_cuda_status(
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, fmt::threads, smem));
     if (rc != 0)
         return rc;
-    /* About one wave of blocks (two per multiprocessor) over the whole batch, at least two
-     * pages per block so the query's registers are loaded for more than one page. */
+    if (per_sm < 1)
+        per_sm = 1;
+    /* About one wave of blocks over the whole batch, at least two pages per block so the
+     * query's registers are loaded for more than one page. */
     uint64_t max_pages = (bt->max_rows + rpp - 1) / rpp, total = max_pages * bt->n_queries;
-    uint64_t ppb = (total + 2u * (uint64_t)sms - 1) / (2u * (uint64_t)sms);
+    uint64_t wave = (uint64_t)per_sm * (uint64_t)sms, ppb = (total + wave - 1) / wave;
     if (ppb < 2)
         ppb = 2;
     if (ppb > IK_MAX_PPB)
         ppb = IK_MAX_PPB;
     dim3 grid((unsigned)((max_pages + ppb - 1) / ppb), bt->n_queries);
-    kernel<<<grid, IK_THREADS, smem, stream>>>((const uint8_t *)pool, page_bytes, rpp, stages,
-                                               (uint32_t)ppb, *bt, scores);
+    kernel<<<grid, fmt::threads, smem, stream>>>((const uint8_t *)pool, page_bytes, rpp, stages,
+                                                 (uint32_t)ppb, *bt, scores);
     return dsv4_cuda_launch_status();
 }
 
 template <dsv4_cuda_ik_format F>
-static int ik_launch_dim(uint32_t dim, uint32_t rpp, const void *pool,
-                         const dsv4_cuda_ik_batch *bt, float *scores, cudaStream_t stream)
+static int ik_launch_dim(uint32_t dim, uint32_t rpp, const void *pool, const dsv4_cuda_ik_batch *bt,
+                         float *scores, cudaStream_t stream)
 {
     switch (dim) {
     case 64: return ik_launch<F, 64>(rpp, pool, bt, scores, stream);

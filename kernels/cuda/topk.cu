@@ -1,16 +1,24 @@
 /* topk.cu: exact top-k of the indexer scores, one thread-block cluster per query.
  *
- * Radix select over 32-bit keys that order like the scores (NaN lowest, -0 as +0): the 8
- * blocks of a cluster each take a slice of the query's scores, keep it in shared memory as
- * keys when it fits (else re-read it from global memory each pass), and in four passes of
- * 8 bits histogram the keys that match the prefix chosen so far. Each block sums the 8
- * histograms through distributed shared memory in rank order and picks the same digit, so
- * after four passes every block knows the k-th key T and how many keys equal to T to take.
- * Keys above T and the lowest-indexed keys equal to T are then gathered into rank 0, which
- * sorts them (bitonic, higher key first, then lower row) and writes the row numbers.
+ * Radix select over 32-bit keys that order like the scores (NaN lowest, -0 as +0), in three
+ * digit passes of 11, 11 and 10 bits. The 8 blocks of a cluster each take a slice of the
+ * query's scores. Pass one histograms the top digit of every key straight from global
+ * memory; the blocks sum their histograms through distributed shared memory in rank order
+ * and pick the same digit. Each block then compacts its keys with that digit (a small share
+ * of the slice for any spread of scores) into a candidate list in shared memory, and the
+ * two remaining passes histogram only those; a block whose candidates overflow the list
+ * re-reads its slice instead, which gives the same histogram. After the last pass every
+ * block knows the k-th key T and how many keys equal to T to take (the lowest rows, which
+ * lie in the lowest ranks' slices). The selected keys are gathered into rank 0; each block
+ * then ranks a share of them by counting the selected keys that order before each one
+ * (higher key, or equal key and lower row) and writes each row straight to its place.
  *
- * The result depends only on the scores: counts are order-free, the gather order is undone
- * by the sort on (key, row), which is unique per row. */
+ * Why not a sort: the first pass is one read of the scores; everything after it touches a
+ * few thousand keys, and ranking k keys by counting costs k^2 / 8 comparisons per block
+ * with no barrier between steps, where a bitonic sort of k keys needs log^2 k barriers.
+ *
+ * The result depends only on the scores: histograms are counts, the gather order is
+ * undone by the ranking on (key, row), which is unique per row. */
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/status.cuh"
 
@@ -21,24 +29,24 @@ namespace cg = cooperative_groups;
 #define TK_THREADS 1024
 #define TK_WARPS (TK_THREADS / 32)
 #define TK_CLUSTER 8
-#define TK_SLICE_CAP 36864u /* keys per block kept in shared memory (144 KiB) */
-#define TK_UNROLL 16
+#define TK_BINS 2048      /* 11-bit digits */
+#define TK_CAND_CAP 4096u /* candidate keys per block after the first pass */
+#define TK_UNROLL 8       /* independent global loads in flight per thread */
 
 typedef struct tk_shared {
-    uint32_t warp_hist[TK_WARPS][256]; /* one histogram per warp: no atomics across warps */
-    uint32_t hist[2][256];   /* this block's histogram; double-buffered across passes */
-    uint32_t total[256];     /* the cluster's histogram of the current pass */
-    uint32_t warp_cnt[TK_WARPS];
-    uint32_t digit, above;   /* the chosen digit, keys of the prefix above it */
-    uint32_t cnt_gt, cnt_eq; /* this block's keys > T and == T */
-    uint32_t pos_gt, pos_eq; /* gather cursors */
-    uint32_t cand_key[DSV4_CUDA_TOPK_MAX]; /* rank 0: every selected key, then sorted */
-    uint32_t cand_row[DSV4_CUDA_TOPK_MAX];
-    uint32_t gt_key[DSV4_CUDA_TOPK_MAX]; /* this block's keys > T (fewer than k) */
-    uint32_t gt_row[DSV4_CUDA_TOPK_MAX];
+    uint32_t hist[2][TK_BINS]; /* this block's histogram; double-buffered across passes */
+    uint32_t warp_sum[TK_WARPS];
+    uint32_t digit, above;          /* the chosen digit, keys under the prefix above it */
+    uint32_t n_cand, n_sel;         /* list lengths (n_cand may pass the capacity: overflow) */
+    uint32_t cnt_gt, cnt_eq;        /* this block's keys > T (all in sel) and == T */
+    uint32_t pos_eq;                /* gather cursor for ties */
+    uint32_t cand_key[TK_CAND_CAP]; /* keys whose top digit is the chosen one */
+    uint32_t cand_row[TK_CAND_CAP];
+    uint32_t sel_key[DSV4_CUDA_TOPK_MAX]; /* this block's keys > T; later the whole top-k */
+    uint32_t sel_row[DSV4_CUDA_TOPK_MAX];
+    uint32_t top_key[DSV4_CUDA_TOPK_MAX]; /* rank 0: every selected key, unordered */
+    uint32_t top_row[DSV4_CUDA_TOPK_MAX];
 } tk_shared;
-
-#define TK_SMEM (sizeof(tk_shared) + TK_SLICE_CAP * sizeof(uint32_t))
 
 __device__ static inline uint32_t tk_key(float f)
 {
@@ -56,20 +64,99 @@ __device__ static inline bool tk_before(uint32_t ka, uint32_t ra, uint32_t kb, u
     return ka > kb || (ka == kb && ra < rb);
 }
 
-/* Sum of x over the block; every thread gets it. Uses sh->warp_cnt. */
+/* Calls fn(i, key) for every i of the slice, TK_UNROLL loads in flight per thread. Every
+ * lane of every warp takes part in each call (fn may use warp votes); i >= len marks a lane
+ * without a key. */
+template <typename F>
+__device__ static inline void tk_for_slice(const float *__restrict__ src, uint32_t len, F fn)
+{
+    for (uint32_t base = 0; base < len; base += TK_UNROLL * TK_THREADS) {
+        float v[TK_UNROLL];
+#pragma unroll
+        for (int j = 0; j < TK_UNROLL; j++) {
+            uint32_t i = base + j * TK_THREADS + threadIdx.x;
+            v[j] = i < len ? src[i] : 0.0f;
+        }
+#pragma unroll
+        for (int j = 0; j < TK_UNROLL; j++)
+            fn(base + j * TK_THREADS + threadIdx.x, tk_key(v[j]));
+    }
+}
+
+/* Appends (key, row) of the lanes with hit to a list: one shared atomic per warp. Entries
+ * past cap are counted in *cnt but not stored. Called by all lanes of the warp. */
+__device__ static inline void tk_push(bool hit, uint32_t key, uint32_t row, uint32_t *cnt,
+                                      uint32_t *keys, uint32_t *rows, uint32_t cap)
+{
+    uint32_t ball = __ballot_sync(0xffffffffu, hit), lane = threadIdx.x & 31, base = 0;
+    if (ball == 0)
+        return;
+    uint32_t leader = (uint32_t)__ffs(ball) - 1;
+    if (lane == leader)
+        base = atomicAdd(cnt, (uint32_t)__popc(ball));
+    base = __shfl_sync(0xffffffffu, base, leader);
+    uint32_t p = base + (uint32_t)__popc(ball & ((1u << lane) - 1u));
+    if (hit && p < cap) {
+        keys[p] = key;
+        rows[p] = row;
+    }
+}
+
+/* Sum of x over the block; every thread gets it. */
 __device__ static uint32_t tk_block_sum(tk_shared *sh, uint32_t x)
 {
     uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    for (int m = 16; m > 0; m >>= 1)
-        x += __shfl_xor_sync(0xffffffffu, x, m);
+    x = __reduce_add_sync(0xffffffffu, x);
     __syncthreads();
     if (lane == 0)
-        sh->warp_cnt[warp] = x;
+        sh->warp_sum[warp] = x;
     __syncthreads();
-    x = lane < TK_WARPS ? sh->warp_cnt[lane] : 0;
-    for (int m = 16; m > 0; m >>= 1)
-        x += __shfl_xor_sync(0xffffffffu, x, m);
-    return x;
+    return __reduce_add_sync(0xffffffffu, lane < TK_WARPS ? sh->warp_sum[lane] : 0u);
+}
+
+/* Sums the cluster's histograms of this pass (nbins of 1024 or 2048) and picks the digit
+ * that holds the want-th key from the top: sh->digit, and sh->above = the keys under the
+ * prefix with a higher digit. Every block computes the same. */
+__device__ static void tk_pick(tk_shared *sh, cg::cluster_group &cluster, const uint32_t *hist,
+                               uint32_t nbins, uint32_t want)
+{
+    const uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const uint32_t per = nbins / TK_THREADS; /* 1 or 2 bins per thread, from the top */
+    uint32_t c[2] = {0, 0};
+#pragma unroll
+    for (uint32_t j = 0; j < 2; j++) {
+        if (j >= per)
+            break;
+        uint32_t bin = nbins - 1 - (tid * per + j);
+#pragma unroll
+        for (uint32_t r = 0; r < TK_CLUSTER; r++)
+            c[j] += cluster.map_shared_rank(hist, r)[bin];
+    }
+    uint32_t sum = c[0] + c[1], incl = sum;
+#pragma unroll
+    for (int m = 1; m < 32; m <<= 1) {
+        uint32_t y = __shfl_up_sync(0xffffffffu, incl, m);
+        if (lane >= (uint32_t)m)
+            incl += y;
+    }
+    if (lane == 31)
+        sh->warp_sum[warp] = incl;
+    __syncthreads();
+    uint32_t before = incl - sum;
+    for (uint32_t w = 0; w < warp; w++)
+        before += sh->warp_sum[w];
+    if (before < want && want <= before + sum) {
+#pragma unroll
+        for (uint32_t j = 0; j < 2; j++) {
+            if (j < per && before + c[j] >= want) {
+                sh->digit = nbins - 1 - (tid * per + j);
+                sh->above = before;
+                break;
+            }
+            before += c[j];
+        }
+    }
+    __syncthreads();
 }
 
 __global__ void __cluster_dims__(TK_CLUSTER, 1, 1) __launch_bounds__(TK_THREADS, 1)
@@ -78,7 +165,6 @@ __global__ void __cluster_dims__(TK_CLUSTER, 1, 1) __launch_bounds__(TK_THREADS,
 {
     extern __shared__ __align__(16) uint8_t tk_smem[];
     tk_shared *sh = (tk_shared *)tk_smem;
-    uint32_t *slice_keys = (uint32_t *)(tk_smem + sizeof(tk_shared));
     cg::cluster_group cluster = cg::this_cluster();
     const uint32_t rank = cluster.block_rank(), q = blockIdx.x / TK_CLUSTER;
     const uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -96,116 +182,87 @@ __global__ void __cluster_dims__(TK_CLUSTER, 1, 1) __launch_bounds__(TK_THREADS,
     const uint32_t lo = (uint32_t)((uint64_t)n * rank / TK_CLUSTER);
     const uint32_t len = (uint32_t)((uint64_t)n * (rank + 1) / TK_CLUSTER) - lo;
     const float *src = scores + (size_t)q * stride + lo;
-    const bool in_smem = len <= TK_SLICE_CAP;
+    for (uint32_t i = tid; i < TK_BINS; i += TK_THREADS)
+        sh->hist[0][i] = 0;
     if (tid == 0) {
-        sh->pos_gt = 0;
+        sh->n_cand = 0;
+        sh->n_sel = 0;
         sh->pos_eq = 0;
     }
-    if (in_smem) {
-        /* TK_UNROLL independent loads in flight per thread, not one round trip per key */
-        for (uint32_t base = 0; base < len; base += TK_UNROLL * TK_THREADS) {
-            float v[TK_UNROLL];
-#pragma unroll
-            for (int j = 0; j < TK_UNROLL; j++) {
-                uint32_t i = base + j * TK_THREADS + tid;
-                v[j] = i < len ? src[i] : 0.0f;
-            }
-#pragma unroll
-            for (int j = 0; j < TK_UNROLL; j++) {
-                uint32_t i = base + j * TK_THREADS + tid;
-                if (i < len)
-                    slice_keys[i] = tk_key(v[j]);
-            }
-        }
-    }
-    auto key_at = [&](uint32_t i) { return in_smem ? slice_keys[i] : tk_key(src[i]); };
+    __syncthreads();
 
-    uint32_t prefix = 0, mask = 0, want = kk;
-    for (int pass = 0; pass < 4; pass++) {
-        const int shift = 24 - 8 * pass;
-        uint32_t *hist = sh->hist[pass & 1], *wh = sh->warp_hist[warp];
-        for (uint32_t i = tid; i < TK_WARPS * 256; i += TK_THREADS)
-            (&sh->warp_hist[0][0])[i] = 0;
+    /* pass 1: the top 11 bits of every key */
+    tk_for_slice(src, len, [&](uint32_t i, uint32_t key) {
+        if (i < len)
+            atomicAdd(&sh->hist[0][key >> 21], 1u);
+    });
+    cluster.sync();
+    tk_pick(sh, cluster, sh->hist[0], TK_BINS, kk);
+    const uint32_t top = sh->digit;
+    uint32_t want = kk - sh->above, prefix = top << 21, mask = 0xffe00000u;
+
+    /* keys with a higher top digit are in the top-k (fewer than k of them in the whole
+     * cluster); keys with the chosen one are the candidates */
+    tk_for_slice(src, len, [&](uint32_t i, uint32_t key) {
+        bool live = i < len;
+        tk_push(live && key >> 21 == top, key, lo + i, &sh->n_cand, sh->cand_key, sh->cand_row,
+                TK_CAND_CAP);
+        tk_push(live && key >> 21 > top, key, lo + i, &sh->n_sel, sh->sel_key, sh->sel_row,
+                DSV4_CUDA_TOPK_MAX);
+    });
+    __syncthreads();
+    const bool from_cand = sh->n_cand <= TK_CAND_CAP;
+    const uint32_t n_cand = sh->n_cand;
+
+    /* passes 2 and 3: bits 20-10, then 9-0, of the keys under the prefix */
+    for (int pass = 1; pass < 3; pass++) {
+        const int shift = pass == 1 ? 10 : 0;
+        const uint32_t nbins = pass == 1 ? TK_BINS : TK_BINS / 2, dmask = nbins - 1;
+        uint32_t *hist = sh->hist[pass & 1];
+        for (uint32_t i = tid; i < nbins; i += TK_THREADS)
+            hist[i] = 0;
         __syncthreads();
-#pragma unroll 4
-        for (uint32_t base = 0; base < len; base += TK_THREADS) {
-            uint32_t i = base + tid, digit = 256;
-            if (i < len) {
-                uint32_t key = key_at(i);
+        if (from_cand) {
+            for (uint32_t j = tid; j < n_cand; j += TK_THREADS) {
+                uint32_t key = sh->cand_key[j];
                 if ((key & mask) == prefix)
-                    digit = (key >> shift) & 255u;
+                    atomicAdd(&hist[(key >> shift) & dmask], 1u);
             }
-            /* one shared atomic per distinct digit in the warp; after the first pass most
-             * warps have no key left under the prefix */
-            if (__any_sync(0xffffffffu, digit < 256)) {
-                uint32_t peers = __match_any_sync(0xffffffffu, digit);
-                if (digit < 256 && lane == (uint32_t)__ffs(peers) - 1)
-                    atomicAdd(&wh[digit], (uint32_t)__popc(peers));
-            }
-        }
-        __syncthreads();
-        if (tid < 256) {
-            uint32_t s = 0;
-            for (uint32_t w = 0; w < TK_WARPS; w++)
-                s += sh->warp_hist[w][tid];
-            hist[tid] = s;
+        } else {
+            tk_for_slice(src, len, [&](uint32_t i, uint32_t key) {
+                if (i < len && (key & mask) == prefix)
+                    atomicAdd(&hist[(key >> shift) & dmask], 1u);
+            });
         }
         cluster.sync();
-        if (tid < 256) {
-            uint32_t s = 0;
-#pragma unroll
-            for (uint32_t r = 0; r < TK_CLUSTER; r++)
-                s += cluster.map_shared_rank(hist, r)[tid];
-            sh->total[tid] = s;
-        }
-        __syncthreads();
-        if (warp == 0) {
-            /* lane l holds digits 255 - 8 l down to 248 - 8 l */
-            uint32_t c[8], sum = 0;
-            for (int j = 0; j < 8; j++) {
-                c[j] = sh->total[255 - (lane * 8 + j)];
-                sum += c[j];
-            }
-            uint32_t incl = sum;
-            for (int m = 1; m < 32; m <<= 1) {
-                uint32_t y = __shfl_up_sync(0xffffffffu, incl, m);
-                if (lane >= (uint32_t)m)
-                    incl += y;
-            }
-            uint32_t before = incl - sum;
-            if (before < want && want <= incl) {
-                for (int j = 0; j < 8; j++) {
-                    if (before + c[j] >= want) {
-                        sh->digit = 255u - (lane * 8u + (uint32_t)j);
-                        sh->above = before;
-                        break;
-                    }
-                    before += c[j];
-                }
-            }
-        }
-        __syncthreads();
+        tk_pick(sh, cluster, hist, nbins, want);
         want -= sh->above;
         prefix |= sh->digit << shift;
-        mask |= 255u << shift;
+        mask |= dmask << shift;
     }
 
     /* prefix is now T: kk - want keys are above it, and want keys equal to it are taken,
-     * the lowest rows first. */
+     * the lowest rows first */
     const uint32_t T = prefix, n_gt = kk - want;
     uint32_t eq = 0;
-    for (uint32_t i = tid; i < len; i += TK_THREADS) {
-        uint32_t key = key_at(i);
-        if (key > T) {
-            uint32_t p = atomicAdd(&sh->pos_gt, 1u);
-            sh->gt_key[p] = key;
-            sh->gt_row[p] = lo + i;
+    if (from_cand) {
+        for (uint32_t base = 0; base < n_cand; base += TK_THREADS) {
+            uint32_t j = base + tid, key = j < n_cand ? sh->cand_key[j] : 0;
+            tk_push(j < n_cand && key > T, key, j < n_cand ? sh->cand_row[j] : 0, &sh->n_sel,
+                    sh->sel_key, sh->sel_row, DSV4_CUDA_TOPK_MAX);
+            eq += j < n_cand && key == T;
         }
-        eq += key == T;
+    } else {
+        tk_for_slice(src, len, [&](uint32_t i, uint32_t key) {
+            bool live = i < len;
+            tk_push(live && key > T && key >> 21 == top, key, lo + i, &sh->n_sel, sh->sel_key,
+                    sh->sel_row, DSV4_CUDA_TOPK_MAX);
+            eq += live && key == T;
+        });
     }
     eq = tk_block_sum(sh, eq);
     if (tid == 0) {
-        sh->cnt_gt = sh->pos_gt;
+        sh->cnt_gt = sh->n_sel;
         sh->cnt_eq = eq;
     }
     cluster.sync();
@@ -216,77 +273,68 @@ __global__ void __cluster_dims__(TK_CLUSTER, 1, 1) __launch_bounds__(TK_THREADS,
     }
     tk_shared *root = cluster.map_shared_rank(sh, 0);
     for (uint32_t j = tid; j < sh->cnt_gt; j += TK_THREADS) {
-        root->cand_key[off_gt + j] = sh->gt_key[j];
-        root->cand_row[off_gt + j] = sh->gt_row[j];
+        root->top_key[off_gt + j] = sh->sel_key[j];
+        root->top_row[off_gt + j] = sh->sel_row[j];
     }
     const uint32_t take_eq = off_eq >= want ? 0 : (want - off_eq < eq ? want - off_eq : eq);
+    uint32_t *tie_key = root->top_key + n_gt + off_eq, *tie_row = root->top_row + n_gt + off_eq;
     if (take_eq > 0 && take_eq == eq) {
-        for (uint32_t i = tid; i < len; i += TK_THREADS) {
-            if (key_at(i) == T) {
-                uint32_t p = n_gt + off_eq + atomicAdd(&sh->pos_eq, 1u);
-                root->cand_key[p] = T;
-                root->cand_row[p] = lo + i;
+        /* all of this block's ties, in any order */
+        if (from_cand) {
+            for (uint32_t base = 0; base < n_cand; base += TK_THREADS) {
+                uint32_t j = base + tid;
+                bool hit = j < n_cand && sh->cand_key[j] == T;
+                tk_push(hit, T, hit ? sh->cand_row[j] : 0, &sh->pos_eq, tie_key, tie_row, eq);
             }
+        } else {
+            tk_for_slice(src, len, [&](uint32_t i, uint32_t key) {
+                tk_push(i < len && key == T, T, lo + i, &sh->pos_eq, tie_key, tie_row, eq);
+            });
         }
     }
     if (take_eq > 0 && take_eq < eq) {
-        /* only some of this block's ties: take them in row order, a block-wide scan per
-         * round of TK_THREADS keys */
+        /* only some of this block's ties: the lowest rows, a block-wide scan of the slice in
+         * row order per round of TK_THREADS keys */
         uint32_t taken = 0;
         for (uint32_t base = 0; base < len && taken < take_eq; base += TK_THREADS) {
             uint32_t i = base + tid;
-            bool hit = i < len && key_at(i) == T;
+            bool hit = i < len && tk_key(src[i]) == T;
             uint32_t ball = __ballot_sync(0xffffffffu, hit);
             __syncthreads();
             if (lane == 0)
-                sh->warp_cnt[warp] = __popc(ball);
+                sh->warp_sum[warp] = __popc(ball);
             __syncthreads();
             uint32_t before = taken;
             for (uint32_t w = 0; w < warp; w++)
-                before += sh->warp_cnt[w];
+                before += sh->warp_sum[w];
             before += __popc(ball & ((1u << lane) - 1u));
             if (hit && before < take_eq) {
-                uint32_t p = n_gt + off_eq + before;
-                root->cand_key[p] = T;
-                root->cand_row[p] = lo + i;
+                tie_key[before] = T;
+                tie_row[before] = lo + i;
             }
             for (uint32_t w = 0; w < TK_WARPS; w++)
-                taken += sh->warp_cnt[w];
+                taken += sh->warp_sum[w];
         }
     }
     cluster.sync();
-    if (rank != 0)
-        return;
 
-    uint32_t size = 1;
-    while (size < kk)
-        size <<= 1;
-    for (uint32_t i = kk + tid; i < size; i += TK_THREADS) {
-        sh->cand_key[i] = 0;
-        sh->cand_row[i] = UINT32_MAX;
+    /* every block copies the kk selected keys, then places its share of them */
+    for (uint32_t j = tid; j < kk; j += TK_THREADS) {
+        sh->sel_key[j] = root->top_key[j];
+        sh->sel_row[j] = root->top_row[j];
     }
-    __syncthreads();
-    for (uint32_t run = 2; run <= size; run <<= 1) {
-        for (uint32_t step = run >> 1; step > 0; step >>= 1) {
-            for (uint32_t i = tid; i < size; i += TK_THREADS) {
-                uint32_t j = i ^ step;
-                if (j <= i)
-                    continue;
-                uint32_t ki = sh->cand_key[i], ri = sh->cand_row[i];
-                uint32_t kj = sh->cand_key[j], rj = sh->cand_row[j];
-                bool forward = (i & run) == 0;
-                if (forward ? tk_before(kj, rj, ki, ri) : tk_before(ki, ri, kj, rj)) {
-                    sh->cand_key[i] = kj;
-                    sh->cand_row[i] = rj;
-                    sh->cand_key[j] = ki;
-                    sh->cand_row[j] = ri;
-                }
-            }
-            __syncthreads();
-        }
+    cluster.sync(); /* rank 0's shared memory stays until every block has its copy */
+    const uint32_t first = (uint32_t)((uint64_t)kk * rank / TK_CLUSTER);
+    const uint32_t last = (uint32_t)((uint64_t)kk * (rank + 1) / TK_CLUSTER);
+    for (uint32_t i = first + warp; i < last; i += TK_WARPS) {
+        const uint32_t ki = sh->sel_key[i], ri = sh->sel_row[i];
+        uint32_t pos = 0;
+        for (uint32_t j = lane; j < kk; j += 32)
+            pos += tk_before(sh->sel_key[j], sh->sel_row[j], ki, ri);
+        pos = __reduce_add_sync(0xffffffffu, pos);
+        if (lane == 0)
+            out[pos] = ri;
     }
-    for (uint32_t i = tid; i < kk; i += TK_THREADS)
-        out[i] = sh->cand_row[i];
 }
 
 extern "C" int dsv4_cuda_topk(const float *scores_dev, size_t stride, const uint32_t *n_rows_dev,
@@ -299,10 +347,10 @@ extern "C" int dsv4_cuda_topk(const float *scores_dev, size_t stride, const uint
     if (k > DSV4_CUDA_TOPK_MAX || n_queries > UINT32_MAX / TK_CLUSTER)
         return -ENOTSUP;
     int rc = dsv4_cuda_status(cudaFuncSetAttribute(
-        dsv4_topk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)TK_SMEM));
+        dsv4_topk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sizeof(tk_shared)));
     if (rc != 0)
         return rc;
-    dsv4_topk_kernel<<<n_queries * TK_CLUSTER, TK_THREADS, TK_SMEM, (cudaStream_t)stream>>>(
-        scores_dev, stride, n_rows_dev, k, idx_dev);
+    dsv4_topk_kernel<<<n_queries * TK_CLUSTER, TK_THREADS, sizeof(tk_shared),
+                       (cudaStream_t)stream>>>(scores_dev, stride, n_rows_dev, k, idx_dev);
     return dsv4_cuda_launch_status();
 }

@@ -6,7 +6,9 @@
  * where eps_fmt is the query rounding the kernels document (f16 for fp8 keys: 2^-11,
  * bf16 for bf16 keys: 2^-9, two-term bf16 for f32 keys: taken as 2^-14), doubled for
  * the float sums. Scores do not depend on the batch (a query alone gives the same bits),
- * nothing is written past a query's rows, and the CPU ops are untouched by all this. */
+ * nothing is written past a query's rows, and the CPU ops are untouched by all this. Page
+ * shapes: 64 and 32 rows (the plugins' defaults), 8 rows (one MMA tile), 24 rows (not a
+ * power of two) and 256 rows (the largest pages the kernels take). */
 #include "config.h"
 
 #include "tests/gpu/gpu.h"
@@ -181,6 +183,10 @@ int main(void)
         {INDEXK_BF16, NULL, 64, 128, 64, 0x1p-9}, {INDEXK_F32, NULL, 64, 128, 64, 0x1p-14},
         {INDEXK_FP8, NULL, 32, 64, 8, 0x1p-11},   {INDEXK_BF16, NULL, 32, 64, 2, 0x1p-9},
         {INDEXK_F32, NULL, 32, 64, 8, 0x1p-14},
+        /* one tile per page; a row count not a power of two (a warp without a tile); the
+         * largest pages (64 KiB bf16, two pipeline stages) */
+        {INDEXK_FP8, NULL, 8, 128, 64, 0x1p-11},  {INDEXK_BF16, NULL, 24, 128, 64, 0x1p-9},
+        {INDEXK_BF16, NULL, 256, 128, 64, 0x1p-9}, {INDEXK_FP8, NULL, 256, 64, 64, 0x1p-11},
     };
 
     gpu_require();

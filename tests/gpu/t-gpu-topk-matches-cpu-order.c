@@ -1,9 +1,11 @@
 /* t-gpu-topk-matches-cpu-order: dsv4_cuda_topk returns exactly what the CPU engine's
  * dsv4_k_topk returns (same rows, same order: higher score first, ties to the lower row,
  * NaN last) for many queries in one launch: 256k distinct scores with k = 512, heavy ties
- * (only a few distinct values, so the k-th value is shared across blocks), NaN, infinities
- * and signed zeros, fewer rows than k (the rest filled with UINT32_MAX), no rows, k = 1 and
- * k = 2048, and a query too long for shared memory. */
+ * (only a few distinct values, so the k-th value is shared across blocks), every score
+ * equal, distinct scores packed into one narrow range (more keys share the first radix digit
+ * than the kernel's candidate list holds, so it re-reads the scores), NaN, infinities and
+ * signed zeros, fewer rows than k (the rest filled with UINT32_MAX), exactly k rows, no
+ * rows, k = 1 and k = 2048, and a long query. */
 #include "config.h"
 
 #include "tests/gpu/gpu.h"
@@ -27,8 +29,8 @@ static uint32_t rand32(void)
     return (uint32_t)(rng >> 32);
 }
 
-typedef enum kind { DISTINCT, TIES, SPECIALS } kind;
-static const char *const kind_names[] = {"distinct", "ties", "specials"};
+typedef enum kind { DISTINCT, TIES, SPECIALS, EQUAL, NARROW } kind;
+static const char *const kind_names[] = {"distinct", "ties", "specials", "all equal", "narrow"};
 
 static float draw(kind how)
 {
@@ -40,6 +42,8 @@ static float draw(kind how)
         uint32_t r = rand32() % 16;
         return r < 7 ? special[r] : (float)(rand32() % 1000) - 500.0f;
     }
+    case EQUAL: return 0.25f;
+    case NARROW: return 1.0f + (float)(rand32() % (1u << 20)) * 0x1p-23f; /* [1, 1.125) */
     }
     return 0.0f;
 }
@@ -87,18 +91,24 @@ int main(void)
     static const uint32_t one_big[] = {262144};
     static const uint32_t long_query[] = {400000};
     static const uint32_t few[] = {100, 5, 2047};
+    static const uint32_t exact_k[] = {1000, 999, 1000};
 
     gpu_require();
-    plan(2 * 9);
+    plan(2 * 14);
     check("one query, 256k rows, k 512", DISTINCT, one_big, 1, 262144, 512);
     check("8 queries of 0..256k rows, k 512", DISTINCT, batch, 8, 262144, 512);
     check("8 queries of 0..256k rows, k 512", TIES, batch, 8, 262144, 512);
     check("8 queries of 0..256k rows, k 512", SPECIALS, batch, 8, 262144, 512);
+    check("8 queries of 0..256k rows, k 512", EQUAL, batch, 8, 262144, 512);
+    check("8 queries of 0..256k rows, k 512", NARROW, batch, 8, 262144, 512);
+    check("as many rows as k", DISTINCT, exact_k, 3, 1000, 1000);
+    check("as many rows as k", TIES, exact_k, 3, 1000, 1000);
+    check("k 2048", NARROW, batch, 8, 262144, 2048);
     check("fewer rows than k", DISTINCT, few, 3, 2047, 2048);
     check("k 1", TIES, batch, 8, 262144, 1);
     check("k 2048", TIES, batch, 8, 262144, 2048);
-    check("400k rows, past shared memory", DISTINCT, long_query, 1, 400000, 512);
-    check("400k rows, past shared memory", TIES, long_query, 1, 400000, 512);
+    check("400k rows in one query", DISTINCT, long_query, 1, 400000, 512);
+    check("400k rows in one query", TIES, long_query, 1, 400000, 512);
     return done_testing();
 }
 #else
