@@ -47,6 +47,13 @@ struct row {
     char *status;
 };
 
+/* A plugin that loaded but whose probe says it cannot run on this host (no GPU for a GPU
+ * transport): listed with the reason, not counted as a failure. */
+static bool unavailable(const dsv4_plugin_entry *e)
+{
+    return e->stage == DSV4_STAGE_PROBE && e->status == DSV4_EUNAVAIL;
+}
+
 static int fill_row(const dsv4_plugin_entry *e, struct row *r)
 {
     r->col[COL_FAMILY] = e->family;
@@ -60,6 +67,8 @@ static int fill_row(const dsv4_plugin_entry *e, struct row *r)
     r->col[COL_PATH] = e->path;
     if (e->stage == DSV4_STAGE_OK)
         r->status = strdup("ok");
+    else if (unavailable(e))
+        r->status = strdup(e->detail);
     else if (asprintf(&r->status, "failed: %s", e->detail) < 0)
         r->status = NULL;
     r->col[COL_STATUS] = r->status;
@@ -74,8 +83,10 @@ static void list_usage(FILE *out)
             "  --porcelain  one line per plugin, tab-separated fields in this order:\n"
             "               family, name, version, ABI, status, path\n"
             "               (version and ABI are - when the plugin did not load; status is\n"
-            "               ok or \"failed: \" and the reason)\n"
-            "Exit status: 0 when every plugin loaded, 1 when any failed, 2 on usage errors.\n");
+            "               ok, \"not available here (\" and the plugin's reason \")\", or\n"
+            "               \"failed: \" and the reason)\n"
+            "Exit status: 0 when every plugin loaded or is only not available here, 1 when\n"
+            "any failed, 2 on usage errors.\n");
 }
 
 /* Human form: an aligned table with the free-text status last, so a long reason does not
@@ -147,7 +158,8 @@ int dsv4ctl_list(int argc, char **argv)
         print_table(rows, n);
     }
     for (size_t i = 0; i < n; i++) {
-        if (status == 0 && dsv4_registry_entry(reg, i)->stage != DSV4_STAGE_OK)
+        const dsv4_plugin_entry *e = dsv4_registry_entry(reg, i);
+        if (status == 0 && e->stage != DSV4_STAGE_OK && !unavailable(e))
             status = 1;
         if (rows)
             free(rows[i].status);

@@ -25,7 +25,7 @@ chaos-drop.ini:17: [transport.chaos] drop: inner = nccl is two-sided: drop and c
     "chaos around nccl with drop: refused, naming the key"
 
 if [ "$status" != ok ]; then
-    has "$status" "failed: not available here (no CUDA device visible" \
+    has "$status" "not available here (no CUDA device visible" \
         "without a GPU the status says why"
     got=$("$DSV4CTL" describe transport/nccl 2>&1)
     is "$?" 1 "describe exits 1 for the unavailable plugin"
