@@ -42,14 +42,15 @@ const char *dsv4_pd_buf_kind_name(uint32_t kind);
 size_t dsv4_pd_sum_count(const dsv4_kv_layout *l, const dsv4_pd_blocks *b);
 
 /* Fills sums[n_sums]. 0, or -EINVAL when n_sums is not dsv4_pd_sum_count() or a page or
- * the slot is out of range. Host memory only (-ENOTSUP for a device buffer). */
+ * the slot is out of range; -ENOTSUP for a pool that mixes memories or devices, or lives
+ * in device memory in a build without CUDA; a CUDA failure as a negative errno. */
 int dsv4_pd_sum_compute(const dsv4_kv_layout *l, const dsv4_pd_blocks *b, uint64_t *sums,
                         size_t n_sums);
 
 /* Recomputes and compares with expected[n_sums]. 0 when every block matches;
  * DSV4_ECHECKSUM with the first mismatch in *bad_p and the number of mismatching blocks in
- * *n_bad_p; -EINVAL/-ENOTSUP as dsv4_pd_sum_compute (a count that does not fit the layout
- * is a malformed completion, not a corruption). */
+ * *n_bad_p; the failures of dsv4_pd_sum_compute (a count that does not fit the layout is a
+ * malformed completion, not a corruption); -ENOMEM. */
 int dsv4_pd_sum_verify(const dsv4_kv_layout *l, const dsv4_pd_blocks *b, const uint64_t *expected,
                        size_t n_sums, dsv4_pd_sum_bad *bad_p, uint32_t *n_bad_p);
 

@@ -40,6 +40,15 @@ tests_unit_t_pd_shared_pool_is_visible_to_another_process_SOURCES = \
 	tests/unit/t-pd-shared-pool-is-visible-to-another-process.c $(PD_TEST_POOL)
 tests_unit_t_pd_shared_pool_is_visible_to_another_process_LDADD = $(TEST_CORE_LIBS) -lm
 
+# Checksums of a pool in device memory (transport/nccl's pools): built everywhere, skips
+# without a CUDA device (tests/gpu/gpu.c).
+check_PROGRAMS += tests/gpu/t-pd-checksum-on-device-matches-host
+TESTS += tests/gpu/t-pd-checksum-on-device-matches-host
+tests_gpu_t_pd_checksum_on_device_matches_host_SOURCES = \
+	tests/gpu/t-pd-checksum-on-device-matches-host.c $(GPU_TEST_SRC) $(PD_TEST_POOL)
+tests_gpu_t_pd_checksum_on_device_matches_host_CPPFLAGS = $(GPU_TEST_FLAGS)
+tests_gpu_t_pd_checksum_on_device_matches_host_LDADD = $(TEST_CORE_LIBS) $(CUDA_TEST_LIBS) -lm
+
 # The handoff micro-benchmark (bench/pd-handoff.sh runs it); built with the tests only.
 check_PROGRAMS += bench/pd-handoff
 bench_pd_handoff_SOURCES = bench/pd-handoff.c

@@ -35,7 +35,7 @@ int dsv4_pd_start(dsv4_server *srv, const dsv4_config *conf, char *err, size_t e
 void dsv4_pd_stop(dsv4_server *srv);
 /* False on a prefill server: client completions are refused there. */
 bool dsv4_pd_takes_clients(const dsv4_server *srv);
-/* The engine pool must be in shared memory (decode role: peers map it). */
+/* The engine pool must be in shared memory (decode role on the host: peers map it). */
 bool dsv4_pd_wants_shared_pool(const dsv4_config *conf);
 
 /* Decode role, admission: true when r's prompt KV should come from a prefill server. */

@@ -97,7 +97,9 @@ uint64_t dsv4_pd_bytes(const dsv4_pd *pd, uint32_t n_pages)
 
 bool dsv4_pd_wants_shared_pool(const dsv4_config *conf)
 {
-    return conf->server.role == DSV4_ROLE_DECODE;
+    /* host pools are mapped by peers (transport/local); a device pool (transport/nccl) is
+     * reached only through the transport and cannot be shared memory */
+    return conf->server.role == DSV4_ROLE_DECODE && conf->core.device != DSV4_DEVICE_CUDA;
 }
 
 bool dsv4_pd_takes_clients(const dsv4_server *srv)
