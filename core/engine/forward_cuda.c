@@ -1,9 +1,9 @@
 /* forward_cuda.c: the DeepSeek-V4 forward step on a CUDA device (forward_cuda.h), the host
  * side: weights on the device, the step's layout uploaded once, then per layer the same
  * sequence of operations as forward.c, each one launch over the whole step
- * (kernels/cuda/model.h). The host waits on the device only where the indexk plugin needs
- * host pages (its store, and its CPU score for shapes its CUDA kernels do not take) and
- * for the logits. */
+ * (kernels/cuda/model.h). Index-K rows go to their pages through the indexk plugin's
+ * store_cuda; the host waits on the device only for the logits and where the plugin's
+ * CUDA ops refuse the shape (then its host store and score run on staged pages). */
 #include "config.h"
 
 #include "core/engine/forward_cuda.h"
@@ -22,6 +22,11 @@
 #define FC_HEAD_ROWS 64
 /* Floats of indexer scores one scoring launch may fill (queries x rows). */
 #define FC_SCORE_FLOATS (32u << 20)
+/* The scores' row stride is the step's longest index-K row count rounded up to this, so
+ * decode steps keep one shape (and one CUDA graph) for this many rows, not four tokens. */
+#define FC_SCORE_ROWS_STEP 256u
+/* Step shapes remembered, each with its CUDA graph once it has been seen twice. */
+#define FC_GRAPHS 8
 
 typedef struct fc_layer {
     float *hc_attn_fn, *hc_attn_base, *hc_attn_scale, *hc_ffn_fn, *hc_ffn_base, *hc_ffn_scale;
@@ -33,6 +38,19 @@ typedef struct fc_layer {
     int32_t *tid2eid;
     float *exp_gate, *exp_up, *exp_down, *sh_gate, *sh_up, *sh_down;
 } fc_layer;
+
+/* What a step's launches depend on besides device memory: a step of the same shape replays
+ * the same CUDA graph (the layout arrays it reads are uploaded before the launch). */
+typedef struct fc_shape {
+    uint32_t n_tok, n_seqs, n_new, score_rows;
+    const void *pages; /* the page list's device buffer, which may move as it grows */
+} fc_shape;
+
+typedef struct fc_graph {
+    fc_shape shape;
+    dsv4_cuda_graph *graph; /* NULL: seen once, not captured yet */
+    bool used;
+} fc_graph;
 
 /* A host buffer and its device twin that grow on demand (fallback paths). */
 typedef struct fc_grow {
@@ -49,6 +67,7 @@ struct dsv4_fwd_cuda {
     dsv4_indexk_geom geom;
     size_t ik_page_bytes;
     bool ik_host_score; /* the plugin's CUDA scorer refused the shape: score on the host */
+    bool ik_host_store; /* the plugin has no store_cuda, or it refused the shape */
     uint32_t max_tokens, max_context, csa_rows;
     dsv4_k_rowfmt kvf;
     size_t row_bytes;
@@ -64,6 +83,7 @@ struct dsv4_fwd_cuda {
     float *ikrows, *scores, *o, *z, *y, *router, *rw, *sh_g, *sh_u, *sh_h, *sh_o;
     float *xe, *ge, *ue, *he, *eo, *hu, *logits;
     uint8_t *kvs, *ik_stage;
+    uint32_t *ik_refused; /* store_cuda's refusal flag, read after the step */
     int32_t *rid;
     uint32_t *n_rows, *page_start, *topk, *sel, *nsel, *off, *assign, *epos;
     uint32_t *desc; /* the step's layout (dsv4_cuda_step points into it) */
@@ -75,6 +95,10 @@ struct dsv4_fwd_cuda {
     uint32_t *hdesc;
     dsv4_cuda_step st;
     uint32_t n_seqs, n_pages_total, max_valid, n_new, n_touch, n_head;
+    uint32_t score_rows; /* the scores' row stride, 0 when no token chooses its rows */
+    fc_graph graphs[FC_GRAPHS];
+    uint32_t graph_next; /* the entry the next new shape replaces */
+    bool graphs_off;     /* a capture failed: every step runs its launches directly */
     dsv4_indexk_slot *ik_slots;
     float *ik_rows_host, *iq_host, *iw_host, *scores_host, *logits_host;
     uint8_t *ik_stage_host;
@@ -101,6 +125,8 @@ enum {
     FD_COUNT,
     FD_FIRST,
     FD_POFF,
+    FD_IKSLOT, /* dsv4_indexk_slot of each new index-K row: two words each, two arrays */
+    FD_IKSLOT_ROW,
     FD_COUNT_ARRAYS
 };
 
@@ -258,6 +284,7 @@ static bool fc_alloc_workspace(dsv4_fwd_cuda *f)
     f->iw = fc_dev(f, B * NI, sizeof(float));
     f->ikrows = fc_dev(f, B * DI, sizeof(float));
     f->ik_stage = fc_dev(f, B, f->ik_page_bytes ? f->ik_page_bytes : 1);
+    f->ik_refused = fc_dev(f, 1, sizeof(uint32_t));
     f->scores = fc_dev(f, scores, sizeof(float));
     f->n_rows = fc_dev(f, B, sizeof(uint32_t));
     f->page_start = fc_dev(f, B, sizeof(uint32_t));
@@ -334,6 +361,7 @@ dsv4_fwd_cuda *dsv4_fwd_cuda_new(const dsv4_fwd_conf *conf, bool deterministic, 
     f->ik_page_bytes = fc_has(c, DSV4_LAYER_CSA) ? f->ik->page_bytes(&f->geom) : 0;
     f->ik_host_score = !DSV4_HAS_FIELD(f->ik, dsv4_indexk_ops, topk_cuda) || !f->ik->score_cuda ||
                        !f->ik->topk_cuda;
+    f->ik_host_store = !DSV4_HAS_FIELD(f->ik, dsv4_indexk_ops, store_cuda) || !f->ik->store_cuda;
     f->max_tokens = conf->max_tokens;
     f->max_context = conf->max_context;
     f->csa_rows = fc_has(c, DSV4_LAYER_CSA) ? conf->max_context / c->rate_csa : 0;
@@ -411,6 +439,8 @@ void dsv4_fwd_cuda_free(dsv4_fwd_cuda *f)
     free(f->pages.host);
     dsv4_cuda_free(f->host_pages.dev);
     free(f->host_pages.host);
+    for (size_t i = 0; i < FC_GRAPHS; i++)
+        dsv4_cuda_graph_free(f->graphs[i].graph);
     dsv4_cuda_blas_free(f->blas);
     dsv4_cuda_stream_free(f->stream);
     free(f);
@@ -426,6 +456,7 @@ static int fc_layout(dsv4_fwd_cuda *f, const dsv4_fwd_seq *seqs, size_t n_seqs)
     const dsv4_kv_layout *lay = dsv4_kv_pool_layout(f->pool);
     size_t B = f->max_tokens;
     uint32_t *h = f->hdesc, t = 0, ns = 0, np = 0;
+    dsv4_indexk_slot *ik_slots = (dsv4_indexk_slot *)(h + FD_IKSLOT * B);
     uint32_t rate = c->rate_csa, rpb = f->geom.rows_per_page;
     bool csa = fc_has(c, DSV4_LAYER_CSA);
 
@@ -455,10 +486,12 @@ static int fc_layout(dsv4_fwd_cuda *f, const dsv4_fwd_seq *seqs, size_t n_seqs)
             h[FD_TSEQ * B + t] = ns;
             h[FD_IKOUT * B + t] = UINT32_MAX;
             if (csa && (p + 1) % rate == 0) {
-                /* token completes index-K row w: its slot, in a staged copy of its page */
+                /* token completes index-K row w: its slot in its page (store_cuda), and
+                 * in a staged copy of the page (the host store) */
                 uint32_t w = p / rate, page = sq->pages[w / rpb];
                 if (f->n_touch == 0 || h[FD_TOUCH * B + f->n_touch - 1] != page)
                     h[FD_TOUCH * B + f->n_touch++] = page;
+                ik_slots[f->n_new] = (dsv4_indexk_slot){page, w % rpb};
                 f->ik_slots[f->n_new] = (dsv4_indexk_slot){f->n_touch - 1, w % rpb};
                 h[FD_IKOUT * B + t] = f->n_new++;
             }
@@ -474,6 +507,13 @@ static int fc_layout(dsv4_fwd_cuda *f, const dsv4_fwd_seq *seqs, size_t n_seqs)
     }
     f->n_seqs = ns;
     f->n_pages_total = np;
+    f->score_rows = 0;
+    if (csa && f->max_valid > c->index_topk) {
+        f->score_rows =
+            (f->max_valid + FC_SCORE_ROWS_STEP - 1) / FC_SCORE_ROWS_STEP * FC_SCORE_ROWS_STEP;
+        if (f->score_rows > f->csa_rows) /* max_valid <= csa_rows: positions < max_context */
+            f->score_rows = f->csa_rows;
+    }
     uint32_t *d = f->desc;
     f->st = (dsv4_cuda_step){.n_tok = t,
                              .n_seqs = ns,
@@ -500,9 +540,9 @@ static dsv4_cuda_kvbuf fc_kvbuf(const dsv4_kv_buffer *b)
 
 /* ---- index-K through the plugin ------------------------------------------------------------ */
 
-/* The step's completed index-K rows (ikrows) into their pages: the pages they touch are
- * staged on the host, written by the plugin's store, and copied back. */
-static int fc_ik_store(dsv4_fwd_cuda *f, const dsv4_kv_buffer *ik)
+/* The host fallback of fc_ik_store: the pages the rows touch are staged on the host,
+ * written by the plugin's store, and copied back. */
+static int fc_ik_store_host(dsv4_fwd_cuda *f, const dsv4_kv_buffer *ik)
 {
     size_t pb = f->ik_page_bytes, DI = f->c->index_dim;
     const uint32_t *touch = f->desc + FD_TOUCH * f->max_tokens;
@@ -522,6 +562,27 @@ static int fc_ik_store(dsv4_fwd_cuda *f, const dsv4_kv_buffer *ik)
     if (rc == 0)
         rc = dsv4_cuda_blocks_copy(ik->base, touch, f->ik_stage, NULL, pb, f->n_touch, f->stream);
     return rc;
+}
+
+/* The step's completed index-K rows (ikrows) into their pages, on the device through the
+ * plugin's store_cuda (a refusal of the batch shows in ik_refused after the step), or
+ * through the host where the plugin cannot. */
+static int fc_ik_store(dsv4_fwd_cuda *f, const dsv4_kv_buffer *ik)
+{
+    if (!f->ik_host_store) {
+        const dsv4_indexk_slot *slots =
+            (const dsv4_indexk_slot *)(f->desc + FD_IKSLOT * f->max_tokens);
+        int rc = f->ik->store_cuda(f->ik_state, &f->geom, ik->base, f->ikrows, slots, f->n_new,
+                                   f->ik_refused, f->stream);
+        if (rc != -ENOTSUP)
+            return rc;
+        f->ik_host_store = true;
+        dsv4_log(DSV4_LOG_INFO, "forward",
+                 "indexk/%s: its CUDA store does not take index_head_dim %u; storing through "
+                 "the host",
+                 dsv4_kv_pool_layout(f->pool)->indexk, f->c->index_dim);
+    }
+    return fc_ik_store_host(f, ik);
 }
 
 static int fc_cmp_u32(const void *a, const void *b)
@@ -589,7 +650,7 @@ static int fc_ik_select_cuda(dsv4_fwd_cuda *f, const dsv4_kv_buffer *ik)
 {
     const dsv4_model_config *c = f->c;
     uint32_t n = f->st.n_tok, NI = c->index_heads, DI = c->index_dim, KI = c->index_topk;
-    uint32_t rows = f->max_valid, chunk = FC_SCORE_FLOATS / rows;
+    uint32_t rows = f->score_rows, chunk = FC_SCORE_FLOATS / rows;
     float scale = (float)(1.0 / sqrt((double)NI * DI));
     if (chunk == 0)
         chunk = 1;
@@ -617,7 +678,7 @@ static int fc_ik_select_cuda(dsv4_fwd_cuda *f, const dsv4_kv_buffer *ik)
 static int fc_ik_select(dsv4_fwd_cuda *f, const dsv4_kv_buffer *ik)
 {
     const dsv4_model_config *c = f->c;
-    if (f->max_valid <= c->index_topk) /* nobody chooses: every visible row */
+    if (f->score_rows == 0) /* nobody chooses: every visible row */
         return dsv4_cuda_index_select(&f->dims, &f->st, c->rate_csa, f->topk, f->sel, f->nsel,
                                       f->stream);
     if (!f->ik_host_score) {
@@ -718,9 +779,9 @@ static int fc_attention(dsv4_fwd_cuda *f, uint32_t layer, const dsv4_kv_layer_vi
     /* the step's rows join the window rings only now (forward.c's file comment) */
     if (rc == 0)
         rc = dsv4_cuda_ring_write(&f->dims, &f->st, f->kvs, &win, s);
-    for (size_t g = 0; rc == 0 && g < G; g++)
-        rc = dsv4_cuda_linear(b, w->wo_a + g * orr * gin, orr, gin, f->o + g * gin, QH, n,
-                              f->z + g * orr, G * orr);
+    if (rc == 0)
+        rc = dsv4_cuda_linear_batched(b, w->wo_a, orr, gin, f->o, QH, gin, n, f->z, G * orr, orr,
+                                      (uint32_t)G);
     if (rc == 0)
         rc = dsv4_cuda_linear(b, w->wo_b, H, G * orr, f->z, G * orr, n, f->y, H);
     return rc;
@@ -804,6 +865,107 @@ static int fc_head(dsv4_fwd_cuda *f)
     return rc;
 }
 
+/* Layer l's KV views, fenced on the forward's stream: its kernels wait for a host-tier
+ * load of the layer, the host does not (kvpool.h). */
+static int fc_layer_view(dsv4_fwd_cuda *f, uint32_t l, dsv4_kv_layer_view *view_p)
+{
+    return dsv4_kv_pool_layer_on(f->pool, l, f->stream, view_p);
+}
+
+/* The embedding and every layer, launched on the stream. With prefenced the caller has
+ * fenced every layer already (a CUDA graph records no fence, so the fences are queued
+ * before it), and views holds them. */
+static int fc_layers(dsv4_fwd_cuda *f, bool prefenced, dsv4_kv_layer_view *views)
+{
+    const dsv4_model_config *c = f->c;
+    uint32_t t = f->st.n_tok;
+    int rc = dsv4_cuda_embed(&f->dims, &f->st, f->embed, f->x, f->stream);
+    for (uint32_t l = 0; rc == 0 && l < c->n_layers; l++) {
+        const fc_layer *w = &f->L[l];
+        dsv4_kv_layer_view view;
+        if (prefenced)
+            view = views[l];
+        else if ((rc = fc_layer_view(f, l, &view)) != 0)
+            break;
+        rc = fc_hc_pre(f, w->hc_attn_fn, w->hc_attn_base, w->hc_attn_scale, w->attn_norm);
+        if (rc == 0)
+            rc = fc_attention(f, l, &view);
+        if (rc == 0)
+            rc = dsv4_cuda_hc_post(&f->dims, t, f->x, f->y, f->post, f->comb, f->stream);
+        if (rc == 0)
+            rc = fc_hc_pre(f, w->hc_ffn_fn, w->hc_ffn_base, w->hc_ffn_scale, w->ffn_norm);
+        if (rc == 0)
+            rc = fc_moe(f, l);
+        if (rc == 0)
+            rc = dsv4_cuda_hc_post(&f->dims, t, f->x, f->y, f->post, f->comb, f->stream);
+    }
+    return rc;
+}
+
+/* The graph entry of this step's shape: found, or a fresh one that replaces the oldest;
+ * *seen_p says whether the shape was met before. */
+static fc_graph *fc_graph_entry(dsv4_fwd_cuda *f, const fc_shape *sh, bool *seen_p)
+{
+    for (size_t i = 0; i < FC_GRAPHS; i++) {
+        fc_graph *g = &f->graphs[i];
+        if (g->used && !memcmp(&g->shape, sh, sizeof(*sh))) {
+            *seen_p = true;
+            return g;
+        }
+    }
+    fc_graph *g = &f->graphs[f->graph_next];
+    f->graph_next = (f->graph_next + 1) % FC_GRAPHS;
+    dsv4_cuda_graph_free(g->graph);
+    *g = (fc_graph){.shape = *sh, .graph = NULL, .used = true};
+    *seen_p = false;
+    return g;
+}
+
+/* Record the layers into g's graph (the second time its shape comes), nothing launched.
+ * A failure turns graphs off for this forward; the caller then launches directly. */
+static int fc_graph_capture(dsv4_fwd_cuda *f, fc_graph *g, dsv4_kv_layer_view *views)
+{
+    int rc = dsv4_cuda_capture_begin(f->stream);
+    if (rc == 0) {
+        int run = fc_layers(f, true, views);
+        rc = dsv4_cuda_capture_end(f->stream, run == 0, &g->graph);
+        if (rc == 0 && run != 0)
+            rc = run;
+    }
+    if (rc != 0) {
+        f->graphs_off = true;
+        dsv4_log(DSV4_LOG_WARN, "forward",
+                 "cuda: a step could not be captured into a CUDA graph (status %d); launching "
+                 "every step directly",
+                 rc);
+    }
+    return rc;
+}
+
+/* The step's layers: replayed from a CUDA graph when the step's shape has come before (the
+ * decode loop: same batch, same page list, index-K rows completing every rate tokens),
+ * else launched directly. Graphs only cover steps that never wait on the host: not where
+ * the plugin's store or scorer runs on the host. */
+static int fc_body(dsv4_fwd_cuda *f)
+{
+    dsv4_kv_layer_view views[DSV4_MAX_LAYERS];
+    if (f->graphs_off || f->ik_host_score || f->ik_host_store)
+        return fc_layers(f, false, NULL);
+    fc_shape sh = {f->st.n_tok, f->st.n_seqs, f->n_new, f->score_rows, f->pages.dev};
+    bool seen;
+    fc_graph *g = fc_graph_entry(f, &sh, &seen);
+    if (!seen)
+        return fc_layers(f, false, NULL);
+    for (uint32_t l = 0; l < f->c->n_layers; l++) {
+        int rc = fc_layer_view(f, l, &views[l]);
+        if (rc != 0)
+            return rc;
+    }
+    if (!g->graph && fc_graph_capture(f, g, views) != 0)
+        return fc_layers(f, true, views);
+    return dsv4_cuda_graph_launch(g->graph, f->stream);
+}
+
 int dsv4_fwd_cuda_step(dsv4_fwd_cuda *f, const dsv4_fwd_seq *seqs, size_t n_seqs)
 {
     const dsv4_model_config *c = f->c;
@@ -820,27 +982,22 @@ int dsv4_fwd_cuda_step(dsv4_fwd_cuda *f, const dsv4_fwd_seq *seqs, size_t n_seqs
         return 0;
     int rc = fc_layout(f, seqs, n_seqs);
     if (rc == 0)
-        rc = dsv4_cuda_embed(&f->dims, &f->st, f->embed, f->x, f->stream);
-    for (uint32_t l = 0; rc == 0 && l < c->n_layers; l++) {
-        const fc_layer *w = &f->L[l];
-        dsv4_kv_layer_view view;
-        if ((rc = dsv4_kv_pool_layer(f->pool, l, &view)) != 0)
-            break;
-        rc = fc_hc_pre(f, w->hc_attn_fn, w->hc_attn_base, w->hc_attn_scale, w->attn_norm);
-        if (rc == 0)
-            rc = fc_attention(f, l, &view);
-        if (rc == 0)
-            rc = dsv4_cuda_hc_post(&f->dims, t, f->x, f->y, f->post, f->comb, f->stream);
-        if (rc == 0)
-            rc = fc_hc_pre(f, w->hc_ffn_fn, w->hc_ffn_base, w->hc_ffn_scale, w->ffn_norm);
-        if (rc == 0)
-            rc = fc_moe(f, l);
-        if (rc == 0)
-            rc = dsv4_cuda_hc_post(&f->dims, t, f->x, f->y, f->post, f->comb, f->stream);
-    }
+        rc = fc_body(f);
     if (rc == 0)
         rc = fc_head(f);
+    uint32_t refused = 0;
+    if (rc == 0 && !f->ik_host_store)
+        rc = dsv4_cuda_copy(&refused, f->ik_refused, sizeof(refused), f->stream);
     /* a step ends with its KV written, whatever failed: the caller may free the pages */
     int sync = dsv4_cuda_sync(f->stream);
+    if (rc == 0 && sync == 0 && refused != 0) {
+        /* the plugin refused a batch of index-K rows (a non-finite value, as its host store
+         * would have): the step fails as it does on the CPU; the flag is re-armed */
+        dsv4_log(DSV4_LOG_WARN, "forward", "indexk/%s: store refused the step's index-K rows",
+                 dsv4_kv_pool_layout(f->pool)->indexk);
+        rc = dsv4_cuda_copy(f->ik_refused, &(uint32_t){0}, sizeof(refused), f->stream);
+        sync = dsv4_cuda_sync(f->stream);
+        return rc != 0 ? rc : sync != 0 ? sync : -EDOM;
+    }
     return rc != 0 ? rc : sync;
 }

@@ -29,7 +29,8 @@ struct dsv4_kv_pool {
     uint32_t n_page_free;
     uint32_t *slot_free; /* stack of free slot ids */
     uint32_t n_slot_free;
-    dsv4_kv_fence_fn fence; /* the host tier's per-layer load fence, or NULL */
+    dsv4_kv_fence_fn fence;               /* the host tier's per-layer load fence, or NULL */
+    dsv4_kv_stream_fence_fn stream_fence; /* its form for a CUDA stream, or NULL */
     void *fence_ctx;
     /* Shared pools (conf->shared): every buffer is carved out of one memfd mapping. The
      * first pass over the geometry only adds up shm_bytes (measuring), the second places
@@ -357,7 +358,8 @@ const dsv4_kv_layout *dsv4_kv_pool_layout(const dsv4_kv_pool *pool)
     return &pool->layout;
 }
 
-int dsv4_kv_pool_layer(dsv4_kv_pool *pool, uint32_t layer, dsv4_kv_layer_view *view_p)
+int dsv4_kv_pool_layer_on(dsv4_kv_pool *pool, uint32_t layer, void *stream,
+                          dsv4_kv_layer_view *view_p)
 {
     if (layer >= pool->layout.n_layers)
         return -EINVAL;
@@ -366,9 +368,12 @@ int dsv4_kv_pool_layer(dsv4_kv_pool *pool, uint32_t layer, dsv4_kv_layer_view *v
      * landed. It sits here, in the one accessor, because sglang fenced its KV getters
      * but not the index-K ones, and the indexer read index-K pages before the load had
      * landed (reference/sglang.md §3.6, PR #22811): wrong top-k, garbled text. With every
-     * buffer of the layer behind one call, no reader can skip the wait. */
+     * buffer of the layer behind one call, no reader can skip the wait. A reader on a
+     * CUDA stream has that stream wait instead of the host, so the copy of layer l + 1
+     * overlaps the kernels of layer l without the host in between. */
     if (pool->fence) {
-        int rc = pool->fence(pool->fence_ctx, layer);
+        int rc = stream && pool->stream_fence ? pool->stream_fence(pool->fence_ctx, layer, stream)
+                                              : pool->fence(pool->fence_ctx, layer);
         if (rc != 0)
             return rc;
     }
@@ -379,10 +384,22 @@ int dsv4_kv_pool_layer(dsv4_kv_pool *pool, uint32_t layer, dsv4_kv_layer_view *v
     return 0;
 }
 
+int dsv4_kv_pool_layer(dsv4_kv_pool *pool, uint32_t layer, dsv4_kv_layer_view *view_p)
+{
+    return dsv4_kv_pool_layer_on(pool, layer, NULL, view_p);
+}
+
 void dsv4_kv_pool_set_fence(dsv4_kv_pool *pool, dsv4_kv_fence_fn fn, void *ctx)
 {
     pool->fence = fn;
     pool->fence_ctx = ctx;
+    if (!fn)
+        pool->stream_fence = NULL;
+}
+
+void dsv4_kv_pool_set_stream_fence(dsv4_kv_pool *pool, dsv4_kv_stream_fence_fn fn)
+{
+    pool->stream_fence = fn;
 }
 
 int dsv4_kv_page_alloc(dsv4_kv_pool *pool, uint32_t *page_p)

@@ -9,7 +9,8 @@
  * of D) and the compressor carry (main and indexer for CSA, main for HCA).
  *
  * Pages are reference counted (the radix prefix cache will share them); slots belong to
- * one request. Kernels reach a layer's memory only through dsv4_kv_pool_layer().
+ * one request. Kernels reach a layer's memory only through dsv4_kv_pool_layer_on() (or
+ * dsv4_kv_pool_layer(), its host-fenced form).
  */
 #ifndef DSV4_CORE_KVPOOL_H
 #define DSV4_CORE_KVPOOL_H
@@ -69,16 +70,29 @@ void dsv4_kv_pool_free(dsv4_kv_pool *pool);
 const dsv4_kv_layout *dsv4_kv_pool_layout(const dsv4_kv_pool *pool);
 
 /* The one accessor through which attention and the indexer get a layer's KV memory.
- * It first calls the pool's fence for that layer (the host tier's per-layer load fence,
- * DESIGN.md §9), so no kernel can read a layer before its load has landed. Returns 0,
- * -EINVAL for a layer out of range, or the fence's failure (view_p is then unset). */
+ * It first fences that layer (the host tier's per-layer load fence, DESIGN.md §9), so no
+ * kernel can read a layer before its load has landed. With stream NULL the host waits
+ * (the pool's fence): the CPU forward and host readers. With a CUDA stream (cudaStream_t
+ * as void *) that stream is ordered after the load instead (the pool's stream fence, where
+ * one is installed; else the host waits as above): the CUDA forward, whose kernels on that
+ * stream are what reads the layer. Returns 0, -EINVAL for a layer out of range, or the
+ * fence's failure (view_p is then unset). */
+int dsv4_kv_pool_layer_on(dsv4_kv_pool *pool, uint32_t layer, void *stream,
+                          dsv4_kv_layer_view *view_p);
+/* dsv4_kv_pool_layer_on with the host fence (stream NULL). */
 int dsv4_kv_pool_layer(dsv4_kv_pool *pool, uint32_t layer, dsv4_kv_layer_view *view_p);
 
 /* A fence: returns once `layer`'s KV memory may be read (0), or a negative status. */
 typedef int (*dsv4_kv_fence_fn)(void *ctx, uint32_t layer);
-/* Install the fence dsv4_kv_pool_layer() calls (fn NULL removes it). The host tier
- * (core/hostcache/tier.h) installs one for its lifetime. */
+/* A stream fence: orders `stream` after `layer`'s KV memory is ready and returns without
+ * waiting (0), or a negative status. */
+typedef int (*dsv4_kv_stream_fence_fn)(void *ctx, uint32_t layer, void *stream);
+/* Install the fence dsv4_kv_pool_layer() calls (fn NULL removes it, and the stream fence
+ * with it). The host tier (core/hostcache/tier.h) installs one for its lifetime. */
 void dsv4_kv_pool_set_fence(dsv4_kv_pool *pool, dsv4_kv_fence_fn fn, void *ctx);
+/* Install the stream fence beside the fence, called with the same ctx (fn NULL removes
+ * it). Install the fence first: a stream fence without one is never called. */
+void dsv4_kv_pool_set_stream_fence(dsv4_kv_pool *pool, dsv4_kv_stream_fence_fn fn);
 
 /* Page allocator: a new page has one reference. -ENOSPC when none is free. */
 int dsv4_kv_page_alloc(dsv4_kv_pool *pool, uint32_t *page_p);

@@ -41,12 +41,16 @@ TESTS += $(ENGINE_CLI_TESTS)
 EXTRA_DIST += $(ENGINE_CLI_TESTS)
 
 # KV pool: the buffer table and allocators, and what the compressors leave in it.
-KV_TESTS = tests/unit/t-kv-layout-lists-every-buffer tests/unit/t-kv-compressor-rows-at-boundaries
+KV_TESTS = tests/unit/t-kv-layout-lists-every-buffer tests/unit/t-kv-compressor-rows-at-boundaries \
+	tests/unit/t-kv-layer-on-stream-takes-the-stream-fence
 check_PROGRAMS += $(KV_TESTS)
 TESTS += $(KV_TESTS)
 tests_unit_t_kv_layout_lists_every_buffer_SOURCES = \
 	tests/unit/t-kv-layout-lists-every-buffer.c $(ENGINE_TEST_HELPER)
 tests_unit_t_kv_layout_lists_every_buffer_LDADD = $(TEST_CORE_LIBS)
+tests_unit_t_kv_layer_on_stream_takes_the_stream_fence_SOURCES = \
+	tests/unit/t-kv-layer-on-stream-takes-the-stream-fence.c $(ENGINE_TEST_HELPER)
+tests_unit_t_kv_layer_on_stream_takes_the_stream_fence_LDADD = $(TEST_CORE_LIBS)
 tests_unit_t_kv_compressor_rows_at_boundaries_SOURCES = \
 	tests/unit/t-kv-compressor-rows-at-boundaries.c $(ENGINE_TEST_HELPER)
 tests_unit_t_kv_compressor_rows_at_boundaries_LDADD = $(TEST_CORE_LIBS) -lm

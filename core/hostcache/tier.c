@@ -56,8 +56,24 @@ static int dsv4_hc_tier_fence(void *ctx, uint32_t layer)
     return 0;
 }
 
+/* The same fence for a CUDA stream (the CUDA forward's): the stream waits on the layer's
+ * events of the active load, the host does not. Installed only for a plugin with
+ * stream_wait_layer (which waits on the host itself for host layouts). */
+static int dsv4_hc_tier_stream_fence(void *ctx, uint32_t layer, void *stream)
+{
+    dsv4_hc_tier *t = ctx;
+    for (int u = 0; u < 2; u++) {
+        if (!t->load_op[u])
+            continue;
+        int rc = t->ops->stream_wait_layer(t->state, t->load_op[u], layer, stream);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}
+
 /* Size the host pool from the plugin's config head, attach both layouts, install the
- * fence. */
+ * fences. */
 static int dsv4_hc_tier_pool(dsv4_hc_tier *t, const dsv4_hostcache_config *hc, char *err,
                              size_t errlen)
 {
@@ -76,6 +92,8 @@ static int dsv4_hc_tier_pool(dsv4_hc_tier *t, const dsv4_hostcache_config *hc, c
         return rc;
     }
     dsv4_kv_pool_set_fence(t->pool, dsv4_hc_tier_fence, t);
+    if (DSV4_HAS_FIELD(t->ops, dsv4_hostcache_ops, stream_wait_layer) && t->ops->stream_wait_layer)
+        dsv4_kv_pool_set_stream_fence(t->pool, dsv4_hc_tier_stream_fence);
     return 0;
 }
 

@@ -79,6 +79,18 @@ typedef struct dsv4_indexk_ops {
     int (*topk_cuda)(void *state, const float *scores_dev, const uint32_t *n_rows_dev,
                      uint32_t n_queries, uint32_t max_rows, uint32_t k, uint32_t *idx_dev,
                      void *stream);
+    /* store_cuda (appended after topk_cuda; check DSV4_HAS_FIELD, then non-NULL): store's
+     * device twin, so a CUDA forward never stages index-K pages on the host. Writes the n
+     * rows rows_dev[i][g->dim] (device floats) to slots_dev[i] (device dsv4_indexk_slot) of
+     * pool_dev, byte for byte what store writes for the same rows. Argument checks are
+     * done on the host; slot and value checks happen on the device, where no status can be
+     * returned, so a batch store would refuse (a slot row >= rows_per_page, or a non-finite
+     * value while reject_nonfinite is on) writes nothing and sets *refused_dev to a
+     * non-zero value (it is left alone otherwise); the caller reads it once its stream has
+     * been waited for. */
+    int (*store_cuda)(void *state, const dsv4_indexk_geom *g, void *pool_dev,
+                      const float *rows_dev, const dsv4_indexk_slot *slots_dev, uint32_t n,
+                      uint32_t *refused_dev, void *stream);
 } dsv4_indexk_ops;
 
 #ifdef __cplusplus

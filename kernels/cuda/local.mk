@@ -5,10 +5,12 @@
 # rule writes the libtool object file (.lo) naming it; libtool then links it like any C
 # object (the library is only ever linked into shared modules and programs, so no non-PIC
 # object is needed). The sources are distributed whether or not CUDA is configured.
-CUDA_KERNEL_OBJECTS = kernels/cuda/xxh64.lo kernels/cuda/indexer.lo kernels/cuda/topk.lo
-CUDA_KERNEL_INCS = kernels/cuda/cuda_kernels.h kernels/cuda/status.cuh
+CUDA_KERNEL_OBJECTS = kernels/cuda/xxh64.lo kernels/cuda/indexer.lo kernels/cuda/topk.lo \
+	kernels/cuda/indexk_store.lo
+CUDA_KERNEL_INCS = kernels/cuda/cuda_kernels.h kernels/cuda/status.cuh \
+	kernels/cuda/indexk_store.h
 EXTRA_DIST += kernels/cuda/xxh64.cu kernels/cuda/indexer.cu kernels/cuda/topk.cu \
-	$(CUDA_KERNEL_INCS)
+	kernels/cuda/indexk_store.cu $(CUDA_KERNEL_INCS)
 NVCCFLAGS = -gencode arch=compute_$(CUDA_ARCH),code=sm_$(CUDA_ARCH) -std=c++17 -O3 \
 	-Xcompiler -fPIC,-Wall,-Wextra -I$(top_srcdir) -I$(top_builddir) -I$(top_srcdir)/include \
 	$(CUDA_CPPFLAGS)
@@ -30,6 +32,8 @@ CUDA_MODEL_INCS = kernels/cuda/model.h kernels/cuda/model_common.cuh kernels/ker
 EXTRA_DIST += kernels/cuda/model_mem.cu kernels/cuda/model_gemm.cu kernels/cuda/model_ffn.cu \
 	kernels/cuda/model_attn.cu $(CUDA_MODEL_INCS)
 $(CUDA_MODEL_OBJECTS): $(CUDA_KERNEL_INCS) $(CUDA_MODEL_INCS)
+# the row store shares the forward's bf16 rounding (model_common.cuh)
+kernels/cuda/indexk_store.lo: $(CUDA_MODEL_INCS)
 
 if HAVE_CUDA
 noinst_LTLIBRARIES += kernels/libdsv4cuda.la
@@ -51,7 +55,9 @@ GPU_TESTS = tests/gpu/t-gpu-xxh64-matches-libxxhash \
 	tests/gpu/t-gpu-topk-matches-cpu-order \
 	tests/gpu/t-gpu-forward-matches-cpu-per-dtype \
 	tests/gpu/t-gpu-forward-deterministic-is-batch-invariant \
-	tests/gpu/t-gpu-forward-matches-hf-fixtures
+	tests/gpu/t-gpu-forward-matches-hf-fixtures \
+	tests/gpu/t-gpu-indexk-store-cuda-matches-host-store \
+	tests/gpu/t-gpu-forward-replayed-decode-matches-prefill
 check_PROGRAMS += $(GPU_TESTS)
 TESTS += $(GPU_TESTS)
 GPU_TEST_SRC = tests/gpu/gpu.c tests/gpu/gpu.h
@@ -65,6 +71,12 @@ tests_gpu_t_gpu_indexer_scores_match_cpu_plugins_SOURCES = \
 	tests/plugin/indexk-bounds.c tests/plugin/indexk-bounds.h
 tests_gpu_t_gpu_indexer_scores_match_cpu_plugins_CPPFLAGS = $(GPU_TEST_FLAGS)
 tests_gpu_t_gpu_indexer_scores_match_cpu_plugins_LDADD = tests/plugin/libplugtest.la \
+	$(TEST_CORE_LIBS) $(CUDA_TEST_LIBS) -ldl -lm
+tests_gpu_t_gpu_indexk_store_cuda_matches_host_store_SOURCES = \
+	tests/gpu/t-gpu-indexk-store-cuda-matches-host-store.c $(GPU_TEST_SRC) \
+	tests/plugin/indexk-bounds.c tests/plugin/indexk-bounds.h
+tests_gpu_t_gpu_indexk_store_cuda_matches_host_store_CPPFLAGS = $(GPU_TEST_FLAGS)
+tests_gpu_t_gpu_indexk_store_cuda_matches_host_store_LDADD = tests/plugin/libplugtest.la \
 	$(TEST_CORE_LIBS) $(CUDA_TEST_LIBS) -ldl -lm
 tests_gpu_t_gpu_topk_matches_cpu_order_SOURCES = tests/gpu/t-gpu-topk-matches-cpu-order.c \
 	$(GPU_TEST_SRC)
@@ -84,6 +96,11 @@ tests_gpu_t_gpu_forward_deterministic_is_batch_invariant_SOURCES = \
 	tests/gpu/t-gpu-forward-deterministic-is-batch-invariant.c $(GPU_FORWARD_SRC)
 tests_gpu_t_gpu_forward_deterministic_is_batch_invariant_CPPFLAGS = $(GPU_TEST_FLAGS)
 tests_gpu_t_gpu_forward_deterministic_is_batch_invariant_LDADD = $(TEST_CORE_LIBS) \
+	$(CUDA_TEST_LIBS) -lm
+tests_gpu_t_gpu_forward_replayed_decode_matches_prefill_SOURCES = \
+	tests/gpu/t-gpu-forward-replayed-decode-matches-prefill.c $(GPU_FORWARD_SRC)
+tests_gpu_t_gpu_forward_replayed_decode_matches_prefill_CPPFLAGS = $(GPU_TEST_FLAGS)
+tests_gpu_t_gpu_forward_replayed_decode_matches_prefill_LDADD = $(TEST_CORE_LIBS) \
 	$(CUDA_TEST_LIBS) -lm
 tests_gpu_t_gpu_forward_matches_hf_fixtures_SOURCES = \
 	tests/gpu/t-gpu-forward-matches-hf-fixtures.c $(GPU_FORWARD_SRC)

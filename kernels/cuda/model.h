@@ -44,6 +44,16 @@ int dsv4_cuda_blocks_copy(uint8_t *dst_dev, const uint32_t *dst_ids_dev, const u
                           const uint32_t *src_ids_dev, size_t block_bytes, uint32_t n,
                           void *stream);
 
+/* CUDA graphs: the work a stream queues between capture_begin and capture_end, recorded
+ * once and replayed with one launch. Launches between them are recorded, not run. */
+typedef struct dsv4_cuda_graph dsv4_cuda_graph;
+int dsv4_cuda_capture_begin(void *stream);
+/* End the capture; with keep, instantiate what was recorded into *graph_p. A capture that
+ * a call inside it broke ends with its failure (-EIO) and nothing is kept. */
+int dsv4_cuda_capture_end(void *stream, bool keep, dsv4_cuda_graph **graph_p);
+int dsv4_cuda_graph_launch(dsv4_cuda_graph *graph, void *stream);
+void dsv4_cuda_graph_free(dsv4_cuda_graph *graph);
+
 /* ---- linear layers (model_gemm.cu) ------------------------------------------------------- */
 typedef struct dsv4_cuda_blas dsv4_cuda_blas;
 /* A cuBLAS handle on stream; deterministic selects the batch-invariant kernel for every
@@ -53,6 +63,12 @@ void dsv4_cuda_blas_free(dsv4_cuda_blas *blas);
 /* Y[t][o] = sum_i W[o][i] X[t][i] for t < n, o < out (strides in elements). */
 int dsv4_cuda_linear(dsv4_cuda_blas *blas, const float *w_dev, size_t out, size_t in,
                      const float *x_dev, size_t x_stride, size_t n, float *y_dev, size_t y_stride);
+/* `batch` independent linear layers in one launch: problem g < batch is Y + g * y_batch =
+ * (W + g * out * in) applied to X + g * x_batch, each as dsv4_cuda_linear (the grouped
+ * output projection: one call instead of one per group). */
+int dsv4_cuda_linear_batched(dsv4_cuda_blas *blas, const float *w_dev, size_t out, size_t in,
+                             const float *x_dev, size_t x_stride, size_t x_batch, size_t n,
+                             float *y_dev, size_t y_stride, size_t y_batch, uint32_t batch);
 /* The same for groups: rows [off[g], off[g + 1]) of X use W + g * out * in, g < groups.
  * off_dev has groups + 1 entries; max_rows bounds every group's row count. Always the
  * batch-invariant kernel (the row counts live on the device). */

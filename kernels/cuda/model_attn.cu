@@ -9,6 +9,7 @@
 #include "kernels/cuda/model_common.cuh"
 
 #define ATT_MAX_DIMS 1024 /* head_dim the attention kernel keeps in registers */
+#define ATT_HEADS 4       /* heads per attention block, one warp each */
 
 /* Address of compressed row w of sequence s in a paged buffer. */
 __device__ static inline uint8_t *dsv4_paged_row(const dsv4_cuda_kvbuf &b, const dsv4_cuda_step &s,
@@ -219,30 +220,36 @@ int dsv4_cuda_index_select(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, uin
     return dsv4_cuda_launch_status();
 }
 
-/* One (token, head) per block. The key rows are visited in forward.c's order (window
- * oldest first, then the compressed rows) with an online softmax whose running maximum
- * starts at the sink; each dot is one block sum. Shared: head_dim floats (q). */
-__global__ static void dsv4_attend_kernel(dsv4_cuda_dims d, dsv4_cuda_step s, const float *q,
-                                          const uint8_t *kvs, dsv4_cuda_kvbuf win,
-                                          dsv4_cuda_kvbuf rows, uint32_t rate_hca,
-                                          const uint32_t *sel, const uint32_t *nsel,
-                                          const float *sinks, const float *freq, uint32_t rope,
-                                          dsv4_k_rowfmt fmt, float *o)
+/* One (token, head) per warp, ATT_HEADS heads of a token per block. The key rows are
+ * visited in forward.c's order (window oldest first, then the compressed rows) with an
+ * online softmax whose running maximum starts at the sink. Lane j holds dims j, j + 32, ...
+ * of q, of the key row and of the accumulator in registers (PER of them), so a dot is one
+ * warp butterfly and no block barrier: a key costs a few hundred cycles, not two
+ * __syncthreads per key. The order of every sum is fixed by the lane layout alone.
+ * Shared: ATT_HEADS x head_dim floats (the output's inverse rotation pairs lanes). */
+template <uint32_t PER>
+__global__ static void
+dsv4_attend_kernel(dsv4_cuda_dims d, dsv4_cuda_step s, const float *q, const uint8_t *kvs,
+                   dsv4_cuda_kvbuf win, dsv4_cuda_kvbuf rows, uint32_t rate_hca,
+                   const uint32_t *sel, const uint32_t *nsel, const float *sinks, const float *freq,
+                   uint32_t rope, dsv4_k_rowfmt fmt, float *o)
 {
-    extern __shared__ float sq[];
-    __shared__ float red[32];
-    const uint32_t per = ATT_MAX_DIMS / DSV4_CUDA_BLOCK;
-    uint32_t t = blockIdx.x, h = blockIdx.y, D = d.head_dim, W = d.window;
+    extern __shared__ float so[];
+    uint32_t lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    uint32_t t = blockIdx.x, h = blockIdx.y * ATT_HEADS + warp, D = d.head_dim, W = d.window;
+    if (h >= d.heads)
+        return; /* a whole warp: nothing below synchronises the block */
     uint32_t seq = s.tseq[t], p = s.pos[t], start = s.start[seq];
     size_t rb = win.row_bytes;
     const float *qh = q + ((size_t)t * d.heads + h) * D;
-    for (uint32_t i = threadIdx.x; i < D; i += blockDim.x)
-        sq[i] = qh[i];
-    __syncthreads();
-
-    float scale = 1.0f / sqrtf((float)D), m = sinks[h], l = 1.0f, acc[per];
-    for (uint32_t i = 0; i < per; i++)
+    float sq[PER], acc[PER];
+    for (uint32_t i = 0; i < PER; i++) {
+        uint32_t dd = lane + 32 * i;
+        sq[i] = dd < D ? qh[dd] : 0.0f;
         acc[i] = 0.0f;
+    }
+
+    float scale = 1.0f / sqrtf((float)D), m = sinks[h], l = 1.0f;
     const uint8_t *ring = win.base + (size_t)s.slot[seq] * win.block_bytes;
     uint32_t first = p + 1 > W ? p + 1 - W : 0, n_win = p + 1 - first, n_comp = 0;
     if (rows.base)
@@ -256,37 +263,39 @@ __global__ static void dsv4_attend_kernel(dsv4_cuda_dims d, dsv4_cuda_step s, co
             uint32_t w = v - n_win;
             row = dsv4_paged_row(rows, s, seq, rate_hca ? w : sel[(size_t)t * d.index_topk + w]);
         }
-        float part = 0.0f, val[per];
-        for (uint32_t i = 0; i < per; i++) {
-            uint32_t dd = threadIdx.x + i * DSV4_CUDA_BLOCK;
+        float part = 0.0f, val[PER];
+        for (uint32_t i = 0; i < PER; i++) {
+            uint32_t dd = lane + 32 * i;
             val[i] = dd < D ? dsv4_row_value(row, fmt, dd) : 0.0f;
-            part = fmaf(dd < D ? sq[dd] : 0.0f, val[i], part);
+            part = fmaf(sq[i], val[i], part);
         }
-        float sc = dsv4_block_sum(part, red) * scale;
+        for (int off = 16; off > 0; off >>= 1)
+            part += __shfl_xor_sync(0xffffffffu, part, off);
+        float sc = part * scale;
         if (sc > m) {
             float f = expf(m - sc);
             l *= f;
-            for (uint32_t i = 0; i < per; i++)
+            for (uint32_t i = 0; i < PER; i++)
                 acc[i] *= f;
             m = sc;
         }
         float e = expf(sc - m);
         l += e;
-        for (uint32_t i = 0; i < per; i++)
+        for (uint32_t i = 0; i < PER; i++)
             acc[i] = fmaf(e, val[i], acc[i]);
     }
-    float *oh = o + ((size_t)t * d.heads + h) * D;
-    for (uint32_t i = 0; i < per; i++) {
-        uint32_t dd = threadIdx.x + i * DSV4_CUDA_BLOCK;
+    float *sh = so + (size_t)warp * D, *oh = o + ((size_t)t * d.heads + h) * D;
+    for (uint32_t i = 0; i < PER; i++) {
+        uint32_t dd = lane + 32 * i;
         if (dd < D)
-            sq[dd] = acc[i] / l;
+            sh[dd] = acc[i] / l;
     }
-    __syncthreads();
-    for (uint32_t i = threadIdx.x; i < rope / 2; i += blockDim.x)
-        dsv4_rope_pair(sq + D - rope, freq, i, (float)p, true);
-    __syncthreads();
-    for (uint32_t i = threadIdx.x; i < D; i += blockDim.x)
-        oh[i] = sq[i];
+    __syncwarp();
+    for (uint32_t i = lane; i < rope / 2; i += 32)
+        dsv4_rope_pair(sh + D - rope, freq, i, (float)p, true);
+    __syncwarp();
+    for (uint32_t i = lane; i < D; i += 32)
+        oh[i] = sh[i];
 }
 
 int dsv4_cuda_attend(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, const float *q_dev,
@@ -300,11 +309,23 @@ int dsv4_cuda_attend(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, const flo
     if (d->head_dim > ATT_MAX_DIMS)
         return -EINVAL;
     dsv4_cuda_kvbuf none = {};
-    dim3 grid(s->n_tok, d->heads);
-    dsv4_attend_kernel<<<grid, DSV4_CUDA_BLOCK, d->head_dim * sizeof(float),
-                         (cudaStream_t)stream>>>(*d, *s, q_dev, kvs_dev, *win, rows ? *rows : none,
-                                                 rate_hca, sel_dev, nsel_dev, sinks_dev, freq_dev,
-                                                 rope, fmt, o_dev);
+    dim3 grid(s->n_tok, (d->heads + ATT_HEADS - 1) / ATT_HEADS);
+    size_t smem = (size_t)ATT_HEADS * d->head_dim * sizeof(float);
+    cudaStream_t st = (cudaStream_t)stream;
+    /* registers per lane: the head's dims in the smallest power of two of 32-wide slices */
+#define ATT_LAUNCH(per)                                                                            \
+    dsv4_attend_kernel<per><<<grid, 32 * ATT_HEADS, smem, st>>>(                                   \
+        *d, *s, q_dev, kvs_dev, *win, rows ? *rows : none, rate_hca, sel_dev, nsel_dev, sinks_dev, \
+        freq_dev, rope, fmt, o_dev)
+    if (d->head_dim <= 128)
+        ATT_LAUNCH(4);
+    else if (d->head_dim <= 256)
+        ATT_LAUNCH(8);
+    else if (d->head_dim <= 512)
+        ATT_LAUNCH(16);
+    else
+        ATT_LAUNCH(32);
+#undef ATT_LAUNCH
     return dsv4_cuda_launch_status();
 }
 

@@ -1,9 +1,10 @@
-/* model_mem.cu: devices, device memory, streams, copies and the one-launch block copy of
- * the CUDA forward and the device KV pool (model.h). */
+/* model_mem.cu: devices, device memory, streams, copies, the one-launch block copy and the
+ * CUDA graphs of the CUDA forward and the device KV pool (model.h). */
 #include "kernels/cuda/model.h"
 #include "kernels/cuda/status.cuh"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 int dsv4_cuda_device_use(int ordinal, char *name, size_t namelen)
 {
@@ -99,4 +100,53 @@ int dsv4_cuda_blocks_copy(uint8_t *dst_dev, const uint32_t *dst_ids_dev, const u
         dsv4_blocks_copy_kernel<uint8_t>
             <<<n, 256, 0, st>>>(dst_dev, dst_ids_dev, src_dev, src_ids_dev, block_bytes);
     return dsv4_cuda_launch_status();
+}
+
+/* ---- CUDA graphs ---- */
+
+struct dsv4_cuda_graph {
+    cudaGraphExec_t exec;
+};
+
+int dsv4_cuda_capture_begin(void *stream)
+{
+    /* thread-local: another thread's unrelated CUDA calls do not break this capture */
+    return dsv4_cuda_status(
+        cudaStreamBeginCapture((cudaStream_t)stream, cudaStreamCaptureModeThreadLocal));
+}
+
+int dsv4_cuda_capture_end(void *stream, bool keep, dsv4_cuda_graph **graph_p)
+{
+    cudaGraph_t graph = NULL;
+    int rc = dsv4_cuda_status(cudaStreamEndCapture((cudaStream_t)stream, &graph));
+    /* a launch that failed inside the capture invalidated it: clear that error */
+    cudaGetLastError();
+    dsv4_cuda_graph *g = NULL;
+    if (rc == 0 && keep) {
+        g = (dsv4_cuda_graph *)calloc(1, sizeof(*g));
+        rc = g ? dsv4_cuda_status(cudaGraphInstantiate(&g->exec, graph, 0)) : -ENOMEM;
+        if (rc != 0) {
+            cudaGetLastError();
+            free(g);
+            g = NULL;
+        }
+    }
+    if (graph)
+        cudaGraphDestroy(graph);
+    if (rc == 0 && keep)
+        *graph_p = g;
+    return rc;
+}
+
+int dsv4_cuda_graph_launch(dsv4_cuda_graph *g, void *stream)
+{
+    return dsv4_cuda_status(cudaGraphLaunch(g->exec, (cudaStream_t)stream));
+}
+
+void dsv4_cuda_graph_free(dsv4_cuda_graph *g)
+{
+    if (!g)
+        return;
+    cudaGraphExecDestroy(g->exec);
+    free(g);
 }

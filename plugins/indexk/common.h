@@ -59,6 +59,9 @@ typedef struct dsv4_indexk_format {
                    const float *row);
     void (*decode)(const dsv4_indexk_geom *g, const uint8_t *page, uint32_t slot, float *row_out);
     dsv4_cuda_ik_format cuda_format; /* the same page layout, for the CUDA kernels */
+    /* The encoder rounds its scale up to a power of two under this config (NULL: never),
+     * which the device encoder must do alike. */
+    bool (*pow2_scale)(const void *config);
 } dsv4_indexk_format;
 
 /* What init creates: the state every op receives. */
@@ -107,10 +110,14 @@ int dsv4_indexk_score_cuda(void *state, const dsv4_indexk_geom *g, const void *p
 int dsv4_indexk_topk_cuda(void *state, const float *scores_dev, const uint32_t *n_rows_dev,
                           uint32_t n_queries, uint32_t max_rows, uint32_t k, uint32_t *idx_dev,
                           void *stream);
+int dsv4_indexk_store_cuda(void *state, const dsv4_indexk_geom *g, void *pool_dev,
+                           const float *rows_dev, const dsv4_indexk_slot *slots_dev, uint32_t n,
+                           uint32_t *refused_dev, void *stream);
 #define DSV4_INDEXK_CUDA_OPS                                                                       \
-    .score_cuda = dsv4_indexk_score_cuda, .topk_cuda = dsv4_indexk_topk_cuda
+    .score_cuda = dsv4_indexk_score_cuda, .topk_cuda = dsv4_indexk_topk_cuda,                      \
+    .store_cuda = dsv4_indexk_store_cuda
 #else
-#define DSV4_INDEXK_CUDA_OPS .score_cuda = NULL, .topk_cuda = NULL
+#define DSV4_INDEXK_CUDA_OPS .score_cuda = NULL, .topk_cuda = NULL, .store_cuda = NULL
 #endif
 
 #endif

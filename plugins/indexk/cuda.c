@@ -1,8 +1,11 @@
-/* cuda.c: the CUDA ops of the indexk plugins: argument checks in the terms of indexk.h,
- * then the kernels of kernels/cuda, which read each plugin's page layout directly. */
+/* cuda.c: the CUDA ops of the indexk plugins (score, top-k, row store): argument checks in
+ * the terms of indexk.h, then the kernels of kernels/cuda, which read and write each
+ * plugin's page layout directly. */
 #include "config.h"
 
 #include "plugins/indexk/common.h"
+
+#include "kernels/cuda/indexk_store.h"
 
 #include <errno.h>
 
@@ -48,4 +51,27 @@ int dsv4_indexk_topk_cuda(void *state, const float *scores_dev, const uint32_t *
     return indexk_cuda_done(
         state, "topk_cuda",
         dsv4_cuda_topk(scores_dev, max_rows, n_rows_dev, n_queries, k, idx_dev, stream));
+}
+
+int dsv4_indexk_store_cuda(void *state, const dsv4_indexk_geom *g, void *pool_dev,
+                           const float *rows_dev, const dsv4_indexk_slot *slots_dev, uint32_t n,
+                           uint32_t *refused_dev, void *stream)
+{
+    const dsv4_indexk_state *st = state;
+
+    if (!dsv4_indexk_geom_ok(g))
+        return -EINVAL;
+    /* the kernel reads slots as (page, row) word pairs */
+    _Static_assert(sizeof(dsv4_indexk_slot) == 2 * sizeof(uint32_t), "slot is two words");
+    const dsv4_cuda_ik_store_fmt fmt = {
+        .format = st->fmt->cuda_format,
+        .dim = g->dim,
+        .rows_per_page = g->rows_per_page,
+        .pow2_scale = st->fmt->pow2_scale && st->fmt->pow2_scale(st->config),
+        .reject_nonfinite = st->config->reject_nonfinite,
+    };
+    int rc = dsv4_cuda_indexk_store(&fmt, pool_dev, rows_dev, (const uint32_t *)slots_dev, n,
+                                    refused_dev, stream);
+    /* -ENOTSUP is an answer, not a failure: the caller stores through the host instead */
+    return rc == -ENOTSUP ? rc : indexk_cuda_done(st, "store_cuda", rc);
 }

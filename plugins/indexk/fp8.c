@@ -79,12 +79,18 @@ static void fp8_decode(const dsv4_indexk_geom *g, const uint8_t *page, uint32_t 
         row_out[d] = dsv4_e4m3_to_f32(src[d]) * scale;
 }
 
+static bool fp8_pow2_scale(const void *config)
+{
+    return ((const fp8_config *)config)->scale_format == FP8_SCALE_UE8M0;
+}
+
 static const dsv4_indexk_format fp8_format = {
     .subject = "indexk/fp8",
     .row_bytes = fp8_row_bytes,
     .encode = fp8_encode,
     .decode = fp8_decode,
     .cuda_format = DSV4_CUDA_IK_FP8,
+    .pow2_scale = fp8_pow2_scale,
 };
 
 static size_t fp8_page_bytes(const dsv4_indexk_geom *g)

@@ -1,0 +1,78 @@
+/* t-gpu-forward-replayed-decode-matches-prefill: a long run of decode steps, which the CUDA
+ * forward replays from CUDA graphs once a step's shape has come twice (same batch, index-K
+ * rows completing every 4 tokens, scores strided to whole blocks of rows), gives with
+ * [core] deterministic = true bitwise the logits of the same tokens prefilled whole
+ * (direct launches): one sequence alone and three side by side, with index-K rows stored
+ * on the device (indexk fp8 and bf16, store_cuda) and chosen by the plugin's CUDA scorer
+ * once more rows exist than index_topk. */
+#include "config.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/gpu/gpu-engine.h"
+#include "tests/gpu/gpu.h"
+#include "tests/tap.h"
+#include "tests/unit/engine-testmodel.h"
+
+#define PRE 12
+#define DEC 36
+#define TOT (PRE + DEC)
+
+static void check(const dsv4_model *m, const char *indexk, uint32_t n)
+{
+    size_t V = m->cfg.vocab_size;
+    dsv4_registry *reg;
+    const dsv4_plugin_desc *ik = dsv4_test_indexk(&reg, indexk);
+    gpu_engine_conf conf = {DSV4_BACKEND_CUDA, false, DSV4_KV_BF16, 32, 256, 4};
+    dsv4_engine *e = gpu_engine(m, ik, &conf);
+    int32_t toks[3][TOT];
+    const int32_t *tp[3], *dp[3];
+    uint32_t whole_len[3], pre_len[3];
+    float *whole[3], *got[3];
+    for (uint32_t i = 0; i < n; i++) {
+        dsv4_test_tokens(toks[i], TOT, m->cfg.vocab_size, 40 + i);
+        tp[i] = toks[i];
+        dp[i] = toks[i] + PRE + i; /* staggered: the sequences complete rows on other steps */
+        whole_len[i] = TOT;
+        pre_len[i] = PRE + i;
+        whole[i] = calloc(TOT + 3, V * sizeof(float));
+        got[i] = calloc(TOT + 3, V * sizeof(float));
+        if (!whole[i] || !got[i])
+            bail_out("out of memory");
+    }
+    gpu_run(e, n, tp, whole_len, NULL, 0, whole);
+    /* DEC - (n - 1) steps: sequence i then holds PRE + i + DEC - (n - 1) tokens (the last
+     * one all TOT), each compared with the same tokens of its whole prefill */
+    gpu_run(e, n, tp, pre_len, dp, DEC - (n - 1), got);
+    bool same = true;
+    for (uint32_t i = 0; i < n; i++)
+        same = same &&
+               memcmp(got[i], whole[i], (size_t)(PRE + i + DEC - (n - 1)) * V * sizeof(float)) == 0;
+    ok(same, "indexk %s, %u sequence%s: prefill then %u decode steps = whole prefill, bitwise",
+       indexk, n, n > 1 ? "s" : "", DEC - (n - 1));
+    dsv4_engine_free(e);
+    for (uint32_t i = 0; i < n; i++) {
+        free(whole[i]);
+        free(got[i]);
+    }
+    dsv4_registry_free(reg);
+}
+
+int main(void)
+{
+    gpu_require();
+    dsv4_test_shape shape = dsv4_test_shape_default();
+    shape.head_dim = 72;
+    shape.rope_dims = 8;
+    shape.index_dim = 64;
+    shape.index_heads = 4;
+    dsv4_model *m = dsv4_test_model_new(&shape, 9);
+    plan(4);
+    check(m, "fp8", 1);
+    check(m, "fp8", 3);
+    check(m, "bf16", 1);
+    check(m, "bf16", 3);
+    dsv4_test_model_free(m);
+    return done_testing();
+}
