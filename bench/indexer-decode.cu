@@ -2,6 +2,7 @@
  * measured in the same run.
  *
  *   bench/indexer-decode [commit]
+ *   bench/indexer-decode --profile [commit]
  *
  * 1. HBM read ceiling: a streaming read of a 4 GiB buffer (16-byte loads, grid-stride).
  * 2. dsv4_cuda_indexer_score for fp8 and bf16 index-K pages (64 heads x 128 dims, 64 rows
@@ -9,20 +10,29 @@
  *    batch 1 to 64: every query has its own pages, drawn from a 4 GiB pool and rotated
  *    between repetitions so that small steps are not served from L2. Achieved GB/s counts
  *    the index-K bytes read.
- * 3. dsv4_cuda_topk: k = 512 over 256k candidates at batch 1, 8 and 64.
+ *    A step of one page at batch 1 is the fixed cost of a launch.
+ * 3. dsv4_cuda_topk: k = 512 over 256k candidates at batch 1 to 64, and over 4k candidates
+ *    at batch 1 (the fixed cost).
+ * 4. An empty kernel: the launch floor of this machine.
  * Each time is the median of 30 launches timed with CUDA events, after two seconds of
  * streaming reads so the clocks have settled and 3 untimed launches of each case; it
  * includes the host's launch latency (a few us in a VM), which dominates small steps. The
  * back-to-back time is what a launch costs inside a stream of them (30 launches between two
- * events, the median of 5 such runs), which hides that latency behind the kernels. Prints
- * markdown tables (bench/results/ keeps the recorded ones). */
+ * events, the median of 5 such runs), which hides that latency behind the kernels unless the
+ * host spends longer per call than the kernel runs: the host column is the median time the
+ * call itself took on the host. Prints markdown tables (bench/results/ keeps the recorded
+ * ones). With --profile only the small steps run (batch 1 up to 32k context, top-k at
+ * batch 1), once each with no warm-up and no timing, for a profiler (ncu) to pick the
+ * kernels out. */
 #include "kernels/cuda/cuda_kernels.h"
 
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <vector>
 
 #define REPS 30
@@ -73,11 +83,25 @@ __global__ void read_kernel(const uint4 *p, size_t n, uint32_t *sink)
         *sink = acc; /* keeps the loads */
 }
 
-/* Median time in microseconds of REPS runs of fn(rep) (after 3 warm-up runs). */
-template <typename F> static double median_us(F fn)
+__global__ void empty_kernel(void)
+{
+}
+
+static bool profiling; /* --profile: one untimed run of each case */
+
+/* Median time in microseconds of REPS runs of fn(rep) (after 3 warm-up runs), and in
+ * *host_us the median time the host spent inside fn. */
+template <typename F> static double median_us(F fn, double *host_us)
 {
     cudaEvent_t a, b;
     std::vector<float> t;
+    std::vector<double> h;
+    if (profiling) {
+        fn(0);
+        check(cudaDeviceSynchronize(), "the profiled case");
+        *host_us = 0.0;
+        return 0.0;
+    }
     check(cudaEventCreate(&a), "cudaEventCreate");
     check(cudaEventCreate(&b), "cudaEventCreate");
     for (int i = 0; i < 3; i++)
@@ -86,15 +110,20 @@ template <typename F> static double median_us(F fn)
     for (int i = 0; i < REPS; i++) {
         float ms;
         check(cudaEventRecord(a), "cudaEventRecord");
+        auto h0 = std::chrono::steady_clock::now();
         fn(i);
+        auto h1 = std::chrono::steady_clock::now();
         check(cudaEventRecord(b), "cudaEventRecord");
         check(cudaEventSynchronize(b), "cudaEventSynchronize");
         check(cudaEventElapsedTime(&ms, a, b), "cudaEventElapsedTime");
         t.push_back(ms * 1000.0f);
+        h.push_back(std::chrono::duration<double, std::micro>(h1 - h0).count());
     }
     std::sort(t.begin(), t.end());
+    std::sort(h.begin(), h.end());
     cudaEventDestroy(a);
     cudaEventDestroy(b);
+    *host_us = h[REPS / 2];
     return t[REPS / 2];
 }
 
@@ -103,6 +132,8 @@ template <typename F> static double stream_us(F fn)
 {
     cudaEvent_t a, b;
     std::vector<float> t;
+    if (profiling)
+        return 0.0;
     check(cudaEventCreate(&a), "cudaEventCreate");
     check(cudaEventCreate(&b), "cudaEventCreate");
     for (int run = 0; run < 5; run++) {
@@ -126,9 +157,12 @@ int main(int argc, char **argv)
     cudaDeviceProp prop;
     uint8_t *pool;
     uint32_t *sink;
+    double host_us;
+    profiling = argc > 1 && !strcmp(argv[1], "--profile");
+    const char *commit = argc > 1 + profiling ? argv[1 + profiling] : "unknown";
     check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
-    printf("# indexer decode on %s (%d SMs), commit %s\n\n", prop.name,
-           prop.multiProcessorCount, argc > 1 ? argv[1] : "unknown");
+    printf("# indexer decode on %s (%d SMs), commit %s\n\n", prop.name, prop.multiProcessorCount,
+           commit);
     check(cudaMalloc(&pool, POOL_BYTES), "cudaMalloc pool");
     check(cudaMalloc(&sink, 4), "cudaMalloc");
 
@@ -139,23 +173,26 @@ int main(int argc, char **argv)
     check(cudaEventCreate(&t0), "cudaEventCreate");
     check(cudaEventCreate(&t1), "cudaEventCreate");
     check(cudaEventRecord(t0), "cudaEventRecord");
-    while (warm_ms < 2000.0f) {
+    while (!profiling && warm_ms < 2000.0f) {
         for (int i = 0; i < 100; i++)
-            read_kernel<<<prop.multiProcessorCount * 8, 512>>>((const uint4 *)pool,
-                                                              POOL_BYTES / 16, sink);
+            read_kernel<<<prop.multiProcessorCount * 8, 512>>>((const uint4 *)pool, POOL_BYTES / 16,
+                                                               sink);
         check(cudaEventRecord(t1), "cudaEventRecord");
         check(cudaEventSynchronize(t1), "cudaEventSynchronize");
         check(cudaEventElapsedTime(&warm_ms, t0, t1), "cudaEventElapsedTime");
     }
-    double read_us = median_us([&](int) {
-        read_kernel<<<prop.multiProcessorCount * 8, 512>>>((const uint4 *)pool, POOL_BYTES / 16,
-                                                          sink);
-    });
+    double read_us = median_us(
+        [&](int) {
+            read_kernel<<<prop.multiProcessorCount * 8, 512>>>((const uint4 *)pool, POOL_BYTES / 16,
+                                                               sink);
+        },
+        &host_us);
     double ceiling = POOL_BYTES / read_us / 1e3; /* GB/s */
-    printf("HBM streaming read of 4 GiB: %.1f us, **%.0f GB/s** (the ceiling below)\n\n",
-           read_us, ceiling);
+    printf("HBM streaming read of 4 GiB: %.1f us, **%.0f GB/s** (the ceiling below)\n\n", read_us,
+           ceiling);
 
-    static const uint32_t ctx_k[] = {32, 128, 1024};
+    /* 0: one page at batch 1 only */
+    static const uint32_t ctx_k[] = {0, 32, 128, 1024};
     static const uint32_t batches[] = {1, 8, 32, 64};
     static const struct {
         dsv4_cuda_ik_format fmt;
@@ -177,17 +214,24 @@ int main(int argc, char **argv)
     fill_kernel<<<1024, 256>>>((uint32_t *)q, (size_t)max_b * HEADS * DIM, 0xbf7fffffu, 2);
     fill_kernel<<<64, 256>>>((uint32_t *)w, (size_t)max_b * HEADS, 0xbf7fffffu, 3);
 
+    double floor_us = median_us([&](int) { empty_kernel<<<1, 32>>>(); }, &host_us);
+    double floor_b2b = stream_us([&](int) { empty_kernel<<<1, 32>>>(); });
+    printf("Empty kernel (the launch floor): %.1f us single, %.1f us back-to-back, host %.1f "
+           "us per launch\n\n",
+           floor_us, floor_b2b, host_us);
+
     printf("| format | context | batch | index-K bytes/step | time (us) | GB/s | %% of read "
-           "ceiling | back-to-back (us) | GB/s | %% of read ceiling |\n"
-           "|---|---|---|---|---|---|---|---|---|---|\n");
+           "ceiling | back-to-back (us) | GB/s | %% of read ceiling | host us/call |\n"
+           "|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (auto &f : fmts) {
         size_t page_bytes = (size_t)RPP * f.row_bytes, pool_pages = POOL_BYTES / page_bytes;
         fill_kernel<<<4096, 256>>>((uint32_t *)pool, POOL_BYTES / 4, f.mask, 4);
         for (uint32_t ck : ctx_k) {
             for (uint32_t B : batches) {
-                uint32_t rows = ck * 1024 / 4, pages = rows / RPP;
+                uint32_t rows = ck ? ck * 1024 / 4 : RPP, pages = rows / RPP;
                 size_t step_pages = (size_t)B * pages;
-                if (step_pages > pool_pages)
+                if (step_pages > pool_pages || (ck == 0 && B > 1) ||
+                    (profiling && (B > 1 || ck > 32)))
                     continue;
                 /* as many disjoint page sets as fit, one per repetition in turn */
                 size_t sets = std::min<size_t>(pool_pages / step_pages, 16);
@@ -204,39 +248,55 @@ int main(int argc, char **argv)
                 check(cudaMemcpy(rows_dev, nrows.data(), B * 4, cudaMemcpyHostToDevice),
                       "cudaMemcpy");
                 auto step = [&](int rep) {
-                    dsv4_cuda_ik_batch bt = {B,        HEADS,
-                                             rows,     0.0078125f,
+                    dsv4_cuda_ik_batch bt = {B,
+                                             HEADS,
+                                             rows,
+                                             0.0078125f,
                                              pages_dev + (size_t)(rep % sets) * step_pages,
-                                             start_dev, rows_dev,
-                                             q,        w};
+                                             start_dev,
+                                             rows_dev,
+                                             q,
+                                             w};
                     check_rc(dsv4_cuda_indexer_score(f.fmt, DIM, RPP, pool, &bt, scores, NULL),
                              "dsv4_cuda_indexer_score");
                 };
-                double us = median_us(step), b2b = stream_us(step);
+                double us = median_us(step, &host_us), b2b = stream_us(step);
                 double bytes = (double)step_pages * page_bytes;
-                printf("| %s | %uk | %u | %.1f MB | %.1f | %.0f | %.0f%% | %.1f | %.0f | %.0f%% |\n",
-                       f.name, ck, B, bytes / 1e6, us, bytes / us / 1e3,
+                char ctx[16];
+                snprintf(ctx, sizeof ctx, ck ? "%uk" : "one page", ck);
+                printf("| %s | %s | %u | %.2f MB | %.1f | %.0f | %.0f%% | %.1f | %.0f | %.0f%% | "
+                       "%.1f |\n",
+                       f.name, ctx, B, bytes / 1e6, us, bytes / us / 1e3,
                        bytes / us / 1e3 / ceiling * 100.0, b2b, bytes / b2b / 1e3,
-                       bytes / b2b / 1e3 / ceiling * 100.0);
+                       bytes / b2b / 1e3 / ceiling * 100.0, host_us);
                 check(cudaFree(pages_dev), "cudaFree");
             }
         }
     }
 
-    printf("\n| top-k | candidates | batch | time (us) | back-to-back (us) |\n"
-           "|---|---|---|---|---|\n");
+    printf("\n| top-k | candidates | batch | time (us) | back-to-back (us) | host us/call |\n"
+           "|---|---|---|---|---|---|\n");
     const uint32_t n = 256 * 1024;
     uint32_t *idx;
     check(cudaMalloc(&idx, (size_t)max_b * 512 * 4), "cudaMalloc");
     fill_kernel<<<1024, 256>>>((uint32_t *)scores, (size_t)max_b * n, 0xbf7fffffu, 5);
     std::vector<uint32_t> nrows(max_b, n);
     check(cudaMemcpy(rows_dev, nrows.data(), max_b * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
-    for (uint32_t B : {1u, 8u, 64u}) {
+    static const struct {
+        uint32_t n, batch;
+    } tks[] = {{4096, 1}, {n, 1}, {n, 8}, {n, 16}, {n, 32}, {n, 64}};
+    for (auto &c : tks) {
+        if (profiling && c.batch > 1)
+            continue;
         auto step = [&](int) {
-            check_rc(dsv4_cuda_topk(scores, n, rows_dev, B, 512, idx, NULL), "dsv4_cuda_topk");
+            check_rc(dsv4_cuda_topk(scores, c.n, rows_dev, c.batch, 512, idx, NULL),
+                     "dsv4_cuda_topk");
         };
-        double us = median_us(step), b2b = stream_us(step);
-        printf("| dsv4_cuda_topk k=512 | 256k | %u | %.1f | %.1f |\n", B, us, b2b);
+        nrows.assign(max_b, c.n);
+        check(cudaMemcpy(rows_dev, nrows.data(), max_b * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
+        double us = median_us(step, &host_us), b2b = stream_us(step);
+        printf("| dsv4_cuda_topk k=512 | %uk | %u | %.1f | %.1f | %.1f |\n", c.n / 1024, c.batch,
+               us, b2b, host_us);
     }
     check(cudaDeviceSynchronize(), "the benchmark");
     return 0;

@@ -34,10 +34,14 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include <atomic>
+#include <mutex>
+
 #define IK_HEADS 64      /* queries are padded to 64 heads */
 #define IK_MAX_RPP 256u  /* rows per page the partial-sum buffer holds */
 #define IK_MAX_PPB 2048u /* pages per block, whose ids are staged in shared memory */
 #define IK_MAX_STAGES 8u
+#define IK_MAX_DEVICES 64
 #define IK_SMEM_MAX (200u * 1024u)
 #define IK_BAR_BYTES (IK_MAX_STAGES * 8u)
 #define IK_PART_BYTES (2u * IK_MAX_RPP * (uint32_t)sizeof(float))
@@ -366,14 +370,36 @@ __global__ void __launch_bounds__(ik_fmt<F>::threads, ik_fmt<F>::blocks)
     }
 }
 
+/* What a launch needs from the device, read once per device and kernel: the multiprocessor
+ * count, the kernel's shared-memory limit raised to IK_SMEM_MAX, and the blocks per
+ * multiprocessor for each page size (rows per page / 8 - 1; 0 = not read yet), so a launch
+ * makes no CUDA call but the launch itself. (Measured on an H200, these queries were not
+ * what small steps cost: the kernel's own fixed time is, bench/results/
+ * 2026-11-29-indexer-h200-c.md.) */
+typedef struct ik_device {
+    int rc, sms;
+    std::atomic<int> per_sm[IK_MAX_RPP / 8];
+} ik_device;
+
+template <dsv4_cuda_ik_format F, int DIM> static void ik_device_setup(ik_device *d, int dev)
+{
+    d->rc = dsv4_cuda_status(cudaDeviceGetAttribute(&d->sms, cudaDevAttrMultiProcessorCount, dev));
+    if (d->rc == 0)
+        d->rc = dsv4_cuda_status(cudaFuncSetAttribute(dsv4_ik_score_kernel<F, DIM>,
+                                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                      (int)IK_SMEM_MAX));
+}
+
 template <dsv4_cuda_ik_format F, int DIM>
 static int ik_launch(uint32_t rpp, const void *pool, const dsv4_cuda_ik_batch *bt, float *scores,
                      cudaStream_t stream)
 {
     using fmt = ik_fmt<F>;
+    static std::once_flag once[IK_MAX_DEVICES];
+    static ik_device devices[IK_MAX_DEVICES];
     uint32_t page_bytes = rpp * (DIM * fmt::elem + fmt::scale_bytes);
     uint32_t stages = (IK_SMEM_MAX - IK_HEAD_BYTES) / page_bytes;
-    int dev, sms, per_sm;
+    int dev;
 
     if (stages > (uint32_t)fmt::stages)
         stages = fmt::stages;
@@ -382,22 +408,28 @@ static int ik_launch(uint32_t rpp, const void *pool, const dsv4_cuda_ik_batch *b
     size_t smem = IK_HEAD_BYTES + (size_t)stages * page_bytes;
     auto kernel = dsv4_ik_score_kernel<F, DIM>;
     int rc = dsv4_cuda_status(cudaGetDevice(&dev));
-    if (rc == 0)
-        rc = dsv4_cuda_status(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    if (rc == 0)
-        rc = dsv4_cuda_status(
-            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    if (rc == 0)
-        rc = dsv4_cuda_status(
-            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, fmt::threads, smem));
     if (rc != 0)
         return rc;
-    if (per_sm < 1)
-        per_sm = 1;
+    if (dev < 0 || dev >= IK_MAX_DEVICES)
+        return -ENOTSUP;
+    ik_device *d = &devices[dev];
+    std::call_once(once[dev], ik_device_setup<F, DIM>, d, dev);
+    if (d->rc != 0)
+        return d->rc;
+    int per_sm = d->per_sm[rpp / 8 - 1].load(std::memory_order_relaxed);
+    if (per_sm == 0) {
+        rc = dsv4_cuda_status(
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, fmt::threads, smem));
+        if (rc != 0)
+            return rc;
+        if (per_sm < 1)
+            per_sm = 1;
+        d->per_sm[rpp / 8 - 1].store(per_sm, std::memory_order_relaxed);
+    }
     /* About one wave of blocks over the whole batch, at least two pages per block so the
      * query's registers are loaded for more than one page. */
     uint64_t max_pages = (bt->max_rows + rpp - 1) / rpp, total = max_pages * bt->n_queries;
-    uint64_t wave = (uint64_t)per_sm * (uint64_t)sms, ppb = (total + wave - 1) / wave;
+    uint64_t wave = (uint64_t)per_sm * (uint64_t)d->sms, ppb = (total + wave - 1) / wave;
     if (ppb < 2)
         ppb = 2;
     if (ppb > IK_MAX_PPB)
