@@ -76,8 +76,9 @@ typedef struct dsv4_transport_ops {
      * (after attach, after an abort), writes the message for its accept() into blob
      * (capacity *len_p; *len_p set to the length used) and returns 0; -EAGAIN when none is
      * due; -ENOTSUP when this instance is one-sided (transport/chaos around local);
-     * -ENOSPC when it does not fit (*len_p is then the length needed; call again). Called
-     * on the thread that posts, so a request posted after it uses the new connection. */
+     * -ENOSPC when it does not fit (*len_p is then the length needed; call again). A
+     * request posted after a call that returned 0 uses the connection that message
+     * announces, so the caller sends the message before that request's XFER. */
     int (*bootstrap)(void *state, void *peer, void *blob, size_t *len_p);
     /* Receiver: takes the sender's bootstrap message. *peer_p NULL: creates the receiving
      * end of a new peer; else rebuilds that peer's connection (what the old one still had
