@@ -243,7 +243,13 @@ __global__ void __launch_bounds__(ik_fmt<F>::threads, ik_fmt<F>::blocks)
         for (uint32_t s = 0; s + 1 < stages; s++)
             issue();
 
-    /* The query as A fragments: a0/a2 hold head g (k low/high), a1/a3 head g + 8. */
+    /* The query as A fragments: a0/a2 hold head g (k low/high), a1/a3 head g + 8. A thread
+     * reads 8 heads' values at 4 places per warp load, so each load instruction costs about
+     * 16 L1 wavefronts: 16-byte loads where the query allows them (a head's row is a
+     * multiple of 16 bytes, so that is where q_dev is 16-byte aligned) take a quarter of the
+     * instructions and wavefronts of 4-byte ones, which made the query load most of a
+     * one-page step (bench/results/2026-11-29-indexer-h200-c.md). */
+    const bool q16 = ((uintptr_t)bt.q_dev & 15u) == 0;
     uint32_t qa[QS][MT][KS][4];
     float wq[MT][2];
 #pragma unroll
@@ -257,10 +263,21 @@ __global__ void __launch_bounds__(ik_fmt<F>::threads, ik_fmt<F>::blocks)
 #pragma unroll
             for (int c = 0; c < CPT; c++)
 #pragma unroll
-                for (int e = 0; e < E; e++) {
-                    v[c * E + e] = real ? qh[(t4 + 4 * c) * E + e] : 0.0f;
-                    amax = fmaxf(amax, fabsf(v[c * E + e]));
+                for (int e = 0; e < E; e += 4) {
+                    const float *x = qh + (t4 + 4 * c) * E + e;
+                    float4 x4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                    if (real && q16)
+                        x4 = *(const float4 *)x;
+                    else if (real)
+                        x4 = make_float4(x[0], x[1], x[2], x[3]);
+                    v[c * E + e] = x4.x;
+                    v[c * E + e + 1] = x4.y;
+                    v[c * E + e + 2] = x4.z;
+                    v[c * E + e + 3] = x4.w;
                 }
+#pragma unroll
+            for (int e = 0; e < CPT * E; e++)
+                amax = fmaxf(amax, fabsf(v[e]));
             amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
             amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
             float sh = amax > 0.0f && amax <= 3.0e38f ? amax : 1.0f, inv = 1.0f / sh;

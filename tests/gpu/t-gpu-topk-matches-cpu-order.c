@@ -5,7 +5,11 @@
  * equal, distinct scores packed into one narrow range (more keys share the first radix digit
  * than the kernel's candidate list holds, so it re-reads the scores), NaN, infinities and
  * signed zeros, fewer rows than k (the rest filled with UINT32_MAX), exactly k rows, no
- * rows, k = 1 and k = 2048, and a long query. */
+ * rows, k = 1 and k = 2048, and long queries. Batches of 1, 8, 16 and 64 queries (small
+ * batches run in 16-block clusters, large ones in 8-block clusters), queries whose slices
+ * fit in shared memory and ones whose slices do not (1M rows alone, 400k rows in a batch of
+ * 64: read from global memory), and scores that start off a 16-byte boundary (the slice's
+ * bulk copy starts at the first aligned score). */
 #include "config.h"
 
 #include "tests/gpu/gpu.h"
@@ -48,13 +52,14 @@ static float draw(kind how)
     return 0.0f;
 }
 
-/* One launch over n_q queries of up to stride rows; compares every query. */
-static void check(const char *what, kind how, const uint32_t *n_rows, uint32_t n_q, size_t stride,
-                  uint32_t k)
+/* One launch over n_q queries of up to stride rows, the scores shift floats past the start
+ * of their allocation; compares every query. */
+static void check_at(const char *what, kind how, const uint32_t *n_rows, uint32_t n_q,
+                     size_t stride, uint32_t k, size_t shift)
 {
     float *s = malloc(n_q * stride * sizeof *s);
     uint32_t *got = malloc((size_t)n_q * k * sizeof *got), *want = malloc(k * sizeof *want);
-    float *s_dev = gpu_alloc(n_q * stride * sizeof *s);
+    float *s_base = gpu_alloc((n_q * stride + shift) * sizeof *s), *s_dev = s_base + shift;
     uint32_t *rows_dev = gpu_alloc(n_q * sizeof *n_rows), *idx_dev = gpu_alloc(n_q * k * 4);
     unsigned bad = 0;
 
@@ -80,9 +85,25 @@ static void check(const char *what, kind how, const uint32_t *n_rows, uint32_t n
     free(s);
     free(got);
     free(want);
-    gpu_free(s_dev);
+    gpu_free(s_base);
     gpu_free(rows_dev);
     gpu_free(idx_dev);
+}
+
+static void check(const char *what, kind how, const uint32_t *n_rows, uint32_t n_q, size_t stride,
+                  uint32_t k)
+{
+    check_at(what, how, n_rows, n_q, stride, k, 0);
+}
+
+/* n_q queries of n rows each. */
+static void check_same(const char *what, kind how, uint32_t n, uint32_t n_q, uint32_t k)
+{
+    uint32_t *n_rows = malloc(n_q * sizeof *n_rows);
+    for (uint32_t b = 0; b < n_q; b++)
+        n_rows[b] = n;
+    check(what, how, n_rows, n_q, n, k);
+    free(n_rows);
 }
 
 int main(void)
@@ -93,8 +114,12 @@ int main(void)
     static const uint32_t few[] = {100, 5, 2047};
     static const uint32_t exact_k[] = {1000, 999, 1000};
 
+    uint32_t many[64];
+    for (uint32_t b = 0; b < 64; b++)
+        many[b] = b % 9 == 0 ? 262144 - b : (b * 40503u) % 262144; /* 0 .. 256k, some full */
+
     gpu_require();
-    plan(2 * 14);
+    plan(2 * 23);
     check("one query, 256k rows, k 512", DISTINCT, one_big, 1, 262144, 512);
     check("8 queries of 0..256k rows, k 512", DISTINCT, batch, 8, 262144, 512);
     check("8 queries of 0..256k rows, k 512", TIES, batch, 8, 262144, 512);
@@ -109,9 +134,34 @@ int main(void)
     check("k 2048", TIES, batch, 8, 262144, 2048);
     check("400k rows in one query", DISTINCT, long_query, 1, 400000, 512);
     check("400k rows in one query", TIES, long_query, 1, 400000, 512);
+    check_same("1M rows in one query", DISTINCT, 1u << 20, 1, 512);
+    check_same("1M rows in one query", TIES, 1u << 20, 1, 512);
+    check_same("16 queries of 256k rows, k 512", DISTINCT, 262144, 16, 512);
+    check("64 queries of 0..256k rows, k 512", DISTINCT, many, 64, 262144, 512);
+    check("64 queries of 0..256k rows, k 512", TIES, many, 64, 262144, 512);
+    check_same("64 queries of 400k rows, k 512", DISTINCT, 400000, 64, 512);
+    check_same("64 queries of 400k rows, k 512", TIES, 400000, 64, 512);
+    check_at("8 queries off a 16-byte boundary", DISTINCT, batch, 8, 262144, 512, 1);
+    check_at("one query off a 16-byte boundary", TIES, one_big, 1, 262144, 512, 3);
     return done_testing();
 }
 #else
+static void check(const char *what, kind how, const uint32_t *n_rows, uint32_t n_q, size_t stride,
+                  uint32_t k)
+{
+    check_at(what, how, n_rows, n_q, stride, k, 0);
+}
+
+/* n_q queries of n rows each. */
+static void check_same(const char *what, kind how, uint32_t n, uint32_t n_q, uint32_t k)
+{
+    uint32_t *n_rows = malloc(n_q * sizeof *n_rows);
+    for (uint32_t b = 0; b < n_q; b++)
+        n_rows[b] = n;
+    check(what, how, n_rows, n_q, n, k);
+    free(n_rows);
+}
+
 int main(void)
 {
     gpu_require(); /* skips: built without CUDA */
