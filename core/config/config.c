@@ -4,6 +4,8 @@
  * keys, unknown), the selected plugins looked up in the registry, their sections parsed
  * against their own schemas, sections of unselected plugins warned about, and finally the
  * selection every check hook sees. Nothing stops at the first problem. */
+#include <config.h> /* HAVE_NCCL, HAVE_UCX; <> because core/config/config.h shadows "config.h" */
+
 #include "core/config/config.h"
 
 #include <errno.h>
@@ -152,6 +154,29 @@ static void family_section(dsv4_config *conf, int f, const dsv4_ini_section *sec
     }
 }
 
+/* Plugins that are built only with an optional library: naming the missing build beats
+ * "not found" when one of them is selected. */
+static const struct {
+    dsv4_family family;
+    const char *name, *without;
+} conditional_plugins[] = {
+#ifndef HAVE_NCCL
+    {DSV4_FAMILY_TRANSPORT, "nccl", "NCCL (configure --with-nccl)"},
+#endif
+#ifndef HAVE_UCX
+    {DSV4_FAMILY_TRANSPORT, "ucx", "UCX (configure --with-ucx)"},
+#endif
+    {DSV4_FAMILY_COUNT, NULL, NULL},
+};
+
+static const char *missing_build(dsv4_family f, const char *name)
+{
+    for (size_t i = 0; conditional_plugins[i].name; i++)
+        if (conditional_plugins[i].family == f && strcmp(conditional_plugins[i].name, name) == 0)
+            return conditional_plugins[i].without;
+    return NULL;
+}
+
 /* Look the family's selected plugin up and parse its section into a fresh config struct. */
 static void resolve_plugin(dsv4_config *conf, dsv4_family f, const dsv4_registry *reg,
                            dsv4_diags *diags)
@@ -163,9 +188,14 @@ static void resolve_plugin(dsv4_config *conf, dsv4_family f, const dsv4_registry
     const dsv4_plugin_entry *entry = NULL;
     const dsv4_plugin_desc *desc = reg ? dsv4_registry_find(reg, f, name, &entry) : NULL;
     if (!desc) {
+        const char *without = missing_build(f, name);
         if (entry)
             dsv4_diags_add(diags, DSV4_DIAG_ERROR, conf->path, line, fam, "plugin", "%s",
                            entry->reason);
+        else if (without)
+            dsv4_diags_add(diags, DSV4_DIAG_ERROR, conf->path, line, fam, "plugin",
+                           "plugin %s/%s is not built (this dsv4d was built without %s)", fam,
+                           name, without);
         else
             dsv4_diags_add(diags, DSV4_DIAG_ERROR, conf->path, line, fam, "plugin",
                            "plugin %s/%s%s not found in the plugin search path (see dsv4ctl "

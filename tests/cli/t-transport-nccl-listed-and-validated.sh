@@ -4,14 +4,24 @@
 # validating a config that selects it says the same; with a GPU, describe prints its key
 # and every config of tests/fixtures/nccl validates to exactly its .expect (device = cpu,
 # device = auto, an unset cuda_device, a clean one). Wrapping nccl in chaos with drop or
-# corrupt is refused on any machine (chaos loads everywhere).
+# corrupt is refused on any machine (chaos loads everywhere). Without NCCL in the build,
+# selecting it says so.
 . "$top_srcdir/tests/tap.sh"
 BUILT=$top_builddir/plugins/.libs
 FIXTURES=$top_srcdir/tests/fixtures/nccl
-[ -f "$BUILT/dsv4-transport-nccl.so" ] || skip_all "transport/nccl is not built (configure found no NCCL)"
 T=$(printf '\t')
 cd "$FIXTURES" || exit 1
 export DSV4D_PLUGIN_PATH=$BUILT
+if [ ! -f "$BUILT/dsv4-transport-nccl.so" ]; then
+    # configure found no NCCL: selecting the plugin names the missing build
+    plan 2
+    got=$("$DSV4CTL" validate -c own-gpu.ini 2>&1 >/dev/null)
+    is "$?" 1 "without NCCL, validate of an nccl config exits 1"
+    is "$got" "own-gpu.ini:12: [transport] plugin: plugin transport/nccl is not built (this dsv4d was built without NCCL (configure --with-nccl))" \
+        "and says the build has no NCCL"
+    done_testing
+    exit
+fi
 
 line=$("$DSV4CTL" list --porcelain | awk -F "$T" '$1 == "transport" && $2 == "nccl"')
 status=$(printf '%s\n' "$line" | cut -f5)

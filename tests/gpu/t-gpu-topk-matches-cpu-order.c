@@ -146,22 +146,6 @@ int main(void)
     return done_testing();
 }
 #else
-static void check(const char *what, kind how, const uint32_t *n_rows, uint32_t n_q, size_t stride,
-                  uint32_t k)
-{
-    check_at(what, how, n_rows, n_q, stride, k, 0);
-}
-
-/* n_q queries of n rows each. */
-static void check_same(const char *what, kind how, uint32_t n, uint32_t n_q, uint32_t k)
-{
-    uint32_t *n_rows = malloc(n_q * sizeof *n_rows);
-    for (uint32_t b = 0; b < n_q; b++)
-        n_rows[b] = n;
-    check(what, how, n_rows, n_q, n, k);
-    free(n_rows);
-}
-
 int main(void)
 {
     gpu_require(); /* skips: built without CUDA */

@@ -2,13 +2,17 @@
  * (what transport/nccl moves) are those of the same bytes in host memory, for every buffer
  * of the layout at every page of a request and its state slot; one byte flipped on the
  * device fails verification naming the buffer and the page. Skips without a CUDA device. */
+#include "config.h"
+
+#include "tests/gpu/gpu.h"
+#include "tests/tap.h"
+
+#ifdef HAVE_CUDA
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/pd/checksum.h"
-#include "tests/gpu/gpu.h"
 #include "tests/plugin/transport-harness.h"
-#include "tests/tap.h"
 
 int main(void)
 {
@@ -63,3 +67,10 @@ int main(void)
     tpool_free(&p);
     return done_testing();
 }
+#else
+int main(void)
+{
+    gpu_require(); /* skips: built without CUDA */
+    return 0;
+}
+#endif
