@@ -1,4 +1,5 @@
-/* local.c: transport/local, KV transfer by memcpy between pools on one host.
+/* local.c: transport/local, KV transfer between pools on one host: memcpy between host
+ * pools, CUDA IPC between device pools.
  *
  * In-process (prefill and decode in one address space, as in tests and a unified-role
  * daemon) the receiver's buffer addresses travel in the blob. Across processes the
@@ -11,10 +12,16 @@
  * one worker thread, so copies are asynchronous like a real transport. cancel() returns 0
  * only when the worker has not started the transfer (it never will) or has finished it:
  * that is the drain-before-free guarantee.
+ *
+ * Device pools ([core] device = cuda on both sides) take the CUDA IPC path of
+ * local_cuda.c: the blob carries the GPU and an IPC handle per buffer, and post() is one
+ * batched device-to-device copy per request on the peer's own stream. A host pool and a
+ * device pool cannot be paired: attach() says so (local_blob.c).
  */
 #include "config.h"
 
-#include "plugins/transport/common.h"
+#include "plugins/transport/local_blob.h"
+#include "plugins/transport/local_cuda.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -27,7 +34,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define LOCAL_MAGIC 0x4c543444u /* "D4TL" */
 #define LOCAL_SUBJECT "transport/local"
 
 typedef enum local_xfer_state {
@@ -44,6 +50,7 @@ typedef struct local_peer {
     uint8_t *map;  /* the peer's shared memory mapping (cross-process), else NULL */
     size_t map_bytes;
     uint32_t busy; /* transfers queued or running */
+    void *dev;     /* device pools: the CUDA IPC path's peer (the rest is unused) */
 } local_peer;
 
 typedef struct local_xfer {
@@ -55,6 +62,7 @@ typedef struct local_xfer {
     local_xfer_state state;
     bool cancel; /* asked while running: the worker stops between buffers */
     struct local_xfer *next;
+    void *dev; /* device pools: the CUDA IPC path's transfer */
 } local_xfer;
 
 typedef struct local_state {
@@ -158,30 +166,50 @@ static void local_fini(void *state)
     free(s);
 }
 
+/* The device path where this build has one. */
+static const dsv4_local_path *local_cuda(void)
+{
+#ifdef HAVE_CUDA
+    return &dsv4_local_cuda_path;
+#else
+    return NULL;
+#endif
+}
+
 static int local_expose(void *state, const dsv4_kv_layout *l, void *blob, size_t *len_p)
 {
     (void)state;
+    int mem = dsv4_local_layout_mem(l);
+    if (mem < 0 || (mem == DSV4_MEM_CUDA && !local_cuda()))
+        return -ENOTSUP;
+    dsv4_local_blob b = {.mem = (uint32_t)mem,
+                         .token = process_token,
+                         .pid = (uint32_t)getpid(),
+                         .fd = DSV4_LOCAL_NO_FD,
+                         .bufs = calloc(l->n_buffers ? l->n_buffers : 1, sizeof(*b.bufs))};
+    if (!b.bufs)
+        return -ENOMEM;
     bool shared = DSV4_HAS_FIELD(l, dsv4_kv_layout, shm_bytes) && l->shm_fd >= 0;
     struct stat st = {0};
-    if (shared && fstat(l->shm_fd, &st) != 0)
-        return -errno;
-    dsv4_tp_out o = {.p = blob, .cap = blob ? *len_p : 0};
-    int rc = dsv4_tp_put_table(&o, LOCAL_MAGIC, l, DSV4_MEM_HOST);
-    if (rc != 0)
-        return rc;
-    dsv4_tp_put_u64(&o, process_token);
-    dsv4_tp_put_u32(&o, (uint32_t)getpid());
-    dsv4_tp_put_u32(&o, shared ? (uint32_t)l->shm_fd : UINT32_MAX);
-    dsv4_tp_put_u64(&o, shared ? l->shm_bytes : 0);
-    dsv4_tp_put_u64(&o, (uint64_t)st.st_dev);
-    dsv4_tp_put_u64(&o, (uint64_t)st.st_ino);
-    for (uint32_t i = 0; i < l->n_buffers; i++) {
-        dsv4_tp_put_u64(&o, (uint64_t)(uintptr_t)l->buffers[i].base);
-        dsv4_tp_put_u64(&o, shared ? (uint64_t)(l->buffers[i].base - l->shm_base) : 0);
+    int rc = 0;
+    if (mem == DSV4_MEM_CUDA) {
+        rc = local_cuda()->describe(l, &b);
+    } else if (shared && fstat(l->shm_fd, &st) != 0) {
+        rc = -errno;
+    } else if (shared) {
+        b.fd = (uint32_t)l->shm_fd;
+        b.shm_bytes = l->shm_bytes;
+        b.shm_dev = (uint64_t)st.st_dev;
+        b.shm_ino = (uint64_t)st.st_ino;
     }
-    bool fits = o.off <= o.cap;
-    *len_p = o.off;
-    return fits ? 0 : -ENOSPC;
+    for (uint32_t i = 0; mem == DSV4_MEM_HOST && i < l->n_buffers; i++) {
+        b.bufs[i].addr = (uint64_t)(uintptr_t)l->buffers[i].base;
+        b.bufs[i].off = shared ? (uint64_t)(l->buffers[i].base - l->shm_base) : 0;
+    }
+    if (rc == 0)
+        rc = dsv4_local_blob_encode(l, &b, blob, len_p);
+    dsv4_local_blob_clear(&b);
+    return rc;
 }
 
 /* Maps the peer's shared memory object and checks it is the one the blob describes. */
@@ -222,54 +250,76 @@ static int local_map(local_peer *p, uint32_t pid, uint32_t fd, uint64_t bytes, u
     return rc;
 }
 
+/* The sender's end of a device pool: the CUDA IPC path's peer inside ours. */
+static int local_attach_cuda(local_state *s, local_peer *p, const dsv4_local_blob *b,
+                             bool same_process, char *err, size_t errlen)
+{
+    if (!local_cuda()) {
+        snprintf(err, errlen,
+                 LOCAL_SUBJECT ": the peer's pool is in device memory and this "
+                               "build has no CUDA");
+        return -ENOTSUP;
+    }
+    int rc = local_cuda()->attach(s->host, p->local, b, same_process, &p->dev, err, errlen);
+    if (rc == 0)
+        s->host->log(DSV4_LOG_INFO, LOCAL_SUBJECT,
+                     "attached to a device pool of %u pages (%s, CUDA device %d there)",
+                     b->t.n_pages, same_process ? "same process" : "CUDA IPC", b->device);
+    return rc;
+}
+
 static int local_attach(void *state, const dsv4_kv_layout *local, const void *blob, size_t len,
                         void **peer_p, char *err, size_t errlen)
 {
     local_state *s = state;
-    dsv4_tp_in in = {.p = blob, .len = len};
     local_peer *p = calloc(1, sizeof(*p));
     if (!p) {
         snprintf(err, errlen, LOCAL_SUBJECT ": out of memory");
         return -ENOMEM;
     }
     p->local = local;
-    int rc = dsv4_tp_get_table(&in, LOCAL_MAGIC, local, &p->t, LOCAL_SUBJECT, err, errlen);
-    uint64_t token = dsv4_tp_get_u64(&in);
-    uint32_t pid = dsv4_tp_get_u32(&in), fd = dsv4_tp_get_u32(&in);
-    uint64_t bytes = dsv4_tp_get_u64(&in), dev = dsv4_tp_get_u64(&in), ino = dsv4_tp_get_u64(&in);
+    dsv4_local_blob b = {0};
+    int rc = dsv4_local_blob_decode(blob, len, local, &b, err, errlen);
+    p->t = b.t;
+    /* a forked child inherits the token but not the address space */
+    bool same_process = rc == 0 && b.token == process_token && b.pid == (uint32_t)getpid();
+    if (rc == 0 && b.mem == DSV4_MEM_CUDA) {
+        rc = local_attach_cuda(s, p, &b, same_process, err, errlen);
+        dsv4_local_blob_clear(&b);
+        if (rc != 0)
+            free(p);
+        else
+            *peer_p = p;
+        return rc;
+    }
     p->dst = calloc(local->n_buffers ? local->n_buffers : 1, sizeof(*p->dst));
     if (rc == 0 && !p->dst) {
         snprintf(err, errlen, LOCAL_SUBJECT ": out of memory");
         rc = -ENOMEM;
     }
-    /* a forked child inherits the token but not the address space */
-    bool same_process = token == process_token && pid == (uint32_t)getpid();
-    if (rc == 0 && !same_process && fd == UINT32_MAX) {
+    if (rc == 0 && !same_process && b.fd == DSV4_LOCAL_NO_FD) {
         snprintf(err, errlen,
                  LOCAL_SUBJECT
                  ": the peer's pool is private memory of process %u; "
                  "across processes the decode side must allocate its pool in shared memory "
                  "(dsv4_kv_pool_new_shared)",
-                 pid);
+                 b.pid);
         rc = DSV4_EPEER;
     }
     if (rc == 0 && !same_process)
-        rc = local_map(p, pid, fd, bytes, dev, ino, err, errlen);
+        rc = local_map(p, b.pid, b.fd, b.shm_bytes, b.shm_dev, b.shm_ino, err, errlen);
     for (uint32_t i = 0; rc == 0 && i < local->n_buffers; i++) {
-        uint64_t addr = dsv4_tp_get_u64(&in), off = dsv4_tp_get_u64(&in);
-        const dsv4_kv_buffer *b = &local->buffers[i];
+        const dsv4_kv_buffer *lb = &local->buffers[i];
+        uint64_t off = b.bufs[i].off;
         uint64_t size =
-            (uint64_t)b->block_bytes * (dsv4_buf_is_paged(b->kind) ? p->t.n_pages : p->t.n_slots);
-        if (in.bad || (p->map && (off > p->map_bytes || size > p->map_bytes - off))) {
+            (uint64_t)lb->block_bytes * (dsv4_buf_is_paged(lb->kind) ? p->t.n_pages : p->t.n_slots);
+        if (p->map && (off > p->map_bytes || size > p->map_bytes - off)) {
             snprintf(err, errlen, LOCAL_SUBJECT ": buffer %u lies outside the peer's pool", i);
             rc = DSV4_EPEER;
         }
-        p->dst[i] = p->map ? p->map + off : (uint8_t *)(uintptr_t)addr;
+        p->dst[i] = p->map ? p->map + off : (uint8_t *)(uintptr_t)b.bufs[i].addr;
     }
-    if (rc == 0 && in.off != in.len) {
-        snprintf(err, errlen, LOCAL_SUBJECT ": trailing bytes in the peer's blob");
-        rc = DSV4_EPEER;
-    }
+    dsv4_local_blob_clear(&b);
     if (rc != 0) {
         if (p->map)
             munmap(p->map, p->map_bytes);
@@ -287,6 +337,11 @@ static void local_detach(void *state, void *peer)
 {
     local_state *s = state;
     local_peer *p = peer;
+    if (p->dev) {
+        local_cuda()->detach(p->dev);
+        free(p);
+        return;
+    }
     pthread_mutex_lock(&s->mu);
     while (p->busy > 0) /* no copy into a mapping we are about to remove */
         pthread_cond_wait(&s->cv, &s->mu);
@@ -301,6 +356,15 @@ static int local_post(void *state, void *peer, const dsv4_xfer_req *req, void **
 {
     local_state *s = state;
     local_peer *p = peer;
+    if (p->dev) {
+        local_xfer *x = calloc(1, sizeof(*x));
+        int rc = x ? local_cuda()->post(p->dev, req, &x->dev) : -ENOMEM;
+        if (rc != 0)
+            free(x);
+        else
+            *xfer_p = x;
+        return rc;
+    }
     int rc = dsv4_tp_check_req(req, p->local, &p->t);
     if (rc != 0)
         return rc;
@@ -334,6 +398,8 @@ static int local_poll(void *state, void *xfer)
 {
     local_state *s = state;
     local_xfer *x = xfer;
+    if (x->dev)
+        return local_cuda()->poll(x->dev);
     pthread_mutex_lock(&s->mu);
     int rc = x->state == LOCAL_DONE ? 0 : x->state == LOCAL_CANCELLED ? -ECANCELED : -EAGAIN;
     pthread_mutex_unlock(&s->mu);
@@ -360,6 +426,8 @@ static int local_cancel(void *state, void *xfer)
 {
     local_state *s = state;
     local_xfer *x = xfer;
+    if (x->dev)
+        return local_cuda()->cancel(x->dev);
     pthread_mutex_lock(&s->mu);
     if (x->state == LOCAL_QUEUED)
         local_unqueue(s, x);
@@ -374,6 +442,11 @@ static void local_release(void *state, void *xfer)
 {
     local_state *s = state;
     local_xfer *x = xfer;
+    if (x->dev) {
+        local_cuda()->release(x->dev);
+        free(x);
+        return;
+    }
     pthread_mutex_lock(&s->mu);
     if (x->state == LOCAL_QUEUED)
         local_unqueue(s, x);
@@ -396,10 +469,10 @@ static int local_check(const dsv4_selection *sel, const void *config, dsv4_repor
                        dsv4_diag *diag)
 {
     (void)config;
-    if (sel->device != DSV4_DEVICE_CUDA)
+    if (sel->device != DSV4_DEVICE_CUDA || local_cuda())
         return 0;
     report(diag, "transport", "plugin",
-           "transport/local moves host pools only (device = cuda needs CUDA IPC, not built yet)");
+           "transport/local moves device pools over CUDA IPC, and this build has no CUDA");
     return 1;
 }
 
@@ -419,8 +492,8 @@ static const dsv4_transport_ops local_ops = {
 const dsv4_plugin_desc dsv4_plugin = {
     DSV4_TRANSPORT_DESC_HEADER,
     .name = "local",
-    .description = "memcpy between pools of one process or of processes on one host (shared "
-                   "memory pools)",
+    .description = "copies between pools of one process or of processes on one host (host "
+                   "pools in shared memory, device pools over CUDA IPC)",
     .flags = 0,
     .options = local_options,
     .config_size = 0,

@@ -3,10 +3,41 @@
 # The KV transport plugins: one libtool module each; common.c (blob table, run checks) is
 # compiled into each. transport/ucx only where configure found UCX.
 TRANSPORT_COMMON = plugins/transport/common.c plugins/transport/common.h
+# transport/local's device path (CUDA IPC, local_cuda.c) only where CUDA is built; cudart
+# only. local_blob.c (the expose blob) is pure C, tested without a GPU.
+LOCAL_BLOB = plugins/transport/local_blob.c plugins/transport/local_blob.h
 plugin_LTLIBRARIES += plugins/dsv4-transport-local.la
-plugins_dsv4_transport_local_la_SOURCES = plugins/transport/local.c $(TRANSPORT_COMMON)
+plugins_dsv4_transport_local_la_SOURCES = plugins/transport/local.c \
+	plugins/transport/local_cuda.h $(LOCAL_BLOB) $(TRANSPORT_COMMON)
+plugins_dsv4_transport_local_la_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
 plugins_dsv4_transport_local_la_LDFLAGS = $(AM_LDFLAGS) $(PLUGIN_MODULE_FLAGS)
 plugins_dsv4_transport_local_la_LIBADD = $(PTHREAD_LIBS)
+if HAVE_CUDA
+plugins_dsv4_transport_local_la_SOURCES += plugins/transport/local_cuda.c
+plugins_dsv4_transport_local_la_LIBADD += $(CUDA_LIBS)
+endif
+
+check_PROGRAMS += tests/unit/t-transport-local-blob-round-trips-and-refuses
+TESTS += tests/unit/t-transport-local-blob-round-trips-and-refuses
+tests_unit_t_transport_local_blob_round_trips_and_refuses_SOURCES = \
+	tests/unit/t-transport-local-blob-round-trips-and-refuses.c $(LOCAL_BLOB) $(TRANSPORT_COMMON)
+tests_unit_t_transport_local_blob_round_trips_and_refuses_CFLAGS = $(AM_CFLAGS)
+tests_unit_t_transport_local_blob_round_trips_and_refuses_LDADD = tests/libtap.la
+
+# On one GPU: two processes move every buffer of a device layout over CUDA IPC (built
+# everywhere, skips without CUDA or a device), and the PD golden test of a prefill and a
+# decode server on device = cuda against a unified one (skips likewise). The layouts and
+# XXH64 checks come from the host tier's kit (plugins/hostcache/local.mk).
+check_PROGRAMS += tests/gpu/t-gpu-transport-local-ipc-moves-every-buffer
+TESTS += tests/gpu/t-gpu-transport-local-ipc-moves-every-buffer \
+	tests/gpu/t-gpu-pd-local-golden-tokens-match-unified.sh
+EXTRA_DIST += tests/gpu/t-gpu-pd-local-golden-tokens-match-unified.sh
+tests_gpu_t_gpu_transport_local_ipc_moves_every_buffer_SOURCES = \
+	tests/gpu/t-gpu-transport-local-ipc-moves-every-buffer.c $(GPU_TEST_SRC) \
+	$(HOSTCACHE_GPU_KIT) $(LOCAL_BLOB) $(TRANSPORT_COMMON)
+tests_gpu_t_gpu_transport_local_ipc_moves_every_buffer_CPPFLAGS = $(GPU_TEST_FLAGS) \
+	$(XXHASH_CFLAGS)
+tests_gpu_t_gpu_transport_local_ipc_moves_every_buffer_LDADD = $(HOSTCACHE_GPU_LIBS)
 
 if HAVE_UCX
 plugin_LTLIBRARIES += plugins/dsv4-transport-ucx.la

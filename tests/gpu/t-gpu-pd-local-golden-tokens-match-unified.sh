@@ -1,0 +1,62 @@
+#!/bin/sh
+# t-gpu-pd-local-golden-tokens-match-unified: on one GPU, a prefill and a decode server with
+# device = cuda over transport/local (CUDA IPC between the two processes) give the tokens of
+# a unified device = cuda server for the same requests (greedy and seeded; prompts of 1, 2,
+# 17 tokens, around a page boundary and over several pages), bit for bit; the prefill
+# server attached to the decode server's device pool over CUDA IPC, every transfer verified
+# the first time, and the decode pages return to their baseline. Skips without a GPU or
+# without CUDA in this build.
+if ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+    echo "1..0 # SKIP no GPU visible"
+    exit 0
+fi
+top=${top_builddir:-.}
+if "${DSV4D:-$top/dsv4d}" -VV | grep -qx 'cuda: no CUDA'; then
+    echo "1..0 # SKIP dsv4d is built without CUDA"
+    exit 0
+fi
+exec python3 - <<'PY'
+import os, stat, sys, tempfile
+sys.dont_write_bytecode = True  # nothing written into the source tree
+sys.path.insert(0, os.path.join(os.environ.get("top_srcdir", "."), "tests", "integ"))
+# The daemons of dsv4d_http run on the CPU; a wrapper moves every one to GPU 0 before
+# dsv4d reads its configuration.
+top = os.environ.get("top_builddir", ".")
+real = os.environ.get("DSV4D", os.path.join(top, "dsv4d"))
+wrap = os.path.join(tempfile.mkdtemp(prefix="dsv4-ipc."), "dsv4d")
+with open(wrap, "w") as f:
+    f.write('#!/bin/sh\nsed -i "s/^device = cpu$/device = cuda\\ncuda_device = 0/" "$2"\n'
+            'exec "%s" "$@"\n' % real)
+os.chmod(wrap, stat.S_IRWXU)
+os.environ["DSV4D"] = wrap
+from dsv4d_http import Daemon, plan, ok, is_, done
+from dsv4d_pd import TRANSPORTS, prefill, decode, wait_connected, wait_log, generate, prompts, \
+    held_pages
+
+cases = prompts()
+plan(7)
+u = Daemon()
+want = [generate(u, ids, temperature=t, seed=s) for ids, t, s in cases]
+ok(all(w[0] == 200 for w in want), "the unified device = cuda server answers every request", want)
+u.stop()
+
+p = prefill(TRANSPORTS["local"])
+d = decode(TRANSPORTS["local"], [p])
+ok(wait_connected(d, 1), "the decode server connects to its prefill server")
+ok(wait_log(p, r"transport/local: attached to a device pool of \d+ pages \(CUDA IPC"),
+   "the prefill server attached to the decode server's device pool over CUDA IPC")
+base = held_pages(d.metrics())
+got = [generate(d, ids, temperature=t, seed=s) for ids, t, s in cases]
+bad = [(len(c[0]), c[1], w, g) for c, w, g in zip(cases, want, got) if w != g]
+ok(not bad, "%d requests through prefill + decode give the unified server's tokens"
+   % len(cases), bad)
+m = d.wait_idle()
+is_(m.get("dsv4d_pd_leases_total"), float(sum(1 for c in cases if len(c[0]) > 1)),
+    "one lease per request with more than one prompt token")
+ok(m.get("dsv4d_pd_transfer_bytes_total", 0) > 0
+   and m.get("dsv4d_pd_checksum_mismatches_total") == 0
+   and m.get("dsv4d_pd_retries_total") == 0 and m.get("dsv4d_pd_stale_messages_total") == 0,
+   "every transfer verified the first time", m)
+is_(held_pages(m), base, "decode pages back to the baseline")
+done()
+PY
