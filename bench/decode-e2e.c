@@ -5,10 +5,14 @@
  * roofline tokens/s = batch * HBM bandwidth / bytes per step.
  *
  * usage: decode-e2e [--preset small] [--batches 1,8,64,256] [--prompt 256] [--steps 16]
- *                   [--backend cuda|cpu] [--bw 4.3e12]
- * Prints one markdown table row per (mode, batch). Needs DSV4D_PLUGIN_PATH (indexk/fp8). */
+ *                   [--backend cuda|cpu] [--bw 4.3e12] [--profile]
+ * Prints one markdown table row per (mode, batch). Needs DSV4D_PLUGIN_PATH (indexk/fp8).
+ * --profile: after the timed steps, one more decode step runs inside the CUDA profiler's
+ * range, so `ncu --profile-from-start off decode-e2e --profile` records one graph-replayed
+ * step per (mode, batch) and nothing of the prefill or the warm-up. */
 #include "config.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +23,9 @@
 #include "core/engine/engine.h"
 #include "core/model/mkmodel.h"
 #include "core/plugin/registry.h"
+#ifdef HAVE_CUDA
+#include "kernels/cuda/model.h"
+#endif
 
 static double now_s(void)
 {
@@ -48,10 +55,27 @@ static double step_bytes(const dsv4_model_config *c, uint32_t batch)
     return 4 * w;
 }
 
+/* One decode step inside the profiler's range (--profile). */
+static int profiled_step(dsv4_engine *eng, uint32_t B, const uint32_t *seqs, const int32_t *next,
+                         float *logits)
+{
+#ifdef HAVE_CUDA
+    int rc = dsv4_cuda_profile(true);
+    if (rc == 0)
+        rc = dsv4_engine_decode(eng, B, seqs, next, logits);
+    int stop = dsv4_cuda_profile(false);
+    return rc != 0 ? rc : stop;
+#else
+    (void)eng, (void)B, (void)seqs, (void)next, (void)logits;
+    return -ENOTSUP;
+#endif
+}
+
 int main(int argc, char **argv)
 {
     const char *preset = "small", *batches = "1,8,64,256", *backend = "cuda";
     unsigned prompt = 256, steps = 16;
+    bool profile = false;
     double bw = 4.3e12;
     static const struct option opts[] = {{"preset", required_argument, NULL, 'p'},
                                          {"batches", required_argument, NULL, 'b'},
@@ -59,6 +83,7 @@ int main(int argc, char **argv)
                                          {"steps", required_argument, NULL, 's'},
                                          {"backend", required_argument, NULL, 'k'},
                                          {"bw", required_argument, NULL, 'w'},
+                                         {"profile", no_argument, NULL, 'P'},
                                          {NULL, 0, NULL, 0}};
     for (int ch; (ch = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
         switch (ch) {
@@ -68,6 +93,7 @@ int main(int argc, char **argv)
         case 's': steps = (unsigned)atoi(optarg); break;
         case 'k': backend = optarg; break;
         case 'w': bw = atof(optarg); break;
+        case 'P': profile = true; break;
         default: return 2;
         }
     }
@@ -130,6 +156,8 @@ int main(int argc, char **argv)
             for (unsigned s = 0; rc == 0 && s < steps; s++)
                 rc = dsv4_engine_decode(eng, B, seqs, next, logits);
             double dt = now_s() - t0;
+            if (rc == 0 && profile && cuda)
+                rc = profiled_step(eng, B, seqs, next, logits);
             if (rc != 0) {
                 fprintf(stderr, "decode-e2e: batch %u: step failed (%d)\n", B, rc);
                 return 1;

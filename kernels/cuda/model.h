@@ -6,8 +6,8 @@
  * cudaStream_t passed as void *. Kernel calls only queue work and return 0 or a negative
  * errno (-EINVAL bad arguments, -ENODEV no device, -ENOMEM, -EIO a refused launch).
  *
- * Determinism: every output element is computed by one thread or one thread block with a
- * reduction order fixed by the kernel and the model's shapes alone, never by the number
+ * Determinism: every output element is computed by one thread, warp or thread block with
+ * a reduction order fixed by the kernel and the model's shapes alone, never by the number
  * of tokens in the step; so are the linear layers in deterministic mode. Fast mode hands
  * dense linear layers to cuBLAS, whose choice of kernel may follow the batch size.
  */
@@ -53,6 +53,10 @@ int dsv4_cuda_capture_begin(void *stream);
 int dsv4_cuda_capture_end(void *stream, bool keep, dsv4_cuda_graph **graph_p);
 int dsv4_cuda_graph_launch(dsv4_cuda_graph *graph, void *stream);
 void dsv4_cuda_graph_free(dsv4_cuda_graph *graph);
+
+/* Open (on) or close the range a profiler started with its capture off (ncu
+ * --profile-from-start off) records: bench/ profiles chosen steps only. */
+int dsv4_cuda_profile(bool on);
 
 /* ---- linear layers (model_gemm.cu) ------------------------------------------------------- */
 typedef struct dsv4_cuda_blas dsv4_cuda_blas;

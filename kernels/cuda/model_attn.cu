@@ -9,7 +9,7 @@
 #include "kernels/cuda/model_common.cuh"
 
 #define ATT_MAX_DIMS 1024 /* head_dim the attention kernel keeps in registers */
-#define ATT_HEADS 4       /* heads per attention block, one warp each */
+#define ATT_SPLIT 4       /* warps per (token, head), each a fixed share of the keys */
 
 /* Address of compressed row w of sequence s in a paged buffer. */
 __device__ static inline uint8_t *dsv4_paged_row(const dsv4_cuda_kvbuf &b, const dsv4_cuda_step &s,
@@ -220,13 +220,15 @@ int dsv4_cuda_index_select(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, uin
     return dsv4_cuda_launch_status();
 }
 
-/* One (token, head) per warp, ATT_HEADS heads of a token per block. The key rows are
- * visited in forward.c's order (window oldest first, then the compressed rows) with an
- * online softmax whose running maximum starts at the sink. Lane j holds dims j, j + 32, ...
- * of q, of the key row and of the accumulator in registers (PER of them), so a dot is one
- * warp butterfly and no block barrier: a key costs a few hundred cycles, not two
- * __syncthreads per key. The order of every sum is fixed by the lane layout alone.
- * Shared: ATT_HEADS x head_dim floats (the output's inverse rotation pairs lanes). */
+/* One (token, head) per block of ATT_SPLIT warps; warp w visits key rows w, w + ATT_SPLIT,
+ * ... of forward.c's order (window oldest first, then the compressed rows) with an online
+ * softmax, warp 0's running maximum starting at the sink; the warps' (max, sum,
+ * accumulator) are then merged in warp order. A decode step's few (token, head) pairs
+ * thus keep four times the warps busy (one warp walking ~80 keys in turn took ~50 us on
+ * an H200), and the split depends on nothing but the key index: the order of every sum is
+ * fixed by the lane and warp layout alone. Lane j holds dims j, j + 32, ... of q, of the
+ * key row and of the accumulator in registers (PER of them), so a dot is one warp
+ * butterfly. Shared: (ATT_SPLIT + 1) x head_dim + 2 ATT_SPLIT floats. */
 template <uint32_t PER>
 __global__ static void
 dsv4_attend_kernel(dsv4_cuda_dims d, dsv4_cuda_step s, const float *q, const uint8_t *kvs,
@@ -236,9 +238,7 @@ dsv4_attend_kernel(dsv4_cuda_dims d, dsv4_cuda_step s, const float *q, const uin
 {
     extern __shared__ float so[];
     uint32_t lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    uint32_t t = blockIdx.x, h = blockIdx.y * ATT_HEADS + warp, D = d.head_dim, W = d.window;
-    if (h >= d.heads)
-        return; /* a whole warp: nothing below synchronises the block */
+    uint32_t t = blockIdx.x, h = blockIdx.y, D = d.head_dim, W = d.window;
     uint32_t seq = s.tseq[t], p = s.pos[t], start = s.start[seq];
     size_t rb = win.row_bytes;
     const float *qh = q + ((size_t)t * d.heads + h) * D;
@@ -249,12 +249,13 @@ dsv4_attend_kernel(dsv4_cuda_dims d, dsv4_cuda_step s, const float *q, const uin
         acc[i] = 0.0f;
     }
 
-    float scale = 1.0f / sqrtf((float)D), m = sinks[h], l = 1.0f;
+    float scale = 1.0f / sqrtf((float)D);
+    float m = warp == 0 ? sinks[h] : -INFINITY, l = warp == 0 ? 1.0f : 0.0f;
     const uint8_t *ring = win.base + (size_t)s.slot[seq] * win.block_bytes;
     uint32_t first = p + 1 > W ? p + 1 - W : 0, n_win = p + 1 - first, n_comp = 0;
     if (rows.base)
         n_comp = rate_hca ? (p + 1) / rate_hca : nsel[t];
-    for (uint32_t v = 0; v < n_win + n_comp; v++) {
+    for (uint32_t v = warp; v < n_win + n_comp; v += ATT_SPLIT) {
         const uint8_t *row;
         if (v < n_win) {
             uint32_t pp = first + v;
@@ -273,7 +274,7 @@ dsv4_attend_kernel(dsv4_cuda_dims d, dsv4_cuda_step s, const float *q, const uin
             part += __shfl_xor_sync(0xffffffffu, part, off);
         float sc = part * scale;
         if (sc > m) {
-            float f = expf(m - sc);
+            float f = expf(m - sc); /* 0 from a warp's -inf start */
             l *= f;
             for (uint32_t i = 0; i < PER; i++)
                 acc[i] *= f;
@@ -284,18 +285,38 @@ dsv4_attend_kernel(dsv4_cuda_dims d, dsv4_cuda_step s, const float *q, const uin
         for (uint32_t i = 0; i < PER; i++)
             acc[i] = fmaf(e, val[i], acc[i]);
     }
-    float *sh = so + (size_t)warp * D, *oh = o + ((size_t)t * d.heads + h) * D;
+    float *out = so + (size_t)ATT_SPLIT * D, *sm = out + D, *sl = sm + ATT_SPLIT;
     for (uint32_t i = 0; i < PER; i++) {
         uint32_t dd = lane + 32 * i;
         if (dd < D)
-            sh[dd] = acc[i] / l;
+            so[(size_t)warp * D + dd] = acc[i];
     }
-    __syncwarp();
-    for (uint32_t i = lane; i < rope / 2; i += 32)
-        dsv4_rope_pair(sh + D - rope, freq, i, (float)p, true);
-    __syncwarp();
-    for (uint32_t i = lane; i < D; i += 32)
-        oh[i] = sh[i];
+    if (lane == 0) {
+        sm[warp] = m;
+        sl[warp] = l;
+    }
+    __syncthreads();
+    /* the merge: warp 0's maximum is finite (the sink), a warp without keys weighs 0 */
+    float M = sm[0], f[ATT_SPLIT], L = 0.0f;
+    for (uint32_t w = 1; w < ATT_SPLIT; w++)
+        M = sm[w] > M ? sm[w] : M;
+    for (uint32_t w = 0; w < ATT_SPLIT; w++) {
+        f[w] = expf(sm[w] - M);
+        L = fmaf(sl[w], f[w], L);
+    }
+    for (uint32_t dd = threadIdx.x; dd < D; dd += blockDim.x) {
+        float a = 0.0f;
+        for (uint32_t w = 0; w < ATT_SPLIT; w++)
+            a = fmaf(so[(size_t)w * D + dd], f[w], a);
+        out[dd] = a / L;
+    }
+    __syncthreads();
+    for (uint32_t i = threadIdx.x; i < rope / 2; i += blockDim.x)
+        dsv4_rope_pair(out + D - rope, freq, i, (float)p, true);
+    __syncthreads();
+    float *oh = o + ((size_t)t * d.heads + h) * D;
+    for (uint32_t i = threadIdx.x; i < D; i += blockDim.x)
+        oh[i] = out[i];
 }
 
 int dsv4_cuda_attend(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, const float *q_dev,
@@ -309,12 +330,12 @@ int dsv4_cuda_attend(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, const flo
     if (d->head_dim > ATT_MAX_DIMS)
         return -EINVAL;
     dsv4_cuda_kvbuf none = {};
-    dim3 grid(s->n_tok, (d->heads + ATT_HEADS - 1) / ATT_HEADS);
-    size_t smem = (size_t)ATT_HEADS * d->head_dim * sizeof(float);
+    dim3 grid(s->n_tok, d->heads);
+    size_t smem = ((size_t)(ATT_SPLIT + 1) * d->head_dim + 2 * ATT_SPLIT) * sizeof(float);
     cudaStream_t st = (cudaStream_t)stream;
     /* registers per lane: the head's dims in the smallest power of two of 32-wide slices */
 #define ATT_LAUNCH(per)                                                                            \
-    dsv4_attend_kernel<per><<<grid, 32 * ATT_HEADS, smem, st>>>(                                   \
+    dsv4_attend_kernel<per><<<grid, 32 * ATT_SPLIT, smem, st>>>(                                   \
         *d, *s, q_dev, kvs_dev, *win, rows ? *rows : none, rate_hca, sel_dev, nsel_dev, sinks_dev, \
         freq_dev, rope, fmt, o_dev)
     if (d->head_dim <= 128)

@@ -5,6 +5,8 @@
 #include "kernels/cuda/model_common.cuh"
 
 #define HC_MAX 16 /* streams (kernels/cpu/hc.c) */
+/* dsv4_hc_mix_block gives each comb value its own thread */
+static_assert(HC_MAX * HC_MAX <= DSV4_CUDA_BLOCK, "a block holds HC_MAX x HC_MAX threads");
 
 __device__ static inline float dsv4_sigmoid(float x)
 {
@@ -31,49 +33,72 @@ int dsv4_cuda_embed(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, const floa
     return dsv4_cuda_launch_status();
 }
 
-/* dsv4_k_hc_mix, one thread. */
-__device__ static void dsv4_hc_mix(const float *z, const float *base, const float *scale,
-                                   uint32_t n, uint32_t iters, float eps, float *pre, float *post,
-                                   float *comb)
+/* dsv4_k_hc_mix of one token, shared by the block: thread j < n writes pre_j, thread
+ * n + j post_j, thread i n + j < n n owns comb[i][j] (comb in shared memory). Each sum is
+ * the CPU's, over the same values in the same order, recomputed by every thread of its row
+ * or column, so every value has the bits one thread doing it all would give; barriers keep
+ * a pass's reads before its writes. (Thread 0 alone took ~60 us a token on an H200,
+ * every access of the 20 Sinkhorn passes waiting on the last.) */
+__device__ static void dsv4_hc_mix_block(const float *z, const float *base, const float *scale,
+                                         uint32_t n, uint32_t iters, float eps, float *pre,
+                                         float *post, float *comb)
 {
-    for (uint32_t j = 0; j < n; j++) {
-        pre[j] = dsv4_sigmoid(scale[0] * z[j] + base[j]) + eps;
-        post[j] = 2.0f * dsv4_sigmoid(scale[1] * z[n + j] + base[n + j]);
-    }
+    uint32_t tid = threadIdx.x, i = tid / n, j = tid % n;
+    bool own = tid < n * n;
+    if (tid < n)
+        pre[tid] = dsv4_sigmoid(scale[0] * z[tid] + base[tid]) + eps;
+    else if (tid < 2 * n)
+        post[tid - n] = 2.0f * dsv4_sigmoid(scale[1] * z[tid] + base[tid]);
     const float *zc = z + 2 * n, *bc = base + 2 * n;
-    for (uint32_t i = 0; i < n; i++) {
-        float *row = comb + i * n, m = -INFINITY, sum = 0;
-        for (uint32_t j = 0; j < n; j++) {
-            row[j] = scale[2] * zc[i * n + j] + bc[i * n + j];
-            m = row[j] > m ? row[j] : m;
-        }
-        for (uint32_t j = 0; j < n; j++) {
-            row[j] = expf(row[j] - m);
-            sum += row[j];
-        }
-        for (uint32_t j = 0; j < n; j++)
-            row[j] = row[j] / sum + eps;
+    float v = 0;
+    if (own)
+        comb[tid] = scale[2] * zc[tid] + bc[tid];
+    __syncthreads();
+    if (own) {
+        float m = -INFINITY;
+        for (uint32_t k = 0; k < n; k++)
+            m = comb[i * n + k] > m ? comb[i * n + k] : m;
+        v = expf(comb[tid] - m);
     }
-    float colsum[HC_MAX];
+    __syncthreads();
+    if (own)
+        comb[tid] = v;
+    __syncthreads();
+    if (own) {
+        float sum = 0;
+        for (uint32_t k = 0; k < n; k++)
+            sum += comb[i * n + k];
+        v = comb[tid] / sum + eps;
+    }
+    __syncthreads();
+    if (own)
+        comb[tid] = v;
+    /* Sinkhorn: a column pass first, then (iters - 1) x (row pass, column pass) */
     for (uint32_t it = 0; it < iters; it++) {
         if (it > 0) {
-            for (uint32_t i = 0; i < n; i++) {
-                float s = 0;
-                for (uint32_t j = 0; j < n; j++)
-                    s += comb[i * n + j];
-                for (uint32_t j = 0; j < n; j++)
-                    comb[i * n + j] /= s + eps;
+            __syncthreads();
+            if (own) {
+                float rs = 0;
+                for (uint32_t k = 0; k < n; k++)
+                    rs += comb[i * n + k];
+                v = comb[tid] / (rs + eps);
             }
+            __syncthreads();
+            if (own)
+                comb[tid] = v;
         }
-        for (uint32_t j = 0; j < n; j++) {
-            colsum[j] = 0;
-            for (uint32_t i = 0; i < n; i++)
-                colsum[j] += comb[i * n + j];
+        __syncthreads();
+        if (own) {
+            float cs = 0;
+            for (uint32_t k = 0; k < n; k++)
+                cs += comb[k * n + j];
+            v = comb[tid] / (cs + eps);
         }
-        for (uint32_t i = 0; i < n; i++)
-            for (uint32_t j = 0; j < n; j++)
-                comb[i * n + j] /= colsum[j] + eps;
+        __syncthreads();
+        if (own)
+            comb[tid] = v;
     }
+    __syncthreads();
 }
 
 /* u = sum_j pre_j X[j] into shared u, then u <- rmsnorm(u) * norm, written to out. */
@@ -99,20 +124,21 @@ __global__ static void dsv4_hc_pre_kernel(dsv4_cuda_dims d, const float *x, floa
                                           float *pre, float *post, float *comb, float *u)
 {
     extern __shared__ float su[];
-    __shared__ float red[32], spre[HC_MAX];
+    __shared__ float red[32], spre[HC_MAX], sz[(2 + HC_MAX) * HC_MAX], scomb[HC_MAX * HC_MAX];
     uint32_t t = blockIdx.x, N = d.hc_mult, H = d.hidden, mix = (2 + N) * N;
     const float *xt = x + (size_t)t * N * H;
     float r = dsv4_block_rms_scale(xt, N * H, d.eps, red);
-    if (threadIdx.x == 0) {
-        float *z = mixz + (size_t)t * mix;
-        for (uint32_t i = 0; i < mix; i++)
-            z[i] *= r;
-        dsv4_hc_mix(z, base, scale, N, d.hc_iters, d.hc_eps, spre, post + (size_t)t * N,
-                    comb + (size_t)t * N * N);
-        for (uint32_t j = 0; j < N; j++)
-            pre[(size_t)t * N + j] = spre[j];
+    float *z = mixz + (size_t)t * mix;
+    for (uint32_t i = threadIdx.x; i < mix; i += blockDim.x) {
+        sz[i] = z[i] * r;
+        z[i] = sz[i];
     }
     __syncthreads();
+    dsv4_hc_mix_block(sz, base, scale, N, d.hc_iters, d.hc_eps, spre, post + (size_t)t * N, scomb);
+    for (uint32_t i = threadIdx.x; i < N * N; i += blockDim.x)
+        comb[(size_t)t * N * N + i] = scomb[i];
+    for (uint32_t j = threadIdx.x; j < N; j += blockDim.x)
+        pre[(size_t)t * N + j] = spre[j];
     dsv4_collapse_norm(xt, spre, N, H, norm, d.eps, su, red, u + (size_t)t * H);
 }
 

@@ -3,10 +3,14 @@
  * Fast mode hands dense layers to cuBLAS (fp32 SGEMM). cuBLAS picks its kernel, tile
  * and split-K by the problem size, so a token's output may change with the number of
  * tokens in the step. Deterministic mode, and every grouped (MoE expert) layer, use the
- * tiled kernel below instead: each output element is accumulated by one thread over the
- * input dims in ascending order, one fused multiply-add at a time, whatever the tile it
- * lands in. Its value therefore depends only on its own weight row and input row (batch
- * invariance by construction); its cost against cuBLAS is what bench/ measures.
+ * kernel below instead: one warp per output, lane j accumulating the input dims
+ * 128 i + 4 j .. 128 i + 4 j + 3 in ascending order (one fused multiply-add each), then the
+ * 32 partial sums added by a fixed butterfly tree. The order depends only on the input
+ * length, never on the number of rows in the step or how they are tiled, so an output's
+ * value depends only on its own weight row and input row (batch invariance by
+ * construction); and a decode step's few rows still spread over one warp per output
+ * instead of one thread walking the whole input. Its cost against cuBLAS is what bench/
+ * measures.
  */
 #include "kernels/cuda/model.h"
 #include "kernels/cuda/status.cuh"
@@ -14,10 +18,8 @@
 #include <cublas_v2.h>
 #include <stdlib.h>
 
-#define GEMM_TM 64 /* rows (tokens) per tile */
-#define GEMM_TN 64 /* outputs per tile */
-#define GEMM_TK 32
-#define GEMM_THREADS 256
+#define GEMM_WARPS 8 /* outputs per block, one warp each */
+#define GEMM_ROWS 8  /* rows a warp carries at most (rows share its weight loads) */
 /* cuBLAS's workspace, given to it once (the size NVIDIA recommends for Hopper), so a step
  * captured into a CUDA graph never makes cuBLAS allocate one while capturing */
 #define BLAS_WORKSPACE (32u << 20)
@@ -61,85 +63,94 @@ void dsv4_cuda_blas_free(dsv4_cuda_blas *b)
     free(b);
 }
 
-/* Y[t][o] for the tile (blockIdx.x: outputs, blockIdx.y: rows) of group blockIdx.z: rows
- * off[g] .. off[g + 1] of X and Y (grouped), or the g-th problem at X + g * xz, Y + g * yz
- * (batched, off NULL); W + g * out * in either way. Each thread owns TM / 16 rows x 4
- * outputs and walks k in order, one fmaf per k from zero: the value of an output does not
- * depend on TM (the tile height is picked by the row count) nor on anything but its own
- * weight row and input row. */
-template <uint32_t TM>
-__global__ static void dsv4_gemm_kernel(const float *__restrict__ w, size_t out, size_t in,
-                                        const float *__restrict__ x, size_t xs, size_t xz,
-                                        const uint32_t *__restrict__ off, uint32_t n_dense,
-                                        float *__restrict__ y, size_t ys, size_t yz)
+/* Lane j's partial sums over its dims of one 128-wide slice at k0 (4 j .. 4 j + 3 of it), for
+ * rows i < nr: four fmaf in ascending k each; `vec` reads them as one 16-byte load (every
+ * row 16-byte aligned), else one float at a time, the same arithmetic either way. */
+template <uint32_t R>
+__device__ static inline void dsv4_gemm_slice(const float *__restrict__ w,
+                                              const float *__restrict__ x, size_t xs, size_t in,
+                                              size_t k, uint32_t nr, bool vec, float (&acc)[R])
 {
-    constexpr uint32_t RI = TM / 16;
-    __shared__ float sx[GEMM_TK][TM + 1];
-    __shared__ float sw[GEMM_TK][GEMM_TN + 1];
-    uint32_t g = blockIdx.z;
-    uint32_t r0 = off ? off[g] : 0, rows = off ? off[g + 1] - off[g] : n_dense;
-    uint32_t tr = blockIdx.y * TM, to = blockIdx.x * GEMM_TN;
-    if (tr >= rows)
+    if (vec && k + 4 <= in) {
+        float4 wv = __ldg((const float4 *)(w + k));
+#pragma unroll
+        for (uint32_t i = 0; i < R; i++)
+            if (i < nr) {
+                float4 xv = __ldg((const float4 *)(x + i * xs + k));
+                acc[i] = fmaf(xv.x, wv.x, acc[i]);
+                acc[i] = fmaf(xv.y, wv.y, acc[i]);
+                acc[i] = fmaf(xv.z, wv.z, acc[i]);
+                acc[i] = fmaf(xv.w, wv.w, acc[i]);
+            }
         return;
-    w += (size_t)g * out * in;
-    x += off ? (size_t)r0 * xs : (size_t)g * xz;
-    y += off ? (size_t)r0 * ys : (size_t)g * yz;
-    uint32_t tid = threadIdx.x, ty = tid / 16, tx = tid % 16;
-    float acc[RI][4] = {};
-    for (size_t k0 = 0; k0 < in; k0 += GEMM_TK) {
-        /* consecutive threads read consecutive k of a row: GEMM_TK floats per row at once */
-        for (uint32_t i = tid; i < GEMM_TK * TM; i += GEMM_THREADS) {
-            uint32_t r = i / GEMM_TK, k = i % GEMM_TK;
-            sx[k][r] = tr + r < rows && k0 + k < in ? x[(size_t)(tr + r) * xs + k0 + k] : 0.0f;
-        }
-        for (uint32_t i = tid; i < GEMM_TK * GEMM_TN; i += GEMM_THREADS) {
-            uint32_t r = i / GEMM_TK, k = i % GEMM_TK;
-            sw[k][r] = to + r < out && k0 + k < in ? w[(size_t)(to + r) * in + k0 + k] : 0.0f;
-        }
-        __syncthreads();
-        uint32_t kn = in - k0 < GEMM_TK ? (uint32_t)(in - k0) : GEMM_TK;
-        for (uint32_t k = 0; k < kn; k++) {
-            float a[RI], b[4];
-            for (uint32_t i = 0; i < RI; i++)
-                a[i] = sx[k][ty + 16 * i];
-            for (int j = 0; j < 4; j++)
-                b[j] = sw[k][tx + 16 * j];
-            for (uint32_t i = 0; i < RI; i++)
-                for (int j = 0; j < 4; j++)
-                    acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
-        }
-        __syncthreads();
     }
-    for (uint32_t i = 0; i < RI; i++) {
-        uint32_t r = tr + ty + 16 * i;
-        for (int j = 0; j < 4; j++) {
-            uint32_t o = to + tx + 16 * j;
-            if (r < rows && o < out)
-                y[(size_t)r * ys + o] = acc[i][j];
-        }
+    for (size_t e = k; e < k + 4 && e < in; e++) {
+        float wv = __ldg(w + e);
+#pragma unroll
+        for (uint32_t i = 0; i < R; i++)
+            if (i < nr)
+                acc[i] = fmaf(__ldg(x + i * xs + e), wv, acc[i]);
+    }
+}
+
+/* Y[r][o] for output o = blockIdx.x * GEMM_WARPS + warp and rows blockIdx.y * R .. + R of
+ * group blockIdx.z: rows off[g] .. off[g + 1] of X and Y (grouped), or the g-th problem at
+ * X + g * xz, Y + g * yz (batched, off NULL); W + g * out * in either way. No block-wide
+ * barrier: a warp with nothing to do leaves. */
+template <uint32_t R>
+__global__ static void __launch_bounds__(GEMM_WARPS * 32)
+    dsv4_gemm_kernel(const float *__restrict__ w, size_t out, size_t in,
+                     const float *__restrict__ x, size_t xs, size_t xz,
+                     const uint32_t *__restrict__ off, uint32_t n_dense, float *__restrict__ y,
+                     size_t ys, size_t yz, bool vec)
+{
+    uint32_t g = blockIdx.z, lane = threadIdx.x % 32;
+    uint32_t r0 = off ? off[g] : 0, rows = off ? off[g + 1] - off[g] : n_dense;
+    uint32_t tr = blockIdx.y * R, o = blockIdx.x * GEMM_WARPS + threadIdx.x / 32;
+    if (tr >= rows || o >= out)
+        return;
+    uint32_t nr = rows - tr < R ? rows - tr : R;
+    w += ((size_t)g * out + o) * in;
+    x += (off ? (size_t)r0 * xs : (size_t)g * xz) + (size_t)tr * xs;
+    y += (off ? (size_t)r0 * ys : (size_t)g * yz) + (size_t)tr * ys;
+    float acc[R];
+#pragma unroll
+    for (uint32_t i = 0; i < R; i++)
+        acc[i] = 0.0f;
+    for (size_t k = 4 * lane; k < in; k += 128)
+        dsv4_gemm_slice<R>(w, x, xs, in, k, nr, vec, acc);
+#pragma unroll
+    for (uint32_t i = 0; i < R; i++) {
+        /* the fixed tree: every lane ends with the same sum (a + b == b + a) */
+        for (uint32_t m = 16; m > 0; m /= 2)
+            acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], m);
+        if (lane == i && i < nr)
+            y[(size_t)i * ys + o] = acc[i];
     }
 }
 
 /* rows: the dense row count, or for groups the total (each group holds at most that). A
- * step of few rows per group (decode) takes 16-row tiles, so a block does not spend three
- * quarters of its multiply-adds on padding rows; the results are the same either way. */
+ * step of one row per group (batch-1 decode) takes warps of one row, so no lane runs
+ * predicated-off rows; the results are the same either way. */
 static int dsv4_gemm_launch(dsv4_cuda_blas *b, const float *w, size_t out, size_t in,
                             const float *x, size_t xs, size_t xz, const uint32_t *off,
                             uint32_t groups, uint32_t rows, float *y, size_t ys, size_t yz)
 {
     if (rows == 0 || out == 0 || groups == 0)
         return 0;
-    bool short_rows = off ? rows <= 16u * groups : rows <= 16u;
-    uint32_t tm = short_rows ? 16 : GEMM_TM;
-    dim3 grid((unsigned)((out + GEMM_TN - 1) / GEMM_TN), (rows + tm - 1) / tm, groups);
+    bool one_row = off ? rows <= groups : rows <= 1;
+    uint32_t rpw = one_row ? 1 : GEMM_ROWS;
+    bool vec = in % 4 == 0 && xs % 4 == 0 && xz % 4 == 0 && (uintptr_t)w % 16 == 0 &&
+               (uintptr_t)x % 16 == 0;
+    dim3 grid((unsigned)((out + GEMM_WARPS - 1) / GEMM_WARPS), (rows + rpw - 1) / rpw, groups);
     if (grid.y > 65535 || grid.z > 65535)
         return -EINVAL;
-    if (short_rows)
-        dsv4_gemm_kernel<16>
-            <<<grid, GEMM_THREADS, 0, b->stream>>>(w, out, in, x, xs, xz, off, rows, y, ys, yz);
+    if (one_row)
+        dsv4_gemm_kernel<1><<<grid, GEMM_WARPS * 32, 0, b->stream>>>(w, out, in, x, xs, xz, off,
+                                                                    rows, y, ys, yz, vec);
     else
-        dsv4_gemm_kernel<GEMM_TM>
-            <<<grid, GEMM_THREADS, 0, b->stream>>>(w, out, in, x, xs, xz, off, rows, y, ys, yz);
+        dsv4_gemm_kernel<GEMM_ROWS><<<grid, GEMM_WARPS * 32, 0, b->stream>>>(
+            w, out, in, x, xs, xz, off, rows, y, ys, yz, vec);
     return dsv4_cuda_launch_status();
 }
 

@@ -1,7 +1,9 @@
-/* model_mem.cu: devices, device memory, streams, copies, the one-launch block copy and the
- * CUDA graphs of the CUDA forward and the device KV pool (model.h). */
+/* model_mem.cu: devices, device memory, streams, copies, the one-launch block copy, the
+ * CUDA graphs of the CUDA forward and the device KV pool, and the profiler range (model.h). */
 #include "kernels/cuda/model.h"
 #include "kernels/cuda/status.cuh"
+
+#include <cuda_profiler_api.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -149,4 +151,11 @@ void dsv4_cuda_graph_free(dsv4_cuda_graph *g)
         return;
     cudaGraphExecDestroy(g->exec);
     free(g);
+}
+
+/* ---- profiler range ---- */
+
+int dsv4_cuda_profile(bool on)
+{
+    return dsv4_cuda_status(on ? cudaProfilerStart() : cudaProfilerStop());
 }
