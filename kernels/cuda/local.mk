@@ -109,7 +109,7 @@ tests_gpu_t_gpu_forward_matches_hf_fixtures_LDADD = $(TEST_CORE_LIBS) $(CUDA_TES
 
 # Benchmarks (bench/): nvcc-built programs, run by hand on a GPU machine; results go to
 # bench/results/.
-EXTRA_DIST += bench/indexer-decode.cu bench/topk-torch.py
+EXTRA_DIST += bench/indexer-decode.cu bench/topk-torch.py bench/ncu-rank.py
 if HAVE_CUDA
 noinst_PROGRAMS += bench/indexer-decode
 bench_indexer_decode_SOURCES =
