@@ -77,14 +77,11 @@ int main(int argc, char **argv)
     unsigned prompt = 256, steps = 16;
     bool profile = false;
     double bw = 4.3e12;
-    static const struct option opts[] = {{"preset", required_argument, NULL, 'p'},
-                                         {"batches", required_argument, NULL, 'b'},
-                                         {"prompt", required_argument, NULL, 'n'},
-                                         {"steps", required_argument, NULL, 's'},
-                                         {"backend", required_argument, NULL, 'k'},
-                                         {"bw", required_argument, NULL, 'w'},
-                                         {"profile", no_argument, NULL, 'P'},
-                                         {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {
+        {"preset", required_argument, NULL, 'p'},  {"batches", required_argument, NULL, 'b'},
+        {"prompt", required_argument, NULL, 'n'},  {"steps", required_argument, NULL, 's'},
+        {"backend", required_argument, NULL, 'k'}, {"bw", required_argument, NULL, 'w'},
+        {"profile", no_argument, NULL, 'P'},       {NULL, 0, NULL, 0}};
     for (int ch; (ch = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
         switch (ch) {
         case 'p': preset = optarg; break;

@@ -147,7 +147,7 @@ static int dsv4_gemm_launch(dsv4_cuda_blas *b, const float *w, size_t out, size_
         return -EINVAL;
     if (one_row)
         dsv4_gemm_kernel<1><<<grid, GEMM_WARPS * 32, 0, b->stream>>>(w, out, in, x, xs, xz, off,
-                                                                    rows, y, ys, yz, vec);
+                                                                     rows, y, ys, yz, vec);
     else
         dsv4_gemm_kernel<GEMM_ROWS><<<grid, GEMM_WARPS * 32, 0, b->stream>>>(
             w, out, in, x, xs, xz, off, rows, y, ys, yz, vec);
