@@ -2,7 +2,7 @@
  * device = cpu runs on the CPU; where no CUDA device answers (or the build has none),
  * device = auto falls back to the CPU and device = cuda fails with a message that says so.
  * Where a device answers, device = auto takes CUDA unless a selected plugin's check hook
- * refuses device = cuda (transport/local moves host pools only), and then it runs on the
+ * refuses device = cuda (transport/ucx moves host pools only), and then it runs on the
  * CPU. */
 #include "config.h"
 
@@ -52,12 +52,12 @@ int main(void)
     if (gpu) {
         const dsv4_plugin_desc *plugins[DSV4_FAMILY_COUNT] = {NULL};
         plugins[DSV4_FAMILY_TRANSPORT] =
-            dsv4_registry_find(reg, DSV4_FAMILY_TRANSPORT, "local", NULL);
+            dsv4_registry_find(reg, DSV4_FAMILY_TRANSPORT, "ucx", NULL);
         e = plugins[DSV4_FAMILY_TRANSPORT]
                 ? engine(m, ik, DSV4_BACKEND_AUTO, plugins, err, sizeof(err))
                 : NULL;
         ok(e && dsv4_engine_backend(e) == DSV4_BACKEND_CPU,
-           "device = auto stays on the cpu when transport/local refuses device = cuda");
+           "device = auto stays on the cpu when transport/ucx refuses device = cuda");
         dsv4_engine_free(e);
     } else {
         skip(1, "no CUDA device answers: a plugin's refusal of device = cuda is not reached");
