@@ -10,9 +10,11 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/engine/backend.h"
+#include "core/config/schema.h"
 #include "core/plugin/registry.h"
 #include "core/util/log.h"
 
@@ -53,6 +55,27 @@ static void backend_report(dsv4_diag *diag, const char *section, const char *key
     }
 }
 
+/* d's check hook over sel with its config, or (config NULL) its schema defaults: a check
+ * hook reads its config, so it never gets NULL. */
+static int backend_check(const dsv4_plugin_desc *d, const dsv4_selection *sel, const void *config,
+                         backend_refusal *r)
+{
+    if (config)
+        return d->check(sel, config, backend_report, (dsv4_diag *)r);
+    void *defaults = calloc(1, d->config_size ? d->config_size : 1);
+    char err[256];
+    int rc = defaults ? dsv4_schema_defaults(d->options, defaults, err, sizeof(err)) : -ENOMEM;
+    if (rc == 0)
+        rc = d->check(sel, defaults, backend_report, (dsv4_diag *)r);
+    else
+        r->n = snprintf(r->first, sizeof(r->first), "its default configuration failed (%s)",
+                        defaults ? err : "out of memory") > 0;
+    if (defaults)
+        dsv4_schema_release(d->options, defaults);
+    free(defaults);
+    return rc;
+}
+
 /* 0 when every selected plugin takes device = cuda, else -ENOTSUP with the refusal in why. */
 static int backend_plugins_take_cuda(const dsv4_engine_conf *conf, char *why, size_t whylen)
 {
@@ -67,8 +90,10 @@ static int backend_plugins_take_cuda(const dsv4_engine_conf *conf, char *why, si
         if (!d || !d->check)
             continue;
         backend_refusal r = {0, ""};
-        int rc = d->check(&sel, conf->selection ? conf->selection->configs[f] : conf->indexk_conf,
-                          backend_report, (dsv4_diag *)&r);
+        const void *given = conf->selection              ? conf->selection->configs[f]
+                            : f == DSV4_FAMILY_INDEXK ? conf->indexk_conf
+                                                      : NULL;
+        int rc = backend_check(d, &sel, given, &r);
         if (rc != 0 || r.n > 0) {
             snprintf(why, whylen, "%s/%s refuses device = cuda: %s", dsv4_family_name(d->family),
                      d->name, r.n ? r.first : "its check failed");

@@ -43,8 +43,8 @@ typedef struct dsv4_engine_conf {
     bool fast_kernels;    /* [core] deterministic = false: cuBLAS picks the GEMM kernels,
                              so CUDA logits may depend on the batch */
     /* For AUTO: the whole selection and the selected plugins ([DSV4_FAMILY_COUNT]), whose
-     * check hooks are asked whether device = cuda suits them; NULL = the indexk plugin
-     * alone. */
+     * check hooks are asked whether device = cuda suits them (plugins NULL = the indexk
+     * plugin alone; selection NULL = each plugin with its schema defaults). */
     const dsv4_selection *selection;
     const dsv4_plugin_desc *const *plugins;
 } dsv4_engine_conf;
