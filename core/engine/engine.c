@@ -17,6 +17,7 @@
 
 #ifdef HAVE_CUDA
 #include "core/engine/forward_cuda.h"
+#include "kernels/cuda/model.h"
 #endif
 
 static int dsv4_engine_plugin(dsv4_engine *eng, const dsv4_engine_conf *conf, char *err,
@@ -213,6 +214,17 @@ const dsv4_kv_pool *dsv4_engine_kv(const dsv4_engine *eng)
 dsv4_backend dsv4_engine_backend(const dsv4_engine *eng)
 {
     return eng->backend;
+}
+
+int dsv4_engine_bind_thread(const dsv4_engine *eng)
+{
+#ifdef HAVE_CUDA
+    if (eng->backend == DSV4_BACKEND_CUDA)
+        return dsv4_cuda_device_use(eng->conf.cuda_device, NULL, 0);
+#else
+    (void)eng;
+#endif
+    return 0;
 }
 
 uint32_t dsv4_engine_vocab(const dsv4_engine *eng)

@@ -95,6 +95,10 @@ int dsv4_engine_decode(dsv4_engine *eng, size_t n, const uint32_t *seqs, const i
 const dsv4_kv_pool *dsv4_engine_kv(const dsv4_engine *eng);
 /* The backend the engine runs on (CPU or CUDA, never AUTO). */
 dsv4_backend dsv4_engine_backend(const dsv4_engine *eng);
+/* Make the engine's CUDA device current on the calling thread (CUDA keeps one per thread):
+ * a thread other than the creator's calls this before it uses the engine. 0 (also on the
+ * CPU backend), or the CUDA status. */
+int dsv4_engine_bind_thread(const dsv4_engine *eng);
 uint32_t dsv4_engine_vocab(const dsv4_engine *eng);
 
 /* For the prefix cache (prefix.c; a sequence's pages come from dsv4_engine_seq_pages). A

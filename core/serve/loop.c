@@ -445,6 +445,13 @@ static bool dsv4_serve_busy(const dsv4_server *srv)
 void *dsv4_serve_loop(void *arg)
 {
     dsv4_server *srv = arg;
+    /* CUDA's current device is per thread: this one must use the engine's (a server on
+     * cuda_device = 1 launched on GPU 0 with GPU 1's pointers before this) */
+    int rc = dsv4_engine_bind_thread(srv->eng);
+    if (rc != 0)
+        dsv4_log(DSV4_LOG_ERROR, "server", "engine thread: cannot make the engine's device "
+                                           "current (%s)",
+                 dsv4_strerror(rc));
     for (;;) {
         pthread_mutex_lock(&srv->mu);
         while (!srv->stopping && !srv->cancel_pending && dsv4_list_empty(&srv->inbox) &&
