@@ -78,8 +78,8 @@ static int ucx_probe(const dsv4_host *host, char *why, size_t whylen)
 {
     if (host->selection && host->selection->device == DSV4_DEVICE_CUDA) {
         snprintf(why, whylen,
-                 "device memory is not supported yet (host pools only until the "
-                 "CUDA backend exists; use device = cpu)");
+                 "device memory is not supported yet (host pools only; use device = cpu, "
+                 "or transport local or nccl for device pools)");
         return DSV4_EUNAVAIL;
     }
     ucp_config_t *c;
@@ -99,8 +99,8 @@ static int ucx_check(const dsv4_selection *sel, const void *config, dsv4_report_
     int n = 0;
     if (sel->device == DSV4_DEVICE_CUDA) {
         report(diag, "transport", "plugin",
-               "transport/ucx moves host pools only for now (device = cuda is not supported "
-               "until the CUDA backend exists)");
+               "transport/ucx moves host pools only (device = cuda needs transport local "
+               "or nccl)");
         n++;
     }
     if (!c->tls || !*c->tls) {
