@@ -8,6 +8,14 @@
 
 /* Skips the test unless a CUDA device is usable; then prints its name as a diagnostic. */
 void gpu_require(void);
+/* The whole program of a GPU test in a build without CUDA (the #else of its HAVE_CUDA
+ * part): gpu_require() prints the skip with that reason. */
+#define DSV4_GPU_TEST_SKIPS_WITHOUT_CUDA                                                     \
+    int main(void)                                                                         \
+    {                                                                                      \
+        gpu_require();                                                                     \
+        return 0;                                                                          \
+    }
 /* cudaMalloc of n bytes, filled with the byte 0xff so unwritten output shows. */
 void *gpu_alloc(size_t n);
 void gpu_free(void *dev);

@@ -245,9 +245,5 @@ int main(void)
     return done_testing();
 }
 #else
-int main(void)
-{
-    gpu_require(); /* skips: built without CUDA */
-    return 0;
-}
+DSV4_GPU_TEST_SKIPS_WITHOUT_CUDA
 #endif
