@@ -73,3 +73,16 @@ tests_unit_t_kv_fp8_logits_close_to_f32_LDADD = $(TEST_CORE_LIBS) -lm
 check_PROGRAMS += bench/decode-e2e
 bench_decode_e2e_SOURCES = bench/decode-e2e.c
 bench_decode_e2e_LDADD = core/libdsv4core.la -lm
+
+# Decode attention of one Flash-shaped layer against the HBM read ceiling (nvcc-built like
+# bench/indexer-decode, run by hand on a GPU machine; bench/results/ keeps its tables).
+EXTRA_DIST += bench/attention-decode.cu
+if HAVE_CUDA
+noinst_PROGRAMS += bench/attention-decode
+bench_attention_decode_SOURCES =
+bench_attention_decode_LDADD = bench/attention-decode.lo kernels/libdsv4cudafwd.la \
+	kernels/libdsv4cuda.la kernels/libdsv4cpu.la $(CUDA_LIBS)
+bench_attention_decode_DEPENDENCIES = bench/attention-decode.lo kernels/libdsv4cudafwd.la \
+	kernels/libdsv4cuda.la kernels/libdsv4cpu.la
+bench/attention-decode.lo: $(CUDA_KERNEL_INCS) $(CUDA_MODEL_INCS)
+endif

@@ -132,3 +132,12 @@ tests_plugin_t_transport_chaos_faults_are_caught_SOURCES = \
 tests_plugin_t_transport_chaos_faults_are_caught_LDADD = $(PLUGIN_TEST_LIBS) -lm
 
 dist_man_MANS += man/dsv4d-transport.5
+
+# transport/local's handoff between two processes on one GPU (CUDA IPC) against a plain
+# device-to-device copy of the same bytes; run by hand on a GPU machine.
+if HAVE_CUDA
+noinst_PROGRAMS += bench/pd-ipc-handoff
+endif
+bench_pd_ipc_handoff_SOURCES = bench/pd-ipc-handoff.c
+bench_pd_ipc_handoff_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
+bench_pd_ipc_handoff_LDADD = core/libdsv4core.la $(CUDA_LIBS)

@@ -1,0 +1,270 @@
+/* attention-decode.cu: decode attention of one DeepSeek-V4-Flash layer on one GPU
+ * (dsv4_cuda_attend, the CUDA forward's kernel), against the HBM read ceiling measured in
+ * the same run.
+ *
+ *   bench/attention-decode [commit]
+ *
+ * Shape: 64 heads, head_dim 512, 64 rope dims, window 128, with the sink. A CSA layer
+ * attends to the window plus the index top-k 512 selected compressed rows; an HCA layer to
+ * the window plus every HCA row (context / 128). Contexts 32k, 128k and 1M, batch 1 to 64
+ * (one decode token per sequence), kv rows f32 / bf16 / fp8. Every sequence has its own
+ * pages and window ring, drawn from a 4 GiB pool and rotated between repetitions so that
+ * small steps are not served from L2. KV bytes per step counts each distinct key row once
+ * (the 64 heads of a token read the same rows: the kernel runs one block per (token, head),
+ * so all but the first read of a row may hit L2); GB/s counts those bytes plus q and o in
+ * f32. Times are the median of 30 launches between CUDA events (after 3 untimed
+ * ones) and the per-launch time of 30 back-to-back launches (median of 5 such streams).
+ * Prints markdown tables. */
+#include "kernels/cuda/model.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <vector>
+
+#define REPS 30
+#define POOL_BYTES (4ull << 30)
+#define HEADS 64
+#define DIM 512
+#define ROPE 64
+#define WINDOW 128
+#define TOPK 512
+#define PAGE_TOKENS 256
+#define MAX_B 64
+#define SETS 8 /* rings and page sets the repetitions rotate through */
+
+static void check(cudaError_t e, const char *what)
+{
+    if (e != cudaSuccess) {
+        fprintf(stderr, "attention-decode: %s failed (%s)\n", what, cudaGetErrorString(e));
+        exit(1);
+    }
+}
+
+static void check_rc(int rc, const char *what)
+{
+    if (rc != 0) {
+        fprintf(stderr, "attention-decode: %s failed (status %d)\n", what, rc);
+        exit(1);
+    }
+}
+
+/* Hashed bits under mask: random rows that stay finite in every format (the mask clears
+ * the exponent bits that would make an f32 or bf16 huge or an e4m3 byte NaN). */
+__global__ void fill_kernel(uint32_t *p, size_t n, uint32_t mask, uint32_t seed)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        uint32_t x = (uint32_t)i * 0x9e3779b1u ^ seed;
+        x ^= x >> 16;
+        x *= 0x85ebca6bu;
+        x ^= x >> 13;
+        x *= 0xc2b2ae35u;
+        x ^= x >> 16;
+        p[i] = x & mask;
+    }
+}
+
+__global__ void read_kernel(const uint4 *p, size_t n, uint32_t *sink)
+{
+    uint32_t acc = 0;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        uint4 v = __ldcs(p + i);
+        acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    if (acc == 0x12345678u)
+        *sink = acc; /* keeps the loads */
+}
+
+/* Median microseconds of REPS launches of fn(rep) timed one by one with events, and in
+ * *b2b_us the per-launch time of REPS back-to-back launches (the median of 5 streams). */
+template <typename F> static double time_us(F fn, double *b2b_us)
+{
+    cudaEvent_t a, b;
+    std::vector<float> one, run;
+    check(cudaEventCreate(&a), "cudaEventCreate");
+    check(cudaEventCreate(&b), "cudaEventCreate");
+    for (int i = 0; i < 3; i++)
+        fn(i);
+    check(cudaDeviceSynchronize(), "warm-up");
+    for (int i = 0; i < REPS; i++) {
+        float ms;
+        check(cudaEventRecord(a), "cudaEventRecord");
+        fn(i);
+        check(cudaEventRecord(b), "cudaEventRecord");
+        check(cudaEventSynchronize(b), "cudaEventSynchronize");
+        check(cudaEventElapsedTime(&ms, a, b), "cudaEventElapsedTime");
+        one.push_back(ms * 1000.0f);
+    }
+    for (int r = 0; r < 5; r++) {
+        float ms;
+        check(cudaEventRecord(a), "cudaEventRecord");
+        for (int i = 0; i < REPS; i++)
+            fn(i);
+        check(cudaEventRecord(b), "cudaEventRecord");
+        check(cudaEventSynchronize(b), "cudaEventSynchronize");
+        check(cudaEventElapsedTime(&ms, a, b), "cudaEventElapsedTime");
+        run.push_back(ms * 1000.0f / REPS);
+    }
+    std::sort(one.begin(), one.end());
+    std::sort(run.begin(), run.end());
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    *b2b_us = run[2];
+    return one[REPS / 2];
+}
+
+template <typename T> static T *upload(const std::vector<T> &v)
+{
+    T *d;
+    check(cudaMalloc(&d, v.size() * sizeof(T)), "cudaMalloc");
+    check(cudaMemcpy(d, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy");
+    return d;
+}
+
+int main(int argc, char **argv)
+{
+    const char *commit = argc > 1 ? argv[1] : "unknown";
+    cudaDeviceProp prop;
+    check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+    printf("# attention decode on %s (%d SMs), commit %s\n\n", prop.name, prop.multiProcessorCount,
+           commit);
+    uint8_t *pool;
+    uint32_t *sink;
+    check(cudaMalloc(&pool, POOL_BYTES), "cudaMalloc pool");
+    check(cudaMalloc(&sink, 4), "cudaMalloc");
+    fill_kernel<<<4096, 256>>>((uint32_t *)pool, POOL_BYTES / 4, 0xffffffffu, 1);
+    double b2b;
+    /* the first timing's warm-up and 30 launches also settle the clocks */
+    for (int i = 0; i < 200; i++)
+        read_kernel<<<prop.multiProcessorCount * 8, 512>>>((const uint4 *)pool, POOL_BYTES / 16,
+                                                           sink);
+    double read_us = time_us(
+        [&](int) {
+            read_kernel<<<prop.multiProcessorCount * 8, 512>>>((const uint4 *)pool, POOL_BYTES / 16,
+                                                               sink);
+        },
+        &b2b);
+    double ceiling = POOL_BYTES / read_us / 1e3; /* GB/s */
+    printf("HBM streaming read of 4 GiB: %.1f us, **%.0f GB/s** (the ceiling below)\n\n", read_us,
+           ceiling);
+
+    dsv4_cuda_dims d = {};
+    d.heads = HEADS;
+    d.head_dim = DIM;
+    d.window = WINDOW;
+    d.rope_main = ROPE;
+    d.rope_comp = ROPE;
+    d.index_topk = TOPK;
+    float *q, *o, *sinks, *freq;
+    uint8_t *kvs, *rings;
+    uint32_t *sel, *nsel;
+    const size_t max_rb = DIM * 4, ring_bytes = (size_t)WINDOW * max_rb;
+    check(cudaMalloc(&q, (size_t)MAX_B * HEADS * DIM * 4), "cudaMalloc");
+    check(cudaMalloc(&o, (size_t)MAX_B * HEADS * DIM * 4), "cudaMalloc");
+    check(cudaMalloc(&kvs, (size_t)MAX_B * max_rb), "cudaMalloc");
+    check(cudaMalloc(&rings, (size_t)SETS * MAX_B * ring_bytes), "cudaMalloc");
+    fill_kernel<<<1024, 256>>>((uint32_t *)q, (size_t)MAX_B * HEADS * DIM, 0xbe7fffffu, 2);
+    std::vector<float> host_sinks(HEADS, 0.5f), host_freq(ROPE / 2);
+    for (uint32_t i = 0; i < ROPE / 2; i++)
+        host_freq[i] = powf(10000.0f, -2.0f * (float)i / ROPE);
+    sinks = upload(host_sinks);
+    freq = upload(host_freq);
+    std::vector<uint32_t> tseq(MAX_B), count(MAX_B, 1), host_nsel(MAX_B, TOPK);
+    for (uint32_t t = 0; t < MAX_B; t++)
+        tseq[t] = t;
+    uint32_t *tseq_dev = upload(tseq), *count_dev = upload(count);
+    nsel = upload(host_nsel);
+
+    static const struct {
+        dsv4_k_dtype dtype;
+        const char *name;
+        uint32_t mask; /* f32 and bf16 values below 2; fp8 rows: e4m3 below 1, bf16 rope
+                          values and UE8M0 scales small */
+    } fmts[] = {
+        {DSV4_K_F32, "f32", 0xbfffffffu},
+        {DSV4_K_BF16, "bf16", 0xbfffbfffu},
+        {DSV4_K_FP8, "fp8", 0x37373737u},
+    };
+    static const uint32_t ctx_k[] = {32, 128, 1024};
+    static const uint32_t batches[] = {1, 8, 32, 64};
+    printf("| layer | kv | context | batch | rows/token | KV bytes/step | time (us) | GB/s | %% of "
+           "read ceiling | back-to-back (us) | GB/s | %% of read ceiling |\n"
+           "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (auto &f : fmts) {
+        dsv4_k_rowfmt fmt = {f.dtype, DIM, ROPE};
+        size_t rb = dsv4_k_row_bytes(&fmt);
+        fill_kernel<<<4096, 256>>>((uint32_t *)pool, POOL_BYTES / 4, f.mask, 3);
+        fill_kernel<<<4096, 256>>>((uint32_t *)rings, (size_t)SETS * MAX_B * ring_bytes / 4, f.mask,
+                                   4);
+        fill_kernel<<<64, 256>>>((uint32_t *)kvs, (size_t)MAX_B * max_rb / 4, f.mask, 5);
+        for (int hca = 0; hca < 2; hca++) {
+            /* rows per 256-token page: 64 CSA rows or 2 HCA rows */
+            uint32_t rate = hca ? 128 : 4, rpp = PAGE_TOKENS / rate;
+            dsv4_cuda_kvbuf rows = {pool, rpp * rb, rb, rpp};
+            dsv4_cuda_kvbuf win = {rings, WINDOW * rb, rb, WINDOW};
+            size_t pool_pages = POOL_BYTES / rows.block_bytes;
+            for (uint32_t ck : ctx_k) {
+                uint32_t ctx = ck * 1024, pos = ctx - 1, pages = ctx / PAGE_TOKENS;
+                uint32_t n_comp = hca ? ctx / rate : TOPK;
+                std::vector<uint32_t> host_pages((size_t)SETS * MAX_B * pages);
+                for (size_t i = 0; i < host_pages.size(); i++)
+                    host_pages[i] = (uint32_t)((i * 2654435761ull) % pool_pages);
+                /* CSA: 512 rows spread over the ctx / 4 visible ones, ascending */
+                std::vector<uint32_t> host_sel((size_t)MAX_B * TOPK);
+                for (uint32_t t = 0; t < MAX_B; t++)
+                    for (uint32_t k = 0; k < TOPK; k++)
+                        host_sel[(size_t)t * TOPK + k] =
+                            (uint32_t)((uint64_t)k * (ctx / 4) / TOPK + t % 4);
+                uint32_t *pages_dev = upload(host_pages);
+                sel = upload(host_sel);
+                for (uint32_t B : batches) {
+                    std::vector<uint32_t> pos_v(B, pos), page_off(B), slot((size_t)SETS * B);
+                    for (uint32_t t = 0; t < B; t++)
+                        page_off[t] = t * pages;
+                    for (size_t i = 0; i < slot.size(); i++)
+                        slot[i] = (uint32_t)i;
+                    uint32_t *pos_dev = upload(pos_v), *off_dev = upload(page_off),
+                             *slot_dev = upload(slot);
+                    auto step = [&](int rep) {
+                        uint32_t set = (uint32_t)rep % SETS;
+                        dsv4_cuda_step s = {};
+                        s.n_tok = B;
+                        s.n_seqs = B;
+                        s.pos = pos_dev;
+                        s.tseq = tseq_dev;
+                        s.slot = slot_dev + (size_t)set * B;
+                        s.start = pos_dev;
+                        s.count = count_dev;
+                        s.first = tseq_dev;
+                        s.page_off = off_dev;
+                        s.pages = pages_dev + (size_t)set * B * pages;
+                        check_rc(dsv4_cuda_attend(&d, &s, q, kvs, &win, &rows, hca ? rate : 0, sel,
+                                                  nsel, sinks, freq, ROPE, fmt, o, NULL),
+                                 "dsv4_cuda_attend");
+                    };
+                    double us = time_us(step, &b2b);
+                    double kv = (double)B * (WINDOW + n_comp) * rb;
+                    double bytes = kv + 2.0 * B * HEADS * DIM * 4;
+                    printf("| %s | %s | %uk | %u | %u | %.2f MB | %.1f | %.0f | %.0f%% | %.1f | "
+                           "%.0f | %.0f%% |\n",
+                           hca ? "HCA" : "CSA", f.name, ck, B, WINDOW + n_comp, kv / 1e6, us,
+                           bytes / us / 1e3, bytes / us / 1e3 / ceiling * 100.0, b2b,
+                           bytes / b2b / 1e3, bytes / b2b / 1e3 / ceiling * 100.0);
+                    check(cudaFree(pos_dev), "cudaFree");
+                    check(cudaFree(off_dev), "cudaFree");
+                    check(cudaFree(slot_dev), "cudaFree");
+                }
+                check(cudaFree(pages_dev), "cudaFree");
+                check(cudaFree(sel), "cudaFree");
+            }
+        }
+    }
+    check(cudaDeviceSynchronize(), "the benchmark");
+    printf("\nGB/s counts the KV bytes above plus q and o (f32, 256 KiB per token).\n");
+    return 0;
+}

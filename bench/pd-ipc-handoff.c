@@ -1,0 +1,318 @@
+/* pd-ipc-handoff.c: KV handoff of transport/local between two processes on one GPU (CUDA
+ * IPC), against a plain device-to-device cudaMemcpy of the same bytes in the same run.
+ *
+ *   bench/pd-ipc-handoff [--tokens N ...] [--reps R]
+ *
+ * Two device pools (dsv4_kv_pool_new_cuda) with the KV geometry of DeepSeek-V4-Flash, as
+ * bench/pd-handoff uses on the host (43 layers: 2 sliding, 21 CSA, 20 HCA; D 512 bf16,
+ * index-K fp8 with DI 128, window 128, 256-token pages). The receiver, a forked child as a
+ * decode server, exposes its pool; the sender attaches and, for each prompt length, moves
+ * one request (its pages scattered over two runs of the receiver's pool, plus the state
+ * slot) with one post, polled to completion, timed on the host. After the last one the
+ * receiver checks that every block it was sent holds the sender's bytes. The ceiling is
+ * one cudaMemcpy of the request's bytes between two device buffers of the sender, timed
+ * with CUDA events. Medians of R repetitions after one untimed. One key=value line per
+ * prompt length. */
+#include "config.h"
+
+#include <cuda_runtime_api.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <dsv4d/transport.h>
+
+#include "core/config/schema.h"
+#include "core/engine/kvpool.h"
+#include "core/pd/plan.h"
+#include "core/plugin/registry.h"
+
+#define PAGE_TOKENS 256
+#define MAX_LENGTHS 8
+
+static void die(const char *what)
+{
+    fprintf(stderr, "pd-ipc-handoff: %s\n", what);
+    exit(1);
+}
+
+static void cuda_ok(cudaError_t e, const char *what)
+{
+    if (e != cudaSuccess) {
+        fprintf(stderr, "pd-ipc-handoff: %s failed (%s)\n", what, cudaGetErrorString(e));
+        exit(1);
+    }
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* A device pool of `pages` pages and 2 state slots, buffer i set to bytes fill(i) (the
+ * sender) or 0 (the receiver). */
+static dsv4_kv_pool *pool_new(const dsv4_indexk_ops *ik, uint32_t pages, bool filled)
+{
+    static dsv4_model_config m;
+    m.n_layers = 43;
+    m.head_dim = 512;
+    m.window = 128;
+    m.rate_csa = 4;
+    m.rate_hca = 128;
+    m.index_dim = 128;
+    for (uint32_t l = 0; l < m.n_layers; l++)
+        m.layer_kind[l] = l < 2 ? DSV4_LAYER_SLIDING : l % 2 == 0 ? DSV4_LAYER_CSA : DSV4_LAYER_HCA;
+    dsv4_kv_pool_conf c = {&m, DSV4_KV_BF16, PAGE_TOKENS, pages, 2, ik, "fp8"};
+    char err[256];
+    dsv4_kv_pool *p = dsv4_kv_pool_new_cuda(&c, 0, err, sizeof(err));
+    if (!p)
+        die(err);
+    const dsv4_kv_layout *l = dsv4_kv_pool_layout(p);
+    for (uint32_t i = 0; i < l->n_buffers; i++)
+        cuda_ok(cudaMemset(l->buffers[i].base, filled ? (int)(i * 7 + 1) : 0,
+                           l->buffers[i].block_bytes * l->buffers[i].n_blocks),
+                "cudaMemset");
+    cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    return p;
+}
+
+static void *transport_new(const dsv4_plugin_desc *d)
+{
+    void *conf = calloc(1, d->config_size ? d->config_size : 1), *st;
+    char err[512];
+    if (!conf || dsv4_schema_defaults(d->options, conf, err, sizeof(err)) != 0)
+        die("transport config");
+    if (d->init(dsv4_host_default(), conf, &st, err, sizeof(err)) != 0)
+        die(err);
+    return st;
+}
+
+/* Request pages: source 2..n+1 to destination pages n+3.. (first half) and 0.. (second). */
+static void plan_pages(uint32_t n, uint32_t *sp, uint32_t *dp)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        sp[i] = 2 + i;
+        dp[i] = i < n / 2 ? n + 3 + i : i - n / 2;
+    }
+}
+
+/* The receiver's blocks of the last request (pages dp, state slot 1) hold fill(i): the
+ * count of bytes that do not. */
+static size_t receiver_mismatches(const dsv4_kv_layout *l, uint32_t n)
+{
+    uint32_t *sp = malloc(n * sizeof(*sp)), *dp = malloc(n * sizeof(*dp));
+    size_t bad = 0;
+    if (!sp || !dp)
+        die("out of memory");
+    plan_pages(n, sp, dp);
+    for (uint32_t i = 0; i < l->n_buffers; i++) {
+        const dsv4_kv_buffer *b = &l->buffers[i];
+        bool paged = dsv4_buf_is_paged(b->kind);
+        uint8_t *h = malloc(b->block_bytes);
+        if (!h)
+            die("out of memory");
+        for (uint32_t k = 0; k < (paged ? n : 1); k++) {
+            cuda_ok(cudaMemcpy(h, b->base + (size_t)(paged ? dp[k] : 1) * b->block_bytes,
+                               b->block_bytes, cudaMemcpyDeviceToHost),
+                    "cudaMemcpy");
+            for (size_t o = 0; o < b->block_bytes; o++)
+                bad += h[o] != (uint8_t)(i * 7 + 1);
+        }
+        free(h);
+    }
+    free(sp);
+    free(dp);
+    return bad;
+}
+
+/* The child: the decode side. Exposes its pool on `out`, then for each request length
+ * read from `in` (0 ends) writes back the mismatching bytes of that request. */
+static void receiver(const dsv4_plugin_desc *tp, const dsv4_plugin_desc *ik, uint32_t pages, int in,
+                     int out)
+{
+    cuda_ok(cudaSetDevice(0), "cudaSetDevice");
+    dsv4_kv_pool *pool = pool_new(ik->ops, pages, false);
+    const dsv4_transport_ops *ops = tp->ops;
+    void *rx = transport_new(tp);
+    static uint8_t blob[1 << 20];
+    size_t len = sizeof(blob);
+    uint64_t l64 = ops->expose(rx, dsv4_kv_pool_layout(pool), blob, &len) == 0 ? len : 0;
+    if (write(out, &l64, 8) != 8 || write(out, blob, l64) != (ssize_t)l64)
+        _exit(1);
+    uint32_t n;
+    while (read(in, &n, 4) == 4 && n > 0) {
+        uint64_t bad = receiver_mismatches(dsv4_kv_pool_layout(pool), n);
+        if (write(out, &bad, 8) != 8)
+            _exit(1);
+    }
+    tp->fini(rx);
+    dsv4_kv_pool_free(pool);
+    _exit(0);
+}
+
+int main(int argc, char **argv)
+{
+    uint32_t tokens[MAX_LENGTHS], n_len = 0, reps = 20;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--tokens") == 0 && i + 1 < argc && n_len < MAX_LENGTHS)
+            tokens[n_len++] = (uint32_t)strtoul(argv[++i], NULL, 10);
+        else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
+            reps = (uint32_t)strtoul(argv[++i], NULL, 10);
+        else
+            die("usage: pd-ipc-handoff [--tokens N ...] [--reps R]");
+    }
+    if (n_len == 0) {
+        tokens[n_len++] = 8192;
+        tokens[n_len++] = 32768;
+        tokens[n_len++] = 131072;
+    }
+    uint32_t max_n = 0;
+    for (uint32_t k = 0; k < n_len; k++) {
+        uint32_t n = (tokens[k] + PAGE_TOKENS - 1) / PAGE_TOKENS;
+        if (n == 0)
+            die("bad --tokens");
+        max_n = n > max_n ? n : max_n;
+    }
+    if (reps == 0 || reps > 10000)
+        die("bad --reps");
+    uint32_t pages = 2 * max_n + 4;
+
+    dsv4_registry *reg = dsv4_registry_new(NULL);
+    if (!reg || dsv4_registry_scan(reg, NULL, NULL) != 0)
+        die("plugin registry");
+    const dsv4_plugin_desc *ik = dsv4_registry_find(reg, DSV4_FAMILY_INDEXK, "fp8", NULL);
+    const dsv4_plugin_desc *tp = dsv4_registry_find(reg, DSV4_FAMILY_TRANSPORT, "local", NULL);
+    if (!ik || !tp)
+        die("plugins not found (DSV4D_PLUGIN_PATH)");
+    const dsv4_transport_ops *ops = tp->ops;
+
+    /* fork before either process touches CUDA */
+    int to_rx[2], from_rx[2];
+    if (pipe(to_rx) != 0 || pipe(from_rx) != 0)
+        die("pipe");
+    fflush(stdout);
+    pid_t child = fork();
+    if (child < 0)
+        die("fork");
+    if (child == 0)
+        receiver(tp, ik, pages, to_rx[0], from_rx[1]);
+
+    cuda_ok(cudaSetDevice(0), "cudaSetDevice");
+    dsv4_kv_pool *src = pool_new(ik->ops, pages, true);
+    const dsv4_kv_layout *sl = dsv4_kv_pool_layout(src);
+    static uint8_t blob[1 << 20];
+    uint64_t len = 0;
+    if (read(from_rx[0], &len, 8) != 8 || len == 0 || len > sizeof(blob))
+        die("receiver failed to expose");
+    for (size_t got = 0; got < len;) {
+        ssize_t r = read(from_rx[0], blob + got, len - got);
+        if (r <= 0)
+            die("blob");
+        got += (size_t)r;
+    }
+    void *tx = transport_new(tp), *peer;
+    char err[512];
+    if (ops->attach(tx, sl, blob, len, &peer, err, sizeof(err)) != 0)
+        die(err);
+    struct cudaDeviceProp prop;
+    cuda_ok(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+    printf("# transport/local over CUDA IPC, two processes on %s\n", prop.name);
+
+    uint32_t *sp = malloc(max_n * sizeof(*sp)), *dp = malloc(max_n * sizeof(*dp));
+    dsv4_xfer_run *runs = malloc(max_n * sizeof(*runs));
+    uint64_t *t = malloc((reps + 1) * sizeof(*t));
+    cudaEvent_t ea, eb;
+    cuda_ok(cudaEventCreate(&ea), "cudaEventCreate");
+    cuda_ok(cudaEventCreate(&eb), "cudaEventCreate");
+    if (!sp || !dp || !runs || !t)
+        die("out of memory");
+    for (uint32_t k = 0; k < n_len; k++) {
+        uint32_t n = (tokens[k] + PAGE_TOKENS - 1) / PAGE_TOKENS;
+        size_t n_runs;
+        plan_pages(n, sp, dp);
+        if (dsv4_pd_plan_runs(sp, dp, n, runs, &n_runs) != 0)
+            die("plan");
+        dsv4_xfer_req req = {sizeof(req), 1, 1, runs, n_runs, true, 0, 1};
+        uint64_t bytes = 0;
+        uint32_t copies = 0;
+        for (uint32_t i = 0; i < sl->n_buffers; i++) {
+            bool paged = dsv4_buf_is_paged(sl->buffers[i].kind);
+            bytes += sl->buffers[i].block_bytes * (paged ? n : 1);
+            copies += paged ? (uint32_t)n_runs : 1;
+        }
+        for (uint32_t r = 0; r <= reps; r++) { /* repetition 0 warms up */
+            void *x;
+            uint64_t t0 = now_ns();
+            if (ops->post(tx, peer, &req, &x) != 0)
+                die("post");
+            int rc;
+            while ((rc = ops->poll(tx, x)) == -EAGAIN)
+                ;
+            t[r] = now_ns() - t0;
+            ops->release(tx, x);
+            if (rc != 0)
+                die("transfer failed");
+        }
+        uint64_t bad = 1;
+        if (write(to_rx[1], &n, 4) != 4 || read(from_rx[0], &bad, 8) != 8)
+            die("receiver gone");
+        qsort(t + 1, reps, sizeof(*t), cmp_u64);
+        uint64_t med = t[1 + reps / 2], best = t[1];
+
+        /* the ceiling: the same bytes in one device-to-device copy */
+        uint8_t *a, *b;
+        cuda_ok(cudaMalloc((void **)&a, bytes), "cudaMalloc");
+        cuda_ok(cudaMalloc((void **)&b, bytes), "cudaMalloc");
+        for (uint32_t r = 0; r <= reps; r++) {
+            float ms;
+            cuda_ok(cudaEventRecord(ea, 0), "cudaEventRecord");
+            cuda_ok(cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice), "cudaMemcpy");
+            cuda_ok(cudaEventRecord(eb, 0), "cudaEventRecord");
+            cuda_ok(cudaEventSynchronize(eb), "cudaEventSynchronize");
+            cuda_ok(cudaEventElapsedTime(&ms, ea, eb), "cudaEventElapsedTime");
+            t[r] = (uint64_t)(ms * 1e6);
+        }
+        cuda_ok(cudaFree(a), "cudaFree");
+        cuda_ok(cudaFree(b), "cudaFree");
+        qsort(t + 1, reps, sizeof(*t), cmp_u64);
+        uint64_t cmed = t[1 + reps / 2];
+        printf("tokens=%u pages=%u runs=%zu copies=%u bytes=%llu reps=%u median_ms=%.3f "
+               "best_ms=%.3f gbps=%.1f d2d_median_ms=%.3f d2d_gbps=%.1f of_ceiling=%.0f%% "
+               "landed=%s\n",
+               tokens[k], n, n_runs, copies, (unsigned long long)bytes, reps, med / 1e6, best / 1e6,
+               (double)bytes / (double)med, cmed / 1e6, (double)bytes / (double)cmed,
+               100.0 * (double)cmed / (double)med, bad == 0 ? "yes" : "NO");
+        fflush(stdout);
+        if (bad != 0)
+            die("the receiver's blocks differ from the sender's");
+    }
+    uint32_t end = 0;
+    if (write(to_rx[1], &end, 4) != 4)
+        die("receiver gone");
+    ops->detach(tx, peer);
+    tp->fini(tx);
+    int ws = 0;
+    if (waitpid(child, &ws, 0) != child || !WIFEXITED(ws) || WEXITSTATUS(ws) != 0)
+        die("the receiver did not exit cleanly");
+    cudaEventDestroy(ea);
+    cudaEventDestroy(eb);
+    free(t);
+    free(runs);
+    free(sp);
+    free(dp);
+    dsv4_kv_pool_free(src);
+    dsv4_registry_free(reg);
+    return 0;
+}
