@@ -25,6 +25,8 @@
 #include <string.h>
 #include <vector>
 
+#include "bench/gpu-bench.cuh"
+
 #define REPS 30
 #define POOL_BYTES (4ull << 30)
 #define HEADS 64
@@ -35,50 +37,6 @@
 #define PAGE_TOKENS 256
 #define MAX_B 64
 #define SETS 8 /* rings and page sets the repetitions rotate through */
-
-static void check(cudaError_t e, const char *what)
-{
-    if (e != cudaSuccess) {
-        fprintf(stderr, "attention-decode: %s failed (%s)\n", what, cudaGetErrorString(e));
-        exit(1);
-    }
-}
-
-static void check_rc(int rc, const char *what)
-{
-    if (rc != 0) {
-        fprintf(stderr, "attention-decode: %s failed (status %d)\n", what, rc);
-        exit(1);
-    }
-}
-
-/* Hashed bits under mask: random rows that stay finite in every format (the mask clears
- * the exponent bits that would make an f32 or bf16 huge or an e4m3 byte NaN). */
-__global__ void fill_kernel(uint32_t *p, size_t n, uint32_t mask, uint32_t seed)
-{
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        uint32_t x = (uint32_t)i * 0x9e3779b1u ^ seed;
-        x ^= x >> 16;
-        x *= 0x85ebca6bu;
-        x ^= x >> 13;
-        x *= 0xc2b2ae35u;
-        x ^= x >> 16;
-        p[i] = x & mask;
-    }
-}
-
-__global__ void read_kernel(const uint4 *p, size_t n, uint32_t *sink)
-{
-    uint32_t acc = 0;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        uint4 v = __ldcs(p + i);
-        acc ^= v.x ^ v.y ^ v.z ^ v.w;
-    }
-    if (acc == 0x12345678u)
-        *sink = acc; /* keeps the loads */
-}
 
 /* Median microseconds of REPS launches of fn(rep) timed one by one with events, and in
  * *b2b_us the per-launch time of REPS back-to-back launches (the median of 5 streams). */

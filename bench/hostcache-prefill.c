@@ -24,6 +24,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench/bench-util.h"
 #include "core/config/schema.h"
 #include "core/engine/engine.h"
 #include "core/hostcache/tier.h"
@@ -42,22 +43,9 @@ static void die(const char *what, const char *detail)
     exit(1);
 }
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
 static double median_ms(uint64_t *t, uint32_t n)
 {
-    qsort(t, n, sizeof(*t), cmp_u64);
+    bench_sort_u64(t, n);
     return (double)t[n / 2] / 1e6;
 }
 
@@ -173,11 +161,11 @@ int main(int argc, char **argv)
         /* device: adopt the cached pages and the snapshot */
         if (dsv4_engine_seq_new(eng, &seq) != 0)
             die("engine", "no sequence");
-        uint64_t t0 = now_ns();
+        uint64_t t0 = bench_now_ns();
         if (dsv4_engine_seq_adopt(eng, seq, cached, np, snap) != 0 ||
             dsv4_engine_prefill(eng, 1, &seq, &rest, &o.suffix, DSV4_LOGITS_LAST, lp) != 0)
             die("engine", "device-case prefill failed");
-        t_dev[r] = now_ns() - t0;
+        t_dev[r] = bench_now_ns() - t0;
         dsv4_engine_seq_free(eng, seq);
 
         /* host: fresh pages, the load, the prefill behind the fence */
@@ -189,17 +177,17 @@ int main(int argc, char **argv)
             pe[i].device = fresh[i];
         }
         dsv4_hc_entry ss = {slot, se.host, 0}, *ssp = &ss;
-        t0 = now_ns();
+        t0 = bench_now_ns();
         if (dsv4_hc_tier_load(tier, pp, np, &ssp, 1) != 0 || dsv4_hc_tier_load_finish(tier) != 0)
             die("host tier", "load failed");
-        t_load[r] = now_ns() - t0;
-        t0 = now_ns();
+        t_load[r] = bench_now_ns() - t0;
+        t0 = bench_now_ns();
         if (dsv4_hc_tier_load(tier, pp, np, &ssp, 1) != 0 ||
             dsv4_engine_seq_adopt(eng, seq, fresh, np, DSV4_ENGINE_NO_SLOT) != 0 ||
             dsv4_engine_prefill(eng, 1, &seq, &rest, &o.suffix, DSV4_LOGITS_LAST, lp) != 0 ||
             dsv4_hc_tier_load_finish(tier) != 0)
             die("engine", "host-case prefill failed");
-        t_host[r] = now_ns() - t0;
+        t_host[r] = bench_now_ns() - t0;
         dsv4_engine_seq_free(eng, seq);
         for (uint32_t i = 0; i < np; i++) {
             dsv4_engine_page_unref(eng, fresh[i]);

@@ -35,53 +35,13 @@
 #include <string.h>
 #include <vector>
 
+#include "bench/gpu-bench.cuh"
+
 #define REPS 30
 #define POOL_BYTES (4ull << 30)
 #define HEADS 64
 #define DIM 128
 #define RPP 64
-
-static void check(cudaError_t e, const char *what)
-{
-    if (e != cudaSuccess) {
-        fprintf(stderr, "indexer-decode: %s failed (%s)\n", what, cudaGetErrorString(e));
-        exit(1);
-    }
-}
-
-static void check_rc(int rc, const char *what)
-{
-    if (rc != 0) {
-        fprintf(stderr, "indexer-decode: %s failed (status %d)\n", what, rc);
-        exit(1);
-    }
-}
-
-__global__ void fill_kernel(uint32_t *p, size_t n, uint32_t mask, uint32_t seed)
-{
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        uint32_t x = (uint32_t)i * 0x9e3779b1u ^ seed;
-        x ^= x >> 16;
-        x *= 0x85ebca6bu;
-        x ^= x >> 13;
-        x *= 0xc2b2ae35u;
-        x ^= x >> 16;
-        p[i] = x & mask;
-    }
-}
-
-__global__ void read_kernel(const uint4 *p, size_t n, uint32_t *sink)
-{
-    uint32_t acc = 0;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        uint4 v = __ldcs(p + i);
-        acc ^= v.x ^ v.y ^ v.z ^ v.w;
-    }
-    if (acc == 0x12345678u)
-        *sink = acc; /* keeps the loads */
-}
 
 __global__ void empty_kernel(void)
 {

@@ -22,6 +22,7 @@
 
 #include <dsv4d/transport.h>
 
+#include "bench/bench-util.h"
 #include "core/config/schema.h"
 #include "core/engine/kvpool.h"
 #include "core/plugin/registry.h"
@@ -36,30 +37,10 @@ static void die(const char *what)
     exit(1);
 }
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
 static dsv4_kv_pool *pool_new(const dsv4_indexk_ops *ik, uint32_t pages, bool shared)
 {
     static dsv4_model_config m;
-    m.n_layers = 43;
-    m.head_dim = 512;
-    m.window = 128;
-    m.rate_csa = 4;
-    m.rate_hca = 128;
-    m.index_dim = 128;
-    for (uint32_t l = 0; l < m.n_layers; l++)
-        m.layer_kind[l] = l < 2 ? DSV4_LAYER_SLIDING : l % 2 == 0 ? DSV4_LAYER_CSA : DSV4_LAYER_HCA;
+    bench_flash_kv_model(&m);
     dsv4_kv_pool_conf c = {&m, DSV4_KV_BF16, PAGE_TOKENS, pages, 2, ik, "fp8"};
     char err[256];
     dsv4_kv_pool *p = shared ? dsv4_kv_pool_new_shared(&c, err, sizeof(err))
@@ -190,13 +171,13 @@ int main(int argc, char **argv)
     uint64_t *t = malloc((reps + 1) * sizeof(*t));
     for (uint32_t r = 0; r <= reps; r++) { /* repetition 0 warms up */
         void *x;
-        uint64_t t0 = now_ns();
+        uint64_t t0 = bench_now_ns();
         if (ops->post(tx, peer, &req, &x) != 0)
             die("post");
         int rc;
         while ((rc = ops->poll(tx, x)) == -EAGAIN)
             ;
-        t[r] = now_ns() - t0;
+        t[r] = bench_now_ns() - t0;
         ops->release(tx, x);
         if (rc != 0)
             die("transfer failed");
@@ -210,7 +191,7 @@ int main(int argc, char **argv)
     if (dsv4_pd_sum_compute(sl, &a, sums, cnt) != 0 ||
         dsv4_pd_sum_verify(dl, &b, sums, cnt, &bad, &n_bad) != 0)
         die("checksums do not match after the transfer");
-    qsort(t + 1, reps, sizeof(*t), cmp_u64);
+    bench_sort_u64(t + 1, reps);
     uint64_t med = t[1 + reps / 2], best = t[1];
     printf("transport=%s options=\"", name);
     for (int i = 0; i < n_kv; i++)
@@ -225,12 +206,12 @@ int main(int argc, char **argv)
         memset(a1, 1, bytes);
         memset(b1, 2, bytes);
         for (uint32_t r = 0; r <= reps; r++) {
-            uint64_t t0 = now_ns();
+            uint64_t t0 = bench_now_ns();
             memcpy(b1, a1, bytes);
-            t[r] = now_ns() - t0;
+            t[r] = bench_now_ns() - t0;
             a1[r % bytes] = b1[(r * 7) % bytes]; /* keep the copies observable */
         }
-        qsort(t + 1, reps, sizeof(*t), cmp_u64);
+        bench_sort_u64(t + 1, reps);
         printf(" memcpy_median_ms=%.3f memcpy_gbps=%.2f", t[1 + reps / 2] / 1e6,
                (double)bytes / (double)t[1 + reps / 2]);
         free(a1);

@@ -26,6 +26,7 @@
 
 #include <dsv4d/transport.h>
 
+#include "bench/bench-util.h"
 #include "core/config/schema.h"
 #include "core/engine/kvpool.h"
 #include "core/pd/plan.h"
@@ -48,32 +49,12 @@ static void cuda_ok(cudaError_t e, const char *what)
     }
 }
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* A device pool of `pages` pages and 2 state slots, buffer i set to bytes fill(i) (the
  * sender) or 0 (the receiver). */
 static dsv4_kv_pool *pool_new(const dsv4_indexk_ops *ik, uint32_t pages, bool filled)
 {
     static dsv4_model_config m;
-    m.n_layers = 43;
-    m.head_dim = 512;
-    m.window = 128;
-    m.rate_csa = 4;
-    m.rate_hca = 128;
-    m.index_dim = 128;
-    for (uint32_t l = 0; l < m.n_layers; l++)
-        m.layer_kind[l] = l < 2 ? DSV4_LAYER_SLIDING : l % 2 == 0 ? DSV4_LAYER_CSA : DSV4_LAYER_HCA;
+    bench_flash_kv_model(&m);
     dsv4_kv_pool_conf c = {&m, DSV4_KV_BF16, PAGE_TOKENS, pages, 2, ik, "fp8"};
     char err[256];
     dsv4_kv_pool *p = dsv4_kv_pool_new_cuda(&c, 0, err, sizeof(err));
@@ -254,13 +235,13 @@ int main(int argc, char **argv)
         }
         for (uint32_t r = 0; r <= reps; r++) { /* repetition 0 warms up */
             void *x;
-            uint64_t t0 = now_ns();
+            uint64_t t0 = bench_now_ns();
             if (ops->post(tx, peer, &req, &x) != 0)
                 die("post");
             int rc;
             while ((rc = ops->poll(tx, x)) == -EAGAIN)
                 ;
-            t[r] = now_ns() - t0;
+            t[r] = bench_now_ns() - t0;
             ops->release(tx, x);
             if (rc != 0)
                 die("transfer failed");
@@ -268,7 +249,7 @@ int main(int argc, char **argv)
         uint64_t bad = 1;
         if (write(to_rx[1], &n, 4) != 4 || read(from_rx[0], &bad, 8) != 8)
             die("receiver gone");
-        qsort(t + 1, reps, sizeof(*t), cmp_u64);
+        bench_sort_u64(t + 1, reps);
         uint64_t med = t[1 + reps / 2], best = t[1];
 
         /* the ceiling: the same bytes in one device-to-device copy */
@@ -286,7 +267,7 @@ int main(int argc, char **argv)
         }
         cuda_ok(cudaFree(a), "cudaFree");
         cuda_ok(cudaFree(b), "cudaFree");
-        qsort(t + 1, reps, sizeof(*t), cmp_u64);
+        bench_sort_u64(t + 1, reps);
         uint64_t cmed = t[1 + reps / 2];
         printf("tokens=%u pages=%u runs=%zu copies=%u bytes=%llu reps=%u median_ms=%.3f "
                "best_ms=%.3f gbps=%.1f d2d_median_ms=%.3f d2d_gbps=%.1f of_ceiling=%.0f%% "

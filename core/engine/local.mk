@@ -84,5 +84,5 @@ bench_attention_decode_LDADD = bench/attention-decode.lo kernels/libdsv4cudafwd.
 	kernels/libdsv4cuda.la kernels/libdsv4cpu.la $(CUDA_LIBS)
 bench_attention_decode_DEPENDENCIES = bench/attention-decode.lo kernels/libdsv4cudafwd.la \
 	kernels/libdsv4cuda.la kernels/libdsv4cpu.la
-bench/attention-decode.lo: $(CUDA_KERNEL_INCS) $(CUDA_MODEL_INCS)
+bench/attention-decode.lo: $(CUDA_KERNEL_INCS) $(CUDA_MODEL_INCS) bench/gpu-bench.cuh
 endif

@@ -52,6 +52,6 @@ tests_unit_t_serve_hostcache_full_host_pool_drops_lru_prefix_LDADD = $(TEST_CORE
 # The host-versus-device prefill benchmark (bench/hostcache-prefill.sh runs it); built
 # with the tests only.
 check_PROGRAMS += bench/hostcache-prefill
-bench_hostcache_prefill_SOURCES = bench/hostcache-prefill.c
+bench_hostcache_prefill_SOURCES = bench/hostcache-prefill.c $(BENCH_UTIL)
 bench_hostcache_prefill_LDADD = core/libdsv4core.la -lm
 EXTRA_DIST += bench/hostcache-prefill.sh

@@ -115,6 +115,6 @@ noinst_PROGRAMS += bench/indexer-decode
 bench_indexer_decode_SOURCES =
 bench_indexer_decode_LDADD = bench/indexer-decode.lo kernels/libdsv4cuda.la $(CUDA_LIBS)
 bench_indexer_decode_DEPENDENCIES = bench/indexer-decode.lo kernels/libdsv4cuda.la
-bench/indexer-decode.lo: $(CUDA_KERNEL_INCS)
+bench/indexer-decode.lo: $(CUDA_KERNEL_INCS) bench/gpu-bench.cuh
 endif
 CLEANFILES += bench/*.lo bench/*.o
