@@ -25,7 +25,9 @@
  * matrix, 46 for the unfenced control, whose longer sessions reach 27 pages each */
 #define MATRIX_KV_POOL "768K"
 #define CONTROL_KV_POOL "2M"
-#define UNFENCED_LABEL "control: unified hostcache=unfenced inject_delay=20ms (must corrupt)"
+/* 200 ms per layer of a load: the forward must reach each layer before it lands even on a
+ * loaded 2-core machine (at 20 ms, a CI run under load caught only 2 of 16 sessions) */
+#define UNFENCED_LABEL "control: unified hostcache=unfenced inject_delay=200ms (must corrupt)"
 #define CHAOS_LABEL "control: pd transport=chaos corrupt=30 (mismatches counted, 0 corrupted)"
 
 typedef struct name_list {
@@ -371,15 +373,14 @@ static void control_unfenced(mx *m, const char *indexk)
              indexk, m->sessions, m->turns, m->concurrency);
     bool have = run_reference(m, label, indexk, m->concurrency, golden);
     dsv4_matrix_row *row =
-        have ? row_add(m, "control: unified hostcache=unfenced inject_delay=20ms (must corrupt)",
-                       true)
+        have ? row_add(m, UNFENCED_LABEL, true)
              : NULL;
     if (!row) {
         control_done(m);
         return;
     }
     deployment c = {.indexk = indexk, .hostcache = "unfenced", .sched = "fcfs",
-                    .hostcache_keys = "inject_delay = 20ms\n"};
+                    .hostcache_keys = "inject_delay = 200ms\n"};
     dsv4_repro *r = run_combo(m, &c, m->concurrency, golden, NULL, row->note, sizeof(row->note));
     bool found_load, found_hit;
     double loads = r ? counter(r, "dsv4d_hostcache_loads_total", &found_load) : 0;
@@ -435,9 +436,9 @@ static long chaos_corrupted(const char *log)
     return n;
 }
 
-/* A PD pair over transport/chaos flipping bytes: every corrupted transfer must be caught by
- * the decode server's checksums (one mismatch per corrupted transfer, as the prefill's
- * chaos plugin counted them) and no session may come back corrupted. */
+/* A PD pair over transport/chaos flipping bytes: every corrupted transfer (as the prefill's
+ * chaos plugin counted them) must be refused by the decode server's checksums or discarded
+ * past its deadline, at least one by a checksum, and no session may come back corrupted. */
 static void control_chaos(mx *m, const char *indexk, const char *golden)
 {
     dsv4_matrix_row *row = row_add(m, CHAOS_LABEL, true);
@@ -448,7 +449,7 @@ static void control_chaos(mx *m, const char *indexk, const char *golden)
     dsv4_repro *r = golden ? run_combo(m, &c, m->o->concurrency, golden, NULL, row->note,
                                        sizeof(row->note))
                            : NULL;
-    bool found;
+    bool found, found_late;
     if (!golden) {
         row->status = DSV4_MX_FAILED;
         snprintf(row->note, sizeof(row->note), "no reference for indexk=%s", indexk);
@@ -458,15 +459,19 @@ static void control_chaos(mx *m, const char *indexk, const char *golden)
         row->status = DSV4_MX_FAILED;
     } else {
         double mism = counter(r, "dsv4d_pd_checksum_mismatches_total", &found);
+        double late = counter(r, "dsv4d_pd_timeouts_total", &found_late);
         long corrupted = chaos_corrupted(m->prefill_log);
         judge(row, r);
         row->note[0] = '\0';
-        if (corrupted > 0 && mism == (double)corrupted && row->sum.sessions_corrupted == 0) {
+        /* each corrupted transfer is refused by a checksum, or (on a loaded machine) its
+         * lease ran past its deadline first and it was discarded unverified; never used */
+        if (corrupted > 0 && mism > 0 && mism <= (double)corrupted &&
+            mism + late >= (double)corrupted && row->sum.sessions_corrupted == 0) {
             row->status = DSV4_MX_PASS;
             snprintf(row->note, sizeof(row->note),
-                     "caught: %ld corrupted transfers, %.0f checksum mismatches, 0 sessions "
-                     "corrupted (%u requests failed cleanly)",
-                     corrupted, mism, row->sum.failed + row->sum.timed_out);
+                     "caught: %ld corrupted transfers, %.0f checksum mismatches, %.0f leases "
+                     "past their deadline, 0 sessions corrupted (%u requests failed cleanly)",
+                     corrupted, mism, late, row->sum.failed + row->sum.timed_out);
         } else {
             row->status = DSV4_MX_FAILED;
             snprintf(row->note, sizeof(row->note),

@@ -1,10 +1,10 @@
 #!/bin/sh
 # t-matrix-negative-controls-are-caught: the harness sees the bugs it is for. dsv4ctl
 # matrix --controls runs hostcache/unfenced (a host tier whose fence does not wait) with
-# a 20 ms load delay under KV-pool pressure, which repro must report as corrupted sessions;
-# and a PD pair over transport/chaos corrupting 30% of transfers, each of which the decode
-# server's checksums must catch (one mismatch per corrupted transfer, as chaos counted
-# them) with no session corrupted. Both plugins are built with the tests, so a control
+# a 200 ms load delay per layer under KV-pool pressure, which repro must report as corrupted sessions;
+# and a PD pair over transport/chaos corrupting 30% of transfers, each of which (as chaos
+# counted them) the decode server must refuse by checksum or discard past its deadline,
+# at least one by checksum, with no session corrupted. Both plugins are built with the tests, so a control
 # that does not run, or runs without seeing its fault, fails.
 exec python3 - <<'PY'
 import json, os, shutil, subprocess, sys, tempfile
@@ -38,7 +38,8 @@ def control(prefix, what):
 control("control: unified hostcache=unfenced",
         "unfenced host tier with a load delay: repro reports corrupted sessions")
 control("control: pd transport=chaos",
-        "chaos-corrupted PD transfers: all caught by checksums, no session corrupted")
+        "chaos-corrupted PD transfers: each refused by checksum or discarded past its "
+        "deadline, none used")
 shutil.rmtree(tmp, ignore_errors=True)
 done()
 PY
