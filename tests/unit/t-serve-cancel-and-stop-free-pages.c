@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/serve/metrics.h"
 #include "tests/tap.h"
@@ -57,14 +58,19 @@ static dsv4_th_req stop_during(uint64_t grace_ms)
     pthread_t t;
     pthread_create(&t, NULL, stopper, &grace_ms);
     /* the engine is held, so the server lives until release: probe until submit says
-     * the server is stopping (probes accepted before that get terminal events too) */
+     * the server is stopping (probes accepted before that get terminal events too); a
+     * probe every millisecond, so the stopper thread gets the CPU on a loaded machine (4096
+     * back-to-back probes once outran it on the 2-core CI box) */
     static dsv4_th_req probes[4096];
     dsv4_gen_params one = {.max_tokens = 1, .top_p = 1};
+    const struct timespec ms = {0, 1000000};
     size_t n = 0;
     int rc;
-    while ((rc = dsv4_th_try_submit(the_srv, &probes[n], prompt, 20, &one)) == 0)
+    while ((rc = dsv4_th_try_submit(the_srv, &probes[n], prompt, 20, &one)) == 0) {
         if (++n == sizeof(probes) / sizeof(probes[0]))
             bail_out("the server never started stopping");
+        nanosleep(&ms, NULL);
+    }
     if (rc != -ESHUTDOWN)
         bail_out("submit while stopping: %d, expected -ESHUTDOWN", rc);
     release();
