@@ -82,7 +82,7 @@ int main(void)
     is_int(dsv4_kv_pool_layer_on(pool, 4, s, &v), -EINVAL, "a layer out of range is refused");
 
     dsv4_kv_pool_free(pool);
-    dsv4_model_free(m);
+    dsv4_test_model_free(m);
     dsv4_registry_free(reg);
     return done_testing();
 }
