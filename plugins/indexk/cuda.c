@@ -10,10 +10,12 @@
 #include <errno.h>
 
 /* A failure of the kernels is logged once per call with the plugin's subject, so a caller
- * that falls back to the CPU still leaves a trace of why. */
+ * that falls back to the CPU still leaves a trace of why. -ENOTSUP is an answer, not a
+ * failure ("these kernels do not take this shape": the caller uses the host path), so it
+ * goes back unlogged. */
 static int indexk_cuda_done(const dsv4_indexk_state *st, const char *op, int rc)
 {
-    if (rc != 0)
+    if (rc != 0 && rc != -ENOTSUP)
         st->host->log(DSV4_LOG_WARN, st->fmt->subject, "%s failed (status %d)", op, rc);
     return rc;
 }
@@ -72,6 +74,5 @@ int dsv4_indexk_store_cuda(void *state, const dsv4_indexk_geom *g, void *pool_de
     };
     int rc = dsv4_cuda_indexk_store(&fmt, pool_dev, rows_dev, (const uint32_t *)slots_dev, n,
                                     refused_dev, stream);
-    /* -ENOTSUP is an answer, not a failure: the caller stores through the host instead */
-    return rc == -ENOTSUP ? rc : indexk_cuda_done(st, "store_cuda", rc);
+    return indexk_cuda_done(st, "store_cuda", rc);
 }
