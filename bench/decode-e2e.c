@@ -1,12 +1,31 @@
-/* decode-e2e.c: end-to-end decode tokens/s of the engine on a synthetic checkpoint
- * (dsv4ctl mkmodel preset) at several batch sizes, CUDA backend in fast and deterministic
- * mode (or the CPU), against the bandwidth roofline: a decode step reads every f32 weight
- * once (routed experts only as many as the batch can touch), so
- * roofline tokens/s = batch * HBM bandwidth / bytes per step.
+/* decode-e2e.c: end-to-end decode tokens/s of the engine on a checkpoint (an existing
+ * directory, or a dsv4ctl mkmodel preset written to a temp dir) at several batch sizes,
+ * CUDA backend in fast and deterministic mode (or the CPU), against the bandwidth roofline:
+ * roofline tokens/s = batch * HBM read bandwidth / step_bytes(batch), the bytes of the
+ * engine's device weights one decode step of `batch` tokens must read (every weight once;
+ * of the routed experts only the min(batch * top_k, experts) a step can touch; KV reads,
+ * a few MB at these contexts, are left out).
  *
- * usage: decode-e2e [--preset small] [--batches 1,8,64,256] [--prompt 256] [--steps 16]
- *                   [--backend cuda|cpu] [--bw 4.3e12] [--profile]
- * Prints one markdown table row per (mode, batch). Needs DSV4D_PLUGIN_PATH (indexk/fp8).
+ * usage: decode-e2e [--model DIR | --preset small] [--batches 1,2,4,...,256] [--prompt 256]
+ *                   [--steps 16] [--backend cuda|cpu] [--bw 4.3e12] [--profile]
+ *                   [--parity OUT.safetensors] [--parity-steps 8] [--parity-prompt N]
+ * Prints one markdown table row per (mode, batch), progress on stderr. Needs
+ * DSV4D_PLUGIN_PATH (indexk/fp8; indexk/f32 for --parity).
+ *
+ * Per mode one engine serves every batch size: the largest batch's sequences are prefilled
+ * once, batch B decodes the first B of them (8 warm-up steps, then --steps timed ones), so
+ * the weights are uploaded and the prompts prefilled once per mode, not once per batch.
+ * Sequence i's prompt is token (7919 i + 31 j) mod vocab at position j, the ids
+ * bench/hf-decode.py feeds Hugging Face.
+ *
+ * --parity: per mode, before the benchmark, an engine with f32 KV and indexk/f32 prefills
+ * sequence 0's prompt (--parity-prompt tokens long, default --prompt) and decodes --parity-steps
+ * greedy tokens; OUT gets "prompt" (I32 [P]),
+ * "<mode>.tokens" (I32 [S+1]: the argmax after the prompt and after each decoded token, the
+ * first S of which were fed back) and "<mode>.logits" (F32 [S+1, vocab]) for mode fast,
+ * deterministic (CUDA) or cpu, for bench/hf-decode.py --parity to compare against
+ * transformers.
+ *
  * --profile: after the timed steps, one more decode step runs inside the CUDA profiler's
  * range, so `ncu --profile-from-start off decode-e2e --profile` records one graph-replayed
  * step per (mode, batch) and nothing of the prefill or the warm-up. */
@@ -22,10 +41,29 @@
 
 #include "core/engine/engine.h"
 #include "core/model/mkmodel.h"
+#include "core/model/safetensors.h"
 #include "core/plugin/registry.h"
+#include "core/util/status.h"
 #ifdef HAVE_CUDA
 #include "kernels/cuda/model.h"
 #endif
+
+#define WARMUP_STEPS 8
+#define MAX_BATCHES 32
+
+typedef struct bench_opts {
+    uint32_t batch[MAX_BATCHES], n_batches, batch_max;
+    unsigned prompt, steps, parity_steps, parity_prompt;
+    bool cuda, profile;
+    double bw;
+} bench_opts;
+
+/* What --parity writes for one mode; the writer reads these buffers when the file is
+ * written at the end. */
+typedef struct parity_out {
+    int32_t *tokens;
+    float *logits;
+} parity_out;
 
 static double now_s(void)
 {
@@ -55,6 +93,79 @@ static double step_bytes(const dsv4_model_config *c, uint32_t batch)
     return 4 * w;
 }
 
+/* Parse "1,2,4" into o->batch. 0, or -EINVAL for an empty, zero or overlong list. */
+static int batches_parse(const char *list, bench_opts *o)
+{
+    char buf[256], *save;
+    if (snprintf(buf, sizeof(buf), "%s", list) >= (int)sizeof(buf))
+        return -EINVAL;
+    o->n_batches = o->batch_max = 0;
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        char *end;
+        unsigned long b = strtoul(tok, &end, 10);
+        if (*end || b == 0 || b > 65536 || o->n_batches == MAX_BATCHES)
+            return -EINVAL;
+        o->batch[o->n_batches++] = (uint32_t)b;
+        o->batch_max = b > o->batch_max ? (uint32_t)b : o->batch_max;
+    }
+    return o->n_batches ? 0 : -EINVAL;
+}
+
+static const char *mode_name(const bench_opts *o, int mode)
+{
+    return !o->cuda ? "cpu" : mode == 0 ? "fast" : "deterministic";
+}
+
+static dsv4_engine *engine_open(const dsv4_model *m, const dsv4_plugin_desc *ik, dsv4_kv_dtype kv,
+                                uint32_t slots, uint32_t pages, const bench_opts *o, int mode,
+                                char *err, size_t errlen)
+{
+    dsv4_engine_conf ec = {.threads = 0,
+                           .kv_dtype = kv,
+                           .n_pages = pages,
+                           .n_slots = slots,
+                           .page_tokens = 256,
+                           .step_tokens = slots > 2048 ? slots : 2048,
+                           .indexk = ik,
+                           .backend = o->cuda ? DSV4_BACKEND_CUDA : DSV4_BACKEND_CPU,
+                           .cuda_device = -1,
+                           .fast_kernels = o->cuda && mode == 0};
+    return dsv4_engine_new(m, &ec, err, errlen);
+}
+
+/* New sequences seqs[0..n) holding their prompts; logits (mode LAST) gets sequence 0's
+ * last-position logits. 0 or the engine's status. */
+static int prompts_prefill(dsv4_engine *eng, uint32_t n, unsigned prompt, uint32_t *seqs,
+                           dsv4_logits_mode mode, float *logits)
+{
+    uint32_t vocab = dsv4_engine_vocab(eng), *lens = calloc(n, sizeof(uint32_t));
+    int32_t *toks = calloc((size_t)n * prompt, sizeof(int32_t));
+    const int32_t **tp = calloc(n, sizeof(int32_t *));
+    int rc = lens && toks && tp ? 0 : -ENOMEM;
+    for (uint32_t i = 0; i < n && rc == 0; i++) {
+        rc = dsv4_engine_seq_new(eng, &seqs[i]);
+        for (uint32_t j = 0; j < prompt; j++)
+            toks[(size_t)i * prompt + j] = (int32_t)((i * 7919u + j * 31u) % vocab);
+        tp[i] = toks + (size_t)i * prompt;
+        lens[i] = prompt;
+    }
+    if (rc == 0)
+        rc = dsv4_engine_prefill(eng, n, seqs, tp, lens, mode, mode ? &logits : NULL);
+    free(lens);
+    free(toks);
+    free(tp);
+    return rc;
+}
+
+static int32_t argmax(const float *v, uint32_t n)
+{
+    uint32_t best = 0;
+    for (uint32_t i = 1; i < n; i++)
+        if (v[i] > v[best])
+            best = i;
+    return (int32_t)best;
+}
+
 /* One decode step inside the profiler's range (--profile). */
 static int profiled_step(dsv4_engine *eng, uint32_t B, const uint32_t *seqs, const int32_t *next,
                          float *logits)
@@ -71,109 +182,196 @@ static int profiled_step(dsv4_engine *eng, uint32_t B, const uint32_t *seqs, con
 #endif
 }
 
+/* --parity for one mode: greedy decode of sequence 0 with f32 KV and indexk/f32 into *out
+ * (allocated here). 0 or a negative status with err. */
+static int parity_run(const dsv4_model *m, const dsv4_plugin_desc *ik32, const bench_opts *o,
+                      int mode, parity_out *out, char *err, size_t errlen)
+{
+    uint32_t V = m->cfg.vocab_size, S = o->parity_steps, seq;
+    uint32_t pages = (o->parity_prompt + S + 1 + 255) / 256;
+    dsv4_engine *eng = engine_open(m, ik32, DSV4_KV_F32, 1, pages, o, mode, err, errlen);
+    if (!eng)
+        return DSV4_EFORMAT;
+    out->tokens = calloc(S + 1, sizeof(int32_t));
+    out->logits = calloc((size_t)(S + 1) * V, sizeof(float));
+    int rc = out->tokens && out->logits ? 0 : -ENOMEM;
+    if (rc == 0)
+        rc = prompts_prefill(eng, 1, o->parity_prompt, &seq, DSV4_LOGITS_LAST, out->logits);
+    for (uint32_t s = 0; rc == 0 && s <= S; s++) {
+        out->tokens[s] = argmax(out->logits + (size_t)s * V, V);
+        if (s < S)
+            rc = dsv4_engine_decode(eng, 1, &seq, &out->tokens[s],
+                                    out->logits + (size_t)(s + 1) * V);
+    }
+    if (rc != 0)
+        snprintf(err, errlen, "parity run (%s)", dsv4_strerror(rc));
+    else
+        fprintf(stderr, "decode-e2e: %s: parity tokens after the prompt %d, %d, ...\n",
+                mode_name(o, mode), out->tokens[0], S ? out->tokens[1] : -1);
+    dsv4_engine_free(eng);
+    return rc;
+}
+
+/* The benchmark rows of one mode. 0 or a negative status with err. */
+static int bench_run(const dsv4_model *m, const dsv4_plugin_desc *ik, const bench_opts *o, int mode,
+                     char *err, size_t errlen)
+{
+    const dsv4_model_config *c = &m->cfg;
+    uint32_t N = o->batch_max;
+    /* every batch adds its warm-up, timed and profiled tokens to the first B sequences */
+    unsigned grow = o->n_batches * (WARMUP_STEPS + o->steps + 1);
+    uint32_t per = (o->prompt + grow + 255) / 256;
+    dsv4_engine *eng = engine_open(m, ik, DSV4_KV_BF16, N, N * per, o, mode, err, errlen);
+    if (!eng)
+        return DSV4_EFORMAT;
+    uint32_t *seqs = calloc(N, sizeof(uint32_t));
+    int32_t *next = calloc(N, sizeof(int32_t));
+    float *logits = calloc((size_t)N * c->vocab_size, sizeof(float));
+    int rc = seqs && next && logits ? 0 : -ENOMEM;
+    double t0 = now_s();
+    if (rc == 0)
+        rc = prompts_prefill(eng, N, o->prompt, seqs, DSV4_LOGITS_NONE, NULL);
+    fprintf(stderr, "decode-e2e: %s: prefill of %u x %u tokens: %.1f s\n", mode_name(o, mode), N,
+            o->prompt, now_s() - t0);
+    for (uint32_t i = 0; i < N; i++)
+        next[i] = (int32_t)(i % c->vocab_size);
+    for (uint32_t b = 0; rc == 0 && b < o->n_batches; b++) {
+        uint32_t B = o->batch[b];
+        /* warm-up: index-K rows complete every 4 tokens, so 8 steps meet each shape of
+         * the decode loop twice and the CUDA forward has captured its graphs */
+        for (int w = 0; rc == 0 && w < WARMUP_STEPS; w++)
+            rc = dsv4_engine_decode(eng, B, seqs, next, logits);
+        t0 = now_s();
+        for (unsigned s = 0; rc == 0 && s < o->steps; s++)
+            rc = dsv4_engine_decode(eng, B, seqs, next, logits);
+        double dt = now_s() - t0;
+        if (rc == 0 && o->profile && o->cuda)
+            rc = profiled_step(eng, B, seqs, next, logits);
+        if (rc != 0)
+            break;
+        double tps = (double)B * o->steps / dt, roof = (double)B * o->bw / step_bytes(c, B);
+        printf("| %s | %s | %u | %.0f | %.0f | %.1f%% |\n", o->cuda ? "cuda" : "cpu",
+               o->cuda ? mode_name(o, mode) : "-", B, tps, roof, 100 * tps / roof);
+        fflush(stdout);
+    }
+    if (rc != 0)
+        snprintf(err, errlen, "decode step failed (%s)", dsv4_strerror(rc));
+    dsv4_engine_free(eng);
+    free(seqs);
+    free(next);
+    free(logits);
+    return rc;
+}
+
+/* Declare one mode's parity tensors in w. */
+static int parity_add(dsv4_st_writer *w, const char *mode, const parity_out *p, uint32_t S,
+                      uint32_t V, char *err, size_t errlen)
+{
+    char name[64];
+    uint64_t tshape[1] = {S + 1}, lshape[2] = {S + 1, V};
+    snprintf(name, sizeof(name), "%s.tokens", mode);
+    int rc = dsv4_st_writer_add(w, name, DSV4_ST_I32, 1, tshape, p->tokens, err, errlen);
+    snprintf(name, sizeof(name), "%s.logits", mode);
+    return rc ? rc : dsv4_st_writer_add(w, name, DSV4_ST_F32, 2, lshape, p->logits, err, errlen);
+}
+
+static int parity_write(const char *path, const bench_opts *o, const parity_out *p, int modes,
+                        uint32_t V, char *err, size_t errlen)
+{
+    dsv4_st_writer *w = dsv4_st_writer_new();
+    int32_t *prompt = calloc(o->parity_prompt, sizeof(int32_t));
+    uint64_t pshape[1] = {o->parity_prompt};
+    int rc = w && prompt ? 0 : -ENOMEM;
+    for (uint32_t j = 0; prompt && j < o->parity_prompt; j++)
+        prompt[j] = (int32_t)(j * 31u % V);
+    if (rc == 0)
+        rc = dsv4_st_writer_add(w, "prompt", DSV4_ST_I32, 1, pshape, prompt, err, errlen);
+    for (int mode = 0; rc == 0 && mode < modes; mode++)
+        rc = parity_add(w, mode_name(o, mode), &p[mode], o->parity_steps, V, err, errlen);
+    if (rc == 0)
+        rc = dsv4_st_writer_write(w, path, err, errlen);
+    dsv4_st_writer_free(w);
+    free(prompt);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
-    const char *preset = "small", *batches = "1,8,64,256", *backend = "cuda";
-    unsigned prompt = 256, steps = 16;
-    bool profile = false;
-    double bw = 4.3e12;
+    const char *preset = "small", *model_dir = NULL, *batches = "1,2,4,8,16,32,64,128,256";
+    const char *backend = "cuda", *parity = NULL;
+    bench_opts o = {.prompt = 256, .steps = 16, .parity_steps = 8, .bw = 4.3e12};
+    /* clang-format off */
     static const struct option opts[] = {
-        {"preset", required_argument, NULL, 'p'},  {"batches", required_argument, NULL, 'b'},
-        {"prompt", required_argument, NULL, 'n'},  {"steps", required_argument, NULL, 's'},
-        {"backend", required_argument, NULL, 'k'}, {"bw", required_argument, NULL, 'w'},
-        {"profile", no_argument, NULL, 'P'},       {NULL, 0, NULL, 0}};
+        {"preset", required_argument, NULL, 'p'},   {"batches", required_argument, NULL, 'b'},
+        {"prompt", required_argument, NULL, 'n'},   {"steps", required_argument, NULL, 's'},
+        {"backend", required_argument, NULL, 'k'},  {"bw", required_argument, NULL, 'w'},
+        {"profile", no_argument, NULL, 'P'},        {"model", required_argument, NULL, 'm'},
+        {"parity", required_argument, NULL, 'y'},   {"parity-steps", required_argument, NULL, 'Y'},
+        {"parity-prompt", required_argument, NULL, 'z'}, {NULL, 0, NULL, 0}};
+    /* clang-format on */
     for (int ch; (ch = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
         switch (ch) {
         case 'p': preset = optarg; break;
         case 'b': batches = optarg; break;
-        case 'n': prompt = (unsigned)atoi(optarg); break;
-        case 's': steps = (unsigned)atoi(optarg); break;
+        case 'n': o.prompt = (unsigned)atoi(optarg); break;
+        case 's': o.steps = (unsigned)atoi(optarg); break;
         case 'k': backend = optarg; break;
-        case 'w': bw = atof(optarg); break;
-        case 'P': profile = true; break;
+        case 'w': o.bw = atof(optarg); break;
+        case 'P': o.profile = true; break;
+        case 'm': model_dir = optarg; break;
+        case 'y': parity = optarg; break;
+        case 'Y': o.parity_steps = (unsigned)atoi(optarg); break;
+        case 'z': o.parity_prompt = (unsigned)atoi(optarg); break;
         default: return 2;
         }
     }
-    char dir[] = "/tmp/dsv4-bench-XXXXXX", err[512];
-    if (!mkdtemp(dir) || dsv4_mkmodel_write(preset, 1, NULL, NULL, dir, err, sizeof(err)) != 0) {
-        fprintf(stderr, "decode-e2e: cannot write the %s model (%s)\n", preset, err);
-        return 1;
+    o.cuda = strcmp(backend, "cuda") == 0;
+    o.parity_prompt = o.parity_prompt ? o.parity_prompt : o.prompt;
+    if (batches_parse(batches, &o) != 0 || o.prompt == 0 || o.steps == 0) {
+        fprintf(stderr, "decode-e2e: bad --batches, --prompt or --steps\n");
+        return 2;
     }
-    dsv4_model *m = dsv4_model_load(dir, err, sizeof(err));
+    char dir[] = "/tmp/dsv4-bench-XXXXXX", err[512] = "";
+    if (!model_dir) {
+        if (!mkdtemp(dir) || dsv4_mkmodel_write(preset, 1, NULL, NULL, dir, err, sizeof(err))) {
+            fprintf(stderr, "decode-e2e: cannot write the %s model (%s)\n", preset, err);
+            return 1;
+        }
+        model_dir = dir;
+    }
+    double t0 = now_s();
+    dsv4_model *m = dsv4_model_load(model_dir, err, sizeof(err));
+    if (m)
+        fprintf(stderr, "decode-e2e: %s loaded in %.1f s\n", model_dir, now_s() - t0);
     dsv4_registry *reg = dsv4_registry_new(NULL);
-    const dsv4_plugin_desc *ik = NULL;
-    if (reg && dsv4_registry_scan(reg, NULL, NULL) == 0)
+    const dsv4_plugin_desc *ik = NULL, *ik32 = NULL;
+    if (reg && dsv4_registry_scan(reg, NULL, NULL) == 0) {
         ik = dsv4_registry_find(reg, DSV4_FAMILY_INDEXK, "fp8", NULL);
-    if (!m || !ik) {
-        fprintf(stderr, "decode-e2e: %s\n", m ? "no indexk/fp8 on DSV4D_PLUGIN_PATH" : err);
+        ik32 = dsv4_registry_find(reg, DSV4_FAMILY_INDEXK, "f32", NULL);
+    }
+    if (!m || !ik || (parity && !ik32)) {
+        fprintf(stderr, "decode-e2e: %s\n", m ? "no indexk/fp8 or f32 on DSV4D_PLUGIN_PATH" : err);
         return 1;
     }
-    const dsv4_model_config *c = &m->cfg;
-    bool cuda = strcmp(backend, "cuda") == 0;
+    int modes = o.cuda ? 2 : 1, rc = 0;
+    parity_out par[2] = {{0}};
     printf("| backend | mode | batch | tokens/s | roofline tokens/s | of roofline |\n");
     printf("|---|---|---:|---:|---:|---:|\n");
-    for (int mode = 0; mode < (cuda ? 2 : 1); mode++) {
-        char list[256];
-        snprintf(list, sizeof(list), "%s", batches);
-        for (char *save, *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-            uint32_t B = (uint32_t)atoi(tok), per = (prompt + steps + 2 + 255) / 256;
-            dsv4_engine_conf ec = {.threads = 0,
-                                   .kv_dtype = DSV4_KV_BF16,
-                                   .n_pages = B * per,
-                                   .n_slots = B,
-                                   .page_tokens = 256,
-                                   .step_tokens = B > 2048 ? B : 2048,
-                                   .indexk = ik,
-                                   .backend = cuda ? DSV4_BACKEND_CUDA : DSV4_BACKEND_CPU,
-                                   .cuda_device = -1,
-                                   .fast_kernels = mode == 0};
-            dsv4_engine *eng = dsv4_engine_new(m, &ec, err, sizeof(err));
-            uint32_t *seqs = calloc(B, sizeof(uint32_t)), *lens = calloc(B, sizeof(uint32_t));
-            int32_t *toks = calloc((size_t)B * prompt, sizeof(int32_t)), *next = calloc(B, 4);
-            const int32_t **tp = calloc(B, sizeof(int32_t *));
-            float *logits = calloc((size_t)B * c->vocab_size, sizeof(float));
-            if (!eng || !seqs || !lens || !toks || !next || !tp || !logits) {
-                fprintf(stderr, "decode-e2e: batch %u: %s\n", B, eng ? "out of memory" : err);
-                return 1;
-            }
-            for (uint32_t i = 0; i < B; i++) {
-                dsv4_engine_seq_new(eng, &seqs[i]);
-                for (uint32_t j = 0; j < prompt; j++)
-                    toks[(size_t)i * prompt + j] = (int32_t)((i * 7919u + j * 31u) % c->vocab_size);
-                tp[i] = toks + (size_t)i * prompt;
-                lens[i] = prompt;
-                next[i] = (int32_t)(i % c->vocab_size);
-            }
-            int rc = dsv4_engine_prefill(eng, B, seqs, tp, lens, DSV4_LOGITS_NONE, NULL);
-            /* warm-up: index-K rows complete every 4 tokens, so 8 steps meet each shape of
-             * the decode loop twice and the CUDA forward has captured its graphs */
-            for (int w = 0; rc == 0 && w < 8; w++)
-                rc = dsv4_engine_decode(eng, B, seqs, next, logits);
-            double t0 = now_s();
-            for (unsigned s = 0; rc == 0 && s < steps; s++)
-                rc = dsv4_engine_decode(eng, B, seqs, next, logits);
-            double dt = now_s() - t0;
-            if (rc == 0 && profile && cuda)
-                rc = profiled_step(eng, B, seqs, next, logits);
-            if (rc != 0) {
-                fprintf(stderr, "decode-e2e: batch %u: step failed (%d)\n", B, rc);
-                return 1;
-            }
-            double tps = (double)B * steps / dt, roof = (double)B * bw / step_bytes(c, B);
-            printf("| %s | %s | %u | %.0f | %.0f | %.1f%% |\n", backend,
-                   cuda ? (mode == 0 ? "fast" : "deterministic") : "-", B, tps, roof,
-                   100 * tps / roof);
-            fflush(stdout);
-            dsv4_engine_free(eng);
-            free(seqs);
-            free(lens);
-            free(toks);
-            free(next);
-            free(tp);
-            free(logits);
-        }
+    for (int mode = 0; rc == 0 && mode < modes; mode++) {
+        if (parity)
+            rc = parity_run(m, ik32, &o, mode, &par[mode], err, sizeof(err));
+        if (rc == 0)
+            rc = bench_run(m, ik, &o, mode, err, sizeof(err));
+    }
+    if (rc == 0 && parity)
+        rc = parity_write(parity, &o, par, modes, m->cfg.vocab_size, err, sizeof(err));
+    if (rc != 0)
+        fprintf(stderr, "decode-e2e: %s\n", err);
+    for (int mode = 0; mode < modes; mode++) {
+        free(par[mode].tokens);
+        free(par[mode].logits);
     }
     dsv4_model_free(m);
     dsv4_registry_free(reg);
-    return 0;
+    return rc == 0 ? 0 : 1;
 }
