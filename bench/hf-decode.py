@@ -10,7 +10,9 @@ only one DeepseekV4 supports) and the grouped_mm experts backend. Per batch B: a
 decode-e2e feeds dsv4d), prefilled in chunks through the model's own DynamicCache (its
 sliding-window layers carry the CSA/HCA compressor state; DeepseekV4 refuses StaticCache and
 full-graph compile, so no CUDA graphs), then --warmup greedy steps and --steps timed ones,
-torch.cuda.synchronize() around the timed loop; tokens/s = B * steps / seconds.
+torch.cuda.synchronize() around the timed loop; tokens/s = B * steps / seconds. Where the
+weight copies of batched_mm fit (--batched-mm-gib), the steps are timed again with it, as
+generate() switches to it for decoding, and the faster backend is reported.
 
 Parity (--parity FILE, written by decode-e2e --parity): the model loads in --parity-dtype
 (float32 by default, eager experts) and runs teacher-forced on dsv4d's greedy sequence: the
@@ -26,7 +28,6 @@ time budget that skips a batch is reported in its row, not an error), 1 otherwis
 import argparse
 import gc
 import json
-import os
 import sys
 import time
 import traceback
@@ -106,6 +107,26 @@ def teacher_forced(model, prompt, fed):
     return torch.stack(rows)
 
 
+@torch.inference_mode()
+def decode(model, nxt, cache, steps):
+    """steps greedy decode steps, synchronised at the end."""
+    for _ in range(steps):
+        logits, cache = step(model, nxt, cache)
+        nxt = logits.argmax(dim=-1, keepdim=True)
+    torch.cuda.synchronize()
+    return nxt, cache
+
+
+def set_experts(model, impl):
+    """Switch the experts backend; False where this transformers cannot."""
+    try:
+        model.set_experts_implementation(impl)
+        return True
+    except (AttributeError, ValueError, ImportError) as e:
+        log(f"experts backend {impl} not available ({e})")
+        return False
+
+
 def compare(ref, got, got_tokens=None):
     """Errors of got against ref ([S+1, V] float32)."""
     d = (got - ref).abs()
@@ -154,7 +175,11 @@ def bench_phase(args, res, parity):
             m: compare(bf, par[m + ".logits"].float(), par[m + ".tokens"].long()) for m in modes}
         log(f"parity transformers bf16 vs {args.parity_dtype}: "
             f"{res['parity']['hf_bf16_vs_hf_ref']}")
-    vocab = model.config.vocab_size
+    cfg = model.config
+    vocab = cfg.vocab_size
+    # batched_mm copies each token's experts' weights: bytes per token of a decode step
+    inter = getattr(cfg, "moe_intermediate_size", None) or cfg.intermediate_size
+    dup_bytes = cfg.num_experts_per_tok * 3 * inter * cfg.hidden_size * 2
     rows = res["rows"] = []
     for B in args.batches:
         row = dict(batch=B)
@@ -174,18 +199,22 @@ def bench_phase(args, res, parity):
             nxt = logits.argmax(dim=-1, keepdim=True)
             torch.cuda.synchronize()
             row["prefill_s"] = time.time() - t
-            for _ in range(args.warmup):
-                logits, cache = step(model, nxt, cache)
-                nxt = logits.argmax(dim=-1, keepdim=True)
-            torch.cuda.synchronize()
+            nxt, cache = decode(model, nxt, cache, args.warmup)
             t = time.time()
-            for _ in range(args.steps):
-                logits, cache = step(model, nxt, cache)
-                nxt = logits.argmax(dim=-1, keepdim=True)
-            torch.cuda.synchronize()
-            dt = time.time() - t
-            row.update(status="ok", steps=args.steps, step_ms=1000 * dt / args.steps,
-                       tokens_s=B * args.steps / dt,
+            nxt, cache = decode(model, nxt, cache, args.steps)
+            times = {args.experts: time.time() - t}
+            if B * dup_bytes <= args.batched_mm_gib * 2**30 and set_experts(model, "batched_mm"):
+                # what generate() does on the GPU: batched_mm for the decode steps
+                nxt, cache = decode(model, nxt, cache, 1)
+                t = time.time()
+                nxt, cache = decode(model, nxt, cache, args.steps)
+                times["batched_mm"] = time.time() - t
+                set_experts(model, args.experts)
+            best = min(times, key=times.get)
+            row.update(status="ok", steps=args.steps, experts_decode=best,
+                       step_ms=1000 * times[best] / args.steps,
+                       tokens_s=B * args.steps / times[best],
+                       tokens_s_by_experts={k: B * args.steps / v for k, v in times.items()},
                        peak_gib=torch.cuda.max_memory_allocated() / 2**30)
         except torch.cuda.OutOfMemoryError as e:
             row["status"] = f"out of memory ({str(e).splitlines()[0][:120]})"
@@ -208,6 +237,8 @@ def main():
     ap.add_argument("--prefill-tokens", type=int, default=16384,
                     help="tokens per prefill forward (rows x chunk length)")
     ap.add_argument("--experts", default="grouped_mm")
+    ap.add_argument("--batched-mm-gib", type=float, default=8,
+                    help="also time decode with batched_mm where its weight copies fit this")
     ap.add_argument("--parity")
     ap.add_argument("--parity-dtype", default="float32")
     ap.add_argument("--budget", type=float, default=1e9,
