@@ -1,7 +1,10 @@
-/* pd-ipc-handoff.c: KV handoff of transport/local between two processes on one GPU (CUDA
- * IPC), against a plain device-to-device cudaMemcpy of the same bytes in the same run.
+/* pd-ipc-handoff.c: KV handoff between two processes on one GPU, against plain copies of
+ * the same bytes in the same run: transport/local (CUDA IPC) against a device-to-device
+ * cudaMemcpy, transport/ucx (staged through pinned host buffers) against the pinned-copy
+ * ceiling (the same bytes device to pinned host and back, one cudaMemcpy each way).
  *
- *   bench/pd-ipc-handoff [--tokens N ...] [--reps R]
+ *   bench/pd-ipc-handoff [--transport local|ucx] [--option KEY=VALUE ...] [--tokens N ...]
+ *                        [--reps R]
  *
  * Two device pools (dsv4_kv_pool_new_cuda) with the KV geometry of DeepSeek-V4-Flash, as
  * bench/pd-handoff uses on the host (43 layers: 2 sliding, 21 CSA, 20 HCA; D 512 bf16,
@@ -11,8 +14,11 @@
  * slot) with one post, polled to completion, timed on the host. After the last one the
  * receiver checks that every block it was sent holds the sender's bytes. The ceiling is
  * one cudaMemcpy of the request's bytes between two device buffers of the sender, timed
- * with CUDA events. Medians of R repetitions after one untimed. One key=value line per
- * prompt length. */
+ * with CUDA events; the pinned ceiling, the least a staged handoff copies, is one
+ * cudaMemcpy of those bytes into pinned host memory plus one back. Both are printed for
+ * either transport; of_ceiling compares with the one the transport's path is bounded by
+ * (d2d for local, pinned for ucx). --option sets a key of the transport's section.
+ * Medians of R repetitions after one untimed. One key=value line per prompt length. */
 #include "config.h"
 
 #include <cuda_runtime_api.h>
@@ -69,12 +75,23 @@ static dsv4_kv_pool *pool_new(const dsv4_indexk_ops *ik, uint32_t pages, bool fi
     return p;
 }
 
-static void *transport_new(const dsv4_plugin_desc *d)
+/* The transport with its defaults and the --option keys (KEY=VALUE each). */
+static void *transport_new(const dsv4_plugin_desc *d, char **options, uint32_t n_options)
 {
     void *conf = calloc(1, d->config_size ? d->config_size : 1), *st;
     char err[512];
     if (!conf || dsv4_schema_defaults(d->options, conf, err, sizeof(err)) != 0)
         die("transport config");
+    for (uint32_t k = 0; k < n_options; k++) {
+        char *eq = strchr(options[k], '=');
+        if (!eq)
+            die("--option wants KEY=VALUE");
+        *eq = 0;
+        const dsv4_option *opt = dsv4_schema_find(d->options, options[k]);
+        if (!opt || dsv4_schema_set(opt, conf, eq + 1, err, sizeof(err)) != 0)
+            die(opt ? err : "--option: no such key");
+        *eq = '=';
+    }
     if (d->init(dsv4_host_default(), conf, &st, err, sizeof(err)) != 0)
         die(err);
     return st;
@@ -120,13 +137,13 @@ static size_t receiver_mismatches(const dsv4_kv_layout *l, uint32_t n)
 
 /* The child: the decode side. Exposes its pool on `out`, then for each request length
  * read from `in` (0 ends) writes back the mismatching bytes of that request. */
-static void receiver(const dsv4_plugin_desc *tp, const dsv4_plugin_desc *ik, uint32_t pages, int in,
-                     int out)
+static void receiver(const dsv4_plugin_desc *tp, char **options, uint32_t n_options,
+                     const dsv4_plugin_desc *ik, uint32_t pages, int in, int out)
 {
     cuda_ok(cudaSetDevice(0), "cudaSetDevice");
     dsv4_kv_pool *pool = pool_new(ik->ops, pages, false);
     const dsv4_transport_ops *ops = tp->ops;
-    void *rx = transport_new(tp);
+    void *rx = transport_new(tp, options, n_options);
     static uint8_t blob[1 << 20];
     size_t len = sizeof(blob);
     uint64_t l64 = ops->expose(rx, dsv4_kv_pool_layout(pool), blob, &len) == 0 ? len : 0;
@@ -143,17 +160,49 @@ static void receiver(const dsv4_plugin_desc *tp, const dsv4_plugin_desc *ik, uin
     _exit(0);
 }
 
+/* Median ns of reps timed copies (after one untimed) of bytes from a to b: directly when
+ * h is NULL, else through h (device to pinned host, then host to device). t has reps + 1
+ * entries of scratch. */
+static uint64_t copy_median(uint8_t *b, const uint8_t *a, uint8_t *h, uint64_t bytes, uint32_t reps,
+                            uint64_t *t, cudaEvent_t ea, cudaEvent_t eb)
+{
+    for (uint32_t r = 0; r <= reps; r++) {
+        float ms;
+        cuda_ok(cudaEventRecord(ea, 0), "cudaEventRecord");
+        if (h) {
+            cuda_ok(cudaMemcpy(h, a, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy");
+            cuda_ok(cudaMemcpy(b, h, bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
+        } else {
+            cuda_ok(cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice), "cudaMemcpy");
+        }
+        cuda_ok(cudaEventRecord(eb, 0), "cudaEventRecord");
+        cuda_ok(cudaEventSynchronize(eb), "cudaEventSynchronize");
+        cuda_ok(cudaEventElapsedTime(&ms, ea, eb), "cudaEventElapsedTime");
+        t[r] = (uint64_t)(ms * 1e6);
+    }
+    bench_sort_u64(t + 1, reps);
+    return t[1 + reps / 2];
+}
+
 int main(int argc, char **argv)
 {
-    uint32_t tokens[MAX_LENGTHS], n_len = 0, reps = 20;
+    uint32_t tokens[MAX_LENGTHS], n_len = 0, reps = 20, n_options = 0;
+    const char *transport = "local";
+    char *options[MAX_LENGTHS];
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--tokens") == 0 && i + 1 < argc && n_len < MAX_LENGTHS)
             tokens[n_len++] = (uint32_t)strtoul(argv[++i], NULL, 10);
         else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
             reps = (uint32_t)strtoul(argv[++i], NULL, 10);
+        else if (strcmp(argv[i], "--transport") == 0 && i + 1 < argc)
+            transport = argv[++i];
+        else if (strcmp(argv[i], "--option") == 0 && i + 1 < argc && n_options < MAX_LENGTHS)
+            options[n_options++] = argv[++i];
         else
-            die("usage: pd-ipc-handoff [--tokens N ...] [--reps R]");
+            die("usage: pd-ipc-handoff [--transport local|ucx] [--option KEY=VALUE ...] "
+                "[--tokens N ...] [--reps R]");
     }
+    bool staged = strcmp(transport, "ucx") == 0;
     if (n_len == 0) {
         tokens[n_len++] = 8192;
         tokens[n_len++] = 32768;
@@ -174,7 +223,7 @@ int main(int argc, char **argv)
     if (!reg || dsv4_registry_scan(reg, NULL, NULL) != 0)
         die("plugin registry");
     const dsv4_plugin_desc *ik = dsv4_registry_find(reg, DSV4_FAMILY_INDEXK, "fp8", NULL);
-    const dsv4_plugin_desc *tp = dsv4_registry_find(reg, DSV4_FAMILY_TRANSPORT, "local", NULL);
+    const dsv4_plugin_desc *tp = dsv4_registry_find(reg, DSV4_FAMILY_TRANSPORT, transport, NULL);
     if (!ik || !tp)
         die("plugins not found (DSV4D_PLUGIN_PATH)");
     const dsv4_transport_ops *ops = tp->ops;
@@ -188,7 +237,7 @@ int main(int argc, char **argv)
     if (child < 0)
         die("fork");
     if (child == 0)
-        receiver(tp, ik, pages, to_rx[0], from_rx[1]);
+        receiver(tp, options, n_options, ik, pages, to_rx[0], from_rx[1]);
 
     cuda_ok(cudaSetDevice(0), "cudaSetDevice");
     dsv4_kv_pool *src = pool_new(ik->ops, pages, true);
@@ -203,13 +252,14 @@ int main(int argc, char **argv)
             die("blob");
         got += (size_t)r;
     }
-    void *tx = transport_new(tp), *peer;
+    void *tx = transport_new(tp, options, n_options), *peer;
     char err[512];
     if (ops->attach(tx, sl, blob, len, &peer, err, sizeof(err)) != 0)
         die(err);
     struct cudaDeviceProp prop;
     cuda_ok(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
-    printf("# transport/local over CUDA IPC, two processes on %s\n", prop.name);
+    printf("# transport/%s %s, two processes on %s\n", transport,
+           staged ? "staged through pinned host buffers" : "over CUDA IPC", prop.name);
 
     uint32_t *sp = malloc(max_n * sizeof(*sp)), *dp = malloc(max_n * sizeof(*dp));
     dsv4_xfer_run *runs = malloc(max_n * sizeof(*runs));
@@ -252,29 +302,24 @@ int main(int argc, char **argv)
         bench_sort_u64(t + 1, reps);
         uint64_t med = t[1 + reps / 2], best = t[1];
 
-        /* the ceiling: the same bytes in one device-to-device copy */
-        uint8_t *a, *b;
+        /* the ceilings: the same bytes in one device-to-device copy, and through pinned
+         * host memory (one copy down, one up) */
+        uint8_t *a, *b, *h;
         cuda_ok(cudaMalloc((void **)&a, bytes), "cudaMalloc");
         cuda_ok(cudaMalloc((void **)&b, bytes), "cudaMalloc");
-        for (uint32_t r = 0; r <= reps; r++) {
-            float ms;
-            cuda_ok(cudaEventRecord(ea, 0), "cudaEventRecord");
-            cuda_ok(cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice), "cudaMemcpy");
-            cuda_ok(cudaEventRecord(eb, 0), "cudaEventRecord");
-            cuda_ok(cudaEventSynchronize(eb), "cudaEventSynchronize");
-            cuda_ok(cudaEventElapsedTime(&ms, ea, eb), "cudaEventElapsedTime");
-            t[r] = (uint64_t)(ms * 1e6);
-        }
+        cuda_ok(cudaMallocHost((void **)&h, bytes), "cudaMallocHost");
+        uint64_t cmed = copy_median(b, a, NULL, bytes, reps, t, ea, eb);
+        uint64_t pmed = copy_median(b, a, h, bytes, reps, t, ea, eb);
         cuda_ok(cudaFree(a), "cudaFree");
         cuda_ok(cudaFree(b), "cudaFree");
-        bench_sort_u64(t + 1, reps);
-        uint64_t cmed = t[1 + reps / 2];
+        cuda_ok(cudaFreeHost(h), "cudaFreeHost");
         printf("tokens=%u pages=%u runs=%zu copies=%u bytes=%llu reps=%u median_ms=%.3f "
-               "best_ms=%.3f gbps=%.1f d2d_median_ms=%.3f d2d_gbps=%.1f of_ceiling=%.0f%% "
-               "landed=%s\n",
+               "best_ms=%.3f gbps=%.1f d2d_median_ms=%.3f d2d_gbps=%.1f pinned_median_ms=%.3f "
+               "pinned_gbps=%.1f of_ceiling=%.0f%% landed=%s\n",
                tokens[k], n, n_runs, copies, (unsigned long long)bytes, reps, med / 1e6, best / 1e6,
-               (double)bytes / (double)med, cmed / 1e6, (double)bytes / (double)cmed,
-               100.0 * (double)cmed / (double)med, bad == 0 ? "yes" : "NO");
+               (double)bytes / (double)med, cmed / 1e6, (double)bytes / (double)cmed, pmed / 1e6,
+               (double)bytes / (double)pmed, 100.0 * (double)(staged ? pmed : cmed) / (double)med,
+               bad == 0 ? "yes" : "NO");
         fflush(stdout);
         if (bad != 0)
             die("the receiver's blocks differ from the sender's");

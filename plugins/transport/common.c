@@ -1,4 +1,5 @@
-/* common.c: blob encoding, table checks and run checks shared by the transports. */
+/* common.c: blob encoding, table checks, run checks and the piece list shared by the
+ * transports. */
 #include "config.h"
 
 #include "plugins/transport/common.h"
@@ -142,4 +143,34 @@ dsv4_xfer_run *dsv4_tp_runs_dup(const dsv4_xfer_req *req)
     if (runs && req->n_runs)
         memcpy(runs, req->runs, req->n_runs * sizeof(*runs));
     return runs;
+}
+
+/* Appends one piece (counted past cap, written only below it). */
+static void dsv4_tp_piece_add(dsv4_tp_piece *out, size_t cap, size_t *n, uint32_t buffer,
+                              size_t src_off, size_t dst_off, size_t bytes)
+{
+    if (bytes == 0)
+        return;
+    if (*n < cap)
+        out[*n] = (dsv4_tp_piece){buffer, src_off, dst_off, bytes};
+    (*n)++;
+}
+
+size_t dsv4_tp_pieces(const dsv4_kv_layout *l, const dsv4_xfer_req *req, dsv4_tp_piece *out,
+                      size_t cap)
+{
+    size_t n = 0;
+    for (uint32_t i = 0; i < l->n_buffers; i++) {
+        size_t bb = l->buffers[i].block_bytes;
+        if (dsv4_buf_is_paged(l->buffers[i].kind)) {
+            for (size_t r = 0; r < req->n_runs; r++)
+                dsv4_tp_piece_add(out, cap, &n, i, (size_t)req->runs[r].src_page * bb,
+                                  (size_t)req->runs[r].dst_page * bb,
+                                  (size_t)req->runs[r].n_pages * bb);
+        } else if (req->with_state) {
+            dsv4_tp_piece_add(out, cap, &n, i, (size_t)req->src_state * bb,
+                              (size_t)req->dst_state * bb, bb);
+        }
+    }
+    return n;
 }

@@ -62,6 +62,20 @@ int dsv4_tp_check_sides(const dsv4_xfer_req *req, const dsv4_tp_table *src,
 /* The same with the local layout as the source. */
 int dsv4_tp_check_req(const dsv4_xfer_req *req, const dsv4_kv_layout *local,
                       const dsv4_tp_table *peer);
+/* One piece of a request: `bytes` of buffer `buffer` from src_off in the sender's buffer
+ * to dst_off in the receiver's. */
+typedef struct dsv4_tp_piece {
+    uint32_t buffer;
+    size_t src_off, dst_off, bytes;
+} dsv4_tp_piece;
+
+/* The pieces of req in the order every transport that copies a request as a list walks
+ * them (CUDA IPC batches, ucx staging): each run of each paged buffer in table order, and
+ * the state block of each state buffer when req->with_state; empty ones are left out.
+ * Writes at most cap pieces to out and returns how many there are (cap 0: count only). */
+size_t dsv4_tp_pieces(const dsv4_kv_layout *l, const dsv4_xfer_req *req, dsv4_tp_piece *out,
+                      size_t cap);
+
 /* The copy of req->runs a transfer keeps (the caller's array may go away after post). */
 dsv4_xfer_run *dsv4_tp_runs_dup(const dsv4_xfer_req *req);
 

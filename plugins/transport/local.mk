@@ -3,6 +3,8 @@
 # The KV transport plugins: one libtool module each; common.c (blob table, run checks) is
 # compiled into each. transport/ucx only where configure found UCX.
 TRANSPORT_COMMON = plugins/transport/common.c plugins/transport/common.h
+# The device paths queue a request's copies as one cudaMemcpyBatchAsync (cuda_batch.c).
+TRANSPORT_CUDA_BATCH = plugins/transport/cuda_batch.c plugins/transport/cuda_batch.h
 # transport/local's device path (CUDA IPC, local_cuda.c) only where CUDA is built; cudart
 # only. local_blob.c (the expose blob) is pure C, tested without a GPU.
 LOCAL_BLOB = plugins/transport/local_blob.c plugins/transport/local_blob.h
@@ -13,7 +15,7 @@ plugins_dsv4_transport_local_la_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
 plugins_dsv4_transport_local_la_LDFLAGS = $(AM_LDFLAGS) $(PLUGIN_MODULE_FLAGS)
 plugins_dsv4_transport_local_la_LIBADD = $(PTHREAD_LIBS)
 if HAVE_CUDA
-plugins_dsv4_transport_local_la_SOURCES += plugins/transport/local_cuda.c
+plugins_dsv4_transport_local_la_SOURCES += plugins/transport/local_cuda.c $(TRANSPORT_CUDA_BATCH)
 plugins_dsv4_transport_local_la_LIBADD += $(CUDA_LIBS)
 endif
 
@@ -39,12 +41,19 @@ tests_gpu_t_gpu_transport_local_ipc_moves_every_buffer_CPPFLAGS = $(GPU_TEST_FLA
 	$(XXHASH_CFLAGS)
 tests_gpu_t_gpu_transport_local_ipc_moves_every_buffer_LDADD = $(HOSTCACHE_GPU_LIBS)
 
+# Device pools go through pinned staging buffers (ucx_stage.c, CUDA builds only; cudart).
 if HAVE_UCX
 plugin_LTLIBRARIES += plugins/dsv4-transport-ucx.la
-plugins_dsv4_transport_ucx_la_SOURCES = plugins/transport/ucx.c $(TRANSPORT_COMMON)
+plugins_dsv4_transport_ucx_la_SOURCES = plugins/transport/ucx.c plugins/transport/ucx_stage.h \
+	$(TRANSPORT_COMMON)
 plugins_dsv4_transport_ucx_la_CFLAGS = $(AM_CFLAGS) $(UCX_CFLAGS)
+plugins_dsv4_transport_ucx_la_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
 plugins_dsv4_transport_ucx_la_LDFLAGS = $(AM_LDFLAGS) $(PLUGIN_MODULE_FLAGS)
 plugins_dsv4_transport_ucx_la_LIBADD = $(UCX_LIBS) $(PTHREAD_LIBS)
+if HAVE_CUDA
+plugins_dsv4_transport_ucx_la_SOURCES += plugins/transport/ucx_stage.c $(TRANSPORT_CUDA_BATCH)
+plugins_dsv4_transport_ucx_la_LIBADD += $(CUDA_LIBS)
+endif
 endif
 
 # transport/nccl only where configure found NCCL (and so CUDA); cudart only, never cuBLAS.
@@ -116,6 +125,30 @@ bench_pd_nccl_handoff_SOURCES = bench/pd-nccl-handoff.c $(NCCL_PAIR)
 bench_pd_nccl_handoff_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS) $(NCCL_CPPFLAGS)
 bench_pd_nccl_handoff_LDADD = $(PLUGIN_TEST_LIBS) $(NCCL_LIBS) $(CUDA_LIBS)
 EXTRA_DIST += bench/pd-nccl-handoff.sh tests/gpu/t-nccl-pd-golden-and-chaos-on-two-gpus.sh
+
+# dsv4ctl validate/describe with transport/ucx and device pools (skips where ucx is not built)
+TESTS += tests/cli/t-transport-ucx-validates-device-pools.sh
+EXTRA_DIST += tests/cli/t-transport-ucx-validates-device-pools.sh \
+	tests/fixtures/ucx/device-cuda.ini \
+	tests/fixtures/ucx/stage-too-small.ini tests/fixtures/ucx/stage-too-small.expect
+
+# transport/ucx with device pools on one GPU (two processes, staged through pinned
+# buffers; nccl-pair.c joins them), and the PD golden test over ucx (the one-GPU golden
+# script with TRANSPORT=ucx, tests/gpu/t-gpu-pd-ucx-golden-tokens-match-unified.sh).
+if HAVE_UCX
+if HAVE_CUDA
+check_PROGRAMS += tests/gpu/t-gpu-transport-ucx-stages-every-buffer
+TESTS += tests/gpu/t-gpu-transport-ucx-stages-every-buffer \
+	tests/gpu/t-gpu-pd-ucx-golden-tokens-match-unified.sh
+endif
+endif
+EXTRA_DIST += tests/gpu/t-gpu-pd-ucx-golden-tokens-match-unified.sh
+tests_gpu_t_gpu_transport_ucx_stages_every_buffer_SOURCES = \
+	tests/gpu/t-gpu-transport-ucx-stages-every-buffer.c $(NCCL_PAIR)
+tests_gpu_t_gpu_transport_ucx_stages_every_buffer_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS) \
+	$(UCX_CFLAGS)
+tests_gpu_t_gpu_transport_ucx_stages_every_buffer_LDADD = $(PLUGIN_TEST_LIBS) \
+	$(CUDA_TEST_LIBS) $(UCX_LIBS) -lm
 
 # transport/chaos loads its inner plugin itself and parses inner_options with the
 # daemon's schema code (compiled in: plugins link nothing of the daemon).

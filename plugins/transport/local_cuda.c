@@ -3,6 +3,8 @@
 
 #include "plugins/transport/local_cuda.h"
 
+#include "plugins/transport/cuda_batch.h"
+
 #include <cuda_runtime_api.h>
 #include <errno.h>
 #include <stdio.h>
@@ -194,18 +196,6 @@ static void lc_detach(void *peer)
     lc_free_peer(p);
 }
 
-/* One copy of the batch: src and dst blocks of buffer i, n blocks. */
-static void lc_add(size_t *n, void **dsts, const void **srcs, size_t *sizes, uint8_t *dst,
-                   const uint8_t *src, size_t bytes)
-{
-    if (bytes == 0)
-        return;
-    dsts[*n] = dst;
-    srcs[*n] = src;
-    sizes[*n] = bytes;
-    (*n)++;
-}
-
 static int lc_post(void *peer, const dsv4_xfer_req *req, void **xfer_p)
 {
     lc_peer *p = peer;
@@ -213,37 +203,25 @@ static int lc_post(void *peer, const dsv4_xfer_req *req, void **xfer_p)
     int rc = dsv4_tp_check_req(req, l, &p->t);
     if (rc != 0)
         return rc;
-    size_t cap = (size_t)l->n_buffers * (req->n_runs + 1), n = 0;
-    void **dsts = malloc(cap * sizeof(*dsts));
-    const void **srcs = malloc(cap * sizeof(*srcs));
-    size_t *sizes = malloc(cap * sizeof(*sizes));
+    size_t n = dsv4_tp_pieces(l, req, NULL, 0);
+    dsv4_tp_piece *pieces = malloc((n ? n : 1) * sizeof(*pieces));
+    dsv4_tp_batch batch = {0};
     lc_xfer *x = calloc(1, sizeof(*x));
-    if (!dsts || !srcs || !sizes || !x) {
+    if (!pieces || !x || dsv4_tp_batch_init(&batch, n) != 0) {
         rc = -ENOMEM;
         goto free_arrays;
     }
-    for (uint32_t i = 0; i < l->n_buffers; i++) {
-        const dsv4_kv_buffer *b = &l->buffers[i];
-        size_t bb = b->block_bytes;
-        if (dsv4_buf_is_paged(b->kind)) {
-            for (size_t r = 0; r < req->n_runs; r++)
-                lc_add(&n, dsts, srcs, sizes, p->dst[i] + (size_t)req->runs[r].dst_page * bb,
-                       b->base + (size_t)req->runs[r].src_page * bb,
-                       (size_t)req->runs[r].n_pages * bb);
-        } else if (req->with_state) {
-            lc_add(&n, dsts, srcs, sizes, p->dst[i] + (size_t)req->dst_state * bb,
-                   b->base + (size_t)req->src_state * bb, bb);
-        }
-    }
+    dsv4_tp_pieces(l, req, pieces, n);
+    for (size_t k = 0; k < n; k++)
+        dsv4_tp_batch_add(&batch, p->dst[pieces[k].buffer] + pieces[k].dst_off,
+                          l->buffers[pieces[k].buffer].base + pieces[k].src_off, pieces[k].bytes);
     cudaError_t e = cudaSetDevice(p->dev);
     /* the copies read what the forward queued on the compute stream before this post */
     cudaStream_t compute = p->host->cuda_stream;
     if (e == cudaSuccess && compute && (e = cudaEventRecord(p->after, compute)) == cudaSuccess)
         e = cudaStreamWaitEvent(p->stream, p->after, 0);
-    struct cudaMemcpyAttributes attr = {.srcAccessOrder = cudaMemcpySrcAccessOrderStream};
-    size_t attr_at = 0;
-    if (e == cudaSuccess && n > 0)
-        e = cudaMemcpyBatchAsync(dsts, srcs, sizes, n, &attr, &attr_at, 1, p->stream);
+    if (e == cudaSuccess)
+        e = dsv4_tp_batch_queue(&batch, p->stream);
     if (e == cudaSuccess &&
         (e = cudaEventCreateWithFlags(&x->done, cudaEventDisableTiming)) == cudaSuccess &&
         (e = cudaEventRecord(x->done, p->stream)) != cudaSuccess)
@@ -260,9 +238,8 @@ static int lc_post(void *peer, const dsv4_xfer_req *req, void **xfer_p)
     x = NULL;
 free_arrays:
     free(x);
-    free(sizes);
-    free(srcs);
-    free(dsts);
+    dsv4_tp_batch_free(&batch);
+    free(pieces);
     return rc;
 }
 

@@ -12,11 +12,17 @@
  *
  * cancel() cannot recall a put that was issued: it returns 0 only once the flush has
  * completed (or failed because the peer is gone), so nothing can land afterwards.
- * Host memory only for now: probe, check and expose refuse device memory by name.
+ *
+ * Device pools (device = cuda) are staged through pinned host buffers (ucx_stage.h): the
+ * UCX this is built against has no CUDA memory support, so device memory is never
+ * registered with it. expose() and attach() of a layout in CUDA memory hand over to
+ * ucx_stage.c; the blob then carries the staging buffer size instead of rkeys. The host
+ * path above is the same for host pools whatever the build.
  */
 #include "config.h"
 
 #include "plugins/transport/common.h"
+#include "plugins/transport/ucx_stage.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -29,7 +35,8 @@
 #include <ucp/api/ucp.h>
 #include <unistd.h>
 
-#define UCX_MAGIC 0x55543444u /* "D4TU" */
+#define UCX_MAGIC 0x55543444u       /* "D4TU": a host pool's blob */
+#define UCX_STAGE_MAGIC 0x53543444u /* "D4TS": a device pool's blob (staged) */
 #define UCX_SUBJECT "transport/ucx"
 #define UCX_MAX_ADDRESS (64u << 10)
 #define UCX_MAX_RKEY (64u << 10)
@@ -37,12 +44,17 @@
 
 typedef struct ucx_config {
     const char *tls;
+    uint64_t stage_size;
 } ucx_config;
 
 typedef struct ucx_state {
     const dsv4_host *host;
+    const ucx_config *conf;
     ucp_context_h ctx;
     ucp_worker_h worker;
+    bool ucx_cuda;           /* UCX lists CUDA memory (logged; this build stages anyway) */
+    dsv4_ucx_stage *stage;   /* receiver of a device pool: staging (ucx_stage.h) */
+    dsv4_ucx_sender *sender; /* sender of a device pool: acknowledgements */
     /* receiver side: the exposed layout's registrations and the progress thread */
     const dsv4_kv_layout *exposed;
     ucp_mem_h *memh;
@@ -55,13 +67,15 @@ typedef struct ucx_peer {
     dsv4_tp_table t;
     const dsv4_kv_layout *local;
     ucp_ep_h ep;
-    ucp_rkey_h *rkey;   /* [n_buffers] */
-    uint64_t *remote;   /* [n_buffers] remote base addresses */
-    ucs_status_t error; /* set by the endpoint's error handler */
+    dsv4_ucx_speer *stage; /* a device pool's staging path; NULL for host pools */
+    ucp_rkey_h *rkey;      /* [n_buffers] */
+    uint64_t *remote;      /* [n_buffers] remote base addresses */
+    ucs_status_t error;    /* set by the endpoint's error handler */
 } ucx_peer;
 
 typedef struct ucx_xfer {
     ucx_peer *peer;
+    dsv4_ucx_tx *tx;     /* a staged transfer; NULL for host pools */
     void *flush;         /* the flush request, NULL once done */
     ucs_status_t status; /* first failure of a put or of the flush */
 } ucx_xfer;
@@ -76,12 +90,12 @@ static int ucx_errno(ucs_status_t st)
 
 static int ucx_probe(const dsv4_host *host, char *why, size_t whylen)
 {
+#ifndef HAVE_CUDA
     if (host->selection && host->selection->device == DSV4_DEVICE_CUDA) {
-        snprintf(why, whylen,
-                 "device memory is not supported yet (host pools only; use device = cpu, "
-                 "or transport local or nccl for device pools)");
+        snprintf(why, whylen, "built without CUDA: host pools only (device = cpu)");
         return DSV4_EUNAVAIL;
     }
+#endif
     ucp_config_t *c;
     ucs_status_t st = ucp_config_read(NULL, NULL, &c);
     if (st != UCS_OK) {
@@ -97,12 +111,16 @@ static int ucx_check(const dsv4_selection *sel, const void *config, dsv4_report_
 {
     const ucx_config *c = config;
     int n = 0;
+#ifndef HAVE_CUDA
     if (sel->device == DSV4_DEVICE_CUDA) {
         report(diag, "transport", "plugin",
-               "transport/ucx moves host pools only (device = cuda needs transport local "
-               "or nccl)");
+               "transport/ucx was built without CUDA: host pools only (device = cuda needs "
+               "a CUDA build)");
         n++;
     }
+#else
+    (void)sel;
+#endif
     if (!c->tls || !*c->tls) {
         report(diag, "transport.ucx", "tls",
                "empty transport list (expected e.g. tcp or shm,self)");
@@ -114,16 +132,24 @@ static int ucx_check(const dsv4_selection *sel, const void *config, dsv4_report_
 static void *ucx_progress_main(void *arg)
 {
     ucx_state *s = arg;
+    /* a staged pool also wakes us when a scatter finished or a chunk landed */
+    int wake = s->stage ? dsv4_ucx_stage_wake_fd(s->stage) : -1;
     for (;;) {
+        uint64_t n;
+        if (wake >= 0 && read(wake, &n, sizeof(n)) < 0)
+            n = 0; /* nothing pending (non-blocking) */
         while (ucp_worker_progress(s->worker) != 0)
             ;
+        if (s->stage)
+            dsv4_ucx_stage_turn(s->stage);
         ucs_status_t st = ucp_worker_arm(s->worker);
         if (st == UCS_ERR_BUSY)
             continue;
-        struct pollfd p[2] = {{.fd = s->efd, .events = POLLIN},
-                              {.fd = s->stop_fd, .events = POLLIN}};
+        struct pollfd p[3] = {{.fd = s->efd, .events = POLLIN},
+                              {.fd = s->stop_fd, .events = POLLIN},
+                              {.fd = wake, .events = POLLIN}};
         /* the timeout bounds the cost of a missed wakeup; events normally wake us */
-        poll(p, 2, 100);
+        poll(p, wake >= 0 ? 3 : 2, 100);
         if (p[1].revents & POLLIN)
             return NULL;
     }
@@ -139,6 +165,7 @@ static int ucx_init(const dsv4_host *host, const void *config, void **state_p, c
         return -ENOMEM;
     }
     s->host = host;
+    s->conf = c;
     s->stop_fd = -1;
     ucp_config_t *uc;
     ucs_status_t st = ucp_config_read(NULL, NULL, &uc);
@@ -149,7 +176,7 @@ static int ucx_init(const dsv4_host *host, const void *config, void **state_p, c
                      ucs_status_string(st));
         ucp_params_t p = {.field_mask =
                               UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED,
-                          .features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP,
+                          .features = UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP,
                           .mt_workers_shared = 1};
         if (st == UCS_OK) {
             st = ucp_init(&p, uc, &s->ctx);
@@ -177,6 +204,11 @@ static int ucx_init(const dsv4_host *host, const void *config, void **state_p, c
                      ucs_status_string(st));
         }
     }
+    if (st == UCS_OK) {
+        ucp_context_attr_t ca = {.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES};
+        s->ucx_cuda = ucp_context_query(s->ctx, &ca) == UCS_OK &&
+                      (ca.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA));
+    }
     if (st != UCS_OK) {
         if (s->worker)
             ucp_worker_destroy(s->worker);
@@ -198,6 +230,8 @@ static void ucx_unexpose(ucx_state *s)
         close(s->stop_fd);
         s->stop_fd = -1;
     }
+    dsv4_ucx_stage_close(s->stage);
+    s->stage = NULL;
     for (uint32_t i = 0; s->memh && i < s->exposed->n_buffers; i++)
         if (s->memh[i])
             ucp_mem_unmap(s->ctx, s->memh[i]);
@@ -210,12 +244,31 @@ static void ucx_fini(void *state)
 {
     ucx_state *s = state;
     ucx_unexpose(s);
+    dsv4_ucx_sender_close(s->sender);
     ucp_worker_destroy(s->worker);
     ucp_cleanup(s->ctx);
     free(s);
 }
 
-/* Registers every buffer of l once (a second expose of the same layout reuses it). */
+/* Whether l is a device pool (every buffer in CUDA memory): staged. */
+static bool ucx_is_device(const dsv4_kv_layout *l)
+{
+    return l->n_buffers > 0 && l->buffers[0].mem == DSV4_MEM_CUDA;
+}
+
+/* Says once per side how device pools move with the UCX we run on. */
+static void ucx_log_staging(const ucx_state *s)
+{
+    s->host->log(DSV4_LOG_INFO, UCX_SUBJECT,
+                 s->ucx_cuda ? "device pool staged through pinned buffers of %llu bytes (UCX "
+                               "lists CUDA memory, but this build always stages)"
+                             : "device pool staged through pinned buffers of %llu bytes (this "
+                               "UCX has no CUDA memory support)",
+                 (unsigned long long)s->conf->stage_size);
+}
+
+/* Registers every buffer of l once (a second expose of the same layout reuses it); a
+ * device pool gets its staging buffers instead. */
 static int ucx_register(ucx_state *s, const dsv4_kv_layout *l)
 {
     if (s->exposed == l)
@@ -226,7 +279,15 @@ static int ucx_register(ucx_state *s, const dsv4_kv_layout *l)
     if (!s->memh)
         return -ENOMEM;
     s->exposed = l;
-    for (uint32_t i = 0; i < l->n_buffers; i++) {
+    if (ucx_is_device(l)) {
+        ucx_log_staging(s);
+        int rc = dsv4_ucx_stage_open(s->host, s->worker, l, s->conf->stage_size, &s->stage);
+        if (rc != 0) {
+            ucx_unexpose(s);
+            return rc;
+        }
+    }
+    for (uint32_t i = 0; !s->stage && i < l->n_buffers; i++) {
         const dsv4_kv_buffer *b = &l->buffers[i];
         ucp_mem_map_params_t mp = {.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
                                                  UCP_MEM_MAP_PARAM_FIELD_LENGTH,
@@ -259,7 +320,9 @@ static int ucx_expose(void *state, const dsv4_kv_layout *l, void *blob, size_t *
 {
     ucx_state *s = state;
     dsv4_tp_out o = {.p = blob, .cap = blob ? *len_p : 0};
-    int rc = dsv4_tp_put_table(&o, UCX_MAGIC, l, DSV4_MEM_HOST);
+    bool device = ucx_is_device(l);
+    int rc = dsv4_tp_put_table(&o, device ? UCX_STAGE_MAGIC : UCX_MAGIC, l,
+                               device ? DSV4_MEM_CUDA : DSV4_MEM_HOST);
     if (rc == 0)
         rc = ucx_register(s, l);
     if (rc != 0)
@@ -272,7 +335,9 @@ static int ucx_expose(void *state, const dsv4_kv_layout *l, void *blob, size_t *
     dsv4_tp_put_u32(&o, (uint32_t)addr_len);
     dsv4_tp_put(&o, addr, addr_len);
     ucp_worker_release_address(s->worker, addr);
-    for (uint32_t i = 0; i < l->n_buffers; i++) {
+    if (device)
+        dsv4_tp_put_u64(&o, s->conf->stage_size);
+    for (uint32_t i = 0; !device && i < l->n_buffers; i++) {
         void *key;
         size_t key_len;
         st = ucp_rkey_pack(s->ctx, s->memh[i], &key, &key_len);
@@ -295,32 +360,38 @@ static void ucx_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
     __atomic_store_n(&p->error, status, __ATOMIC_RELEASE);
 }
 
+void dsv4_ucx_ep_close(ucp_worker_h worker, const dsv4_host *host, ucp_ep_h ep, bool force)
+{
+    ucp_request_param_t rp = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                              .flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0};
+    void *req = ucp_ep_close_nbx(ep, &rp);
+    /* a graceful close waits for the peer; a peer that never answers (shared memory
+     * transports cannot tell it is gone) costs at most the bound below */
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    bool closing = UCS_PTR_IS_PTR(req);
+    while (closing && ucp_request_check_status(req) == UCS_INPROGRESS) {
+        ucp_worker_progress(worker);
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if (t.tv_sec - t0.tv_sec > UCX_CLOSE_SECONDS) {
+            host->log(DSV4_LOG_WARN, UCX_SUBJECT, "the peer did not confirm the close within %d s",
+                      UCX_CLOSE_SECONDS);
+            break;
+        }
+    }
+    if (closing)
+        ucp_request_free(req);
+}
+
 static void ucx_peer_free(ucx_state *s, ucx_peer *p)
 {
+    if (p->stage)
+        dsv4_ucx_speer_close(p->stage); /* its transfers drain while the endpoint lives */
     for (uint32_t i = 0; p->rkey && i < p->local->n_buffers; i++)
         if (p->rkey[i])
             ucp_rkey_destroy(p->rkey[i]);
-    if (p->ep) {
-        ucp_request_param_t rp = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
-                                  .flags = p->error == UCS_OK ? 0 : UCP_EP_CLOSE_FLAG_FORCE};
-        void *req = ucp_ep_close_nbx(p->ep, &rp);
-        /* a graceful close waits for the peer; a peer that never answers (shared memory
-         * transports cannot tell it is gone) costs at most the bound below */
-        struct timespec t0, t;
-        clock_gettime(CLOCK_MONOTONIC, &t0);
-        bool closing = UCS_PTR_IS_PTR(req);
-        while (closing && ucp_request_check_status(req) == UCS_INPROGRESS) {
-            ucp_worker_progress(s->worker);
-            clock_gettime(CLOCK_MONOTONIC, &t);
-            if (t.tv_sec - t0.tv_sec > UCX_CLOSE_SECONDS) {
-                s->host->log(DSV4_LOG_WARN, UCX_SUBJECT,
-                             "the peer did not confirm the close within %d s", UCX_CLOSE_SECONDS);
-                break;
-            }
-        }
-        if (closing)
-            ucp_request_free(req);
-    }
+    if (p->ep)
+        dsv4_ucx_ep_close(s->worker, s->host, p->ep, p->error != UCS_OK);
     free(p->rkey);
     free(p->remote);
     free(p);
@@ -337,7 +408,19 @@ static int ucx_attach(void *state, const dsv4_kv_layout *local, const void *blob
         return -ENOMEM;
     }
     p->local = local;
-    int rc = dsv4_tp_get_table(&in, UCX_MAGIC, local, &p->t, UCX_SUBJECT, err, errlen);
+    /* the magic says which kind of pool the peer exposed: ours must be the same kind */
+    bool device = ucx_is_device(local);
+    dsv4_tp_in peek = in;
+    uint32_t magic = dsv4_tp_get_u32(&peek);
+    int rc = 0;
+    if (magic == (device ? UCX_MAGIC : UCX_STAGE_MAGIC)) {
+        snprintf(err, errlen, UCX_SUBJECT ": the peer's pool is in %s memory, ours in %s memory",
+                 device ? "host" : "device", device ? "device" : "host");
+        rc = DSV4_EPEER;
+    }
+    if (rc == 0)
+        rc = dsv4_tp_get_table(&in, device ? UCX_STAGE_MAGIC : UCX_MAGIC, local, &p->t, UCX_SUBJECT,
+                               err, errlen);
     uint32_t addr_len = dsv4_tp_get_u32(&in);
     const uint8_t *addr = addr_len <= UCX_MAX_ADDRESS ? dsv4_tp_get(&in, addr_len) : NULL;
     p->rkey = calloc(local->n_buffers ? local->n_buffers : 1, sizeof(*p->rkey));
@@ -375,7 +458,16 @@ static int ucx_attach(void *state, const dsv4_kv_layout *local, const void *blob
             rc = DSV4_EPEER;
         }
     }
-    for (uint32_t i = 0; rc == 0 && i < local->n_buffers; i++) {
+    uint64_t remote_stage = device ? dsv4_tp_get_u64(&in) : 0;
+    if (rc == 0 && device && !s->sender &&
+        (rc = dsv4_ucx_sender_open(s->host, s->worker, &s->sender)) != 0)
+        snprintf(err, errlen, UCX_SUBJECT ": cannot take acknowledgements (%s)", strerror(-rc));
+    if (rc == 0 && device && !in.bad) {
+        ucx_log_staging(s);
+        rc = dsv4_ucx_speer_open(s->sender, local, &p->t, s->conf->stage_size, (size_t)remote_stage,
+                                 &p->ep, &p->error, &p->stage, err, errlen);
+    }
+    for (uint32_t i = 0; rc == 0 && !device && i < local->n_buffers; i++) {
         p->remote[i] = dsv4_tp_get_u64(&in);
         uint32_t key_len = dsv4_tp_get_u32(&in);
         const uint8_t *key = key_len <= UCX_MAX_RKEY ? dsv4_tp_get(&in, key_len) : NULL;
@@ -387,7 +479,10 @@ static int ucx_attach(void *state, const dsv4_kv_layout *local, const void *blob
             rc = DSV4_EPEER;
         }
     }
-    if (rc == 0 && in.off != in.len) {
+    if (rc == 0 && in.bad) {
+        snprintf(err, errlen, UCX_SUBJECT ": truncated blob (staging size)");
+        rc = DSV4_EPEER;
+    } else if (rc == 0 && in.off != in.len) {
         snprintf(err, errlen, UCX_SUBJECT ": trailing bytes in the peer's blob");
         rc = DSV4_EPEER;
     }
@@ -430,6 +525,15 @@ static int ucx_post(void *state, void *peer, const dsv4_xfer_req *req, void **xf
     if (!x)
         return -ENOMEM;
     x->peer = p;
+    if (p->stage) {
+        rc = dsv4_ucx_tx_post(p->stage, req, &x->tx);
+        if (rc != 0) {
+            free(x);
+            return rc;
+        }
+        *xfer_p = x;
+        return 0;
+    }
     const dsv4_kv_layout *l = p->local;
     for (uint32_t i = 0; i < l->n_buffers; i++) {
         const dsv4_kv_buffer *b = &l->buffers[i];
@@ -475,6 +579,8 @@ static bool ucx_settled(ucx_state *s, ucx_xfer *x)
 static int ucx_poll(void *state, void *xfer)
 {
     ucx_xfer *x = xfer;
+    if (x->tx)
+        return dsv4_ucx_tx_poll(x->tx);
     if (!ucx_settled(state, x))
         return -EAGAIN;
     return ucx_errno(x->status);
@@ -482,14 +588,19 @@ static int ucx_poll(void *state, void *xfer)
 
 static int ucx_cancel(void *state, void *xfer)
 {
-    return ucx_settled(state, xfer) ? 0 : -EAGAIN;
+    ucx_xfer *x = xfer;
+    if (x->tx)
+        return dsv4_ucx_tx_cancel(x->tx);
+    return ucx_settled(state, x) ? 0 : -EAGAIN;
 }
 
 static void ucx_release(void *state, void *xfer)
 {
     ucx_xfer *x = xfer;
+    if (x->tx)
+        dsv4_ucx_tx_release(x->tx);
     /* released before it settled: UCX frees the flush request when it completes */
-    if (!ucx_settled(state, x))
+    else if (!ucx_settled(state, x))
         ucp_request_free(x->flush);
     free(x);
 }
@@ -502,6 +613,14 @@ static const dsv4_option ucx_options[] = {
      .max = 0,
      .help = "transports UCX may use, as UCX_TLS (e.g. tcp, or shm for shared memory on one host)",
      .offset = offsetof(ucx_config, tls)},
+    {.key = "stage_size",
+     .type = DSV4_OPT_SIZE,
+     .def = "64M",
+     .min = 1ll << 20,
+     .max = 4ll << 30,
+     .help = "device pools: bytes of each pinned staging buffer (two per peer at the sender, "
+             "two at the receiver); a request larger than one moves in several chunks",
+     .offset = offsetof(ucx_config, stage_size)},
     {.key = NULL},
 };
 
@@ -519,7 +638,8 @@ static const dsv4_transport_ops ucx_ops = {
 const dsv4_plugin_desc dsv4_plugin = {
     DSV4_TRANSPORT_DESC_HEADER,
     .name = "ucx",
-    .description = "one-sided UCP RMA writes into the receiver's registered pool (host memory)",
+    .description = "one-sided UCP RMA writes into the receiver's registered pool; device pools "
+                   "staged through pinned buffers",
     .flags = 0,
     .options = ucx_options,
     .config_size = sizeof(ucx_config),

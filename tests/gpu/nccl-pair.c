@@ -1,5 +1,5 @@
-/* nccl-pair.c: two processes, one GPU each, for the transport/nccl test and bench
- * (nccl-pair.h). */
+/* nccl-pair.c: two processes joined as the PD code joins them, for the transport/nccl and
+ * transport/ucx device tests and benches (nccl-pair.h). */
 #include "config.h"
 
 #include "tests/gpu/nccl-pair.h"
@@ -129,6 +129,13 @@ static void layout_alloc(nccl_pair *p, bool fill)
 void nccl_pair_start(nccl_pair *p, int dev0, int dev1, uint32_t n_layers, uint32_t n_pages,
                      uint32_t n_slots, bool fill)
 {
+    nccl_pair_start_with(p, "nccl", NULL, NULL, dev0, dev1, n_layers, n_pages, n_slots, fill);
+}
+
+void nccl_pair_start_with(nccl_pair *p, const char *plugin, const char *key, const char *value,
+                          int dev0, int dev1, uint32_t n_layers, uint32_t n_pages, uint32_t n_slots,
+                          bool fill)
+{
     int sv[2];
     memset(p, 0, sizeof(*p));
     fflush(stdout);
@@ -145,9 +152,9 @@ void nccl_pair_start(nccl_pair *p, int dev0, int dev1, uint32_t n_layers, uint32
     cuda_ok(cudaSetDevice(p->dev), "cudaSetDevice");
     layout_make(p, n_layers, n_pages, n_slots);
     layout_alloc(p, fill && p->rank == 0);
-    p->desc = plugtest_open("transport", "nccl");
+    p->desc = plugtest_open("transport", plugin);
     p->ops = p->desc->ops;
-    p->conf = plugtest_config(p->desc, NULL);
+    p->conf = plugtest_config(p->desc, key, value, NULL);
     p->state = plugtest_init(p->desc, p->conf);
 }
 
@@ -197,6 +204,8 @@ void nccl_pair_connect(nccl_pair *p)
         if (rc != 0)
             bail_out("expose: %d", rc);
         nccl_pair_send(p, 'E', blob, (uint32_t)len);
+        if (!p->ops->bootstrap)
+            return; /* one-sided: the receiver has no end of its own */
         void *boot = nccl_pair_recv(p, 'B', &n);
         rc = p->ops->accept(p->state, &p->l, boot, n, &p->peer, err, sizeof(err));
         free(boot);
@@ -209,6 +218,8 @@ void nccl_pair_connect(nccl_pair *p)
     free(exposed);
     if (rc != 0)
         bail_out("attach: %s (%d)", err, rc);
+    if (!p->ops->bootstrap)
+        return;
     rc = p->ops->bootstrap(p->state, p->peer, blob, &len);
     if (rc != 0)
         bail_out("bootstrap: %d", rc);

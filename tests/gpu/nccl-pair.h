@@ -1,9 +1,11 @@
-/* nccl-pair.h: what the two-GPU transport/nccl test and bench share: two processes, one
- * GPU each, joined by a socketpair standing in for the PD control channel. Rank 0 is the
+/* nccl-pair.h: what the device transport tests and benches share (transport/nccl across
+ * two GPUs; transport/ucx staged, both processes on one GPU): two processes, one GPU
+ * each, joined by a socketpair standing in for the PD control channel. Rank 0 is the
  * sender (prefill), rank 1 the receiver (decode). Each loads the built plugin from
  * $DSV4D_PLUGIN_PATH, allocates a device KV layout of the real buffer kinds (a sliding, a
  * CSA and an HCA layer, repeated) and, through nccl_pair_connect, runs what the PD code
- * runs: expose -> attach -> bootstrap -> accept. CUDA is first touched after the fork.
+ * runs: expose -> attach, then bootstrap -> accept for a two-sided transport. CUDA is
+ * first touched after the fork.
  *
  * Failures of the harness itself (CUDA, sockets, the plugin's set-up) end the process with
  * a TAP "Bail out!", so nothing passes on a call that failed. */
@@ -39,11 +41,17 @@ int nccl_pair_gpus(void);
  * zero. */
 void nccl_pair_start(nccl_pair *p, int dev0, int dev1, uint32_t n_layers, uint32_t n_pages,
                      uint32_t n_slots, bool fill);
+/* The same with transport/<plugin>, and key = value set in its config when key is not
+ * NULL (nccl_pair_start is transport/nccl with its defaults). */
+void nccl_pair_start_with(nccl_pair *p, const char *plugin, const char *key, const char *value,
+                          int dev0, int dev1, uint32_t n_layers, uint32_t n_pages, uint32_t n_slots,
+                          bool fill);
 /* Length-prefixed messages on the control channel ('tag' tells them apart). */
 void nccl_pair_send(nccl_pair *p, char tag, const void *m, uint32_t len);
 /* Receives one message of `tag` into a malloc'd buffer (*len_p bytes). */
 void *nccl_pair_recv(nccl_pair *p, char tag, uint32_t *len_p);
-/* expose/attach/bootstrap/accept; p->peer is set on both sides. */
+/* expose/attach, and bootstrap/accept where the transport is two-sided; p->peer is set at
+ * the sender, and at the receiver of a two-sided transport. */
 void nccl_pair_connect(nccl_pair *p);
 /* The sender's request travels as the PD XFER frame would carry it. */
 void nccl_pair_send_req(nccl_pair *p, const dsv4_xfer_req *req);

@@ -6,6 +6,9 @@
 # server attached to the decode server's device pool over CUDA IPC, every transfer verified
 # the first time, and the decode pages return to their baseline. Skips without a GPU or
 # without CUDA in this build.
+# TRANSPORT names another entry of tests/integ/dsv4d_pd.py's TRANSPORTS to run the same
+# test over it (t-gpu-pd-ucx-golden-tokens-match-unified.sh: ucx-shm, device pools staged
+# through pinned buffers); it then also skips when that plugin is not built.
 if ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
     echo "1..0 # SKIP no GPU visible"
     exit 0
@@ -13,6 +16,11 @@ fi
 top=${top_builddir:-.}
 if "${DSV4D:-$top/dsv4d}" -VV | grep -qx 'cuda: no CUDA'; then
     echo "1..0 # SKIP dsv4d is built without CUDA"
+    exit 0
+fi
+if [ "${TRANSPORT:-local}" != local ] && \
+    [ ! -f "${DSV4D_PLUGIN_PATH:-$top/plugins/.libs}/dsv4-transport-${TRANSPORT%%-*}.so" ]; then
+    echo "1..0 # SKIP transport/${TRANSPORT%%-*} is not built"
     exit 0
 fi
 exec python3 - <<'PY'
@@ -33,6 +41,13 @@ from dsv4d_http import Daemon, plan, ok, is_, done
 from dsv4d_pd import TRANSPORTS, prefill, decode, wait_connected, wait_log, generate, prompts, \
     held_pages
 
+# what the prefill server logs once it reached the decode server's device pool
+ATTACHED = {
+    "local": r"transport/local: attached to a device pool of \d+ pages \(CUDA IPC",
+    "ucx-shm": r"transport/ucx: device pool staged through pinned buffers",
+    "ucx-tcp": r"transport/ucx: device pool staged through pinned buffers",
+}
+name = os.environ.get("TRANSPORT", "local")
 cases = prompts()
 plan(7)
 u = Daemon()
@@ -40,11 +55,11 @@ want = [generate(u, ids, temperature=t, seed=s) for ids, t, s in cases]
 ok(all(w[0] == 200 for w in want), "the unified device = cuda server answers every request", want)
 u.stop()
 
-p = prefill(TRANSPORTS["local"])
-d = decode(TRANSPORTS["local"], [p])
+p = prefill(TRANSPORTS[name])
+d = decode(TRANSPORTS[name], [p])
 ok(wait_connected(d, 1), "the decode server connects to its prefill server")
-ok(wait_log(p, r"transport/local: attached to a device pool of \d+ pages \(CUDA IPC"),
-   "the prefill server attached to the decode server's device pool over CUDA IPC")
+ok(wait_log(p, ATTACHED[name]),
+   "the prefill server reached the decode server's device pool over %s" % name)
 base = held_pages(d.metrics())
 got = [generate(d, ids, temperature=t, seed=s) for ids, t, s in cases]
 bad = [(len(c[0]), c[1], w, g) for c, w, g in zip(cases, want, got) if w != g]
