@@ -68,9 +68,11 @@ typedef struct ucx_peer {
     const dsv4_kv_layout *local;
     ucp_ep_h ep;
     dsv4_ucx_speer *stage; /* a device pool's staging path; NULL for host pools */
-    ucp_rkey_h *rkey;      /* [n_buffers] */
-    uint64_t *remote;      /* [n_buffers] remote base addresses */
-    ucs_status_t error;    /* set by the endpoint's error handler */
+    uint8_t *addr;         /* a device pool's peer: its worker address, to reconnect */
+    size_t addr_len;
+    ucp_rkey_h *rkey;   /* [n_buffers] */
+    uint64_t *remote;   /* [n_buffers] remote base addresses */
+    ucs_status_t error; /* set by the endpoint's error handler */
 } ucx_peer;
 
 typedef struct ucx_xfer {
@@ -140,8 +142,11 @@ static void *ucx_progress_main(void *arg)
             n = 0; /* nothing pending (non-blocking) */
         while (ucp_worker_progress(s->worker) != 0)
             ;
-        if (s->stage)
+        if (s->stage) {
             dsv4_ucx_stage_turn(s->stage);
+            while (ucp_worker_progress(s->worker) != 0)
+                ; /* the acknowledgements the turn sent go out */
+        }
         ucs_status_t st = ucp_worker_arm(s->worker);
         if (st == UCS_ERR_BUSY)
             continue;
@@ -392,9 +397,40 @@ static void ucx_peer_free(ucx_state *s, ucx_peer *p)
             ucp_rkey_destroy(p->rkey[i]);
     if (p->ep)
         dsv4_ucx_ep_close(s->worker, s->host, p->ep, p->error != UCS_OK);
+    free(p->addr);
     free(p->rkey);
     free(p->remote);
     free(p);
+}
+
+/* p's endpoint to the worker at addr, with peer error handling where the transports can
+ * report a failed peer. UCS_OK, else the reason in err. */
+static ucs_status_t ucx_ep_open(ucx_state *s, ucx_peer *p, const void *addr, char *err,
+                                size_t errlen)
+{
+    ucp_ep_params_t ep = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
+                                        UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                                        UCP_EP_PARAM_FIELD_ERR_HANDLER,
+                          .address = (const ucp_address_t *)addr,
+                          .err_mode = UCP_ERR_HANDLING_MODE_PEER,
+                          .err_handler = {.cb = ucx_ep_error, .arg = p}};
+    ucs_status_t st = ucp_ep_create(s->worker, &ep, &p->ep);
+    if (st == UCS_ERR_UNREACHABLE) {
+        /* shared memory transports cannot report a dead peer: then only the control
+         * channel notices one (its deadlines) */
+        ep.field_mask &=
+            ~(uint64_t)(UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER);
+        st = ucp_ep_create(s->worker, &ep, &p->ep);
+        if (st == UCS_OK)
+            s->host->log(DSV4_LOG_WARN, UCX_SUBJECT,
+                         "these transports cannot detect a failed peer; the control "
+                         "channel's deadlines will");
+    }
+    if (st != UCS_OK) {
+        p->ep = NULL;
+        snprintf(err, errlen, UCX_SUBJECT ": cannot reach the peer (%s)", ucs_status_string(st));
+    }
+    return st;
 }
 
 static int ucx_attach(void *state, const dsv4_kv_layout *local, const void *blob, size_t len,
@@ -432,31 +468,11 @@ static int ucx_attach(void *state, const dsv4_kv_layout *local, const void *blob
         snprintf(err, errlen, UCX_SUBJECT ": truncated blob (worker address)");
         rc = DSV4_EPEER;
     }
-    if (rc == 0) {
-        ucp_ep_params_t ep = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
-                                            UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                                            UCP_EP_PARAM_FIELD_ERR_HANDLER,
-                              .address = (const ucp_address_t *)addr,
-                              .err_mode = UCP_ERR_HANDLING_MODE_PEER,
-                              .err_handler = {.cb = ucx_ep_error, .arg = p}};
-        ucs_status_t st = ucp_ep_create(s->worker, &ep, &p->ep);
-        if (st == UCS_ERR_UNREACHABLE) {
-            /* shared memory transports cannot report a dead peer: then only the control
-             * channel notices one (its deadlines) */
-            ep.field_mask &=
-                ~(uint64_t)(UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER);
-            st = ucp_ep_create(s->worker, &ep, &p->ep);
-            if (st == UCS_OK)
-                s->host->log(DSV4_LOG_WARN, UCX_SUBJECT,
-                             "these transports cannot detect a failed peer; the control "
-                             "channel's deadlines will");
-        }
-        if (st != UCS_OK) {
-            p->ep = NULL;
-            snprintf(err, errlen, UCX_SUBJECT ": cannot reach the peer (%s)",
-                     ucs_status_string(st));
-            rc = DSV4_EPEER;
-        }
+    if (rc == 0 && ucx_ep_open(s, p, addr, err, errlen) != UCS_OK)
+        rc = DSV4_EPEER;
+    if (rc == 0 && device && (p->addr = malloc(addr_len)) != NULL) {
+        memcpy(p->addr, addr, addr_len);
+        p->addr_len = addr_len;
     }
     uint64_t remote_stage = device ? dsv4_tp_get_u64(&in) : 0;
     if (rc == 0 && device && !s->sender &&
@@ -514,7 +530,7 @@ static void ucx_put(ucx_xfer *x, const void *src, size_t len, uint64_t remote, u
 
 static int ucx_post(void *state, void *peer, const dsv4_xfer_req *req, void **xfer_p)
 {
-    (void)state;
+    ucx_state *s = state;
     ucx_peer *p = peer;
     if (__atomic_load_n(&p->error, __ATOMIC_ACQUIRE) != UCS_OK)
         return -ECONNRESET;
@@ -526,6 +542,11 @@ static int ucx_post(void *state, void *peer, const dsv4_xfer_req *req, void **xf
         return -ENOMEM;
     x->peer = p;
     if (p->stage) {
+        /* a drain force-closed the endpoint to a silent peer: try it afresh */
+        char err[256];
+        if (!p->ep && p->addr && ucx_ep_open(s, p, p->addr, err, sizeof(err)) == UCS_OK)
+            s->host->log(DSV4_LOG_INFO, UCX_SUBJECT,
+                         "reconnected to a peer whose endpoint a drain had closed");
         rc = dsv4_ucx_tx_post(p->stage, req, &x->tx);
         if (rc != 0) {
             free(x);

@@ -227,7 +227,7 @@ int main(void)
     int gpus = nccl_pair_gpus();
     if (gpus < 1)
         skip_all("no CUDA device visible");
-    plan(11);
+    plan(12);
     nccl_pair p;
     nccl_pair_start_with(&p, "ucx", "stage_size", "1M", 0, 0, LAYERS, PAGES, SLOTS, true);
     if (p.rank == 1)
