@@ -219,6 +219,15 @@ int main(int argc, char **argv)
         die("bad --reps");
     uint32_t pages = 2 * max_n + 4;
 
+    /* fork before either process touches CUDA: plugin probes may (transport/nccl's counts
+     * devices), so each process scans the plugins itself */
+    int to_rx[2], from_rx[2];
+    if (pipe(to_rx) != 0 || pipe(from_rx) != 0)
+        die("pipe");
+    fflush(stdout);
+    pid_t child = fork();
+    if (child < 0)
+        die("fork");
     dsv4_registry *reg = dsv4_registry_new(NULL);
     if (!reg || dsv4_registry_scan(reg, NULL, NULL) != 0)
         die("plugin registry");
@@ -227,15 +236,6 @@ int main(int argc, char **argv)
     if (!ik || !tp)
         die("plugins not found (DSV4D_PLUGIN_PATH)");
     const dsv4_transport_ops *ops = tp->ops;
-
-    /* fork before either process touches CUDA */
-    int to_rx[2], from_rx[2];
-    if (pipe(to_rx) != 0 || pipe(from_rx) != 0)
-        die("pipe");
-    fflush(stdout);
-    pid_t child = fork();
-    if (child < 0)
-        die("fork");
     if (child == 0)
         receiver(tp, options, n_options, ik, pages, to_rx[0], from_rx[1]);
 
