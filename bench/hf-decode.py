@@ -3,9 +3,9 @@
 bench/decode-e2e: decode tokens/s on the GPU and, with --parity, the logits parity of dsv4d
 against transformers.
 
-Decode: the checkpoint loads with from_pretrained in bfloat16 (transformers keeps its
-_keep_in_fp32_modules_strict, the mHC and norm weights, in float32), eager attention (the
-only one DeepseekV4 supports) and the grouped_mm experts backend. Per batch B: a prompt of
+Decode: the checkpoint loads with from_pretrained in bfloat16, eager attention (the only one
+DeepseekV4 supports) and the grouped_mm experts backend; the float32 tensors transformers
+keeps outside the mHC modules are then cast to bf16 (narrow_to says why). Per batch B: a prompt of
 --prompt tokens per row (row i, position j: token (7919 i + 31 j) mod vocab, the ids
 decode-e2e feeds dsv4d), prefilled in chunks through the model's own DynamicCache (its
 sliding-window layers carry the CSA/HCA compressor state; DeepseekV4 refuses StaticCache and
@@ -76,6 +76,30 @@ def load(model_dir, dtype, experts):
     return model, dt
 
 
+def narrow_to(model, dtype):
+    """Cast the float32 weights transformers kept (_keep_in_fp32_modules_strict) to dtype,
+    except the mHC modules, which compute in float32 from their own .float() copies and hand
+    back dtype, and the rotary frequencies. Needed: transformers 5.17's DeepseekV4 in bf16
+    without its fp8 quantizer keeps the RMSNorm weights float32, so the norms hand float32
+    activations to bf16 linear layers ("expected mat1 and mat2 to have the same dtype"); sinks,
+    position_bias and the router bias would promote the attention and compressor math the
+    same way. Returns the number of tensors cast."""
+    n = 0
+    for mod in model.modules():
+        cls = type(mod).__name__
+        if "Hyper" in cls or "Rotary" in cls:
+            continue
+        for tensors in (mod._parameters, mod._buffers):
+            for name, t in tensors.items():
+                if t is not None and t.dtype == torch.float32:
+                    if isinstance(t, torch.nn.Parameter):
+                        t.data = t.data.to(dtype)
+                    else:
+                        tensors[name] = t.to(dtype)
+                    n += 1
+    return n
+
+
 def dump(args, res):
     """The JSON summary so far: a run cut short by its time limit still leaves its rows."""
     if args.json:
@@ -91,8 +115,25 @@ def prompt_ids(batch, length, vocab):
 
 @torch.inference_mode()
 def step(model, ids, cache):
-    out = model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+    # bench_autocast: set by probe_bf16 when the cast of narrow_to was not enough
+    cast = getattr(model, "bench_autocast", False)
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cast):
+        out = model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
     return out.logits[:, -1, :], out.past_key_values
+
+
+def probe_bf16(model, res):
+    """One short forward; on a dtype clash left after narrow_to, run under autocast."""
+    ids = prompt_ids(1, 8, model.config.vocab_size)
+    try:
+        step(model, ids, None)
+    except RuntimeError as e:
+        if "dtype" not in str(e):
+            raise
+        res["bf16_autocast"] = str(e).splitlines()[0]
+        log(f"bf16 forward failed ({res['bf16_autocast']}); running under torch.autocast")
+        model.bench_autocast = True
+        step(model, ids, None)
 
 
 @torch.inference_mode()
@@ -167,6 +208,9 @@ def parity_phase(args, res):
 def bench_phase(args, res, parity):
     model, load_s = load(args.model, torch.bfloat16, args.experts)
     res["bf16_load_s"] = load_s
+    res["bf16_narrowed_tensors"] = narrow_to(model, torch.bfloat16)
+    log(f"cast {res['bf16_narrowed_tensors']} float32 tensors outside mHC to bf16")
+    probe_bf16(model, res)
     if parity is not None:
         prompt, fed, ref, par, modes = parity
         bf = teacher_forced(model, prompt, fed)
