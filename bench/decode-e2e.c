@@ -18,7 +18,7 @@
  * Sequence i's prompt is token (7919 i + 31 j) mod vocab at position j, the ids
  * bench/hf-decode.py feeds Hugging Face.
  *
- * --parity: per mode, before the benchmark, an engine with f32 KV and indexk/f32 prefills
+ * --parity: per mode, before the benchmarks, an engine with f32 KV and indexk/f32 prefills
  * sequence 0's prompt (--parity-prompt tokens long, default --prompt) and decodes --parity-steps
  * greedy tokens; OUT gets "prompt" (I32 [P]),
  * "<mode>.tokens" (I32 [S+1]: the argmax after the prompt and after each decoded token, the
@@ -357,14 +357,13 @@ int main(int argc, char **argv)
     parity_out par[2] = {{0}};
     printf("| backend | mode | batch | tokens/s | roofline tokens/s | of roofline |\n");
     printf("|---|---|---:|---:|---:|---:|\n");
-    for (int mode = 0; rc == 0 && mode < modes; mode++) {
-        if (parity)
-            rc = parity_run(m, ik32, &o, mode, &par[mode], err, sizeof(err));
-        if (rc == 0)
-            rc = bench_run(m, ik, &o, mode, err, sizeof(err));
-    }
+    /* parity first: its file is there even when a time limit cuts the benchmark short */
+    for (int mode = 0; parity && rc == 0 && mode < modes; mode++)
+        rc = parity_run(m, ik32, &o, mode, &par[mode], err, sizeof(err));
     if (rc == 0 && parity)
         rc = parity_write(parity, &o, par, modes, m->cfg.vocab_size, err, sizeof(err));
+    for (int mode = 0; rc == 0 && mode < modes; mode++)
+        rc = bench_run(m, ik, &o, mode, err, sizeof(err));
     if (rc != 0)
         fprintf(stderr, "decode-e2e: %s\n", err);
     for (int mode = 0; mode < modes; mode++) {
