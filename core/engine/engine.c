@@ -113,8 +113,9 @@ dsv4_engine *dsv4_engine_new(const dsv4_model *model, const dsv4_engine_conf *co
     eng->tokp = calloc(S, sizeof(int32_t *));
     eng->ones = calloc(S, sizeof(uint32_t));
     eng->dlog = calloc(S, sizeof(float *));
+    eng->dsamp = calloc(S, sizeof(*eng->dsamp));
     if (!eng->seqs || !eng->step || !eng->step_of || !eng->done || !eng->lptr || !eng->tokp ||
-        !eng->ones || !eng->dlog) {
+        !eng->ones || !eng->dlog || !eng->dsamp) {
         snprintf(err, errlen, "engine: out of memory");
         goto fail;
     }
@@ -154,6 +155,7 @@ void dsv4_engine_free(dsv4_engine *eng)
     free(eng->tokp);
     free(eng->ones);
     free(eng->dlog);
+    free(eng->dsamp);
     free(eng);
 }
 
@@ -298,9 +300,12 @@ static int dsv4_engine_step(dsv4_engine *eng, uint32_t ns)
     return dsv4_fwd_step(eng->fwd, eng->step, ns);
 }
 
-int dsv4_engine_prefill(dsv4_engine *eng, size_t n, const uint32_t *seqs,
-                        const int32_t *const *tokens, const uint32_t *lens, dsv4_logits_mode mode,
-                        float *const *logits)
+/* dsv4_engine_prefill, and with samples (NULL = none) sequence i's next token chosen on
+ * the device by the step that runs its last token (samples[i]). */
+static int dsv4_engine_run(dsv4_engine *eng, size_t n, const uint32_t *seqs,
+                           const int32_t *const *tokens, const uint32_t *lens,
+                           dsv4_logits_mode mode, float *const *logits,
+                           const dsv4_fwd_sample *samples)
 {
     size_t V = eng->model->cfg.vocab_size;
     uint32_t max_context = eng->conf.n_pages * eng->conf.page_tokens;
@@ -334,8 +339,14 @@ int dsv4_engine_prefill(dsv4_engine *eng, size_t n, const uint32_t *seqs,
                     out = logits[i];
                 eng->lptr[lp + j] = out;
             }
-            eng->step[ns] = (dsv4_fwd_seq){
-                s->slot, s->pages, s->len, take, tokens[i] + eng->done[i], eng->lptr + lp};
+            bool last = eng->done[i] + take == lens[i];
+            eng->step[ns] = (dsv4_fwd_seq){s->slot,
+                                           s->pages,
+                                           s->len,
+                                           take,
+                                           tokens[i] + eng->done[i],
+                                           eng->lptr + lp,
+                                           samples && last ? &samples[i] : NULL};
             eng->step_of[ns++] = (uint32_t)i;
             lp += take;
             budget -= take;
@@ -352,6 +363,13 @@ int dsv4_engine_prefill(dsv4_engine *eng, size_t n, const uint32_t *seqs,
     }
 }
 
+int dsv4_engine_prefill(dsv4_engine *eng, size_t n, const uint32_t *seqs,
+                        const int32_t *const *tokens, const uint32_t *lens, dsv4_logits_mode mode,
+                        float *const *logits)
+{
+    return dsv4_engine_run(eng, n, seqs, tokens, lens, mode, logits, NULL);
+}
+
 int dsv4_engine_decode(dsv4_engine *eng, size_t n, const uint32_t *seqs, const int32_t *tokens,
                        float *logits)
 {
@@ -362,4 +380,24 @@ int dsv4_engine_decode(dsv4_engine *eng, size_t n, const uint32_t *seqs, const i
         eng->dlog[i] = logits + i * (size_t)eng->model->cfg.vocab_size;
     }
     return dsv4_engine_prefill(eng, n, seqs, eng->tokp, eng->ones, DSV4_LOGITS_LAST, eng->dlog);
+}
+
+bool dsv4_engine_samples(const dsv4_engine *eng)
+{
+    return eng->cfwd != NULL;
+}
+
+int dsv4_engine_decode_sample(dsv4_engine *eng, size_t n, const uint32_t *seqs,
+                              const int32_t *tokens, const dsv4_sample_params *params,
+                              const double *draws, int32_t *next)
+{
+    if (!dsv4_engine_samples(eng))
+        return -ENOTSUP;
+    if (n > eng->conf.n_slots)
+        return -EINVAL;
+    for (size_t i = 0; i < n; i++) {
+        eng->tokp[i] = tokens + i;
+        eng->dsamp[i] = (dsv4_fwd_sample){params[i], draws[i], next + i};
+    }
+    return dsv4_engine_run(eng, n, seqs, eng->tokp, eng->ones, DSV4_LOGITS_NONE, NULL, eng->dsamp);
 }

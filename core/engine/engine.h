@@ -11,6 +11,7 @@
 #include <dsv4d/plugin.h>
 
 #include "core/engine/kvpool.h"
+#include "core/engine/sample.h"
 #include "core/model/model.h"
 
 typedef struct dsv4_engine dsv4_engine;
@@ -91,6 +92,17 @@ int dsv4_engine_prefill(dsv4_engine *eng, size_t n, const uint32_t *seqs,
  * logits go to logits + i * vocab. Same errors as prefill. */
 int dsv4_engine_decode(dsv4_engine *eng, size_t n, const uint32_t *seqs, const int32_t *tokens,
                        float *logits);
+/* Whether the engine chooses next tokens on its device (dsv4_engine_decode_sample): true on
+ * the CUDA backend. On the CPU the caller samples the logits itself (dsv4_sample). */
+bool dsv4_engine_samples(const dsv4_engine *eng);
+/* One decode step as dsv4_engine_decode, but next[i] receives seqs[i]'s next token,
+ * chosen on the device as dsv4_sample would choose it from the step's logits with
+ * params[i] and the uniform draws[i] (dsv4_sample_draw of the request's rng, so the rng
+ * advances as on the CPU); only the token ids come back to the host. Same errors as
+ * decode, and -ENOTSUP where dsv4_engine_samples is false. */
+int dsv4_engine_decode_sample(dsv4_engine *eng, size_t n, const uint32_t *seqs,
+                              const int32_t *tokens, const dsv4_sample_params *params,
+                              const double *draws, int32_t *next);
 
 const dsv4_kv_pool *dsv4_engine_kv(const dsv4_engine *eng);
 /* The backend the engine runs on (CPU or CUDA, never AUTO). */

@@ -36,6 +36,8 @@ struct dsv4_engine {
     const int32_t **tokp; /* [n_slots] decode tokens */
     uint32_t *ones;       /* [n_slots] = 1 */
     float **dlog;         /* [n_slots] decode outputs */
+
+    dsv4_fwd_sample *dsamp; /* [n_slots] decode tokens chosen on the device */
 };
 
 /* Room for n_pages entries in s's page list. 0 or -ENOMEM. */

@@ -16,6 +16,7 @@
 #include <dsv4d/indexk.h>
 
 #include "core/engine/kvpool.h"
+#include "core/engine/sample.h"
 #include "core/model/model.h"
 #include "kernels/kernels.h"
 
@@ -31,6 +32,14 @@ typedef struct dsv4_fwd_conf {
     uint32_t max_context; /* tokens per sequence */
 } dsv4_fwd_conf;
 
+/* A next token the CUDA forward chooses on the device (kernels/cuda/sample.h) with
+ * dsv4_sample's semantics, instead of handing out the logits it is chosen from. */
+typedef struct dsv4_fwd_sample {
+    dsv4_sample_params params;
+    double draw;    /* dsv4_sample_draw's uniform for params (not read when greedy) */
+    int32_t *token; /* out: the chosen id */
+} dsv4_fwd_sample;
+
 /* One sequence's part of a step. */
 typedef struct dsv4_fwd_seq {
     uint32_t slot;         /* its state slot */
@@ -40,6 +49,10 @@ typedef struct dsv4_fwd_seq {
     const int32_t *tokens; /* [n] */
     float *const *logits;  /* [n] outputs of vocab floats, NULL = not wanted;
                               the array itself may be NULL */
+
+    const dsv4_fwd_sample *sample; /* the token after the last of the n, chosen on the
+                                      device; NULL = not wanted. The CUDA forward only:
+                                      the engine never hands one to dsv4_fwd_step */
 } dsv4_fwd_seq;
 
 /* The geometry the kernels rely on (the loader checks shapes, this checks combinations),

@@ -2,8 +2,9 @@
  * side: weights on the device, the step's layout uploaded once, then per layer the same
  * sequence of operations as forward.c, each one launch over the whole step
  * (kernels/cuda/model.h). Index-K rows go to their pages through the indexk plugin's
- * store_cuda; the host waits on the device only for the logits and where the plugin's
- * CUDA ops refuse the shape (then its host store and score run on staged pages). */
+ * store_cuda; the host waits on the device only for the logits (or the tokens sampled from
+ * them on the device, kernels/cuda/sample.h) and where the plugin's CUDA ops refuse the
+ * shape (then its host store and score run on staged pages). */
 #include "config.h"
 
 #include "core/engine/forward_cuda.h"
@@ -16,6 +17,7 @@
 
 #include "core/util/log.h"
 #include "kernels/cuda/model.h"
+#include "kernels/cuda/sample.h"
 
 #define FC_MAX_ALLOCS 512
 /* Head rows computed per batched head matmul. */
@@ -103,7 +105,13 @@ struct dsv4_fwd_cuda {
     float *ik_rows_host, *iq_host, *iw_host, *scores_host, *logits_host;
     uint8_t *ik_stage_host;
     uint32_t *sel_host, *score_pages;
-    float **head_out;
+    float **head_out;                    /* [max_tokens] per head row, NULL = no logits */
+    const dsv4_fwd_sample **head_sample; /* [max_tokens] per head row, NULL = no token */
+
+    /* the device sampler (made by the first step that samples) and its rows' I/O */
+    dsv4_cuda_sampler *sampler;
+    dsv4_cuda_sample_row *rows_host;   /* [FC_HEAD_ROWS] */
+    int32_t *tokens_host, *tokens_dev; /* [FC_HEAD_ROWS] */
 
     void *allocs[FC_MAX_ALLOCS];
     size_t n_allocs;
@@ -311,6 +319,7 @@ static bool fc_alloc_workspace(dsv4_fwd_cuda *f)
     f->eo = fc_dev(f, B * K * H, sizeof(float));
     f->hu = fc_dev(f, FC_HEAD_ROWS * H, sizeof(float));
     f->logits = fc_dev(f, FC_HEAD_ROWS * V, sizeof(float));
+    f->tokens_dev = fc_dev(f, FC_HEAD_ROWS, sizeof(int32_t));
     f->desc_words = (size_t)FD_COUNT_ARRAYS * B;
     f->desc = fc_dev(f, f->desc_words, sizeof(uint32_t));
 
@@ -324,6 +333,9 @@ static bool fc_alloc_workspace(dsv4_fwd_cuda *f)
     f->sel_host = fc_host(f, B * (KI + 1), sizeof(uint32_t));
     f->logits_host = fc_host(f, FC_HEAD_ROWS * V, sizeof(float));
     f->head_out = fc_host(f, B, sizeof(float *));
+    f->head_sample = fc_host(f, B, sizeof(dsv4_fwd_sample *));
+    f->rows_host = fc_host(f, FC_HEAD_ROWS, sizeof(dsv4_cuda_sample_row));
+    f->tokens_host = fc_host(f, FC_HEAD_ROWS, sizeof(int32_t));
     f->score_pages = fc_host(f, f->max_context / dsv4_kv_pool_layout(f->pool)->page_tokens + 1,
                              sizeof(uint32_t));
     return !f->oom;
@@ -441,6 +453,7 @@ void dsv4_fwd_cuda_free(dsv4_fwd_cuda *f)
     free(f->host_pages.host);
     for (size_t i = 0; i < FC_GRAPHS; i++)
         dsv4_cuda_graph_free(f->graphs[i].graph);
+    dsv4_cuda_sampler_free(f->sampler);
     dsv4_cuda_blas_free(f->blas);
     dsv4_cuda_stream_free(f->stream);
     free(f);
@@ -497,9 +510,11 @@ static int fc_layout(dsv4_fwd_cuda *f, const dsv4_fwd_seq *seqs, size_t n_seqs)
             }
             if (csa && (p + 1) / rate > f->max_valid)
                 f->max_valid = (p + 1) / rate;
-            if (sq->logits && sq->logits[i]) {
+            bool logits = sq->logits && sq->logits[i], pick = sq->sample && i == sq->n - 1;
+            if (logits || pick) {
                 h[FD_HEAD * B + f->n_head] = t;
-                f->head_out[f->n_head++] = sq->logits[i];
+                f->head_sample[f->n_head] = pick ? sq->sample : NULL;
+                f->head_out[f->n_head++] = logits ? sq->logits[i] : NULL;
             }
         }
         np += sp;
@@ -842,7 +857,27 @@ static int fc_moe(dsv4_fwd_cuda *f, uint32_t layer)
     return rc;
 }
 
-/* Logits of the rows that want them, FC_HEAD_ROWS at a time, copied out to the caller. */
+/* Tokens of head rows first .. first + n that want one, sampled on the device from the
+ * logits of those rows (f->logits) into f->tokens_host once the stream gets there; the
+ * other rows are skipped. The request's draws travel with their params. */
+static int fc_sample(dsv4_fwd_cuda *f, uint32_t first, uint32_t n)
+{
+    if (!f->sampler && !(f->sampler = dsv4_cuda_sampler_new(FC_HEAD_ROWS, f->c->vocab_size)))
+        return -ENOMEM;
+    for (uint32_t i = 0; i < n; i++) {
+        const dsv4_fwd_sample *s = f->head_sample[first + i];
+        f->rows_host[i] = s ? (dsv4_cuda_sample_row){s->params.temperature, s->params.top_p,
+                                                     s->params.top_k, 0, s->draw}
+                            : (dsv4_cuda_sample_row){.skip = 1};
+    }
+    int rc = dsv4_cuda_sample(f->sampler, f->logits, n, f->rows_host, f->tokens_dev, f->stream);
+    if (rc == 0)
+        rc = dsv4_cuda_copy(f->tokens_host, f->tokens_dev, n * sizeof(int32_t), f->stream);
+    return rc;
+}
+
+/* The head rows, FC_HEAD_ROWS at a time: logits copied out to the rows that want them,
+ * tokens sampled on the device for the rows that want one (4 bytes come back for those). */
 static int fc_head(dsv4_fwd_cuda *f)
 {
     const dsv4_model_config *c = f->c;
@@ -851,16 +886,27 @@ static int fc_head(dsv4_fwd_cuda *f)
     int rc = 0;
     for (uint32_t first = 0; rc == 0 && first < f->n_head; first += FC_HEAD_ROWS) {
         uint32_t n = f->n_head - first < FC_HEAD_ROWS ? f->n_head - first : FC_HEAD_ROWS;
+        bool logits = false, pick = false;
+        for (uint32_t i = 0; i < n; i++) {
+            logits = logits || f->head_out[first + i];
+            pick = pick || f->head_sample[first + i];
+        }
         rc = dsv4_cuda_hc_head(&f->dims, n, rows + first, f->x, f->hch_fn, f->hch_base,
                                f->m->hc_head.scale[0], f->norm, f->hu, f->stream);
         if (rc == 0)
             rc = dsv4_cuda_linear(f->blas, f->head, V, H, f->hu, H, n, f->logits, V);
-        if (rc == 0)
+        if (rc == 0 && pick)
+            rc = fc_sample(f, first, n);
+        if (rc == 0 && logits)
             rc = dsv4_cuda_copy(f->logits_host, f->logits, n * V * sizeof(float), f->stream);
         if (rc == 0)
             rc = dsv4_cuda_sync(f->stream);
-        for (uint32_t i = 0; rc == 0 && i < n; i++)
-            memcpy(f->head_out[first + i], f->logits_host + i * V, V * sizeof(float));
+        for (uint32_t i = 0; rc == 0 && i < n; i++) {
+            if (f->head_out[first + i])
+                memcpy(f->head_out[first + i], f->logits_host + i * V, V * sizeof(float));
+            if (f->head_sample[first + i])
+                *f->head_sample[first + i]->token = f->tokens_host[i];
+        }
     }
     return rc;
 }

@@ -3,8 +3,10 @@
  * The same graph, the same dsv4_fwd_seq step and the same KV discipline as the CPU
  * forward, over a pool whose buffers are device memory (dsv4_kv_pool with a CUDA device),
  * reached only through dsv4_kv_pool_layer. The weights are uploaded once, as f32. Logits
- * come back to the host only for the rows that want them; the step returns once they
- * have landed and everything it queued has run.
+ * come back to the host only for the rows that want them, and a sequence that asks for a
+ * sampled token (dsv4_fwd_seq.sample) gets its id alone, chosen on the device
+ * (kernels/cuda/sample.h); the step returns once they have landed and everything it
+ * queued has run.
  *
  * Index-K rows go through the indexk plugin only: they are stored with its store op on a
  * host copy of the pages the step touches (its format is its own), and scored with its

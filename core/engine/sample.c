@@ -41,11 +41,21 @@ double dsv4_rng_uniform(dsv4_rng *rng)
     return (double)(dsv4_rng_next(rng) >> 11) * 0x1.0p-53;
 }
 
+bool dsv4_sample_greedy(const dsv4_sample_params *p)
+{
+    return p->temperature <= 0 || p->top_k == 1;
+}
+
+double dsv4_sample_draw(const dsv4_sample_params *p, dsv4_rng *rng)
+{
+    return dsv4_sample_greedy(p) ? 0 : dsv4_rng_uniform(rng);
+}
+
 int32_t dsv4_sample(const float *logits, uint32_t n, const dsv4_sample_params *p, dsv4_rng *rng,
                     void *scratch)
 {
     uint32_t *idx = (uint32_t *)((float *)scratch + n);
-    if (p->temperature <= 0 || p->top_k == 1) {
+    if (dsv4_sample_greedy(p)) {
         uint32_t best = 0;
         for (uint32_t i = 1; i < n; i++)
             if (logits[i] > logits[best])
@@ -70,7 +80,7 @@ int32_t dsv4_sample(const float *logits, uint32_t n, const dsv4_sample_params *p
         k = keep ? keep : 1;
         total = acc ? acc : prob[0];
     }
-    double r = dsv4_rng_uniform(rng) * total, acc = 0;
+    double r = dsv4_sample_draw(p, rng) * total, acc = 0;
     for (uint32_t i = 0; i < k; i++) {
         acc += prob[i];
         if (r < acc)

@@ -4,6 +4,7 @@
 #ifndef DSV4_CORE_SAMPLE_H
 #define DSV4_CORE_SAMPLE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 typedef struct dsv4_rng {
@@ -20,6 +21,13 @@ typedef struct dsv4_sample_params {
     float top_p;       /* (0, 1]; 1 = off */
     uint32_t top_k;    /* 0 = off */
 } dsv4_sample_params;
+
+/* Whether p asks for the highest logit (temperature <= 0 or top_k == 1): no draw. */
+bool dsv4_sample_greedy(const dsv4_sample_params *p);
+/* The uniform draw dsv4_sample takes from rng for p: one dsv4_rng_uniform when p is not
+ * greedy, else none (0). A sampler elsewhere (the CUDA one, kernels/cuda/sample.h) takes
+ * its draws here, so a seed gives the same stream of draws on every backend. */
+double dsv4_sample_draw(const dsv4_sample_params *p, dsv4_rng *rng);
 
 /* Scratch the sampler needs for a vocabulary of n. */
 #define DSV4_SAMPLE_SCRATCH(n) ((size_t)(n) * (sizeof(float) + sizeof(uint32_t)))

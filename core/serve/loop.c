@@ -8,7 +8,10 @@
  *   2. admission: retracted requests first (oldest first), then the waiting queue in the
  *      sched plugin's order, stopping at the first that does not fit (so the order holds);
  *   3. decode: one batched decode step for every running request with exactly one token
- *      left to feed (the last sampled one);
+ *      left to feed (the last sampled one); where the engine samples on its device (CUDA)
+ *      the step brings back the batch's token ids only, each drawn with the request's own
+ *      rng as the host sampler would, unless a request of the batch needs the logits (a
+ *      logprob): then the whole batch takes the host path;
  *   4. prefill: chunks for the running requests with more than one token to feed, up to
  *      [server] prefill_chunk tokens in the step. No chunk crosses a page boundary except
  *      at its end, so the state at every boundary can be kept for the prefix cache; a
@@ -155,15 +158,15 @@ static float dsv4_serve_logprob(const float *logits, uint32_t n, int32_t tok)
     return (float)(logits[tok] - max - log(sum));
 }
 
-/* Sample r's next token from its logits, deliver it, and end r when it is done. */
-static void dsv4_serve_token(dsv4_server *srv, dsv4_sreq *r, const float *logits)
+static dsv4_sample_params dsv4_serve_sample_params(const dsv4_sreq *r)
 {
-    if (r->pd) { /* a prefill server's lease: its KV goes to the decode server instead */
-        dsv4_pd_prefill_handoff(srv, r);
-        return;
-    }
-    dsv4_sample_params sp = {r->params.temperature, r->params.top_p, r->params.top_k};
-    int32_t tok = dsv4_sample(logits, srv->vocab, &sp, &r->rng, srv->scratch);
+    return (dsv4_sample_params){r->params.temperature, r->params.top_p, r->params.top_k};
+}
+
+/* Deliver r's next token tok and end r when it is done; logits (NULL when the engine chose
+ * tok on its device) give the logprob a request asks for. */
+static void dsv4_serve_emit(dsv4_server *srv, dsv4_sreq *r, int32_t tok, const float *logits)
+{
     uint64_t now = dsv4_serve_now_ns();
     dsv4_metric_observe(r->n_gen ? DSV4_M_ITL : DSV4_M_TTFT,
                         (double)(now - (r->n_gen ? r->t_token_ns : r->t_submit_ns)) / 1e9);
@@ -172,13 +175,37 @@ static void dsv4_serve_token(dsv4_server *srv, dsv4_sreq *r, const float *logits
     r->n_gen++;
     dsv4_metric_add(DSV4_M_GENERATED_TOKENS, 1);
     dsv4_gen_event ev = {.kind = DSV4_EV_TOKEN, .token = tok};
-    if (r->params.logprobs)
+    if (r->params.logprobs && logits)
         ev.logprob = dsv4_serve_logprob(logits, srv->vocab, tok);
     r->fn(r->ctx, &ev);
     if (tok == srv->eos && !r->params.ignore_eos)
         dsv4_serve_finish(srv, r, DSV4_EV_DONE, DSV4_FINISH_STOP, 0);
     else if (r->n_gen >= r->params.max_tokens || dsv4_sreq_len(r) >= srv->max_context)
         dsv4_serve_finish(srv, r, DSV4_EV_DONE, DSV4_FINISH_LENGTH, 0);
+}
+
+/* Sample r's next token from its logits on the host, deliver it, and end r when it is
+ * done. */
+static void dsv4_serve_token(dsv4_server *srv, dsv4_sreq *r, const float *logits)
+{
+    if (r->pd) { /* a prefill server's lease: its KV goes to the decode server instead */
+        dsv4_pd_prefill_handoff(srv, r);
+        return;
+    }
+    dsv4_sample_params sp = dsv4_serve_sample_params(r);
+    dsv4_serve_emit(srv, r, dsv4_sample(logits, srv->vocab, &sp, &r->rng, srv->scratch), logits);
+}
+
+/* Whether the decode batch can take its tokens from the engine's device sampler: the
+ * engine samples, and no request needs the logits (a logprob, a prefill lease). */
+static bool dsv4_serve_device_samples(const dsv4_server *srv, dsv4_sreq *const *batch, uint32_t n)
+{
+    if (!dsv4_engine_samples(srv->eng))
+        return false;
+    for (uint32_t i = 0; i < n; i++)
+        if (batch[i]->params.logprobs || batch[i]->pd)
+            return false;
+    return true;
 }
 
 static void dsv4_serve_retract(dsv4_server *srv)
@@ -352,11 +379,20 @@ static void dsv4_serve_decode(dsv4_server *srv)
     }
     if (n == 0)
         return;
+    /* on the device the draws are taken before the step, in the order the host sampler
+     * takes them after it: one per request and token, so the streams are the same */
+    bool device = dsv4_serve_device_samples(srv, batch, n);
     for (uint32_t i = 0; i < n; i++) {
         srv->seqs[i] = batch[i]->seq;
         srv->tokens[i] = batch[i]->toks[batch[i]->n_fed];
+        if (device) {
+            srv->params[i] = dsv4_serve_sample_params(batch[i]);
+            srv->draws[i] = dsv4_sample_draw(&srv->params[i], &batch[i]->rng);
+        }
     }
-    int rc = dsv4_engine_decode(srv->eng, n, srv->seqs, srv->tokens, srv->logits);
+    int rc = device ? dsv4_engine_decode_sample(srv->eng, n, srv->seqs, srv->tokens, srv->params,
+                                                srv->draws, srv->next)
+                    : dsv4_engine_decode(srv->eng, n, srv->seqs, srv->tokens, srv->logits);
     if (rc != 0) {
         dsv4_serve_fail(srv, batch, n, rc, "decode step");
         return;
@@ -365,7 +401,10 @@ static void dsv4_serve_decode(dsv4_server *srv)
         dsv4_sreq *r = batch[i];
         if (++r->n_fed % srv->page_tokens == 0)
             dsv4_serve_cache_boundary(srv, r);
-        dsv4_serve_token(srv, r, srv->logits + (size_t)i * V);
+        if (device)
+            dsv4_serve_emit(srv, r, srv->next[i], NULL);
+        else
+            dsv4_serve_token(srv, r, srv->logits + (size_t)i * V);
     }
 }
 

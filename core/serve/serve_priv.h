@@ -123,6 +123,11 @@ struct dsv4_server {
     int32_t *tokens;       /* [max_running] */
     const int32_t **tokp;  /* [max_running] */
     float **lptr;          /* [max_running] */
+
+    /* a decode batch sampled on the device: its params, draws and tokens [max_running] */
+    dsv4_sample_params *params;
+    double *draws;
+    int32_t *next;
 };
 
 uint64_t dsv4_serve_now_ns(void);

@@ -27,10 +27,11 @@ CLEANFILES += kernels/cuda/*.lo kernels/cuda/*.o
 # The CUDA forward's kernels (kernels/cuda/model.h), with cuBLAS: linked into the core
 # only, never into a plugin (configure.ac says why cuBLAS stays out of dlclose'd objects).
 CUDA_MODEL_OBJECTS = kernels/cuda/model_mem.lo kernels/cuda/model_gemm.lo \
-	kernels/cuda/model_ffn.lo kernels/cuda/model_attn.lo
-CUDA_MODEL_INCS = kernels/cuda/model.h kernels/cuda/model_common.cuh kernels/kernels.h
+	kernels/cuda/model_ffn.lo kernels/cuda/model_attn.lo kernels/cuda/sample.lo
+CUDA_MODEL_INCS = kernels/cuda/model.h kernels/cuda/model_common.cuh kernels/kernels.h \
+	kernels/cuda/sample.h
 EXTRA_DIST += kernels/cuda/model_mem.cu kernels/cuda/model_gemm.cu kernels/cuda/model_ffn.cu \
-	kernels/cuda/model_attn.cu $(CUDA_MODEL_INCS)
+	kernels/cuda/model_attn.cu kernels/cuda/sample.cu $(CUDA_MODEL_INCS)
 $(CUDA_MODEL_OBJECTS): $(CUDA_KERNEL_INCS) $(CUDA_MODEL_INCS)
 # the row store shares the forward's bf16 rounding (model_common.cuh)
 kernels/cuda/indexk_store.lo: $(CUDA_MODEL_INCS)
@@ -57,7 +58,10 @@ GPU_TESTS = tests/gpu/t-gpu-xxh64-matches-libxxhash \
 	tests/gpu/t-gpu-forward-deterministic-is-batch-invariant \
 	tests/gpu/t-gpu-forward-matches-hf-fixtures \
 	tests/gpu/t-gpu-indexk-store-cuda-matches-host-store \
-	tests/gpu/t-gpu-forward-replayed-decode-matches-prefill
+	tests/gpu/t-gpu-forward-replayed-decode-matches-prefill \
+	tests/gpu/t-gpu-sample-matches-cpu-sampler \
+	tests/gpu/t-gpu-engine-device-sampling-matches-host \
+	tests/gpu/t-gpu-serve-device-sampling-matches-host-sampling
 check_PROGRAMS += $(GPU_TESTS)
 TESTS += $(GPU_TESTS)
 GPU_TEST_SRC = tests/gpu/gpu.c tests/gpu/gpu.h
@@ -82,6 +86,24 @@ tests_gpu_t_gpu_topk_matches_cpu_order_SOURCES = tests/gpu/t-gpu-topk-matches-cp
 	$(GPU_TEST_SRC)
 tests_gpu_t_gpu_topk_matches_cpu_order_CPPFLAGS = $(GPU_TEST_FLAGS)
 tests_gpu_t_gpu_topk_matches_cpu_order_LDADD = tests/libtap.la kernels/libdsv4cpu.la \
+	$(CUDA_TEST_LIBS) -lm
+
+# The device sampler against dsv4_sample: alone, under an engine's decode steps, and in a
+# server's decode batches.
+tests_gpu_t_gpu_sample_matches_cpu_sampler_SOURCES = \
+	tests/gpu/t-gpu-sample-matches-cpu-sampler.c $(GPU_TEST_SRC)
+tests_gpu_t_gpu_sample_matches_cpu_sampler_CPPFLAGS = $(GPU_TEST_FLAGS)
+tests_gpu_t_gpu_sample_matches_cpu_sampler_LDADD = $(TEST_CORE_LIBS) $(CUDA_TEST_LIBS) -lm
+tests_gpu_t_gpu_engine_device_sampling_matches_host_SOURCES = \
+	tests/gpu/t-gpu-engine-device-sampling-matches-host.c $(GPU_FORWARD_SRC)
+tests_gpu_t_gpu_engine_device_sampling_matches_host_CPPFLAGS = $(GPU_TEST_FLAGS)
+tests_gpu_t_gpu_engine_device_sampling_matches_host_LDADD = $(TEST_CORE_LIBS) \
+	$(CUDA_TEST_LIBS) -lm
+tests_gpu_t_gpu_serve_device_sampling_matches_host_sampling_SOURCES = \
+	tests/gpu/t-gpu-serve-device-sampling-matches-host-sampling.c $(GPU_TEST_SRC) \
+	$(SERVE_HARNESS)
+tests_gpu_t_gpu_serve_device_sampling_matches_host_sampling_CPPFLAGS = $(GPU_TEST_FLAGS)
+tests_gpu_t_gpu_serve_device_sampling_matches_host_sampling_LDADD = $(TEST_CORE_LIBS) \
 	$(CUDA_TEST_LIBS) -lm
 
 # The CUDA forward (t-gpu-forward-*) against the CPU forward and Hugging Face, and its
@@ -116,5 +138,9 @@ bench_indexer_decode_SOURCES =
 bench_indexer_decode_LDADD = bench/indexer-decode.lo kernels/libdsv4cuda.la $(CUDA_LIBS)
 bench_indexer_decode_DEPENDENCIES = bench/indexer-decode.lo kernels/libdsv4cuda.la
 bench/indexer-decode.lo: $(CUDA_KERNEL_INCS) bench/gpu-bench.cuh
+noinst_PROGRAMS += bench/sample-decode
+bench_sample_decode_SOURCES = bench/sample-decode.c $(BENCH_UTIL)
+bench_sample_decode_LDADD = core/libdsv4core.la -lm
 endif
+EXTRA_DIST += bench/sample-decode.c
 CLEANFILES += bench/*.lo bench/*.o

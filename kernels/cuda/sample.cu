@@ -1,0 +1,328 @@
+/* sample.cu: next-token choice on the device, dsv4_sample's semantics (sample.h).
+ *
+ * The rows' params go up with a slot per row that needs a sort (not greedy, not skipped),
+ * then three launches for the whole batch:
+ *   1. sp_prep: the logits of the row in sorted slot c become 64-bit keys (c << 32 | a
+ *      32-bit key that orders like dsv4_k_topk: higher logit first, -0 as +0, NaN last);
+ *   2. one cub::DeviceRadixSort of (key, id) over every sorted slot at once: the slot
+ *      bits keep the rows apart, and the sort is stable with the ids starting ascending,
+ *      so equal logits keep the lower id first;
+ *   3. sp_pick, one block per row: greedy rows reduce to the best (logit, id) over the
+ *      row; the others take the first k sorted candidates, compute each probability with
+ *      the CPU's formula, sum them in a fixed order (a thread's run of candidates in
+ *      order, then a block scan of the runs) and walk the prefix for top_p and the draw.
+ *
+ * Why a full sort rather than a select: top_k = 0 with top_p needs every candidate in
+ * order anyway, and one stable radix sort keeps a single path whose order is exactly the
+ * CPU's for every top_k. Why one device-wide sort rather than a segmented one: a
+ * segmented sort gives each row one block, which took 0.9 ms for one row of 129280
+ * (bench/sample-decode); the device-wide sort spreads a row over every multiprocessor. */
+#include "kernels/cuda/sample.h"
+#include "kernels/cuda/status.cuh"
+
+#include <cub/block/block_reduce.cuh>
+#include <cub/block/block_scan.cuh>
+#include <cub/device/device_radix_sort.cuh>
+
+#include <math.h>
+#include <stdlib.h>
+
+#define SP_THREADS 1024
+#define SP_PREP_THREADS 256
+
+struct dsv4_cuda_sampler {
+    uint32_t max_rows, vocab;
+    uint64_t *keys_in;  /* [max_rows * vocab] sort keys; the pick kernel reuses them as the
+                           rows' probabilities */
+    uint64_t *keys_out; /* [max_rows * vocab] sorted keys */
+    uint32_t *ids_in;   /* [max_rows * vocab] 0..vocab-1 per row, written once */
+    uint32_t *ids_out;  /* [max_rows * vocab] ids in sorted order */
+    dsv4_cuda_sample_row *rows_dev; /* [max_rows] */
+    uint32_t *map_host, *map_dev;   /* [2 * max_rows]: each row's slot (UINT32_MAX: no
+                                       sort), then each slot's row */
+    void *temp;
+    size_t temp_bytes;
+};
+
+/* Greedy as dsv4_sample decides it. */
+__device__ static inline bool sp_greedy(const dsv4_cuda_sample_row *p)
+{
+    return p->temperature <= 0 || p->top_k == 1;
+}
+
+/* The sort key of a logit: ascending keys are descending logits, -0 equals +0, NaN last. */
+__device__ static inline uint32_t sp_key(float x)
+{
+    if (x != x)
+        return UINT32_MAX;
+    uint32_t u = x == 0.0f ? 0u : __float_as_uint(x);
+    uint32_t asc = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    return ~asc;
+}
+
+/* The logit back from its key (NaN for the NaN key). */
+__device__ static inline float sp_value(uint32_t key)
+{
+    uint32_t asc = ~key;
+    if (key == UINT32_MAX)
+        return __uint_as_float(0x7fc00000u);
+    return __uint_as_float((asc & 0x80000000u) ? (asc & 0x7fffffffu) : ~asc);
+}
+
+__global__ void sp_ids(uint32_t *ids, uint32_t vocab, size_t n)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        ids[i] = (uint32_t)(i % vocab);
+}
+
+/* Sorted slot c = blockIdx.y holds row map[max_rows + c]. */
+__global__ void sp_prep(const float *logits, uint32_t vocab, const uint32_t *map, uint32_t max_rows,
+                        uint64_t *keys)
+{
+    uint32_t c = blockIdx.y, j = blockIdx.x * blockDim.x + threadIdx.x;
+    uint32_t r = map[max_rows + c];
+    if (j < vocab)
+        keys[(size_t)c * vocab + j] = (uint64_t)c << 32 | sp_key(logits[(size_t)r * vocab + j]);
+}
+
+/* A candidate for the greedy choice. */
+struct sp_best {
+    float v;
+    uint32_t i;
+};
+
+/* a before b in dsv4_sample's greedy order (among non-NaN: higher, then lower id). */
+__device__ static inline bool sp_beats(sp_best a, sp_best b)
+{
+    if (a.v != a.v)
+        return false;
+    if (b.v != b.v)
+        return true;
+    return a.v > b.v || (a.v == b.v && a.i < b.i);
+}
+
+struct sp_best_op {
+    __device__ sp_best operator()(const sp_best &a, const sp_best &b) const
+    {
+        return sp_beats(b, a) ? b : a;
+    }
+};
+
+/* Greedy: dsv4_sample's loop keeps index 0 when logits[0] is NaN (nothing compares
+ * above it), else the first index of the highest non-NaN logit. */
+__device__ static void sp_pick_greedy(const float *x, uint32_t vocab, int32_t *token)
+{
+    typedef cub::BlockReduce<sp_best, SP_THREADS> reduce;
+    __shared__ typename reduce::TempStorage tmp;
+    sp_best b = {__uint_as_float(0x7fc00000u), UINT32_MAX};
+    for (uint32_t j = threadIdx.x; j < vocab; j += SP_THREADS) {
+        sp_best c = {x[j], j};
+        if (sp_beats(c, b))
+            b = c;
+    }
+    b = reduce(tmp).Reduce(b, sp_best_op());
+    if (threadIdx.x == 0)
+        *token = x[0] != x[0] ? 0 : (int32_t)b.i;
+}
+
+/* The first j in the calling thread's run [lo, hi) whose prefix acc (starting from off)
+ * stops `below` (acc < bound, or bound < acc for the draw), folded into *first by
+ * atomicMin; the thread keeps the prefix there in *acc_p. */
+__device__ static void sp_walk(const float *prob, uint32_t lo, uint32_t hi, double off,
+                               double bound, bool draw, uint32_t *first, double *acc_p)
+{
+    double acc = off;
+    for (uint32_t j = lo; j < hi; j++) {
+        acc += prob[j];
+        if (draw ? bound < acc : !(acc < bound)) {
+            atomicMin(first, draw ? j : j + 1);
+            *acc_p = acc;
+            return;
+        }
+    }
+}
+
+__global__ void __launch_bounds__(SP_THREADS)
+    sp_pick(const float *logits, uint32_t vocab, const dsv4_cuda_sample_row *rows,
+            const uint32_t *map, const uint64_t *keys_out, const uint32_t *ids_out, float *probs,
+            int32_t *tokens)
+{
+    typedef cub::BlockScan<double, SP_THREADS> scan;
+    __shared__ typename scan::TempStorage tmp;
+    __shared__ uint32_t first;
+    __shared__ double total, kept_acc;
+    uint32_t r = blockIdx.x, t = threadIdx.x;
+    dsv4_cuda_sample_row p = rows[r];
+    size_t base = (size_t)r * vocab;
+    if (p.skip) {
+        if (t == 0)
+            tokens[r] = -1;
+        return;
+    }
+    if (sp_greedy(&p)) {
+        sp_pick_greedy(logits + base, vocab, tokens + r);
+        return;
+    }
+    base = (size_t)map[r] * vocab; /* the row's sorted slot */
+    const uint64_t *key = keys_out + base;
+    float *prob = probs + base;
+    uint32_t k = p.top_k && p.top_k < vocab ? p.top_k : vocab;
+    uint32_t per = (k + SP_THREADS - 1) / SP_THREADS;
+    uint32_t lo = t * per < k ? t * per : k, hi = lo + per < k ? lo + per : k;
+
+    /* probabilities exactly as dsv4_sample computes them, and this run's sum */
+    double m = sp_value((uint32_t)key[0]), run = 0;
+    for (uint32_t j = lo; j < hi; j++) {
+        float q = (float)exp(((double)sp_value((uint32_t)key[j]) - m) / (double)p.temperature);
+        prob[j] = q;
+        run += q;
+    }
+    double off;
+    scan(tmp).ExclusiveSum(run, off);
+    /* the total is the prefix at k as the walks below add it up (not the scan's own
+     * aggregate), so a draw below 1 always lands on a candidate, as on the CPU */
+    if (lo < hi && hi == k) {
+        double acc = off;
+        for (uint32_t j = lo; j < hi; j++)
+            acc += prob[j];
+        total = acc;
+    }
+    if (t == 0)
+        first = UINT32_MAX;
+    __syncthreads();
+
+    double kept = total;
+    if (p.top_p > 0 && p.top_p < 1) {
+        /* keep = the smallest prefix whose sum is not below top_p * total (0 when even the
+         * empty prefix is not), as dsv4_sample's while loop */
+        double bound = (double)p.top_p * total, acc = 0;
+        uint32_t keep;
+        if (!(0 < bound)) {
+            keep = 0;
+        } else {
+            sp_walk(prob, lo, hi, off, bound, false, &first, &acc);
+            __syncthreads();
+            keep = first == UINT32_MAX ? k : first;
+            if (keep < k && lo < keep && keep <= hi)
+                kept_acc = acc;
+            if (keep == k && t == 0)
+                kept_acc = total;
+            __syncthreads();
+            acc = kept_acc;
+        }
+        k = keep ? keep : 1;
+        kept = acc != 0 ? acc : prob[0];
+        __syncthreads();
+        if (t == 0)
+            first = UINT32_MAX;
+        __syncthreads();
+    }
+    double rr = p.draw * kept, unused;
+    sp_walk(prob, lo, hi < k ? hi : k, off, rr, true, &first, &unused);
+    __syncthreads();
+    if (t == 0)
+        tokens[r] = (int32_t)ids_out[base + (first == UINT32_MAX ? k - 1 : first)];
+}
+
+/* Bits of the slot index above the 32 key bits for m sorted slots. */
+static int sp_slot_bits(uint32_t m)
+{
+    int b = 0;
+    while (m > 1u << b)
+        b++;
+    return b;
+}
+
+extern "C" dsv4_cuda_sampler *dsv4_cuda_sampler_new(uint32_t max_rows, uint32_t vocab)
+{
+    size_t n = (size_t)max_rows * vocab;
+    if (max_rows == 0 || vocab == 0 || n >= (size_t)INT32_MAX)
+        return NULL;
+    dsv4_cuda_sampler *s = (dsv4_cuda_sampler *)calloc(1, sizeof(*s));
+    if (!s)
+        return NULL;
+    s->max_rows = max_rows;
+    s->vocab = vocab;
+    s->map_host = (uint32_t *)calloc(2 * max_rows, sizeof(uint32_t));
+    bool ok = s->map_host && cudaMalloc(&s->keys_in, n * 8) == cudaSuccess &&
+              cudaMalloc(&s->keys_out, n * 8) == cudaSuccess &&
+              cudaMalloc(&s->ids_in, n * 4) == cudaSuccess &&
+              cudaMalloc(&s->ids_out, n * 4) == cudaSuccess &&
+              cudaMalloc(&s->rows_dev, max_rows * sizeof(*s->rows_dev)) == cudaSuccess &&
+              cudaMalloc(&s->map_dev, 2 * max_rows * sizeof(uint32_t)) == cudaSuccess;
+    ok = ok && cub::DeviceRadixSort::SortPairs(nullptr, s->temp_bytes, s->keys_in, s->keys_out,
+                                               s->ids_in, s->ids_out, (int)n, 0,
+                                               32 + sp_slot_bits(max_rows)) == cudaSuccess;
+    ok = ok && cudaMalloc(&s->temp, s->temp_bytes ? s->temp_bytes : 1) == cudaSuccess;
+    if (ok) {
+        sp_ids<<<(unsigned)((n + 255) / 256), 256>>>(s->ids_in, vocab, n);
+        ok = cudaDeviceSynchronize() == cudaSuccess;
+    }
+    if (!ok) {
+        dsv4_cuda_sampler_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+extern "C" void dsv4_cuda_sampler_free(dsv4_cuda_sampler *s)
+{
+    if (!s)
+        return;
+    cudaFree(s->keys_in);
+    cudaFree(s->keys_out);
+    cudaFree(s->ids_in);
+    cudaFree(s->ids_out);
+    cudaFree(s->rows_dev);
+    cudaFree(s->map_dev);
+    cudaFree(s->temp);
+    free(s->map_host);
+    free(s);
+}
+
+extern "C" int dsv4_cuda_sample(dsv4_cuda_sampler *s, const float *logits_dev, uint32_t n,
+                                const dsv4_cuda_sample_row *rows, int32_t *tokens_dev, void *stream)
+{
+    if (n == 0)
+        return 0;
+    if (n > s->max_rows)
+        return -EINVAL;
+    cudaStream_t st = (cudaStream_t)stream;
+    uint32_t V = s->vocab, m = 0, *map = s->map_host;
+    for (uint32_t i = 0; i < n; i++) {
+        bool sorted = !rows[i].skip && !(rows[i].temperature <= 0 || rows[i].top_k == 1);
+        map[i] = sorted ? m : UINT32_MAX;
+        if (sorted)
+            map[s->max_rows + m++] = i;
+    }
+    /* copies from pageable memory: they return once the host buffers are staged */
+    int rc = dsv4_cuda_status(
+        cudaMemcpyAsync(s->rows_dev, rows, n * sizeof(*rows), cudaMemcpyHostToDevice, st));
+    if (rc == 0)
+        rc = dsv4_cuda_status(cudaMemcpyAsync(s->map_dev, map, 2 * s->max_rows * sizeof(uint32_t),
+                                              cudaMemcpyHostToDevice, st));
+    if (rc == 0 && m > 0) {
+        int items = (int)((size_t)m * V), end_bit = 32 + sp_slot_bits(m);
+        size_t temp_bytes = 0;
+        if (cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, s->keys_in, s->keys_out, s->ids_in,
+                                            s->ids_out, items, 0, end_bit) != cudaSuccess ||
+            temp_bytes > s->temp_bytes)
+            return -EIO;
+        dim3 grid((V + SP_PREP_THREADS - 1) / SP_PREP_THREADS, m);
+        sp_prep<<<grid, SP_PREP_THREADS, 0, st>>>(logits_dev, V, s->map_dev, s->max_rows,
+                                                  s->keys_in);
+        rc = dsv4_cuda_launch_status();
+        temp_bytes = s->temp_bytes;
+        if (rc == 0)
+            rc = dsv4_cuda_status(
+                cub::DeviceRadixSort::SortPairs(s->temp, temp_bytes, s->keys_in, s->keys_out,
+                                                s->ids_in, s->ids_out, items, 0, end_bit, st));
+    }
+    if (rc != 0)
+        return rc;
+    /* the sort read the keys: their buffer now holds the probabilities */
+    sp_pick<<<n, SP_THREADS, 0, st>>>(logits_dev, V, s->rows_dev, s->map_dev, s->keys_out,
+                                      s->ids_out, (float *)s->keys_in, tokens_dev);
+    return dsv4_cuda_launch_status();
+}
