@@ -40,6 +40,7 @@
 #include <unistd.h>
 
 #include "core/engine/engine.h"
+#include "core/model/checkpoint.h"
 #include "core/model/mkmodel.h"
 #include "core/model/safetensors.h"
 #include "core/plugin/registry.h"
@@ -72,25 +73,61 @@ static double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* f32 bytes a decode step of `batch` tokens reads from the weights. */
-static double step_bytes(const dsv4_model_config *c, uint32_t batch)
+/* step_bytes' walk over the checkpoint's tensors. */
+typedef struct step_walk {
+    dsv4_ckpt *ck;
+    double touched; /* the share of the routed experts a step reads */
+    double bytes;
+} step_walk;
+
+/* Device bytes of one weight element stored as dt, its scales included: the CUDA forward
+ * keeps each linear layer's weight in the narrowest of MXFP4, FP8 (128x128 blocks), BF16
+ * and F32 that holds its values exactly (forward_cuda.c fc_wup, which logs the total), so
+ * a weight stored in one of them takes that format's bytes; other weights stay f32. */
+static double step_elem_bytes(const dsv4_st_tensor *t)
 {
-    double H = c->hidden, N = c->hc_mult, D = c->head_dim, QH = (double)c->n_heads * D;
-    double qr = c->q_lora_rank, orr = c->o_lora_rank, G = c->o_groups, I = c->moe_inter;
-    double DI = c->index_dim, NI = c->index_heads, E = c->n_experts, K = c->top_k;
-    double touched = (double)batch * K < E ? (double)batch * K : E, w = 0;
-    for (uint32_t l = 0; l < c->n_layers; l++) {
-        double cw = c->layer_kind[l] == DSV4_LAYER_CSA ? 2 * D : D;
-        w += 2 * (2 + N) * N * N * H;                           /* mHC */
-        w += qr * H + QH * qr + D * H + orr * QH + H * G * orr; /* attention */
-        if (c->layer_kind[l] != DSV4_LAYER_SLIDING)
-            w += 2 * cw * H;
-        if (c->layer_kind[l] == DSV4_LAYER_CSA)
-            w += 4 * DI * H + NI * DI * qr + NI * H;
-        w += E * H + 3 * I * H + touched * 3 * I * H; /* router, shared, routed */
+    switch (t ? t->dtype : DSV4_ST_F32) {
+    case DSV4_ST_BF16: return 2;
+    case DSV4_ST_F8_E4M3: return 1 + 4.0 / (128 * 128);
+    case DSV4_ST_I8:
+    case DSV4_ST_U8: return 0.5 + 1.0 / 32;
+    default: return 4;
     }
-    w += (double)c->vocab_size * H + N * N * H; /* head */
-    return 4 * w;
+}
+
+static int step_tensor(void *ctx, const dsv4_tensor_desc *d)
+{
+    step_walk *w = ctx;
+    /* gathered, not streamed: the embedding and hash-routing rows of the step's tokens */
+    if (d->wclass == DSV4_WC_INDEX || strcmp(d->name, "embed.weight") == 0)
+        return 0;
+    char prefixed[sizeof(d->name) + 8];
+    snprintf(prefixed, sizeof(prefixed), "model.%s", d->name);
+    const dsv4_st_tensor *t = dsv4_ckpt_find(w->ck, d->name, NULL);
+    t = t ? t : dsv4_ckpt_find(w->ck, prefixed, NULL);
+    t = t ? t : dsv4_ckpt_find(w->ck, d->hf_name, NULL);
+    t = t ? t : d->hf_alt[0] ? dsv4_ckpt_find(w->ck, d->hf_alt, NULL) : NULL;
+    /* vectors live on the device as f32 */
+    double n = (double)d->rows * d->cols, b = n * (d->ndim == 2 ? step_elem_bytes(t) : 4);
+    w->bytes += d->expert >= 0 ? b * w->touched : b;
+    return 0;
+}
+
+/* Bytes a decode step of `batch` tokens reads from the device weights: every weight once,
+ * the routed experts only as many as min(batch * top_k, experts), each in the format the
+ * device holds it in. -1 when the checkpoint cannot be opened. */
+static double step_bytes(const dsv4_model *m, uint32_t batch)
+{
+    const dsv4_model_config *c = &m->cfg;
+    char err[256];
+    step_walk w = {.ck = dsv4_ckpt_open(m->dir, err, sizeof(err)), .bytes = 0};
+    if (!w.ck)
+        return -1;
+    double E = c->n_experts, touched = (double)batch * c->top_k;
+    w.touched = touched < E ? touched / E : 1;
+    dsv4_tensor_each(c, step_tensor, &w);
+    dsv4_ckpt_close(w.ck);
+    return w.bytes;
 }
 
 /* Parse "1,2,4" into o->batch. 0, or -EINVAL for an empty, zero or overlong list. */
@@ -249,7 +286,7 @@ static int bench_run(const dsv4_model *m, const dsv4_plugin_desc *ik, const benc
             rc = profiled_step(eng, B, seqs, next, logits);
         if (rc != 0)
             break;
-        double tps = (double)B * o->steps / dt, roof = (double)B * o->bw / step_bytes(c, B);
+        double tps = (double)B * o->steps / dt, roof = (double)B * o->bw / step_bytes(m, B);
         printf("| %s | %s | %u | %.0f | %.0f | %.1f%% |\n", o->cuda ? "cuda" : "cpu",
                o->cuda ? mode_name(o, mode) : "-", B, tps, roof, 100 * tps / roof);
         fflush(stdout);

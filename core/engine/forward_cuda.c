@@ -29,16 +29,25 @@
 #define FC_SCORE_ROWS_STEP 256u
 /* Step shapes remembered, each with its CUDA graph once it has been seen twice. */
 #define FC_GRAPHS 8
+/* The weights live in device chunks of FC_WCHUNK bytes (a larger weight gets a chunk of
+ * its own), handed out in order: the thousands of weights of a Flash-sized model in a few
+ * dozen allocations. */
+#define FC_WCHUNK ((size_t)256 << 20)
+#define FC_WCHUNKS 1024
+#define FC_WALIGN 256
 
+/* A layer's weights: the linear layers' in their checkpoint formats (fc_wup), the rest
+ * f32. */
 typedef struct fc_layer {
-    float *hc_attn_fn, *hc_attn_base, *hc_attn_scale, *hc_ffn_fn, *hc_ffn_base, *hc_ffn_scale;
-    float *attn_norm, *ffn_norm, *wq_a, *q_norm, *wq_b, *wkv, *kv_norm, *wo_a, *wo_b, *sinks;
-    float *c_wkv, *c_wgate, *c_ape, *c_norm; /* main compressor */
-    float *i_wkv, *i_wgate, *i_ape, *i_norm; /* indexer compressor */
-    float *idx_wq_b, *idx_weights;
-    float *gate, *gate_bias;
+    dsv4_cuda_weight hc_attn_fn, hc_ffn_fn, wq_a, wq_b, wkv, wo_a, wo_b;
+    dsv4_cuda_weight c_wkv, c_wgate;                        /* main compressor */
+    dsv4_cuda_weight i_wkv, i_wgate, idx_wq_b, idx_weights; /* indexer */
+    dsv4_cuda_weight gate, exp_gate, exp_up, exp_down, sh_gate, sh_up, sh_down;
+    float *hc_attn_base, *hc_attn_scale, *hc_ffn_base, *hc_ffn_scale;
+    float *attn_norm, *ffn_norm, *q_norm, *kv_norm, *sinks;
+    float *c_ape, *c_norm, *i_ape, *i_norm;
+    float *gate_bias;
     int32_t *tid2eid;
-    float *exp_gate, *exp_up, *exp_down, *sh_gate, *sh_up, *sh_down;
 } fc_layer;
 
 /* What a step's launches depend on besides device memory: a step of the same shape replays
@@ -78,7 +87,14 @@ struct dsv4_fwd_cuda {
     dsv4_cuda_blas *blas;
 
     fc_layer L[DSV4_MAX_LAYERS];
-    float *embed, *head, *norm, *hch_fn, *hch_base, *freq_main, *freq_comp;
+    float *embed, *norm, *hch_fn, *hch_base, *freq_main, *freq_comp;
+    dsv4_cuda_weight head;
+    /* the weights' device chunks, the use of the last, and what the linear layers' weights
+     * take per dsv4_cuda_wfmt */
+    uint8_t *wchunk[FC_WCHUNKS];
+    size_t wchunk_size[FC_WCHUNKS], n_wchunks, wchunk_used, wbytes[4];
+    float *wstage;   /* upload: one f32 weight on its way to its format */
+    uint32_t *wflag; /* upload: dsv4_cuda_weight_pack's scratch word */
 
     /* device workspace, per token of the step */
     float *x, *mixz, *pre, *post, *comb, *u, *cq, *q, *kv, *kc, *gc, *ikc, *igc, *iq, *iw;
@@ -159,12 +175,32 @@ static void *fc_host(dsv4_fwd_cuda *f, size_t n, size_t size)
     return p;
 }
 
+/* Device bytes for a weight from the chunks (FC_WALIGN-aligned); NULL when the device has
+ * none left. */
+static void *fc_walloc(dsv4_fwd_cuda *f, size_t bytes)
+{
+    bytes = (bytes + FC_WALIGN - 1) / FC_WALIGN * FC_WALIGN;
+    size_t last = f->n_wchunks ? f->wchunk_size[f->n_wchunks - 1] : 0;
+    if (f->n_wchunks == 0 || bytes > last - f->wchunk_used) {
+        size_t size = bytes > FC_WCHUNK ? bytes : FC_WCHUNK;
+        uint8_t *p = f->n_wchunks < FC_WCHUNKS ? dsv4_cuda_alloc(size) : NULL;
+        if (!p)
+            return NULL;
+        f->wchunk[f->n_wchunks] = p;
+        f->wchunk_size[f->n_wchunks++] = size;
+        f->wchunk_used = 0;
+    }
+    void *p = f->wchunk[f->n_wchunks - 1] + f->wchunk_used;
+    f->wchunk_used += bytes;
+    return p;
+}
+
 /* A weight on the device (NULL for a NULL host pointer, which is then not an error). */
 static void *fc_up(dsv4_fwd_cuda *f, const void *host, size_t n, size_t size, bool *ok)
 {
     if (!host)
         return NULL;
-    void *d = fc_dev(f, n, size);
+    void *d = fc_walloc(f, (n ? n : 1) * size);
     if (!d || dsv4_cuda_copy(d, host, n * size, f->stream) != 0)
         *ok = false;
     return d;
@@ -199,6 +235,55 @@ static bool fc_has(const dsv4_model_config *c, dsv4_layer_kind kind)
     return false;
 }
 
+/* A linear layer's weight (mats [out][in] f32 matrices at host) on the device in the
+ * narrowest of MXFP4, FP8, BF16 and F32 that holds every value exactly: the format the
+ * checkpoint stores it in, so a step reads the checkpoint's bytes and the GEMM's products
+ * are those of the CPU's dequantised f32 values, bit for bit (model.h). A failed try hands
+ * its bytes back. */
+static dsv4_cuda_weight fc_wup(dsv4_fwd_cuda *f, const float *host, size_t mats, size_t out,
+                               size_t in, bool *ok)
+{
+    static const dsv4_cuda_wfmt order[] = {DSV4_CUDA_W_FP4, DSV4_CUDA_W_FP8, DSV4_CUDA_W_BF16,
+                                           DSV4_CUDA_W_F32};
+    dsv4_cuda_weight w = {DSV4_CUDA_W_F32, NULL, NULL};
+    if (!host || !*ok)
+        return w;
+    if (dsv4_cuda_copy(f->wstage, host, mats * out * in * sizeof(float), f->stream) != 0) {
+        *ok = false;
+        return w;
+    }
+    for (size_t i = 0; i < sizeof(order) / sizeof(order[0]); i++) {
+        size_t sb, db = dsv4_cuda_weight_bytes(order[i], mats, out, in, &sb);
+        if (db == 0)
+            continue;
+        size_t chunks = f->n_wchunks, used = f->wchunk_used;
+        void *data = fc_walloc(f, db), *scale = sb ? fc_walloc(f, sb) : NULL;
+        bool exact = false;
+        if (!data || (sb && !scale) ||
+            dsv4_cuda_weight_pack(f->wstage, mats, out, in, order[i], data, scale, f->wflag,
+                                  f->stream, &exact) != 0)
+            break;
+        if (exact) {
+            f->wbytes[order[i]] += db + sb;
+            return (dsv4_cuda_weight){order[i], data, scale};
+        }
+        /* give the bytes back, and the chunks this try opened */
+        while (f->n_wchunks > chunks)
+            dsv4_cuda_free(f->wchunk[--f->n_wchunks]);
+        f->wchunk_used = used;
+    }
+    *ok = false;
+    return w;
+}
+
+static size_t fc_max(const size_t *v, size_t n)
+{
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+        m = v[i] > m ? v[i] : m;
+    return m;
+}
+
 static bool fc_upload_weights(dsv4_fwd_cuda *f)
 {
     const dsv4_model *m = f->m;
@@ -206,11 +291,19 @@ static bool fc_upload_weights(dsv4_fwd_cuda *f)
     size_t N = c->hc_mult, H = c->hidden, D = c->head_dim, mix = (2 + N) * N, V = c->vocab_size;
     size_t qr = c->q_lora_rank, QH = (size_t)c->n_heads * D, G = c->o_groups, orr = c->o_lora_rank;
     size_t E = c->n_experts, I = c->moe_inter, K = c->top_k, DI = c->index_dim;
-    size_t NI = c->index_heads;
+    size_t NI = c->index_heads, gin = QH / G;
     bool ok = true;
 
+    /* the largest linear layer passes through the staging buffer */
+    const size_t sizes[] = {V * H,         mix * N * H, qr * H,    QH * qr,    D * H,
+                            G * orr * gin, H * G * orr, 2 * D * H, 2 * DI * H, NI * DI * qr,
+                            NI * H,        E * H,       E * I * H, I * H};
+    f->wstage = dsv4_cuda_alloc(fc_max(sizes, sizeof(sizes) / sizeof(sizes[0])) * sizeof(float));
+    f->wflag = fc_dev(f, 1, sizeof(uint32_t));
+    if (!f->wstage || !f->wflag)
+        return false;
     f->embed = fc_up(f, m->embed, V * H, sizeof(float), &ok);
-    f->head = fc_up(f, m->head, V * H, sizeof(float), &ok);
+    f->head = fc_wup(f, m->head, 1, V, H, &ok);
     f->norm = fc_up(f, m->norm, H, sizeof(float), &ok);
     f->hch_fn = fc_up(f, m->hc_head.fn, N * N * H, sizeof(float), &ok);
     f->hch_base = fc_up(f, m->hc_head.base, N, sizeof(float), &ok);
@@ -220,46 +313,56 @@ static bool fc_upload_weights(dsv4_fwd_cuda *f)
         uint8_t kind = c->layer_kind[l];
         uint32_t rate = kind == DSV4_LAYER_CSA ? c->rate_csa : c->rate_hca;
         size_t cw = (kind == DSV4_LAYER_CSA ? 2 : 1) * D;
-        d->hc_attn_fn = fc_up(f, w->hc_attn.fn, mix * N * H, sizeof(float), &ok);
+        d->hc_attn_fn = fc_wup(f, w->hc_attn.fn, 1, mix, N * H, &ok);
         d->hc_attn_base = fc_up(f, w->hc_attn.base, mix, sizeof(float), &ok);
         d->hc_attn_scale = fc_up(f, w->hc_attn.scale, 3, sizeof(float), &ok);
-        d->hc_ffn_fn = fc_up(f, w->hc_ffn.fn, mix * N * H, sizeof(float), &ok);
+        d->hc_ffn_fn = fc_wup(f, w->hc_ffn.fn, 1, mix, N * H, &ok);
         d->hc_ffn_base = fc_up(f, w->hc_ffn.base, mix, sizeof(float), &ok);
         d->hc_ffn_scale = fc_up(f, w->hc_ffn.scale, 3, sizeof(float), &ok);
         d->attn_norm = fc_up(f, w->attn_norm, H, sizeof(float), &ok);
         d->ffn_norm = fc_up(f, w->ffn_norm, H, sizeof(float), &ok);
-        d->wq_a = fc_up(f, w->wq_a, qr * H, sizeof(float), &ok);
+        d->wq_a = fc_wup(f, w->wq_a, 1, qr, H, &ok);
         d->q_norm = fc_up(f, w->q_norm, qr, sizeof(float), &ok);
-        d->wq_b = fc_up(f, w->wq_b, QH * qr, sizeof(float), &ok);
-        d->wkv = fc_up(f, w->wkv, D * H, sizeof(float), &ok);
+        d->wq_b = fc_wup(f, w->wq_b, 1, QH, qr, &ok);
+        d->wkv = fc_wup(f, w->wkv, 1, D, H, &ok);
         d->kv_norm = fc_up(f, w->kv_norm, D, sizeof(float), &ok);
-        d->wo_a = fc_up(f, w->wo_a, orr * QH, sizeof(float), &ok);
-        d->wo_b = fc_up(f, w->wo_b, H * G * orr, sizeof(float), &ok);
+        d->wo_a = fc_wup(f, w->wo_a, G, orr, gin, &ok);
+        d->wo_b = fc_wup(f, w->wo_b, 1, H, G * orr, &ok);
         d->sinks = fc_up(f, w->sinks, c->n_heads, sizeof(float), &ok);
         if (kind != DSV4_LAYER_SLIDING) {
-            d->c_wkv = fc_up(f, w->comp.wkv, cw * H, sizeof(float), &ok);
-            d->c_wgate = fc_up(f, w->comp.wgate, cw * H, sizeof(float), &ok);
+            d->c_wkv = fc_wup(f, w->comp.wkv, 1, cw, H, &ok);
+            d->c_wgate = fc_wup(f, w->comp.wgate, 1, cw, H, &ok);
             d->c_ape = fc_up(f, w->comp.ape, rate * cw, sizeof(float), &ok);
             d->c_norm = fc_up(f, w->comp.norm, D, sizeof(float), &ok);
         }
         if (kind == DSV4_LAYER_CSA) {
-            d->i_wkv = fc_up(f, w->idx_comp.wkv, 2 * DI * H, sizeof(float), &ok);
-            d->i_wgate = fc_up(f, w->idx_comp.wgate, 2 * DI * H, sizeof(float), &ok);
+            d->i_wkv = fc_wup(f, w->idx_comp.wkv, 1, 2 * DI, H, &ok);
+            d->i_wgate = fc_wup(f, w->idx_comp.wgate, 1, 2 * DI, H, &ok);
             d->i_ape = fc_up(f, w->idx_comp.ape, rate * 2 * DI, sizeof(float), &ok);
             d->i_norm = fc_up(f, w->idx_comp.norm, DI, sizeof(float), &ok);
-            d->idx_wq_b = fc_up(f, w->idx_wq_b, NI * DI * qr, sizeof(float), &ok);
-            d->idx_weights = fc_up(f, w->idx_weights, NI * H, sizeof(float), &ok);
+            d->idx_wq_b = fc_wup(f, w->idx_wq_b, 1, NI * DI, qr, &ok);
+            d->idx_weights = fc_wup(f, w->idx_weights, 1, NI, H, &ok);
         }
-        d->gate = fc_up(f, w->gate, E * H, sizeof(float), &ok);
+        d->gate = fc_wup(f, w->gate, 1, E, H, &ok);
         d->gate_bias = c->hash_moe[l] ? NULL : fc_up(f, w->gate_bias, E, sizeof(float), &ok);
         d->tid2eid = c->hash_moe[l] ? fc_up(f, w->tid2eid, V * K, sizeof(int32_t), &ok) : NULL;
-        d->exp_gate = fc_up(f, w->exp_gate, E * I * H, sizeof(float), &ok);
-        d->exp_up = fc_up(f, w->exp_up, E * I * H, sizeof(float), &ok);
-        d->exp_down = fc_up(f, w->exp_down, E * H * I, sizeof(float), &ok);
-        d->sh_gate = fc_up(f, w->sh_gate, I * H, sizeof(float), &ok);
-        d->sh_up = fc_up(f, w->sh_up, I * H, sizeof(float), &ok);
-        d->sh_down = fc_up(f, w->sh_down, H * I, sizeof(float), &ok);
+        d->exp_gate = fc_wup(f, w->exp_gate, E, I, H, &ok);
+        d->exp_up = fc_wup(f, w->exp_up, E, I, H, &ok);
+        d->exp_down = fc_wup(f, w->exp_down, E, H, I, &ok);
+        d->sh_gate = fc_wup(f, w->sh_gate, 1, I, H, &ok);
+        d->sh_up = fc_wup(f, w->sh_up, 1, I, H, &ok);
+        d->sh_down = fc_wup(f, w->sh_down, 1, H, I, &ok);
     }
+    /* the staging buffer is the size of the largest weight: give it back now */
+    dsv4_cuda_free(f->wstage);
+    f->wstage = NULL;
+    const double mib = 1024.0 * 1024;
+    dsv4_log(DSV4_LOG_INFO, "forward",
+             "cuda: linear layers' weights on the device: %.1f MiB (f32 %.1f, bf16 %.1f, fp8 "
+             "%.1f, mxfp4 %.1f)",
+             (f->wbytes[0] + f->wbytes[1] + f->wbytes[2] + f->wbytes[3]) / mib,
+             f->wbytes[DSV4_CUDA_W_F32] / mib, f->wbytes[DSV4_CUDA_W_BF16] / mib,
+             f->wbytes[DSV4_CUDA_W_FP8] / mib, f->wbytes[DSV4_CUDA_W_FP4] / mib);
     return ok;
 }
 
@@ -399,7 +502,7 @@ dsv4_fwd_cuda *dsv4_fwd_cuda_new(const dsv4_fwd_conf *conf, bool deterministic, 
     }
     if (!fc_upload_weights(f) || !fc_alloc_workspace(f)) {
         snprintf(err, errlen,
-                 "forward (cuda): out of memory (f32 weights and the workspace for %u tokens)",
+                 "forward (cuda): out of memory (weights and the workspace for %u tokens)",
                  conf->max_tokens);
         goto fail;
     }
@@ -445,6 +548,9 @@ void dsv4_fwd_cuda_free(dsv4_fwd_cuda *f)
         dsv4_cuda_sync(f->stream);
     for (size_t i = 0; i < f->n_allocs; i++)
         dsv4_cuda_free(f->allocs[i]);
+    for (size_t i = 0; i < f->n_wchunks; i++)
+        dsv4_cuda_free(f->wchunk[i]);
+    dsv4_cuda_free(f->wstage);
     for (size_t i = 0; i < f->n_hallocs; i++)
         free(f->hallocs[i]);
     dsv4_cuda_free(f->pages.dev);
@@ -711,8 +817,8 @@ static int fc_ik_select(dsv4_fwd_cuda *f, const dsv4_kv_buffer *ik)
 
 /* ---- layers ------------------------------------------------------------------------------- */
 
-static int fc_hc_pre(dsv4_fwd_cuda *f, const float *fn, const float *base, const float *scale,
-                     const float *norm)
+static int fc_hc_pre(dsv4_fwd_cuda *f, const dsv4_cuda_weight *fn, const float *base,
+                     const float *scale, const float *norm)
 {
     size_t N = f->c->hc_mult, NH = N * f->c->hidden, mix = (2 + N) * N, n = f->st.n_tok;
     int rc = dsv4_cuda_linear(f->blas, fn, mix, NH, f->x, NH, n, f->mixz, mix);
@@ -735,13 +841,13 @@ static int fc_attention(dsv4_fwd_cuda *f, uint32_t layer, const dsv4_kv_layer_vi
     uint32_t rope = kind == DSV4_LAYER_SLIDING ? c->rope_main.dims : c->rope_compress.dims;
     dsv4_cuda_blas *b = f->blas;
     void *s = f->stream;
-    int rc = dsv4_cuda_linear(b, w->wq_a, qr, H, f->u, H, n, f->cq, qr);
+    int rc = dsv4_cuda_linear(b, &w->wq_a, qr, H, f->u, H, n, f->cq, qr);
     if (rc == 0)
         rc = dsv4_cuda_rmsnorm_rows((uint32_t)n, (uint32_t)qr, f->cq, w->q_norm, f->dims.eps, s);
     if (rc == 0)
-        rc = dsv4_cuda_linear(b, w->wq_b, QH, qr, f->cq, qr, n, f->q, QH);
+        rc = dsv4_cuda_linear(b, &w->wq_b, QH, qr, f->cq, qr, n, f->q, QH);
     if (rc == 0)
-        rc = dsv4_cuda_linear(b, w->wkv, D, H, f->u, H, n, f->kv, D);
+        rc = dsv4_cuda_linear(b, &w->wkv, D, H, f->u, H, n, f->kv, D);
     if (rc == 0)
         rc =
             dsv4_cuda_qkv(&f->dims, &f->st, f->q, f->kv, w->kv_norm, freq, rope, f->kvf, f->kvs, s);
@@ -755,9 +861,9 @@ static int fc_attention(dsv4_fwd_cuda *f, uint32_t layer, const dsv4_kv_layer_vi
         dsv4_cuda_kvbuf carry = fc_kvbuf(v->buf[csa ? DSV4_BUF_CSA_CARRY : DSV4_BUF_HCA_CARRY]);
         rows = fc_kvbuf(v->buf[csa ? DSV4_BUF_CSA_KV : DSV4_BUF_HCA_KV]);
         rows_p = &rows;
-        rc = dsv4_cuda_linear(b, w->c_wkv, cw, H, f->u, H, n, f->kc, cw);
+        rc = dsv4_cuda_linear(b, &w->c_wkv, cw, H, f->u, H, n, f->kc, cw);
         if (rc == 0)
-            rc = dsv4_cuda_linear(b, w->c_wgate, cw, H, f->u, H, n, f->gc, cw);
+            rc = dsv4_cuda_linear(b, &w->c_wgate, cw, H, f->u, H, n, f->gc, cw);
         if (rc == 0)
             rc =
                 dsv4_cuda_compress(&f->dims, &f->st, csa, rate, (uint32_t)D, f->kc, f->gc, w->c_ape,
@@ -768,13 +874,13 @@ static int fc_attention(dsv4_fwd_cuda *f, uint32_t layer, const dsv4_kv_layer_vi
     if (csa) {
         const dsv4_kv_buffer *ik = v->buf[DSV4_BUF_INDEXK];
         dsv4_cuda_kvbuf icarry = fc_kvbuf(v->buf[DSV4_BUF_INDEX_CARRY]);
-        rc = dsv4_cuda_linear(b, w->i_wkv, 2 * DI, H, f->u, H, n, f->ikc, 2 * DI);
+        rc = dsv4_cuda_linear(b, &w->i_wkv, 2 * DI, H, f->u, H, n, f->ikc, 2 * DI);
         if (rc == 0)
-            rc = dsv4_cuda_linear(b, w->i_wgate, 2 * DI, H, f->u, H, n, f->igc, 2 * DI);
+            rc = dsv4_cuda_linear(b, &w->i_wgate, 2 * DI, H, f->u, H, n, f->igc, 2 * DI);
         if (rc == 0)
-            rc = dsv4_cuda_linear(b, w->idx_wq_b, NI * DI, qr, f->cq, qr, n, f->iq, NI * DI);
+            rc = dsv4_cuda_linear(b, &w->idx_wq_b, NI * DI, qr, f->cq, qr, n, f->iq, NI * DI);
         if (rc == 0)
-            rc = dsv4_cuda_linear(b, w->idx_weights, NI, H, f->u, H, n, f->iw, NI);
+            rc = dsv4_cuda_linear(b, &w->idx_weights, NI, H, f->u, H, n, f->iw, NI);
         if (rc == 0)
             rc = dsv4_cuda_compress(&f->dims, &f->st, true, c->rate_csa, (uint32_t)DI, f->ikc,
                                     f->igc, w->i_ape, w->i_norm, f->freq_comp, &icarry, NULL,
@@ -795,10 +901,10 @@ static int fc_attention(dsv4_fwd_cuda *f, uint32_t layer, const dsv4_kv_layer_vi
     if (rc == 0)
         rc = dsv4_cuda_ring_write(&f->dims, &f->st, f->kvs, &win, s);
     if (rc == 0)
-        rc = dsv4_cuda_linear_batched(b, w->wo_a, orr, gin, f->o, QH, gin, n, f->z, G * orr, orr,
+        rc = dsv4_cuda_linear_batched(b, &w->wo_a, orr, gin, f->o, QH, gin, n, f->z, G * orr, orr,
                                       (uint32_t)G);
     if (rc == 0)
-        rc = dsv4_cuda_linear(b, w->wo_b, H, G * orr, f->z, G * orr, n, f->y, H);
+        rc = dsv4_cuda_linear(b, &w->wo_b, H, G * orr, f->z, G * orr, n, f->y, H);
     return rc;
 }
 
@@ -823,33 +929,33 @@ static int fc_moe(dsv4_fwd_cuda *f, uint32_t layer)
     void *s = f->stream;
     uint32_t pairs = (uint32_t)(n * K);
 
-    int rc = dsv4_cuda_linear(b, w->gate, E, H, f->u, H, n, f->router, E);
+    int rc = dsv4_cuda_linear(b, &w->gate, E, H, f->u, H, n, f->router, E);
     if (rc == 0)
         rc = dsv4_cuda_route(&f->st, f->router, w->gate_bias, w->tid2eid, (uint32_t)E, (uint32_t)K,
                              fc_scoring(c->scoring), (float)c->routed_scale, f->rid, f->rw, f->off,
                              f->assign, f->epos, s);
     /* the shared expert */
     if (rc == 0)
-        rc = dsv4_cuda_linear(b, w->sh_gate, I, H, f->u, H, n, f->sh_g, I);
+        rc = dsv4_cuda_linear(b, &w->sh_gate, I, H, f->u, H, n, f->sh_g, I);
     if (rc == 0)
-        rc = dsv4_cuda_linear(b, w->sh_up, I, H, f->u, H, n, f->sh_u, I);
+        rc = dsv4_cuda_linear(b, &w->sh_up, I, H, f->u, H, n, f->sh_u, I);
     if (rc == 0)
         rc = dsv4_cuda_swiglu(n * I, f->sh_g, f->sh_u, limit, act, f->sh_h, s);
     if (rc == 0)
-        rc = dsv4_cuda_linear(b, w->sh_down, H, I, f->sh_h, I, n, f->sh_o, H);
+        rc = dsv4_cuda_linear(b, &w->sh_down, H, I, f->sh_h, I, n, f->sh_o, H);
     /* the routed experts over their grouped rows */
     if (rc == 0)
         rc = dsv4_cuda_moe_gather((uint32_t)n, (uint32_t)K, (uint32_t)H, f->u, f->assign, f->xe, s);
     if (rc == 0)
-        rc = dsv4_cuda_linear_grouped(b, w->exp_gate, I, H, f->xe, H, f->off, (uint32_t)E, pairs,
+        rc = dsv4_cuda_linear_grouped(b, &w->exp_gate, I, H, f->xe, H, f->off, (uint32_t)E, pairs,
                                       f->ge, I);
     if (rc == 0)
-        rc = dsv4_cuda_linear_grouped(b, w->exp_up, I, H, f->xe, H, f->off, (uint32_t)E, pairs,
+        rc = dsv4_cuda_linear_grouped(b, &w->exp_up, I, H, f->xe, H, f->off, (uint32_t)E, pairs,
                                       f->ue, I);
     if (rc == 0)
         rc = dsv4_cuda_swiglu((size_t)pairs * I, f->ge, f->ue, limit, act, f->he, s);
     if (rc == 0)
-        rc = dsv4_cuda_linear_grouped(b, w->exp_down, H, I, f->he, I, f->off, (uint32_t)E, pairs,
+        rc = dsv4_cuda_linear_grouped(b, &w->exp_down, H, I, f->he, I, f->off, (uint32_t)E, pairs,
                                       f->eo, H);
     if (rc == 0)
         rc = dsv4_cuda_moe_combine((uint32_t)n, (uint32_t)K, (uint32_t)H, f->rw, f->epos, f->eo,
@@ -894,7 +1000,7 @@ static int fc_head(dsv4_fwd_cuda *f)
         rc = dsv4_cuda_hc_head(&f->dims, n, rows + first, f->x, f->hch_fn, f->hch_base,
                                f->m->hc_head.scale[0], f->norm, f->hu, f->stream);
         if (rc == 0)
-            rc = dsv4_cuda_linear(f->blas, f->head, V, H, f->hu, H, n, f->logits, V);
+            rc = dsv4_cuda_linear(f->blas, &f->head, V, H, f->hu, H, n, f->logits, V);
         if (rc == 0 && pick)
             rc = fc_sample(f, first, n);
         if (rc == 0 && logits)
@@ -933,13 +1039,13 @@ static int fc_layers(dsv4_fwd_cuda *f, bool prefenced, dsv4_kv_layer_view *views
             view = views[l];
         else if ((rc = fc_layer_view(f, l, &view)) != 0)
             break;
-        rc = fc_hc_pre(f, w->hc_attn_fn, w->hc_attn_base, w->hc_attn_scale, w->attn_norm);
+        rc = fc_hc_pre(f, &w->hc_attn_fn, w->hc_attn_base, w->hc_attn_scale, w->attn_norm);
         if (rc == 0)
             rc = fc_attention(f, l, &view);
         if (rc == 0)
             rc = dsv4_cuda_hc_post(&f->dims, t, f->x, f->y, f->post, f->comb, f->stream);
         if (rc == 0)
-            rc = fc_hc_pre(f, w->hc_ffn_fn, w->hc_ffn_base, w->hc_ffn_scale, w->ffn_norm);
+            rc = fc_hc_pre(f, &w->hc_ffn_fn, w->hc_ffn_base, w->hc_ffn_scale, w->ffn_norm);
         if (rc == 0)
             rc = fc_moe(f, l);
         if (rc == 0)

@@ -2,7 +2,9 @@
  *
  * The same graph, the same dsv4_fwd_seq step and the same KV discipline as the CPU
  * forward, over a pool whose buffers are device memory (dsv4_kv_pool with a CUDA device),
- * reached only through dsv4_kv_pool_layer. The weights are uploaded once, as f32. Logits
+ * reached only through dsv4_kv_pool_layer. The weights are uploaded once: the linear
+ * layers' in the checkpoint's formats (BF16, block-scaled FP8, MXFP4: the narrowest that
+ * holds the model's dequantised values exactly), the rest as f32. Logits
  * come back to the host only for the rows that want them, and a sequence that asks for a
  * sampled token (dsv4_fwd_seq.sample) gets its id alone, chosen on the device
  * (kernels/cuda/sample.h); the step returns once they have landed and everything it

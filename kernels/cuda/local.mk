@@ -129,6 +129,25 @@ tests_gpu_t_gpu_forward_matches_hf_fixtures_SOURCES = \
 tests_gpu_t_gpu_forward_matches_hf_fixtures_CPPFLAGS = $(GPU_TEST_FLAGS)
 tests_gpu_t_gpu_forward_matches_hf_fixtures_LDADD = $(TEST_CORE_LIBS) $(CUDA_TEST_LIBS) -lm
 
+# The linear layers' weight formats and GEMMs (model_gemm.cu), alone and in the forward.
+GPU_TESTS += tests/gpu/t-gpu-gemm-checkpoint-formats-match-f32 \
+	tests/gpu/t-gpu-forward-quantized-checkpoint-matches-cpu
+tests_gpu_t_gpu_gemm_checkpoint_formats_match_f32_SOURCES = \
+	tests/gpu/t-gpu-gemm-checkpoint-formats-match-f32.c $(GPU_TEST_SRC)
+tests_gpu_t_gpu_gemm_checkpoint_formats_match_f32_CPPFLAGS = $(GPU_TEST_FLAGS)
+tests_gpu_t_gpu_gemm_checkpoint_formats_match_f32_LDADD = $(TEST_CORE_LIBS) $(CUDA_TEST_LIBS) -lm
+tests_gpu_t_gpu_forward_quantized_checkpoint_matches_cpu_SOURCES = \
+	tests/gpu/t-gpu-forward-quantized-checkpoint-matches-cpu.c $(GPU_FORWARD_SRC)
+tests_gpu_t_gpu_forward_quantized_checkpoint_matches_cpu_CPPFLAGS = $(GPU_TEST_FLAGS)
+tests_gpu_t_gpu_forward_quantized_checkpoint_matches_cpu_LDADD = $(TEST_CORE_LIBS) \
+	$(CUDA_TEST_LIBS) -lm
+if HAVE_CUDA
+noinst_PROGRAMS += bench/gemm-stream
+bench_gemm_stream_SOURCES = bench/gemm-stream.c $(BENCH_UTIL)
+bench_gemm_stream_LDADD = core/libdsv4core.la -lm
+endif
+EXTRA_DIST += bench/gemm-stream.c
+
 # Benchmarks (bench/): nvcc-built programs, run by hand on a GPU machine; results go to
 # bench/results/.
 EXTRA_DIST += bench/indexer-decode.cu bench/topk-torch.py bench/ncu-rank.py

@@ -9,7 +9,8 @@
  * Determinism: every output element is computed by one thread, warp or thread block with
  * a reduction order fixed by the kernel and the model's shapes alone, never by the number
  * of tokens in the step; so are the linear layers in deterministic mode. Fast mode hands
- * dense linear layers to cuBLAS, whose choice of kernel may follow the batch size.
+ * long steps' dense f32 linear layers to cuBLAS, whose choice of kernel may follow the
+ * batch size.
  */
 #ifndef DSV4_KERNELS_CUDA_MODEL_H
 #define DSV4_KERNELS_CUDA_MODEL_H
@@ -59,24 +60,63 @@ void dsv4_cuda_graph_free(dsv4_cuda_graph *graph);
 int dsv4_cuda_profile(bool on);
 
 /* ---- linear layers (model_gemm.cu) ------------------------------------------------------- */
+/* How a weight sits in device memory: the checkpoint's formats (spec §5), so a decode step
+ * reads the checkpoint's bytes, not their f32 expansion. A weight is `mats` row-major
+ * [out][in] matrices (mats > 1: the experts of a layer, the output groups of wo_a). */
+typedef enum dsv4_cuda_wfmt {
+    DSV4_CUDA_W_F32,
+    DSV4_CUDA_W_BF16,
+    DSV4_CUDA_W_FP8, /* E4M3, one power-of-two f32 scale per 128x128 block of each matrix:
+                        scale [mats][ceil(out/128)][ceil(in/128)] floats */
+    DSV4_CUDA_W_FP4, /* MXFP4: E2M1 two per byte (low nibble = even input), one E8M0 scale
+                        byte per 32 inputs: scale [mats][out][in/32]; in % 32 == 0 */
+} dsv4_cuda_wfmt;
+
+typedef struct dsv4_cuda_weight {
+    dsv4_cuda_wfmt fmt;
+    const void *data;  /* device: mats x [out][in] elements of fmt */
+    const void *scale; /* device: the scales of FP8 and FP4, else NULL */
+} dsv4_cuda_weight;
+
+/* Device bytes of mats [out][in] matrices in fmt: data (the result) and scale
+ * (*scale_bytes_p); 0 when fmt cannot hold that shape (FP4 with in % 32 != 0). */
+size_t dsv4_cuda_weight_bytes(dsv4_cuda_wfmt fmt, size_t mats, size_t out, size_t in,
+                              size_t *scale_bytes_p);
+/* Store the f32 matrices at src_dev in fmt at data_dev / scale_dev (sized by
+ * dsv4_cuda_weight_bytes), waiting for the stream. *exact_p: every stored value decodes
+ * (code times scale, one f32 multiply, as core/model/dequant.h) to the bits of its f32
+ * value. The scales are the smallest powers of two that hold each block, so a weight
+ * dequantised from that format (any power-of-two scales) is stored exactly. flag_dev: one
+ * device word of scratch. */
+int dsv4_cuda_weight_pack(const float *src_dev, size_t mats, size_t out, size_t in,
+                          dsv4_cuda_wfmt fmt, void *data_dev, void *scale_dev, uint32_t *flag_dev,
+                          void *stream, bool *exact_p);
+
 typedef struct dsv4_cuda_blas dsv4_cuda_blas;
 /* A cuBLAS handle on stream; deterministic selects the batch-invariant kernel for every
  * linear layer. NULL when cuBLAS cannot start. */
 dsv4_cuda_blas *dsv4_cuda_blas_new(void *stream, bool deterministic);
 void dsv4_cuda_blas_free(dsv4_cuda_blas *blas);
-/* Y[t][o] = sum_i W[o][i] X[t][i] for t < n, o < out (strides in elements). */
-int dsv4_cuda_linear(dsv4_cuda_blas *blas, const float *w_dev, size_t out, size_t in,
+/* Y[t][o] = sum_i W[o][i] X[t][i] for t < n, o < out (strides in elements), W dequantised
+ * in registers. Deterministic mode always takes the streaming kernel: each output summed
+ * in one order fixed by `in` alone, so the same bits whatever the row count and the
+ * weight's format (batch-invariant by construction). Fast mode takes it for one-row
+ * steps and f32 steps of up to DSV4_CUDA_GEMM_STREAM_ROWS rows; longer f32 steps go to
+ * cuBLAS, BF16 / FP8 / MXFP4 steps of more rows (K % 64 == 0) to tensor cores, inputs
+ * split into two bf16 (within ~1e-5 of the f32 sums). */
+#define DSV4_CUDA_GEMM_STREAM_ROWS 256
+int dsv4_cuda_linear(dsv4_cuda_blas *blas, const dsv4_cuda_weight *w, size_t out, size_t in,
                      const float *x_dev, size_t x_stride, size_t n, float *y_dev, size_t y_stride);
 /* `batch` independent linear layers in one launch: problem g < batch is Y + g * y_batch =
- * (W + g * out * in) applied to X + g * x_batch, each as dsv4_cuda_linear (the grouped
- * output projection: one call instead of one per group). */
-int dsv4_cuda_linear_batched(dsv4_cuda_blas *blas, const float *w_dev, size_t out, size_t in,
+ * matrix g of w applied to X + g * x_batch, each as dsv4_cuda_linear (the grouped output
+ * projection: one call instead of one per group). */
+int dsv4_cuda_linear_batched(dsv4_cuda_blas *blas, const dsv4_cuda_weight *w, size_t out, size_t in,
                              const float *x_dev, size_t x_stride, size_t x_batch, size_t n,
                              float *y_dev, size_t y_stride, size_t y_batch, uint32_t batch);
-/* The same for groups: rows [off[g], off[g + 1]) of X use W + g * out * in, g < groups.
+/* The same for groups: rows [off[g], off[g + 1]) of X use matrix g of w, g < groups.
  * off_dev has groups + 1 entries; max_rows bounds every group's row count. Always the
- * batch-invariant kernel (the row counts live on the device). */
-int dsv4_cuda_linear_grouped(dsv4_cuda_blas *blas, const float *w_dev, size_t out, size_t in,
+ * streaming kernel (the row counts live on the device). */
+int dsv4_cuda_linear_grouped(dsv4_cuda_blas *blas, const dsv4_cuda_weight *w, size_t out, size_t in,
                              const float *x_dev, size_t x_stride, const uint32_t *off_dev,
                              uint32_t groups, uint32_t max_rows, float *y_dev, size_t y_stride);
 

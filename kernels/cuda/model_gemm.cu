@@ -1,25 +1,41 @@
-/* model_gemm.cu: the linear layers of the CUDA forward (model.h).
+/* model_gemm.cu: the linear layers of the CUDA forward (model.h): weights stored in the
+ * checkpoint's formats (F32, BF16, block-scaled FP8, MXFP4) and the streaming GEMM that
+ * dequantises them in registers.
  *
- * Fast mode hands dense layers to cuBLAS (fp32 SGEMM). cuBLAS picks its kernel, tile
- * and split-K by the problem size, so a token's output may change with the number of
- * tokens in the step. Deterministic mode, and every grouped (MoE expert) layer, use the
- * kernel below instead: one warp per output, lane j accumulating the input dims
- * 128 i + 4 j .. 128 i + 4 j + 3 in ascending order (one fused multiply-add each), then the
- * 32 partial sums added by a fixed butterfly tree. The order depends only on the input
- * length, never on the number of rows in the step or how they are tiled, so an output's
- * value depends only on its own weight row and input row (batch invariance by
- * construction); and a decode step's few rows still spread over one warp per output
- * instead of one thread walking the whole input. Its cost against cuBLAS is what bench/
- * measures.
+ * The streaming kernel: a warp owns OW outputs and walks the input in chunks of
+ * GEMM_CHUNK = 512, lane j taking the GEMM_SLICE = 16 consecutive inputs 16 j .. 16 j + 15
+ * of each chunk (one 16-byte load of FP8, two of BF16, four of F32; eight bytes of FP4)
+ * and accumulating them in ascending order, one fused multiply-add each, for each of the
+ * R rows it carries; the 32 partial sums are then added by a fixed butterfly. That order
+ * depends only on the input length: not on the row count, the rows' tiling, OW, R or the
+ * weight's format, so an output's value depends only on its weight row and input row
+ * (batch invariance by construction), and a weight stored as FP8 gives the bits the same
+ * weight stored as its f32 values would. Each warp streams its OW weight rows once per R
+ * rows; the R-row tiles of one output tile are neighbouring blocks of the launch, so a
+ * step of up to a few hundred rows reads a weight from HBM once and its repeats from L2.
+ * A one-output warp (batch 1) loads several chunks ahead, 64 bytes a lane in flight
+ * whatever the format.
+ *
+ * Fast mode runs BF16, FP8 and MXFP4 weights on tensor cores when a group has more than
+ * one row (below), and hands long steps (prefill) of f32 weights to cuBLAS (fp32 SGEMM,
+ * pedantic math), which picks its kernel, tile and split-K by the problem size: in fast
+ * mode a token's output may change with the number of tokens in the step.
  */
 #include "kernels/cuda/model.h"
 #include "kernels/cuda/status.cuh"
 
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
 #include <stdlib.h>
 
-#define GEMM_WARPS 8 /* outputs per block, one warp each */
-#define GEMM_ROWS 8  /* rows a warp carries at most (rows share its weight loads) */
+#define GEMM_WARPS 8                 /* warps per block */
+#define GEMM_SLICE 16                /* consecutive inputs a lane takes per chunk */
+#define GEMM_CHUNK (32 * GEMM_SLICE) /* inputs a warp covers per step of its walk */
+#define GEMM_ROW_SPLIT 64            /* blocks sharing one output tile's rows */
+#define FP8_BLOCK 128                /* FP8 scale block (rows and inputs) */
+#define FP4_GROUP 32                 /* MXFP4 scale group (inputs) */
+#define PACK_THREADS 256
 /* cuBLAS's workspace, given to it once (the size NVIDIA recommends for Hopper), so a step
  * captured into a CUDA graph never makes cuBLAS allocate one while capturing */
 #define BLAS_WORKSPACE (32u << 20)
@@ -63,137 +79,764 @@ void dsv4_cuda_blas_free(dsv4_cuda_blas *b)
     free(b);
 }
 
-/* Lane j's partial sums over its dims of one 128-wide slice at k0 (4 j .. 4 j + 3 of it), for
- * rows i < nr: four fmaf in ascending k each; `vec` reads them as one 16-byte load (every
- * row 16-byte aligned), else one float at a time, the same arithmetic either way. */
-template <uint32_t R>
-__device__ static inline void dsv4_gemm_slice(const float *__restrict__ w,
-                                              const float *__restrict__ x, size_t xs, size_t in,
-                                              size_t k, uint32_t nr, bool vec, float (&acc)[R])
+/* ---- element decoding: the same values as kernels/cpu/numfmt.c, exactly ------------------ */
+
+__device__ static inline float dsv4_w_e4m3(uint8_t q)
 {
-    if (vec && k + 4 <= in) {
-        float4 wv = __ldg((const float4 *)(w + k));
-#pragma unroll
-        for (uint32_t i = 0; i < R; i++)
-            if (i < nr) {
-                float4 xv = __ldg((const float4 *)(x + i * xs + k));
-                acc[i] = fmaf(xv.x, wv.x, acc[i]);
-                acc[i] = fmaf(xv.y, wv.y, acc[i]);
-                acc[i] = fmaf(xv.z, wv.z, acc[i]);
-                acc[i] = fmaf(xv.w, wv.w, acc[i]);
-            }
-        return;
+    /* E4M3 -> half is exact (every E4M3 value is a half), then half -> float */
+    __half_raw h = __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)q, __NV_E4M3);
+    return __half2float(__half(h));
+}
+
+__device__ static inline float dsv4_w_e2m1(uint32_t n)
+{
+    /* 0, 0.5, 1, 1.5, 2, 3, 4, 6: exponent field e (bias 1), mantissa bit m */
+    uint32_t e = (n >> 1) & 3u, m = n & 1u;
+    uint32_t bits = e ? ((e + 126u) << 23) | (m << 22) : (m ? 0x3f000000u : 0u);
+    return __uint_as_float(bits | ((n & 8u) << 28));
+}
+
+__device__ static inline float dsv4_w_e8m0(uint32_t b)
+{
+    /* 2^(b - 127); b = 0 is the subnormal 2^-127, b = 255 NaN */
+    return b == 255u ? __uint_as_float(0x7fc00000u) : __uint_as_float(b ? b << 23 : 0x00400000u);
+}
+
+__device__ static inline float dsv4_w_bf16(uint32_t h)
+{
+    return __uint_as_float(h << 16);
+}
+
+/* Where matrix g's weights of one format start and how a slice is read. */
+struct dsv4_wdev {
+    const uint8_t *data, *scale;
+};
+
+/* Weights k + 4 q .. k + 4 q + 3 of output row o of matrix g, those below k + cnt, read
+ * one element at a time (k a multiple of GEMM_SLICE, so one scale covers them). */
+template <int F>
+__device__ static inline void dsv4_w_quarter(dsv4_wdev W, size_t g, size_t o, size_t out, size_t in,
+                                             size_t k, uint32_t q, uint32_t cnt, float (&w)[4])
+{
+    size_t e0 = (g * out + o) * in + k + 4 * q; /* element index of w[0] */
+    float s = 1.0f;
+    if (F == DSV4_CUDA_W_FP8) {
+        size_t sr = (out + FP8_BLOCK - 1) / FP8_BLOCK, sc = (in + FP8_BLOCK - 1) / FP8_BLOCK;
+        s = __ldg((const float *)W.scale + (g * sr + o / FP8_BLOCK) * sc + k / FP8_BLOCK);
+    } else if (F == DSV4_CUDA_W_FP4) {
+        s = dsv4_w_e8m0(__ldg(W.scale + (g * out + o) * (in / FP4_GROUP) + k / FP4_GROUP));
     }
-    for (size_t e = k; e < k + 4 && e < in; e++) {
-        float wv = __ldg(w + e);
 #pragma unroll
-        for (uint32_t i = 0; i < R; i++)
-            if (i < nr)
-                acc[i] = fmaf(__ldg(x + i * xs + e), wv, acc[i]);
+    for (uint32_t e = 0; e < 4; e++) {
+        size_t i = e0 + e;
+        w[e] = 0.0f;
+        if (4 * q + e >= cnt)
+            continue;
+        if (F == DSV4_CUDA_W_F32)
+            w[e] = __ldg((const float *)W.data + i);
+        else if (F == DSV4_CUDA_W_BF16)
+            w[e] = dsv4_w_bf16(__ldg((const uint16_t *)W.data + i));
+        else if (F == DSV4_CUDA_W_FP8)
+            w[e] = dsv4_w_e4m3(__ldg(W.data + i)) * s;
+        else
+            w[e] = dsv4_w_e2m1((__ldg(W.data + i / 2) >> (4 * (i % 2))) & 0xfu) * s;
     }
 }
 
-/* Y[r][o] for output o = blockIdx.x * GEMM_WARPS + warp and rows blockIdx.y * R .. + R of
- * group blockIdx.z: rows off[g] .. off[g + 1] of X and Y (grouped), or the g-th problem at
- * X + g * xz, Y + g * yz (batched, off NULL); W + g * out * in either way. No block-wide
- * barrier: a warp with nothing to do leaves. */
-template <uint32_t R>
-__global__ static void __launch_bounds__(GEMM_WARPS * 32)
-    dsv4_gemm_kernel(const float *__restrict__ w, size_t out, size_t in,
-                     const float *__restrict__ x, size_t xs, size_t xz,
-                     const uint32_t *__restrict__ off, uint32_t n_dense, float *__restrict__ y,
-                     size_t ys, size_t yz, bool vec)
+/* One output's slice of GEMM_SLICE weights as loaded (16-byte loads; F32 is read a
+ * quarter at a time instead, to spare registers), dequantised four at a time. */
+template <int F> struct dsv4_wq {
+    uint32_t u[F == DSV4_CUDA_W_BF16 ? 8 : F == DSV4_CUDA_W_FP8 ? 4 : 2];
+    const float *p;
+    float s;
+};
+
+template <int F>
+__device__ static inline void dsv4_wq_load(dsv4_wdev W, size_t g, size_t o, size_t out, size_t in,
+                                           size_t k, dsv4_wq<F> &r)
 {
+    size_t e0 = (g * out + o) * in + k;
+    if (F == DSV4_CUDA_W_F32) {
+        r.p = (const float *)W.data + e0;
+    } else if (F == DSV4_CUDA_W_BF16) {
+        const uint4 *p = (const uint4 *)((const uint16_t *)W.data + e0);
+        uint4 a = __ldg(p), b = __ldg(p + 1);
+        r.u[0] = a.x, r.u[1] = a.y, r.u[2] = a.z, r.u[3] = a.w;
+        r.u[4] = b.x, r.u[5] = b.y, r.u[6] = b.z, r.u[7] = b.w;
+    } else if (F == DSV4_CUDA_W_FP8) {
+        uint4 a = __ldg((const uint4 *)(W.data + e0));
+        r.u[0] = a.x, r.u[1] = a.y, r.u[2] = a.z, r.u[3] = a.w;
+        size_t sr = (out + FP8_BLOCK - 1) / FP8_BLOCK, sc = (in + FP8_BLOCK - 1) / FP8_BLOCK;
+        r.s = __ldg((const float *)W.scale + (g * sr + o / FP8_BLOCK) * sc + k / FP8_BLOCK);
+    } else {
+        uint2 a = __ldg((const uint2 *)(W.data + e0 / 2));
+        r.u[0] = a.x, r.u[1] = a.y;
+        r.s = dsv4_w_e8m0(__ldg(W.scale + (g * out + o) * (in / FP4_GROUP) + k / FP4_GROUP));
+    }
+}
+
+/* Weights 4 q .. 4 q + 3 of the slice (q a constant after unrolling). */
+template <int F>
+__device__ static inline void dsv4_wq_quarter(const dsv4_wq<F> &r, uint32_t q, float (&w)[4])
+{
+    if (F == DSV4_CUDA_W_F32) {
+        float4 v = __ldg((const float4 *)r.p + q);
+        w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
+    } else if (F == DSV4_CUDA_W_BF16) {
+        w[0] = dsv4_w_bf16(r.u[2 * q] & 0xffffu), w[1] = dsv4_w_bf16(r.u[2 * q] >> 16);
+        w[2] = dsv4_w_bf16(r.u[2 * q + 1] & 0xffffu), w[3] = dsv4_w_bf16(r.u[2 * q + 1] >> 16);
+    } else if (F == DSV4_CUDA_W_FP8) {
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            w[e] = dsv4_w_e4m3((uint8_t)(r.u[q] >> (8 * e))) * r.s;
+    } else {
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            w[e] = dsv4_w_e2m1((r.u[q / 2] >> (16 * (q % 2) + 4 * e)) & 0xfu) * r.s;
+    }
+}
+
+/* Y[r][o] for the OW outputs of this warp (block y, warp) and the rows of group
+ * blockIdx.z: rows off[g] .. off[g + 1] of X and Y (grouped), or the g-th problem at
+ * X + g * xz, Y + g * yz (batched, off NULL), matrix g of W either way. Block x takes row
+ * tiles x, x + gridDim.x, ... of R rows. A lane's slice is used four inputs at a time,
+ * each input's float4 shared by the OW outputs. No block-wide barrier: a warp with nothing
+ * to do leaves. */
+template <int F, uint32_t OW, uint32_t R>
+__global__ static void __launch_bounds__(GEMM_WARPS * 32, (OW * R) > 32 ? 1 : 2)
+    dsv4_gemm_kernel(dsv4_wdev W, size_t out, size_t in, const float *__restrict__ x, size_t xs,
+                     size_t xz, const uint32_t *__restrict__ off, uint32_t n_dense,
+                     float *__restrict__ y, size_t ys, size_t yz, bool vec)
+{
+    /* chunks loaded ahead by a one-output warp: 64 bytes a lane whatever the format */
+    constexpr uint32_t U = OW > 1                  ? 1
+                           : F == DSV4_CUDA_W_FP4  ? 8
+                           : F == DSV4_CUDA_W_FP8  ? 4
+                           : F == DSV4_CUDA_W_BF16 ? 2
+                                                   : 1;
     uint32_t g = blockIdx.z, lane = threadIdx.x % 32;
     uint32_t r0 = off ? off[g] : 0, rows = off ? off[g + 1] - off[g] : n_dense;
-    uint32_t tr = blockIdx.y * R, o = blockIdx.x * GEMM_WARPS + threadIdx.x / 32;
-    if (tr >= rows || o >= out)
+    size_t o0 = ((size_t)blockIdx.y * GEMM_WARPS + threadIdx.x / 32) * OW;
+    if (o0 >= out)
         return;
-    uint32_t nr = rows - tr < R ? rows - tr : R;
-    w += ((size_t)g * out + o) * in;
-    x += (off ? (size_t)r0 * xs : (size_t)g * xz) + (size_t)tr * xs;
-    y += (off ? (size_t)r0 * ys : (size_t)g * yz) + (size_t)tr * ys;
-    float acc[R];
+    x += off ? (size_t)r0 * xs : (size_t)g * xz;
+    y += off ? (size_t)r0 * ys : (size_t)g * yz;
+    for (uint32_t tr = blockIdx.x * R; tr < rows; tr += gridDim.x * R) {
+        uint32_t nr = rows - tr < R ? rows - tr : R;
+        const float *xt = x + (size_t)tr * xs;
+        float acc[OW][R];
 #pragma unroll
-    for (uint32_t i = 0; i < R; i++)
-        acc[i] = 0.0f;
-    for (size_t k = 4 * lane; k < in; k += 128)
-        dsv4_gemm_slice<R>(w, x, xs, in, k, nr, vec, acc);
+        for (uint32_t i = 0; i < OW; i++)
 #pragma unroll
-    for (uint32_t i = 0; i < R; i++) {
-        /* the fixed tree: every lane ends with the same sum (a + b == b + a) */
-        for (uint32_t m = 16; m > 0; m /= 2)
-            acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], m);
-        if (lane == i && i < nr)
-            y[(size_t)i * ys + o] = acc[i];
+            for (uint32_t r = 0; r < R; r++)
+                acc[i][r] = 0.0f;
+        /* U chunks' weights are loaded before any is used: a one-output warp keeps that
+         * many 16-byte loads in flight */
+        for (size_t c0 = 0; c0 < in; c0 += U * GEMM_CHUNK) {
+            dsv4_wq<F> wr[U][OW];
+#pragma unroll
+            for (uint32_t u = 0; u < U; u++) {
+                size_t k = c0 + u * GEMM_CHUNK + (size_t)GEMM_SLICE * lane;
+                if (vec && k + GEMM_SLICE <= in)
+#pragma unroll
+                    for (uint32_t i = 0; i < OW; i++)
+                        dsv4_wq_load<F>(W, g, o0 + i < out ? o0 + i : o0, out, in, k, wr[u][i]);
+            }
+#pragma unroll
+            for (uint32_t u = 0; u < U; u++) {
+                size_t k = c0 + u * GEMM_CHUNK + (size_t)GEMM_SLICE * lane;
+                if (k >= in)
+                    break;
+                uint32_t cnt = in - k < GEMM_SLICE ? (uint32_t)(in - k) : GEMM_SLICE;
+                if (vec && cnt == GEMM_SLICE) {
+#pragma unroll
+                    for (uint32_t q = 0; q < GEMM_SLICE / 4; q++) {
+                        float w[OW][4];
+#pragma unroll
+                        for (uint32_t i = 0; i < OW; i++)
+                            dsv4_wq_quarter<F>(wr[u][i], q, w[i]);
+#pragma unroll
+                        for (uint32_t r = 0; r < R; r++)
+                            if (r < nr) {
+                                float4 xv = __ldg((const float4 *)(xt + r * xs + k) + q);
+#pragma unroll
+                                for (uint32_t i = 0; i < OW; i++) {
+                                    acc[i][r] = fmaf(xv.x, w[i][0], acc[i][r]);
+                                    acc[i][r] = fmaf(xv.y, w[i][1], acc[i][r]);
+                                    acc[i][r] = fmaf(xv.z, w[i][2], acc[i][r]);
+                                    acc[i][r] = fmaf(xv.w, w[i][3], acc[i][r]);
+                                }
+                            }
+                    }
+                } else {
+                    /* the same order one element at a time (unaligned rows, the input's tail) */
+#pragma unroll
+                    for (uint32_t q = 0; q < GEMM_SLICE / 4; q++) {
+                        float w[OW][4];
+#pragma unroll
+                        for (uint32_t i = 0; i < OW; i++)
+                            dsv4_w_quarter<F>(W, g, o0 + i < out ? o0 + i : o0, out, in, k, q, cnt,
+                                              w[i]);
+#pragma unroll
+                        for (uint32_t e = 0; e < 4; e++)
+#pragma unroll
+                            for (uint32_t r = 0; r < R; r++)
+                                if (4 * q + e < cnt && r < nr) {
+                                    float xv = __ldg(xt + r * xs + k + 4 * q + e);
+#pragma unroll
+                                    for (uint32_t i = 0; i < OW; i++)
+                                        acc[i][r] = fmaf(xv, w[i][e], acc[i][r]);
+                                }
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (uint32_t i = 0; i < OW; i++)
+#pragma unroll
+            for (uint32_t r = 0; r < R; r++) {
+                /* the fixed tree: every lane ends with the same sum (a + b == b + a) */
+                for (uint32_t m = 16; m > 0; m /= 2)
+                    acc[i][r] += __shfl_xor_sync(0xffffffffu, acc[i][r], m);
+                if (lane == (i * R + r) % 32 && r < nr && o0 + i < out)
+                    y[(size_t)(tr + r) * ys + o0 + i] = acc[i][r];
+            }
     }
 }
 
-/* rows: the dense row count, or for groups the total (each group holds at most that). A
- * step of one row per group (batch-1 decode) takes warps of one row, so no lane runs
- * predicated-off rows; the results are the same either way. */
-static int dsv4_gemm_launch(dsv4_cuda_blas *b, const float *w, size_t out, size_t in,
+/* One launch of the warp shape <OW, R>: output tiles of GEMM_WARPS * OW on y, groups on
+ * z, row tiles on x (at most GEMM_ROW_SPLIT blocks; each walks its tiles in turn). */
+template <int F, uint32_t OW, uint32_t R>
+static int dsv4_gemm_shape(cudaStream_t st, dsv4_wdev W, size_t out, size_t in, const float *x,
+                           size_t xs, size_t xz, const uint32_t *off, uint32_t groups,
+                           uint32_t rows_each, uint32_t n_dense, float *y, size_t ys, size_t yz,
+                           bool vec)
+{
+    uint32_t tiles = (rows_each + R - 1) / R;
+    dim3 grid(tiles < GEMM_ROW_SPLIT ? tiles : GEMM_ROW_SPLIT,
+              (unsigned)((out + GEMM_WARPS * OW - 1) / (GEMM_WARPS * OW)), groups);
+    if (grid.y > 65535 || grid.z > 65535)
+        return -EINVAL;
+    dsv4_gemm_kernel<F, OW, R>
+        <<<grid, GEMM_WARPS * 32, 0, st>>>(W, out, in, x, xs, xz, off, n_dense, y, ys, yz, vec);
+    return dsv4_cuda_launch_status();
+}
+
+/* The warp shape by the rows a group holds (rows_each: the dense row count, or a
+ * grouped step's average doubled): one row and one output a warp for a batch-1 step, so
+ * its outputs spread over the most warps; more of both as rows share weight loads. The
+ * results are the same whichever shape runs. */
+template <int F>
+static int dsv4_gemm_format(cudaStream_t st, dsv4_wdev W, size_t out, size_t in, const float *x,
+                            size_t xs, size_t xz, const uint32_t *off, uint32_t groups,
+                            uint32_t rows_each, uint32_t n_dense, float *y, size_t ys, size_t yz,
+                            bool vec)
+{
+    if (rows_each <= 1)
+        return dsv4_gemm_shape<F, 1, 1>(st, W, out, in, x, xs, xz, off, groups, rows_each, n_dense,
+                                        y, ys, yz, vec);
+    if (rows_each <= 4)
+        return dsv4_gemm_shape<F, 2, 4>(st, W, out, in, x, xs, xz, off, groups, rows_each, n_dense,
+                                        y, ys, yz, vec);
+    return dsv4_gemm_shape<F, 4, 8>(st, W, out, in, x, xs, xz, off, groups, rows_each, n_dense, y,
+                                    ys, yz, vec);
+}
+
+/* ---- fast mode: tensor cores --------------------------------------------------------------
+ *
+ * For BF16, FP8 and MXFP4 weights, whose values are all exact in bf16 (an E4M3 or E2M1 code
+ * times a power of two has at most 4 significant bits), fast mode runs mma.sync m16n8k16
+ * bf16 with f32 accumulation: the weight exactly, each input as the sum of two bf16 (hi +
+ * lo, 16 significant bits), two MMAs per tile, so a product is off the f32 one by about
+ * 2^-17 of the input. A warp owns 16 outputs; a block of GEMM_WARPS warps shares a tile of
+ * MMA_TOK rows x MMA_KB inputs staged in shared memory as hi/lo pairs. A launch with few
+ * outputs splits k over blocks that add their partial sums with atomics, so fast mode's
+ * bits may differ from run to run (deterministic mode never comes here).
+ * Thread (g = lane / 4, t = lane % 4) reads the 16 consecutive inputs 16 t .. 16 t + 15 of
+ * its weight rows g and g + 8 per k block (one 16-byte FP8 load) and feeds inputs
+ * 16 t + 4 j .. + 3 to MMA j as its fragment's k slots 2t, 2t+1, 2t+8, 2t+9; its B
+ * fragment maps the same slots to the same inputs, so the dot products are unchanged. */
+#define MMA_KB 64  /* inputs per k block */
+#define MMA_TOK 64 /* rows per pass (8 n tiles of 8) */
+/* blocks a launch should have (two per SM of an H100 or H200) before it splits k */
+#define MMA_BLOCKS_WANTED 264
+
+__device__ static inline uint32_t dsv4_bf16x2(float lo, float hi)
+{
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *(uint32_t *)&v;
+}
+
+/* The 16 weights of row o at inputs k .. k + 15 as 8 bf16 pairs (exact). */
+template <int F>
+__device__ static inline void dsv4_mma_wrow(dsv4_wdev W, size_t g, size_t o, size_t out, size_t in,
+                                            size_t k, uint32_t (&a)[8])
+{
+    if (F == DSV4_CUDA_W_BF16) {
+        const uint4 *p = (const uint4 *)((const uint16_t *)W.data + (g * out + o) * in + k);
+        uint4 q0 = __ldg(p), q1 = __ldg(p + 1);
+        a[0] = q0.x, a[1] = q0.y, a[2] = q0.z, a[3] = q0.w;
+        a[4] = q1.x, a[5] = q1.y, a[6] = q1.z, a[7] = q1.w;
+    } else {
+        dsv4_wq<F> r;
+        dsv4_wq_load<F>(W, g, o, out, in, k, r);
+#pragma unroll
+        for (uint32_t q = 0; q < 4; q++) {
+            float w[4];
+            dsv4_wq_quarter<F>(r, q, w);
+            a[2 * q] = dsv4_bf16x2(w[0], w[1]);
+            a[2 * q + 1] = dsv4_bf16x2(w[2], w[3]);
+        }
+    }
+}
+
+__device__ static inline void dsv4_mma(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                       uint32_t a3, uint32_t b0, uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* Where record c (inputs 4c .. 4c + 3) of tile row r sits in its shared-memory row: the
+ * eight lanes of a quarter warp read records 4 t + j of rows g and g + 1 (t = 0..3), which
+ * would share two of the eight 16-byte bank groups; flipping bits 0 and 1 of c by the row's
+ * parity and by c / 8 spreads them over all eight. */
+__device__ static inline uint32_t dsv4_mma_col(uint32_t r, uint32_t c)
+{
+    return c ^ (r & 1u) ^ (((c >> 3) & 1u) << 1);
+}
+
+/* Records (4 inputs of one row) of the MMA_TOK x MMA_KB input tile a thread stages */
+#define MMA_XREC (MMA_TOK * MMA_KB / 4 / (GEMM_WARPS * 32))
+
+/* This thread's records of the input tile at rows tr.., inputs k0..: zeros past nr rows. */
+__device__ static inline void dsv4_mma_xload(const float *__restrict__ x, size_t xs, uint32_t tr,
+                                             uint32_t nr, size_t k0, float4 (&xr)[MMA_XREC])
+{
+#pragma unroll
+    for (uint32_t i = 0; i < MMA_XREC; i++) {
+        uint32_t rec = threadIdx.x + i * GEMM_WARPS * 32;
+        uint32_t r = rec / (MMA_KB / 4), q = rec % (MMA_KB / 4);
+        xr[i] = r < nr ? __ldg((const float4 *)(x + (size_t)(tr + r) * xs + k0) + q)
+                       : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+}
+
+/* As dsv4_gemm_kernel (same grid roles, GEMM_WARPS * 16 outputs a block); in % MMA_KB == 0
+ * and 16-byte aligned rows. With ksplit > 1, block x takes k blocks of split x % ksplit
+ * (row tiles by x / ksplit) and adds its partial sums to Y, zeroed before: a layer with
+ * few outputs still spreads over the GPU. */
+template <int F>
+__global__ static void __launch_bounds__(GEMM_WARPS * 32, 2)
+    dsv4_mma_kernel(dsv4_wdev W, size_t out, size_t in, const float *__restrict__ x, size_t xs,
+                    size_t xz, const uint32_t *__restrict__ off, uint32_t n_dense,
+                    float *__restrict__ y, size_t ys, size_t yz, uint32_t ksplit)
+{
+    /* [row][input group of 4]: hi[4] then lo[4] as bf16 (16 bytes) */
+    __shared__ uint4 xt[MMA_TOK][MMA_KB / 4];
+    uint32_t g = blockIdx.z, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    uint32_t gi = lane / 4, t = lane % 4;
+    uint32_t r0 = off ? off[g] : 0, rows = off ? off[g + 1] - off[g] : n_dense;
+    size_t o0 = ((size_t)blockIdx.y * GEMM_WARPS + warp) * 16;
+    /* every warp stays for the barriers; one past the outputs reads a valid row */
+    size_t oa = o0 + gi < out ? o0 + gi : out - 1, ob = o0 + gi + 8 < out ? o0 + gi + 8 : out - 1;
+    x += off ? (size_t)r0 * xs : (size_t)g * xz;
+    y += off ? (size_t)r0 * ys : (size_t)g * yz;
+    size_t kbs = in / MMA_KB, ks = blockIdx.x % ksplit;
+    size_t kbeg = ks * kbs / ksplit * MMA_KB, kend = (ks + 1) * kbs / ksplit * MMA_KB;
+    for (uint32_t tr = blockIdx.x / ksplit * MMA_TOK; tr < rows;
+         tr += gridDim.x / ksplit * MMA_TOK) {
+        uint32_t nr = rows - tr < MMA_TOK ? rows - tr : MMA_TOK;
+        float acc[MMA_TOK / 8][4];
+#pragma unroll
+        for (int n = 0; n < MMA_TOK / 8; n++)
+            acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+        /* this k block's weights in wa / wb and inputs in xr, the next block's loading
+         * into na / nb and xr while this one computes */
+        uint32_t wa[8], wb[8], na[8], nb[8];
+        float4 xr[MMA_XREC];
+        dsv4_mma_wrow<F>(W, g, oa, out, in, kbeg + 16 * t, na);
+        dsv4_mma_wrow<F>(W, g, ob, out, in, kbeg + 16 * t, nb);
+        dsv4_mma_xload(x, xs, tr, nr, kbeg, xr);
+        for (size_t k0 = kbeg; k0 < kend; k0 += MMA_KB) {
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+                wa[i] = na[i], wb[i] = nb[i];
+            if (k0 + MMA_KB < kend) {
+                dsv4_mma_wrow<F>(W, g, oa, out, in, k0 + MMA_KB + 16 * t, na);
+                dsv4_mma_wrow<F>(W, g, ob, out, in, k0 + MMA_KB + 16 * t, nb);
+            }
+            __syncthreads(); /* the last tile's readers are done */
+#pragma unroll
+            for (uint32_t i = 0; i < MMA_XREC; i++) {
+                uint32_t rec = threadIdx.x + i * GEMM_WARPS * 32;
+                float h[4] = {xr[i].x, xr[i].y, xr[i].z, xr[i].w}, l[4];
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    float hb = __bfloat162float(__float2bfloat16_rn(h[e]));
+                    l[e] = h[e] - hb;
+                    h[e] = hb;
+                }
+                xt[rec / (MMA_KB / 4)][dsv4_mma_col(rec / (MMA_KB / 4), rec % (MMA_KB / 4))] =
+                    make_uint4(dsv4_bf16x2(h[0], h[1]), dsv4_bf16x2(h[2], h[3]),
+                               dsv4_bf16x2(l[0], l[1]), dsv4_bf16x2(l[2], l[3]));
+            }
+            if (k0 + MMA_KB < kend)
+                dsv4_mma_xload(x, xs, tr, nr, k0 + MMA_KB, xr);
+            __syncthreads();
+#pragma unroll
+            for (uint32_t j = 0; j < MMA_KB / 16; j++) {
+                uint32_t a0 = wa[2 * j], a1 = wb[2 * j], a2 = wa[2 * j + 1], a3 = wb[2 * j + 1];
+#pragma unroll
+                for (uint32_t n = 0; n < MMA_TOK / 8; n++)
+                    if (n * 8 < nr) {
+                        uint4 b = xt[n * 8 + gi][dsv4_mma_col(gi, 4 * t + j)];
+                        dsv4_mma(acc[n], a0, a1, a2, a3, b.x, b.y);
+                        dsv4_mma(acc[n], a0, a1, a2, a3, b.z, b.w);
+                    }
+            }
+        }
+#pragma unroll
+        for (uint32_t n = 0; n < MMA_TOK / 8; n++) {
+            uint32_t r = n * 8 + 2 * t;
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                size_t o = o0 + gi + (e >= 2 ? 8 : 0);
+                uint32_t rr = r + (e & 1);
+                if (o < out && rr < nr) {
+                    if (ksplit > 1)
+                        atomicAdd(&y[(size_t)(tr + rr) * ys + o], acc[n][e]);
+                    else
+                        y[(size_t)(tr + rr) * ys + o] = acc[n][e];
+                }
+            }
+        }
+    }
+}
+
+/* Y[g][r][o] = 0 for r < rows, o < out of problem g = blockIdx.y (split-K's start). */
+__global__ static void dsv4_mma_zero_kernel(float *y, size_t out, uint32_t rows, size_t ys,
+                                            size_t yz)
+{
+    for (uint32_t r = blockIdx.x; r < rows; r += gridDim.x)
+        for (size_t o = threadIdx.x; o < out; o += blockDim.x)
+            y[blockIdx.y * yz + (size_t)r * ys + o] = 0.0f;
+}
+
+template <int F>
+static int dsv4_mma_launch(cudaStream_t st, dsv4_wdev W, size_t out, size_t in, const float *x,
+                           size_t xs, size_t xz, const uint32_t *off, uint32_t groups,
+                           uint32_t rows_each, uint32_t n_dense, float *y, size_t ys, size_t yz)
+{
+    uint32_t tiles = (rows_each + MMA_TOK - 1) / MMA_TOK;
+    dim3 grid(tiles < GEMM_ROW_SPLIT ? tiles : GEMM_ROW_SPLIT,
+              (unsigned)((out + GEMM_WARPS * 16 - 1) / (GEMM_WARPS * 16)), groups);
+    if (grid.y > 65535 || grid.z > 65535)
+        return -EINVAL;
+    /* split k until the launch fills the GPU twice over, each split 4 k blocks or more */
+    size_t blocks = (size_t)grid.x * grid.y * grid.z, ksplit = 1;
+    while (blocks * ksplit < MMA_BLOCKS_WANTED && in / MMA_KB / (2 * ksplit) >= 4)
+        ksplit *= 2;
+    if (ksplit > 1) {
+        /* grouped rows are one block of n_dense rows; batched problems each their own */
+        dim3 zg(n_dense < 1024 ? n_dense : 1024, off ? 1 : groups);
+        dsv4_mma_zero_kernel<<<zg, 256, 0, st>>>(y, out, n_dense, ys, off ? 0 : yz);
+        grid.x *= (unsigned)ksplit;
+    }
+    dsv4_mma_kernel<F><<<grid, GEMM_WARPS * 32, 0, st>>>(W, out, in, x, xs, xz, off, n_dense, y, ys,
+                                                         yz, (uint32_t)ksplit);
+    return dsv4_cuda_launch_status();
+}
+
+/* rows: the dense row count, or for groups the total (each group holds at most that). */
+static int dsv4_gemm_launch(dsv4_cuda_blas *b, const dsv4_cuda_weight *w, size_t out, size_t in,
                             const float *x, size_t xs, size_t xz, const uint32_t *off,
                             uint32_t groups, uint32_t rows, float *y, size_t ys, size_t yz)
 {
     if (rows == 0 || out == 0 || groups == 0)
         return 0;
-    bool one_row = off ? rows <= groups : rows <= 1;
-    uint32_t rpw = one_row ? 1 : GEMM_ROWS;
-    bool vec = in % 4 == 0 && xs % 4 == 0 && xz % 4 == 0 && (uintptr_t)w % 16 == 0 &&
-               (uintptr_t)x % 16 == 0;
-    dim3 grid((unsigned)((out + GEMM_WARPS - 1) / GEMM_WARPS), (rows + rpw - 1) / rpw, groups);
-    if (grid.y > 65535 || grid.z > 65535)
+    if (in == 0 || (w->fmt == DSV4_CUDA_W_FP4 && in % FP4_GROUP != 0))
         return -EINVAL;
-    if (one_row)
-        dsv4_gemm_kernel<1><<<grid, GEMM_WARPS * 32, 0, b->stream>>>(w, out, in, x, xs, xz, off,
-                                                                     rows, y, ys, yz, vec);
-    else
-        dsv4_gemm_kernel<GEMM_ROWS><<<grid, GEMM_WARPS * 32, 0, b->stream>>>(
-            w, out, in, x, xs, xz, off, rows, y, ys, yz, vec);
-    return dsv4_cuda_launch_status();
+    static const size_t elem_bits[] = {32, 16, 8, 4};
+    /* every slice 16-byte aligned: rows of whole 16-byte units, 16-byte aligned inputs */
+    bool vec = (in * elem_bits[w->fmt] / 8) % 16 == 0 && (uintptr_t)w->data % 16 == 0 &&
+               xs % 4 == 0 && xz % 4 == 0 && (uintptr_t)x % 16 == 0;
+    uint32_t each = !off ? rows : rows <= groups ? 1 : (rows + groups - 1) / groups * 2;
+    if (each > rows)
+        each = rows;
+    dsv4_wdev W = {(const uint8_t *)w->data, (const uint8_t *)w->scale};
+    if (!b->deterministic && w->fmt != DSV4_CUDA_W_F32 && each > 1 && vec && in % MMA_KB == 0) {
+        switch (w->fmt) {
+        case DSV4_CUDA_W_BF16:
+            return dsv4_mma_launch<DSV4_CUDA_W_BF16>(b->stream, W, out, in, x, xs, xz, off, groups,
+                                                     each, rows, y, ys, yz);
+        case DSV4_CUDA_W_FP8:
+            return dsv4_mma_launch<DSV4_CUDA_W_FP8>(b->stream, W, out, in, x, xs, xz, off, groups,
+                                                    each, rows, y, ys, yz);
+        default:
+            return dsv4_mma_launch<DSV4_CUDA_W_FP4>(b->stream, W, out, in, x, xs, xz, off, groups,
+                                                    each, rows, y, ys, yz);
+        }
+    }
+    switch (w->fmt) {
+    case DSV4_CUDA_W_F32:
+        return dsv4_gemm_format<DSV4_CUDA_W_F32>(b->stream, W, out, in, x, xs, xz, off, groups,
+                                                 each, rows, y, ys, yz, vec);
+    case DSV4_CUDA_W_BF16:
+        return dsv4_gemm_format<DSV4_CUDA_W_BF16>(b->stream, W, out, in, x, xs, xz, off, groups,
+                                                  each, rows, y, ys, yz, vec);
+    case DSV4_CUDA_W_FP8:
+        return dsv4_gemm_format<DSV4_CUDA_W_FP8>(b->stream, W, out, in, x, xs, xz, off, groups,
+                                                 each, rows, y, ys, yz, vec);
+    case DSV4_CUDA_W_FP4:
+        return dsv4_gemm_format<DSV4_CUDA_W_FP4>(b->stream, W, out, in, x, xs, xz, off, groups,
+                                                 each, rows, y, ys, yz, vec);
+    }
+    return -EINVAL;
 }
 
-int dsv4_cuda_linear(dsv4_cuda_blas *b, const float *w_dev, size_t out, size_t in,
+/* cuBLAS takes the step: fast mode, a long step, f32 weights, sizes it can address. */
+static bool dsv4_gemm_blas(const dsv4_cuda_blas *b, const dsv4_cuda_weight *w, size_t out,
+                           size_t in, size_t n)
+{
+    return !b->deterministic && w->fmt == DSV4_CUDA_W_F32 && n > DSV4_CUDA_GEMM_STREAM_ROWS &&
+           n <= INT32_MAX && out <= INT32_MAX && in <= INT32_MAX;
+}
+
+int dsv4_cuda_linear(dsv4_cuda_blas *b, const dsv4_cuda_weight *w, size_t out, size_t in,
                      const float *x_dev, size_t x_stride, size_t n, float *y_dev, size_t y_stride)
 {
     if (n == 0 || out == 0)
         return 0;
-    if (b->deterministic || n > INT32_MAX || out > INT32_MAX || in > INT32_MAX)
-        return dsv4_gemm_launch(b, w_dev, out, in, x_dev, x_stride, 0, NULL, 1, (uint32_t)n, y_dev,
-                                y_stride, 0);
+    if (!dsv4_gemm_blas(b, w, out, in, n) || x_stride > INT32_MAX || y_stride > INT32_MAX)
+        return n > UINT32_MAX ? -EINVAL
+                              : dsv4_gemm_launch(b, w, out, in, x_dev, x_stride, 0, NULL, 1,
+                                                 (uint32_t)n, y_dev, y_stride, 0);
     /* cuBLAS is column-major: it sees W as an in x out matrix (op T gives out x in), X as
      * in x n and Y as out x n, all with our row strides as leading dimensions */
     const float one = 1.0f, zero = 0.0f;
-    cublasStatus_t st =
-        cublasSgemm(b->handle, CUBLAS_OP_T, CUBLAS_OP_N, (int)out, (int)n, (int)in, &one, w_dev,
-                    (int)in, x_dev, (int)x_stride, &zero, y_dev, (int)y_stride);
+    cublasStatus_t st = cublasSgemm(b->handle, CUBLAS_OP_T, CUBLAS_OP_N, (int)out, (int)n, (int)in,
+                                    &one, (const float *)w->data, (int)in, x_dev, (int)x_stride,
+                                    &zero, y_dev, (int)y_stride);
     return st == CUBLAS_STATUS_SUCCESS ? 0 : -EIO;
 }
 
-int dsv4_cuda_linear_grouped(dsv4_cuda_blas *b, const float *w_dev, size_t out, size_t in,
+int dsv4_cuda_linear_grouped(dsv4_cuda_blas *b, const dsv4_cuda_weight *w, size_t out, size_t in,
                              const float *x_dev, size_t x_stride, const uint32_t *off_dev,
                              uint32_t groups, uint32_t max_rows, float *y_dev, size_t y_stride)
 {
-    return dsv4_gemm_launch(b, w_dev, out, in, x_dev, x_stride, 0, off_dev, groups, max_rows, y_dev,
+    return dsv4_gemm_launch(b, w, out, in, x_dev, x_stride, 0, off_dev, groups, max_rows, y_dev,
                             y_stride, 0);
 }
 
-int dsv4_cuda_linear_batched(dsv4_cuda_blas *b, const float *w_dev, size_t out, size_t in,
+int dsv4_cuda_linear_batched(dsv4_cuda_blas *b, const dsv4_cuda_weight *w, size_t out, size_t in,
                              const float *x_dev, size_t x_stride, size_t x_batch, size_t n,
                              float *y_dev, size_t y_stride, size_t y_batch, uint32_t batch)
 {
     if (n == 0 || out == 0 || batch == 0)
         return 0;
-    if (b->deterministic || n > INT32_MAX || out > INT32_MAX || in > INT32_MAX ||
+    if (!dsv4_gemm_blas(b, w, out, in, n) || x_stride > INT32_MAX || y_stride > INT32_MAX ||
         x_batch > INT32_MAX || y_batch > INT32_MAX)
-        return dsv4_gemm_launch(b, w_dev, out, in, x_dev, x_stride, x_batch, NULL, batch,
-                                (uint32_t)n, y_dev, y_stride, y_batch);
+        return n > UINT32_MAX ? -EINVAL
+                              : dsv4_gemm_launch(b, w, out, in, x_dev, x_stride, x_batch, NULL,
+                                                 batch, (uint32_t)n, y_dev, y_stride, y_batch);
     /* as dsv4_cuda_linear, problem g at W + g out in, X + g x_batch, Y + g y_batch */
     const float one = 1.0f, zero = 0.0f;
     cublasStatus_t st = cublasSgemmStridedBatched(
-        b->handle, CUBLAS_OP_T, CUBLAS_OP_N, (int)out, (int)n, (int)in, &one, w_dev, (int)in,
-        (long long)(out * in), x_dev, (int)x_stride, (long long)x_batch, &zero, y_dev,
-        (int)y_stride, (long long)y_batch, (int)batch);
+        b->handle, CUBLAS_OP_T, CUBLAS_OP_N, (int)out, (int)n, (int)in, &one,
+        (const float *)w->data, (int)in, (long long)(out * in), x_dev, (int)x_stride,
+        (long long)x_batch, &zero, y_dev, (int)y_stride, (long long)y_batch, (int)batch);
     return st == CUBLAS_STATUS_SUCCESS ? 0 : -EIO;
+}
+
+/* ---- storing f32 weights in a checkpoint format ------------------------------------------ */
+
+size_t dsv4_cuda_weight_bytes(dsv4_cuda_wfmt fmt, size_t mats, size_t out, size_t in,
+                              size_t *scale_bytes_p)
+{
+    size_t n = mats * out * in, scale = 0, data = 0;
+    *scale_bytes_p = 0;
+    switch (fmt) {
+    case DSV4_CUDA_W_F32: data = 4 * n; break;
+    case DSV4_CUDA_W_BF16: data = 2 * n; break;
+    case DSV4_CUDA_W_FP8:
+        data = n;
+        scale = 4 * mats * ((out + FP8_BLOCK - 1) / FP8_BLOCK) * ((in + FP8_BLOCK - 1) / FP8_BLOCK);
+        break;
+    case DSV4_CUDA_W_FP4:
+        if (in % FP4_GROUP != 0)
+            return 0;
+        data = n / 2;
+        scale = n / FP4_GROUP;
+        break;
+    }
+    *scale_bytes_p = scale;
+    return data;
+}
+
+/* The smallest power of two p with max <= top * p, as its exponent (max >= 0, finite). */
+__device__ static inline int dsv4_pack_exp(float max, float top)
+{
+    if (!(max > 0.0f))
+        return 0;
+    int e = ilogbf(max) - ilogbf(top);
+    while (ldexpf(top, e) < max)
+        e++;
+    while (ldexpf(top, e - 1) >= max)
+        e--;
+    return e;
+}
+
+__global__ static void dsv4_pack_bf16_kernel(const float *__restrict__ src, size_t n,
+                                             uint16_t *__restrict__ dst, uint32_t *bad)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        uint32_t u = __float_as_uint(src[i]);
+        dst[i] = (uint16_t)(u >> 16);
+        if (u & 0xffffu)
+            *bad = 1;
+    }
+}
+
+/* One block per 128x128 scale block (x: block column, y: block row, z: matrix). */
+__global__ static void __launch_bounds__(PACK_THREADS)
+    dsv4_pack_fp8_kernel(const float *__restrict__ src, size_t out, size_t in,
+                         uint8_t *__restrict__ dst, float *__restrict__ scale, uint32_t *bad)
+{
+    __shared__ float part[PACK_THREADS];
+    size_t g = blockIdx.z, r0 = (size_t)blockIdx.y * FP8_BLOCK, c0 = (size_t)blockIdx.x * FP8_BLOCK;
+    size_t nr = out - r0 < FP8_BLOCK ? out - r0 : FP8_BLOCK;
+    size_t nc = in - c0 < FP8_BLOCK ? in - c0 : FP8_BLOCK;
+    const float *s = src + (g * out + r0) * in + c0;
+    uint8_t *d = dst + (g * out + r0) * in + c0;
+    float m = 0.0f;
+    bool finite = true;
+    for (size_t i = threadIdx.x; i < nr * nc; i += PACK_THREADS) {
+        float v = fabsf(s[i / nc * in + i % nc]);
+        finite &= isfinite(v);
+        m = fmaxf(m, v);
+    }
+    part[threadIdx.x] = finite ? m : INFINITY;
+    __syncthreads();
+    for (uint32_t h = PACK_THREADS / 2; h > 0; h /= 2) {
+        if (threadIdx.x < h)
+            part[threadIdx.x] = fmaxf(part[threadIdx.x], part[threadIdx.x + h]);
+        __syncthreads();
+    }
+    float max = part[0];
+    if (!isfinite(max)) {
+        *bad = 1;
+        return;
+    }
+    int e = dsv4_pack_exp(max, 448.0f);
+    float sc = ldexpf(1.0f, e), inv = ldexpf(1.0f, -e);
+    if (threadIdx.x == 0)
+        scale[(g * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x] = sc;
+    for (size_t i = threadIdx.x; i < nr * nc; i += PACK_THREADS) {
+        float v = s[i / nc * in + i % nc];
+        uint8_t q = (uint8_t)__nv_cvt_float_to_fp8(v * inv, __NV_SATFINITE, __NV_E4M3);
+        d[i / nc * in + i % nc] = q;
+        if (__float_as_uint(dsv4_w_e4m3(q) * sc) != __float_as_uint(v))
+            *bad = 1;
+    }
+}
+
+/* One thread per 32-input group: its scale byte and 16 bytes of codes. */
+__global__ static void dsv4_pack_fp4_kernel(const float *__restrict__ src, size_t groups,
+                                            uint8_t *__restrict__ dst, uint8_t *__restrict__ scale,
+                                            uint32_t *bad)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= groups)
+        return;
+    const float *s = src + i * FP4_GROUP;
+    float m = 0.0f;
+    for (int j = 0; j < FP4_GROUP; j++)
+        m = fmaxf(m, fabsf(s[j]));
+    int e = dsv4_pack_exp(m, 6.0f);
+    if (!isfinite(m) || e < -127 || e > 127) {
+        *bad = 1;
+        return;
+    }
+    float sc = dsv4_w_e8m0((uint32_t)(e + 127)), inv = ldexpf(1.0f, -e);
+    scale[i] = (uint8_t)(e + 127);
+    bool ok = true;
+    for (int j = 0; j < FP4_GROUP; j += 2) {
+        uint32_t code[2];
+        for (int h = 0; h < 2; h++) {
+            float v = s[j + h], a = fabsf(v) * inv;
+            /* the code of the magnitude: 0 0.5 1 1.5 2 3 4 6 */
+            uint32_t c = 0;
+            for (uint32_t k = 1; k < 8; k++)
+                if (dsv4_w_e2m1(k) == a)
+                    c = k;
+            c |= signbit(v) ? 8u : 0u;
+            code[h] = c;
+            ok &= __float_as_uint(dsv4_w_e2m1(c) * sc) == __float_as_uint(v);
+        }
+        dst[i * (FP4_GROUP / 2) + j / 2] = (uint8_t)(code[0] | code[1] << 4);
+    }
+    if (!ok)
+        *bad = 1;
+}
+
+int dsv4_cuda_weight_pack(const float *src_dev, size_t mats, size_t out, size_t in,
+                          dsv4_cuda_wfmt fmt, void *data_dev, void *scale_dev, uint32_t *flag_dev,
+                          void *stream, bool *exact_p)
+{
+    cudaStream_t st = (cudaStream_t)stream;
+    size_t n = mats * out * in, sb;
+    if (dsv4_cuda_weight_bytes(fmt, mats, out, in, &sb) == 0 && n != 0)
+        return -EINVAL;
+    if (n == 0) {
+        *exact_p = true;
+        return 0;
+    }
+    int rc = dsv4_cuda_status(cudaMemsetAsync(flag_dev, 0, sizeof(uint32_t), st));
+    if (rc != 0)
+        return rc;
+    switch (fmt) {
+    case DSV4_CUDA_W_F32:
+        rc = dsv4_cuda_status(
+            cudaMemcpyAsync(data_dev, src_dev, n * sizeof(float), cudaMemcpyDeviceToDevice, st));
+        break;
+    case DSV4_CUDA_W_BF16: {
+        size_t want = (n + PACK_THREADS - 1) / PACK_THREADS;
+        unsigned blocks = want < 65536 ? (unsigned)want : 65536u;
+        dsv4_pack_bf16_kernel<<<blocks, PACK_THREADS, 0, st>>>(src_dev, n, (uint16_t *)data_dev,
+                                                               flag_dev);
+        rc = dsv4_cuda_launch_status();
+        break;
+    }
+    case DSV4_CUDA_W_FP8: {
+        dim3 grid((unsigned)((in + FP8_BLOCK - 1) / FP8_BLOCK),
+                  (unsigned)((out + FP8_BLOCK - 1) / FP8_BLOCK), (unsigned)mats);
+        if (grid.y > 65535 || grid.z > 65535)
+            return -EINVAL;
+        dsv4_pack_fp8_kernel<<<grid, PACK_THREADS, 0, st>>>(src_dev, out, in, (uint8_t *)data_dev,
+                                                            (float *)scale_dev, flag_dev);
+        rc = dsv4_cuda_launch_status();
+        break;
+    }
+    case DSV4_CUDA_W_FP4: {
+        size_t groups = n / FP4_GROUP;
+        dsv4_pack_fp4_kernel<<<(unsigned)((groups + PACK_THREADS - 1) / PACK_THREADS), PACK_THREADS,
+                               0, st>>>(src_dev, groups, (uint8_t *)data_dev, (uint8_t *)scale_dev,
+                                        flag_dev);
+        rc = dsv4_cuda_launch_status();
+        break;
+    }
+    }
+    uint32_t bad = 1;
+    if (rc == 0)
+        rc = dsv4_cuda_status(
+            cudaMemcpyAsync(&bad, flag_dev, sizeof(bad), cudaMemcpyDeviceToHost, st));
+    if (rc == 0)
+        rc = dsv4_cuda_status(cudaStreamSynchronize(st));
+    if (rc == 0)
+        *exact_p = bad == 0;
+    return rc;
 }

@@ -1,0 +1,183 @@
+/* gemm-stream.c: the CUDA forward's streaming GEMM (kernels/cuda/model.h dsv4_cuda_linear*)
+ * on the linear layers of a DeepSeek-V4-Flash layer, per weight format (f32, bf16, fp8,
+ * mxfp4), mode (deterministic: the streaming kernel; fast: tensor cores for the narrow
+ * formats) and row count, against the HBM read ceiling: achieved GB/s = the weight's device
+ * bytes / time per call, and the f32 FMA rate it implies. Steps of the same calls are
+ * queued back to back and timed by the host around a sync (launch gaps included, as in a
+ * decode step without a graph).
+ *
+ * usage: gemm-stream [--rows 1,8,64,256] [--iters 20] [--bw 4.3e12]
+ * Prints one markdown table row per (layer, format, mode, rows). */
+#include "config.h"
+
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench/bench-util.h"
+#include "kernels/cuda/model.h"
+
+#define MAX_ROWS_LIST 16
+
+/* One linear layer of a Flash layer: mats [out][in]; grouped: rows spread over the
+ * matrices as top-6-of-8 routing spreads them (6 rows per token). */
+typedef struct layer_shape {
+    const char *name;
+    size_t mats, out, in;
+    bool grouped, batched;
+} layer_shape;
+
+static const layer_shape shapes[] = {
+    {"wq_a 4096->1024", 1, 1024, 4096, false, false},
+    {"wq_b 1024->32768", 1, 32768, 1024, false, false},
+    {"wo_a 8x 4096->1024", 8, 1024, 4096, false, true},
+    {"wo_b 8192->4096", 1, 4096, 8192, false, false},
+    {"experts w1 8x 4096->2048", 8, 2048, 4096, true, false},
+    {"head 4096->129280", 1, 129280, 4096, false, false},
+};
+
+static const char *const fmt_names[] = {"f32", "bf16", "fp8", "mxfp4"};
+
+static void die(const char *what)
+{
+    fprintf(stderr, "gemm-stream: %s\n", what);
+    exit(1);
+}
+
+int main(int argc, char **argv)
+{
+    const char *rows_list = "1,8,64,256";
+    int iters = 20;
+    double bw = 4.3e12;
+    static const struct option opts[] = {{"rows", required_argument, NULL, 'r'},
+                                         {"iters", required_argument, NULL, 'i'},
+                                         {"bw", required_argument, NULL, 'w'},
+                                         {NULL, 0, NULL, 0}};
+    for (int ch; (ch = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
+        switch (ch) {
+        case 'r': rows_list = optarg; break;
+        case 'i': iters = atoi(optarg); break;
+        case 'w': bw = atof(optarg); break;
+        default: return 2;
+        }
+    }
+    uint32_t rows[MAX_ROWS_LIST], n_rows = 0, max_rows = 0;
+    char buf[256];
+    snprintf(buf, sizeof(buf), "%s", rows_list);
+    for (char *save, *t = strtok_r(buf, ",", &save); t && n_rows < MAX_ROWS_LIST;
+         t = strtok_r(NULL, ",", &save)) {
+        rows[n_rows] = (uint32_t)atoi(t);
+        max_rows = rows[n_rows] > max_rows ? rows[n_rows] : max_rows;
+        n_rows++;
+    }
+    char name[256];
+    void *stream;
+    if (dsv4_cuda_device_use(-1, name, sizeof(name)) != 0 || dsv4_cuda_stream_new(&stream) != 0)
+        die("no CUDA device");
+    dsv4_cuda_blas *modes[2] = {dsv4_cuda_blas_new(stream, true),
+                                dsv4_cuda_blas_new(stream, false)};
+    size_t w_max = 0, in_max = 0, out_max = 0;
+    for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+        size_t n = shapes[s].mats * shapes[s].out * shapes[s].in;
+        w_max = n > w_max ? n : w_max;
+        in_max = shapes[s].in * shapes[s].mats > in_max ? shapes[s].in * shapes[s].mats : in_max;
+        out_max =
+            shapes[s].out * shapes[s].mats > out_max ? shapes[s].out * shapes[s].mats : out_max;
+    }
+    /* MXFP4 values (a code times a power of two per 32 inputs) fit every format exactly */
+    float *w = malloc(w_max * sizeof(float));
+    float *x = malloc((size_t)max_rows * 6 * in_max * sizeof(float));
+    float *src = dsv4_cuda_alloc(w_max * sizeof(float));
+    float *x_dev = dsv4_cuda_alloc((size_t)max_rows * 6 * in_max * sizeof(float));
+    float *y_dev = dsv4_cuda_alloc((size_t)max_rows * 6 * out_max * sizeof(float));
+    uint32_t *flag = dsv4_cuda_alloc(sizeof(uint32_t)), *off_dev = dsv4_cuda_alloc(9 * 4);
+    if (!modes[0] || !modes[1] || !w || !x || !src || !x_dev || !y_dev || !flag || !off_dev)
+        die("out of memory");
+    static const float e2m1[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+    uint64_t r = 0x9e3779b97f4a7c15ull;
+    for (size_t i = 0; i < w_max; i++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        float v = e2m1[(r >> 33) % 8] * ((r >> 40) & 1 ? -1.0f : 1.0f);
+        w[i] = ldexpf(v, (int)((i / 32) % 7) - 10);
+    }
+    for (size_t i = 0; i < (size_t)max_rows * 6 * in_max; i++)
+        x[i] = (float)((i * 2654435761u) % 2001) / 1000.0f - 1.0f;
+    if (dsv4_cuda_copy(x_dev, x, (size_t)max_rows * 6 * in_max * sizeof(float), stream) != 0)
+        die("copy failed");
+    fprintf(stderr, "gemm-stream: %s\n", name);
+    printf("| layer | format | mode | rows | us/call | weight GB/s | of %.2f TB/s | TFLOP/s |\n",
+           bw / 1e12);
+    printf("|---|---|---|---:|---:|---:|---:|---:|\n");
+    for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+        const layer_shape *L = &shapes[s];
+        size_t n = L->mats * L->out * L->in;
+        if (dsv4_cuda_copy(src, w, n * sizeof(float), stream) != 0)
+            die("copy failed");
+        for (int f = 0; f < 4; f++) {
+            size_t sb, db = dsv4_cuda_weight_bytes((dsv4_cuda_wfmt)f, L->mats, L->out, L->in, &sb);
+            void *data = dsv4_cuda_alloc(db), *scale = sb ? dsv4_cuda_alloc(sb) : NULL;
+            bool exact = false;
+            if (!data || (sb && !scale) ||
+                dsv4_cuda_weight_pack(src, L->mats, L->out, L->in, (dsv4_cuda_wfmt)f, data, scale,
+                                      flag, stream, &exact) != 0 ||
+                !exact)
+                die("cannot pack the weight");
+            dsv4_cuda_weight wt = {(dsv4_cuda_wfmt)f, data, scale};
+            for (uint32_t mi = 0; mi < 2 * n_rows; mi++) {
+                dsv4_cuda_blas *blas = modes[mi / n_rows];
+                uint32_t R = rows[mi % n_rows], pairs = R * 6;
+                if (L->grouped) {
+                    /* top 6 of 8: each expert gets 6/8 of the rows */
+                    uint32_t off[9];
+                    for (uint32_t e = 0; e <= 8; e++)
+                        off[e] = (uint32_t)((uint64_t)pairs * e / 8);
+                    if (dsv4_cuda_copy(off_dev, off, sizeof(off), stream) != 0)
+                        die("copy failed");
+                }
+                int rc = 0;
+                double t0 = 0;
+                for (int it = -2; rc == 0 && it < iters; it++) {
+                    if (it == 0) {
+                        rc = dsv4_cuda_sync(stream);
+                        t0 = (double)bench_now_ns() * 1e-9;
+                    }
+                    if (L->grouped)
+                        rc = dsv4_cuda_linear_grouped(blas, &wt, L->out, L->in, x_dev, L->in,
+                                                      off_dev, (uint32_t)L->mats, pairs, y_dev,
+                                                      L->out);
+                    else if (L->batched)
+                        rc = dsv4_cuda_linear_batched(blas, &wt, L->out, L->in, x_dev,
+                                                      L->in * L->mats, L->in, R, y_dev,
+                                                      L->out * L->mats, L->out, (uint32_t)L->mats);
+                    else
+                        rc = dsv4_cuda_linear(blas, &wt, L->out, L->in, x_dev, L->in, R, y_dev,
+                                              L->out);
+                }
+                if (rc != 0 || dsv4_cuda_sync(stream) != 0)
+                    die("GEMM failed");
+                double dt = ((double)bench_now_ns() * 1e-9 - t0) / iters;
+                double rows_total = L->grouped ? (double)pairs : (double)R * L->mats;
+                double flops = 2.0 * rows_total * L->out * L->in;
+                printf("| %s | %s | %s | %u | %.1f | %.0f | %.1f%% | %.2f |\n", L->name,
+                       fmt_names[f], mi < n_rows ? "deterministic" : "fast", R, dt * 1e6,
+                       (db + sb) / dt / 1e9, 100 * (db + sb) / dt / bw, flops / dt / 1e12);
+                fflush(stdout);
+            }
+            dsv4_cuda_free(data);
+            dsv4_cuda_free(scale);
+        }
+    }
+    dsv4_cuda_free(src);
+    dsv4_cuda_free(x_dev);
+    dsv4_cuda_free(y_dev);
+    dsv4_cuda_free(flag);
+    dsv4_cuda_free(off_dev);
+    dsv4_cuda_blas_free(modes[0]);
+    dsv4_cuda_blas_free(modes[1]);
+    dsv4_cuda_stream_free(stream);
+    free(w);
+    free(x);
+    return 0;
+}
