@@ -1,8 +1,7 @@
 /* indexer-decode.cu: decode-time lightning indexer on one GPU, against the memory ceiling
  * measured in the same run.
  *
- *   bench/indexer-decode [commit]
- *   bench/indexer-decode --profile [commit]
+ *   bench/indexer-decode [--profile] [--only indexer|topk] [commit]
  *
  * 1. HBM read ceiling: a streaming read of a 4 GiB buffer (16-byte loads, grid-stride).
  * 2. dsv4_cuda_indexer_score for fp8 and bf16 index-K pages (64 heads x 128 dims, 64 rows
@@ -23,7 +22,8 @@
  * call itself took on the host. Prints markdown tables (bench/results/ keeps the recorded
  * ones). With --profile only the small steps run (batch 1 up to 32k context, top-k at
  * batch 1), once each with no warm-up and no timing, for a profiler (ncu) to pick the
- * kernels out. */
+ * kernels out. --only runs the indexer steps or the top-k alone (the ceiling and the launch
+ * floor are measured either way). */
 #include "kernels/cuda/cuda_kernels.h"
 
 #include <cuda_runtime.h>
@@ -47,7 +47,8 @@ __global__ void empty_kernel(void)
 {
 }
 
-static bool profiling; /* --profile: one untimed run of each case */
+static bool profiling;   /* --profile: one untimed run of each case */
+static const char *only; /* --only: "indexer" or "topk"; NULL runs both */
 
 /* Median time in microseconds of REPS runs of fn(rep) (after 3 warm-up runs), and in
  * *host_us the median time the host spent inside fn. */
@@ -118,8 +119,19 @@ int main(int argc, char **argv)
     uint8_t *pool;
     uint32_t *sink;
     double host_us;
-    profiling = argc > 1 && !strcmp(argv[1], "--profile");
-    const char *commit = argc > 1 + profiling ? argv[1 + profiling] : "unknown";
+    const char *commit = "unknown";
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--profile"))
+            profiling = true;
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc)
+            only = argv[++i];
+        else
+            commit = argv[i];
+    }
+    if (only && strcmp(only, "indexer") && strcmp(only, "topk")) {
+        fprintf(stderr, "indexer-decode: --only takes indexer or topk (not %s)\n", only);
+        return 2;
+    }
     check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
     printf("# indexer decode on %s (%d SMs), commit %s\n\n", prop.name, prop.multiProcessorCount,
            commit);
@@ -180,10 +192,13 @@ int main(int argc, char **argv)
            "us per launch\n\n",
            floor_us, floor_b2b, host_us);
 
-    printf("| format | context | batch | index-K bytes/step | time (us) | GB/s | %% of read "
-           "ceiling | back-to-back (us) | GB/s | %% of read ceiling | host us/call |\n"
-           "|---|---|---|---|---|---|---|---|---|---|---|\n");
+    if (!only || !strcmp(only, "indexer"))
+        printf("| format | context | batch | index-K bytes/step | time (us) | GB/s | %% of read "
+               "ceiling | back-to-back (us) | GB/s | %% of read ceiling | host us/call |\n"
+               "|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (auto &f : fmts) {
+        if (only && strcmp(only, "indexer"))
+            break;
         size_t page_bytes = (size_t)RPP * f.row_bytes, pool_pages = POOL_BYTES / page_bytes;
         fill_kernel<<<4096, 256>>>((uint32_t *)pool, POOL_BYTES / 4, f.mask, 4);
         for (uint32_t ck : ctx_k) {
@@ -234,8 +249,9 @@ int main(int argc, char **argv)
         }
     }
 
-    printf("\n| top-k | candidates | batch | time (us) | back-to-back (us) | host us/call |\n"
-           "|---|---|---|---|---|---|\n");
+    if (!only || !strcmp(only, "topk"))
+        printf("\n| top-k | candidates | batch | time (us) | back-to-back (us) | host us/call |\n"
+               "|---|---|---|---|---|---|\n");
     const uint32_t n = 256 * 1024;
     uint32_t *idx;
     check(cudaMalloc(&idx, (size_t)max_b * 512 * 4), "cudaMalloc");
@@ -244,9 +260,9 @@ int main(int argc, char **argv)
     check(cudaMemcpy(rows_dev, nrows.data(), max_b * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
     static const struct {
         uint32_t n, batch;
-    } tks[] = {{4096, 1}, {n, 1}, {n, 8}, {n, 16}, {n, 32}, {n, 64}};
+    } tks[] = {{4096, 1}, {n, 1}, {n, 2}, {n, 4}, {n, 8}, {n, 16}, {n, 32}, {n, 64}};
     for (auto &c : tks) {
-        if (profiling && c.batch > 1)
+        if ((only && strcmp(only, "topk")) || (profiling && c.batch > 1))
             continue;
         auto step = [&](int) {
             check_rc(dsv4_cuda_topk(scores, c.n, rows_dev, c.batch, 512, idx, NULL),

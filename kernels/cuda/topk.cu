@@ -1,35 +1,43 @@
 /* topk.cu: exact top-k of the indexer scores, one thread-block cluster per query.
  *
- * Radix select over 32-bit keys that order like the scores (NaN lowest, -0 as +0), in three
- * digit passes of 11, 11 and 10 bits. The blocks of a cluster (16 when the whole batch fits
- * on the GPU at once as 16-block clusters, else 8) each take a slice of the query's scores.
- * A slice that fits in shared memory is brought in first by the copy engine (bulk copies on
- * one mbarrier, all in flight at once) and every pass reads it there; a larger slice is read
- * from global memory by each pass. Pass one histograms the top digit of every key; the
- * blocks sum their histograms through distributed shared memory (each block sums a range of
- * bins, then every block copies the sums) and pick the same digit. Each block then compacts its
- * keys with that digit (a small share of the slice for any spread of scores) into a candidate list,
- * and the two remaining passes histogram only those; a block whose candidates overflow the list
- * re-reads its slice instead, which gives the same histogram. After the last pass every block knows
- * the k-th key T and how many keys equal to T to take (the lowest rows, which lie in the lowest
- * ranks' slices). The selected keys are gathered into rank 0; each block then ranks a share of them
- * by counting the selected keys that order before each one (higher key, or equal key and lower row)
- * and writes each row straight to its place.
+ * Each score of a query is an item of 64 bits, its key (32 bits that order like the score:
+ * NaN lowest, -0 as +0) over its complemented row, so that the top-k items in item order
+ * are the CPU's order: higher score first, ties to the lower row. Every item is distinct.
+ * The selection is a radix select over the items' digits (11, 11, 11, 11, 10 and 10 bits
+ * from the top), in two stages:
  *
- * Why the slice goes to shared memory first: a block reading its slice with ordinary loads
- * has only its threads' loads in flight (32 KB for 1024 threads x 8), so each of the two
- * passes over a 128 KB slice took a dozen memory latencies; the copy engine has the whole
- * slice in flight at once, and the later passes cost shared-memory reads only. Why 16-block
- * clusters for small batches: the time of one query is the time of one block's slice, and
- * a small batch leaves most multiprocessors idle.
+ * 1. Across the cluster. The blocks of a cluster (16 when the whole batch fits on the GPU
+ *    at once as 16-block clusters, else 8) each take a slice of the query's scores. A
+ *    slice that fits in shared memory is brought in by the copy engine (bulk copies of
+ *    32 KB, each on its own mbarrier, all in flight at once; the first pass starts on a
+ *    chunk as soon as it lands); a larger one is read from global memory by each pass. A
+ *    pass histograms one digit of the items under the prefix chosen so far; each block adds
+ *    its bins into the blocks that own them by remote atomics, and after one cluster
+ *    barrier every block copies the owned ranges and picks the same digit. The passes stop
+ *    as soon as the items at or above the prefix (those above it are all taken) number at
+ *    most TK_LIST_CAP: after the first digit for scores of any spread, later for many equal
+ *    or nearly equal scores.
+ * 2. In every block alone. Each block reserves room for its share of those items in every
+ *    block's list (one remote atomic per pair of blocks; the share is known from its own
+ *    histograms), stores them there, one cluster barrier, and from there no block touches
+ *    another's memory: each finishes the select on its list with the same passes (shared
+ *    memory only), takes the top kk items, and places those whose row is its rank modulo
+ *    the cluster size by counting the selected items above each.
  *
- * Why not a sort: the first pass is one read of the scores; everything after it touches a
- * few thousand keys, and ranking k keys by counting costs k^2 / 8 comparisons per block
- * with no barrier between steps, where a bitonic sort of k keys needs log^2 k barriers.
+ * Why this shape: a query's time at batch 1 was mostly fixed cost, not reading (22 of
+ * 27 us for 4k scores as for 256k: bench/results/2026-11-29-indexer-h200-d.md), and that
+ * cost was the cluster's steps: nine cluster barriers (three merged histograms of two each,
+ * then counts, a gather into block 0 and a copy back; 635 cycles each at 1024 threads),
+ * with remote loads between them. The common case now waits at two, and at one more whose
+ * wait hides behind the slice's load (the lists' counters and the owned ranges are zero
+ * before any block adds to them). Measured step by step in
+ * bench/results/2026-11-29-topk-h200.md. Why not a sort: ranking kk items by counting
+ * costs kk^2 / CL comparisons per block with no barrier between steps, where a bitonic sort
+ * of kk items needs log^2 kk barriers.
  *
- * The result depends only on the scores, never on the cluster size or the batch:
- * histograms are counts, the gather order is undone by the ranking on (key, row), which is
- * unique per row. */
+ * The result depends only on the scores, never on the cluster size, the batch or the
+ * order in which the lists were filled: histograms are counts and every place is a count
+ * over distinct items. */
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/status.cuh"
 
@@ -43,28 +51,28 @@ namespace cg = cooperative_groups;
 #define TK_WARPS (TK_THREADS / 32)
 #define TK_CLUSTER_MAX 16
 #define TK_MAX_DEVICES 64
-#define TK_COPY_CHUNK 16384u /* bytes per bulk copy of the slice */
-#define TK_BINS 2048         /* 11-bit digits */
-#define TK_CAND_CAP 4096u    /* candidate keys per block after the first pass */
-#define TK_UNROLL 8          /* independent loads in flight per thread */
+#define TK_BINS 2048                      /* 11-bit digits */
+#define TK_LIST_CAP 4096u                 /* items every block holds after the cluster passes */
+#define TK_UNROLL 8                       /* independent loads in flight per thread */
+#define TK_CHUNK (TK_UNROLL * TK_THREADS) /* scores per bulk copy: one round of tk_for_slice */
+#define TK_MAX_CHUNKS 8                   /* bulk copies of a slice (227 KB / 32 KB) */
+#define TK_MAX_PASSES 6                   /* digits of an item */
 
 typedef struct tk_shared {
-    uint64_t bar; /* the slice's bulk copies */
+    uint64_t bar[TK_MAX_CHUNKS]; /* one per bulk copy of the slice */
     /* arrays read by 16-byte loads are 16-byte aligned */
-    __align__(16) uint32_t hist[2][TK_BINS];       /* this block's histogram; double-buffered */
-    __align__(16) uint32_t range_sum[TK_BINS / 8]; /* this block's range of the cluster sum */
-    __align__(16) uint32_t merged[TK_BINS];        /* the cluster's histogram */
+    __align__(16) uint32_t hist[TK_BINS];   /* this block's histogram of the pass */
+    __align__(16) uint32_t merged[TK_BINS]; /* the cluster's histogram */
+    /* per cluster pass, this block's range of the cluster's histogram (bins
+     * [rank nbins / CL, (rank + 1) nbins / CL)), summed by the blocks' remote atomics */
+    __align__(16) uint32_t range_sum[TK_MAX_PASSES][TK_BINS / 8];
     uint32_t warp_sum[TK_WARPS];
-    uint32_t digit, above;          /* the chosen digit, keys under the prefix above it */
-    uint32_t n_cand, n_sel;         /* list lengths (n_cand may pass the capacity: overflow) */
-    uint32_t cnt_gt, cnt_eq;        /* this block's keys > T (all in sel) and == T */
-    uint32_t pos_eq;                /* gather cursor for ties */
-    uint32_t cand_key[TK_CAND_CAP]; /* keys whose top digit is the chosen one */
-    uint32_t cand_row[TK_CAND_CAP];
-    __align__(16) uint32_t sel_key[DSV4_CUDA_TOPK_MAX]; /* keys > T; later the whole top-k */
-    __align__(16) uint32_t sel_row[DSV4_CUDA_TOPK_MAX];
-    __align__(16) uint32_t top_key[DSV4_CUDA_TOPK_MAX]; /* rank 0: every selected key */
-    __align__(16) uint32_t top_row[DSV4_CUDA_TOPK_MAX];
+    uint32_t digit, above, count; /* the chosen digit, items in higher bins and in its bin */
+    uint32_t n_list, n_mine, n_sel, n_own;
+    uint32_t list_base[TK_CLUSTER_MAX]; /* where this block's items go in each block's list */
+    uint64_t list[TK_LIST_CAP];         /* every item at or above the cluster passes' prefix */
+    uint64_t sel[DSV4_CUDA_TOPK_MAX];   /* the top kk items */
+    uint64_t own[DSV4_CUDA_TOPK_MAX];   /* those of them this block places */
 } tk_shared;
 
 /* The slice's copy in shared memory starts here (16-byte aligned, as bulk copies need). */
@@ -73,18 +81,6 @@ typedef struct tk_shared {
 __device__ static inline uint32_t tk_smem_addr(const void *p)
 {
     return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-/* One thread: bar completes its phase 0 once bytes have landed from bulk copies. */
-__device__ static inline void tk_bar_expect(uint64_t *bar, uint32_t bytes)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(tk_smem_addr(bar)) : "memory");
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-    asm volatile(
-        "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(tk_smem_addr(bar)),
-        "r"(bytes)
-        : "memory");
 }
 
 /* One thread: bytes (a multiple of 16, both addresses 16-byte aligned) from global src to
@@ -98,7 +94,7 @@ __device__ static inline void tk_bulk_load(void *dst, const void *src, uint32_t 
                  : "memory");
 }
 
-/* Until bar's phase 0 has completed. */
+/* Until bar's phase 0 has completed (the caller then sees the bytes it counted). */
 __device__ static inline void tk_bar_wait(uint64_t *bar)
 {
     uint32_t done;
@@ -112,38 +108,53 @@ __device__ static inline void tk_bar_wait(uint64_t *bar)
     } while (!done);
 }
 
-/* Points *src_p at the block's slice (len scores from g): a copy in shared memory when
- * len + 3 floats fit in cap, else g itself. The copy is laid out so that the scores from
- * the first 16-byte boundary of g on land 16-byte aligned; those go by bulk copies, the up
- * to 3 before and 3 after the aligned run by plain loads. Called by every thread; the
- * copy is complete on return. */
+/* Where a block's scores are: src, and when src is a copy in shared memory that is still
+ * landing, its bulk copies: chunk c holds scores [head + c TK_CHUNK, head + (c + 1) TK_CHUNK)
+ * of the slice and completes sh->bar[c]. */
+typedef struct tk_slice {
+    const float *src;
+    uint32_t head, chunks;
+} tk_slice;
+
+/* Starts bringing the block's slice (len scores from g) into shared memory when len + 3
+ * floats fit in cap (else the slice stays at g). The copy is laid out so that the scores
+ * from the first 16-byte boundary of g on land 16-byte aligned; those go by bulk copies of
+ * TK_CHUNK scores, each on its own barrier so the first pass can start on the first chunk;
+ * the up to 3 before and 3 after the aligned run are stored by plain loads before this
+ * returns. Called by every thread. */
 __device__ static void tk_slice_stage(tk_shared *sh, const float *g, uint32_t len, uint32_t cap,
-                                      const float **src_p)
+                                      tk_slice *slice_p)
 {
     const uint32_t tid = threadIdx.x;
-    *src_p = g;
+    *slice_p = {g, 0, 0};
     if (len + 3 > cap)
         return;
     uint32_t head = (uint32_t)((16u - ((uintptr_t)g & 15u)) & 15u) / 4u;
     head = head < len ? head : len;
     const uint32_t body = (len - head) & ~3u, tail = len - head - body;
+    const uint32_t chunks = (body + TK_CHUNK - 1) / TK_CHUNK;
     float *copy = (float *)((uint8_t *)sh + TK_SLICE_OFF) + ((4u - head) & 3u);
     if (tid == 0 && body > 0) {
-        tk_bar_expect(&sh->bar, body * 4u);
-        for (uint32_t off = 0; off < body * 4u; off += TK_COPY_CHUNK) {
-            uint32_t n = body * 4u - off < TK_COPY_CHUNK ? body * 4u - off : TK_COPY_CHUNK;
-            tk_bulk_load((uint8_t *)(copy + head) + off, (const uint8_t *)(g + head) + off, n,
-                         &sh->bar);
+        for (uint32_t c = 0; c < chunks; c++)
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(tk_smem_addr(&sh->bar[c]))
+                         : "memory");
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        for (uint32_t c = 0; c < chunks; c++) {
+            const uint32_t off = c * TK_CHUNK, n = body - off < TK_CHUNK ? body - off : TK_CHUNK;
+            asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(
+                             tk_smem_addr(&sh->bar[c])),
+                         "r"(n * 4u)
+                         : "memory");
+            tk_bulk_load(copy + head + off, g + head + off, n * 4u, &sh->bar[c]);
         }
     }
     if (tid < head)
         copy[tid] = g[tid];
     if (tid < tail)
         copy[head + body + tid] = g[head + body + tid];
-    __syncthreads(); /* the barrier's init before anyone waits; the plain stores */
-    if (body > 0)
-        tk_bar_wait(&sh->bar);
-    *src_p = copy;
+    __syncthreads(); /* the barriers' init before anyone waits; the plain stores */
+    *slice_p = {copy, head, chunks};
 }
 
 __device__ static inline uint32_t tk_key(float f)
@@ -156,19 +167,24 @@ __device__ static inline uint32_t tk_key(float f)
     return (u & 0x80000000u) ? ~u : u | 0x80000000u;
 }
 
-/* a ranks before b */
-__device__ static inline bool tk_before(uint32_t ka, uint32_t ra, uint32_t kb, uint32_t rb)
-{
-    return ka > kb || (ka == kb && ra < rb);
-}
-
 /* Calls fn(i, key) for every i of the slice, TK_UNROLL loads in flight per thread. Every
  * lane of every warp takes part in each call (fn may use warp votes); i >= len marks a lane
- * without a key. */
+ * without a key. The first call on a slice waits for its bulk copies, each just before its
+ * scores are read (pass landing = true); later calls read them without waiting. */
 template <typename F>
-__device__ static inline void tk_for_slice(const float *__restrict__ src, uint32_t len, F fn)
+__device__ static inline void tk_for_slice(tk_shared *sh, const tk_slice &slice, uint32_t len,
+                                           bool landing, F fn)
 {
-    for (uint32_t base = 0; base < len; base += TK_UNROLL * TK_THREADS) {
+    const float *__restrict__ src = slice.src;
+    uint32_t landed = 0;
+    for (uint32_t base = 0; base < len; base += TK_CHUNK) {
+        const uint32_t last = (base + TK_CHUNK < len ? base + TK_CHUNK : len) - 1;
+        if (landing && slice.chunks > 0 && last >= slice.head) {
+            uint32_t c = (last - slice.head) / TK_CHUNK;
+            c = c < slice.chunks ? c : slice.chunks - 1;
+            for (; landed <= c; landed++)
+                tk_bar_wait(&sh->bar[landed]);
+        }
         float v[TK_UNROLL];
 #pragma unroll
         for (int j = 0; j < TK_UNROLL; j++) {
@@ -181,29 +197,46 @@ __device__ static inline void tk_for_slice(const float *__restrict__ src, uint32
     }
 }
 
-/* Appends (key, row) of the lanes with hit to a list: one shared atomic per warp. Entries
- * past cap are counted in *cnt but not stored. Called by all lanes of the warp. */
-__device__ static inline void tk_push(bool hit, uint32_t key, uint32_t row, uint32_t *cnt,
-                                      uint32_t *keys, uint32_t *rows, uint32_t cap)
+/* The order of the selection: a key and its row as one 64-bit value, higher first. The row
+ * is stored complemented so that among equal keys the lower row ranks higher; every row is
+ * distinct, so no two values of a query are equal. */
+__device__ static inline uint64_t tk_item(uint32_t key, uint32_t row)
+{
+    return (uint64_t)key << 32 | (uint32_t)~row;
+}
+
+/* The item's digit of width 11 or 10 bits at shift: the digits of a 64-bit item, from the
+ * top, are 11, 11, 11, 11, 10 and 10 bits wide. */
+#define TK_SHIFT_FIRST 53
+
+__device__ static inline int tk_next_shift(int shift)
+{
+    return shift > 20 ? shift - 11 : shift - 10;
+}
+
+__device__ static inline uint32_t tk_nbins(int shift)
+{
+    return shift >= 20 ? TK_BINS : TK_BINS / 2;
+}
+
+/* A place in a list for each lane with hit, counted on *cnt: one shared atomic per warp.
+ * Called by all lanes of the warp; lanes without hit get a place they must not use. */
+__device__ static inline uint32_t tk_place(bool hit, uint32_t *cnt)
 {
     uint32_t ball = __ballot_sync(0xffffffffu, hit), lane = threadIdx.x & 31, base = 0;
     if (ball == 0)
-        return;
+        return 0;
     uint32_t leader = (uint32_t)__ffs(ball) - 1;
     if (lane == leader)
         base = atomicAdd(cnt, (uint32_t)__popc(ball));
     base = __shfl_sync(0xffffffffu, base, leader);
-    uint32_t p = base + (uint32_t)__popc(ball & ((1u << lane) - 1u));
-    if (hit && p < cap) {
-        keys[p] = key;
-        rows[p] = row;
-    }
+    return base + (uint32_t)__popc(ball & ((1u << lane) - 1u));
 }
 
 /* Sum of x over the block; every thread gets it. */
 __device__ static uint32_t tk_block_sum(tk_shared *sh, uint32_t x)
 {
-    uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     x = __reduce_add_sync(0xffffffffu, x);
     __syncthreads();
     if (lane == 0)
@@ -212,46 +245,18 @@ __device__ static uint32_t tk_block_sum(tk_shared *sh, uint32_t x)
     return __reduce_add_sync(0xffffffffu, lane < TK_WARPS ? sh->warp_sum[lane] : 0u);
 }
 
-/* Sums the cluster's histograms of this pass (nbins of 1024 or 2048) and picks the digit
- * that holds the want-th key from the top: sh->digit, and sh->above = the keys under the
- * prefix with a higher digit. Every block computes the same. The sum is a reduce-scatter
- * and an all-gather, both by 16-byte remote loads: block r adds up bins
- * [r nbins / CL, (r + 1) nbins / CL) of every block's histogram, then every block copies
- * all the summed ranges, nbins / 2 remote loads per block whatever CL. (Each block reading
- * every block's whole histogram, nbins x CL remote loads of 4 bytes, was most of a batch-1
- * query's time: bench/results/2026-11-29-indexer-h200-c.md.) The range sums are read only
- * before the next cluster barrier of the caller, so one buffer serves every pass. */
-template <int CL>
-__device__ static void tk_pick(tk_shared *sh, cg::cluster_group &cluster, const uint32_t *hist,
-                               uint32_t nbins, uint32_t want)
+/* Picks from a histogram of nbins (1024 or 2048) the digit that holds the want-th item
+ * from the top: sh->digit, sh->above = the items in higher bins, sh->count = the items in
+ * the digit's bin. Called by every thread; the results are there on return. */
+__device__ static void tk_scan(tk_shared *sh, const uint32_t *bins, uint32_t nbins, uint32_t want)
 {
     const uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const uint32_t range = nbins / CL, rank = cluster.block_rank();
-    if (tid < range / 4) {
-        uint4 s = make_uint4(0, 0, 0, 0);
-#pragma unroll
-        for (uint32_t r = 0; r < CL; r++) {
-            uint4 v = *(const uint4 *)(cluster.map_shared_rank(hist, r) + rank * range + 4 * tid);
-            s.x += v.x;
-            s.y += v.y;
-            s.z += v.z;
-            s.w += v.w;
-        }
-        *(uint4 *)(sh->range_sum + 4 * tid) = s;
-    }
-    cluster.sync();
-    if (tid < nbins / 4) {
-        const uint32_t b = 4 * tid;
-        *(uint4 *)(sh->merged + b) =
-            *(const uint4 *)(cluster.map_shared_rank(sh->range_sum, b / range) + b % range);
-    }
-    __syncthreads();
     const uint32_t per = nbins / TK_THREADS; /* 1 or 2 bins per thread, from the top */
     uint32_t c[2] = {0, 0};
 #pragma unroll
     for (uint32_t j = 0; j < 2; j++)
         if (j < per)
-            c[j] = sh->merged[nbins - 1 - (tid * per + j)];
+            c[j] = bins[nbins - 1 - (tid * per + j)];
     uint32_t sum = c[0] + c[1], incl = sum;
 #pragma unroll
     for (int m = 1; m < 32; m <<= 1) {
@@ -271,12 +276,43 @@ __device__ static void tk_pick(tk_shared *sh, cg::cluster_group &cluster, const 
             if (j < per && before + c[j] >= want) {
                 sh->digit = nbins - 1 - (tid * per + j);
                 sh->above = before;
+                sh->count = c[j];
                 break;
             }
             before += c[j];
         }
     }
     __syncthreads();
+}
+
+/* Sums the cluster's histograms of cluster pass `pass` (hist, nbins of 1024 or 2048; every
+ * thread's bins complete) and picks the digit that holds the want-th item from the top
+ * (tk_scan); every block computes the same. Each block adds its nonzero bins into the
+ * blocks that own them (block r owns bins [r nbins / CL, (r + 1) nbins / CL)) by remote
+ * atomics, which no thread waits for; after one cluster barrier every block copies all the
+ * owned ranges by 16-byte remote loads. A pass's ranges are never written again, so no
+ * second barrier has to keep a block from overwriting what another still reads. (Each
+ * block reading every block's whole histogram, nbins x CL remote loads of 4 bytes, was
+ * most of a batch-1 query's time: bench/results/2026-11-29-indexer-h200-c.md; a
+ * reduce-scatter by remote loads needed a second barrier per pass.) */
+template <int CL>
+__device__ static void tk_pick(tk_shared *sh, cg::cluster_group &cluster, uint32_t pass,
+                               uint32_t nbins, uint32_t want)
+{
+    const uint32_t tid = threadIdx.x, range = nbins / CL;
+    for (uint32_t b = tid; b < nbins; b += TK_THREADS) {
+        uint32_t c = sh->hist[b];
+        if (c != 0)
+            atomicAdd(cluster.map_shared_rank(&sh->range_sum[pass][b % range], b / range), c);
+    }
+    cluster.sync();
+    if (tid < nbins / 4) {
+        const uint32_t b = 4 * tid;
+        *(uint4 *)(sh->merged + b) =
+            *(const uint4 *)cluster.map_shared_rank(&sh->range_sum[pass][b % range], b / range);
+    }
+    __syncthreads();
+    tk_scan(sh, sh->merged, nbins, want);
 }
 
 /* Launched in clusters of CL blocks (cudaLaunchKernelEx); cap = the floats of dynamic
@@ -304,161 +340,136 @@ __global__ void __launch_bounds__(TK_THREADS, 1)
 
     const uint32_t lo = (uint32_t)((uint64_t)n * rank / CL);
     const uint32_t len = (uint32_t)((uint64_t)n * (rank + 1) / CL) - lo;
-    const float *src;
-    tk_slice_stage(sh, scores + (size_t)q * stride + lo, len, cap, &src);
-    for (uint32_t i = tid; i < TK_BINS; i += TK_THREADS)
-        sh->hist[0][i] = 0;
+    tk_slice slice;
     if (tid == 0) {
-        sh->n_cand = 0;
+        sh->n_list = 0;
+        sh->n_mine = 0;
         sh->n_sel = 0;
-        sh->pos_eq = 0;
+        sh->n_own = 0;
     }
+    for (uint32_t i = tid; i < TK_MAX_PASSES * TK_BINS / 8; i += TK_THREADS)
+        sh->range_sum[0][i] = 0;
+    /* every block's range sums and list length are zero before any block adds to them; the
+     * wait is at the first merge, so the barrier overlaps the slice's load */
     __syncthreads();
+    cg::cluster_group::arrival_token zeroed = cluster.barrier_arrive();
+    tk_slice_stage(sh, scores + (size_t)q * stride + lo, len, cap, &slice);
 
-    /* pass 1: the top 11 bits of every key */
-    tk_for_slice(src, len, [&](uint32_t i, uint32_t key) {
-        if (i < len)
-            atomicAdd(&sh->hist[0][key >> 21], 1u);
-    });
-    cluster.sync();
-    tk_pick<CL>(sh, cluster, sh->hist[0], TK_BINS, kk);
-    const uint32_t top = sh->digit;
-    uint32_t want = kk - sh->above, prefix = top << 21, mask = 0xffe00000u;
-
-    /* keys with a higher top digit are in the top-k (fewer than k of them in the whole
-     * cluster); keys with the chosen one are the candidates */
-    tk_for_slice(src, len, [&](uint32_t i, uint32_t key) {
-        bool live = i < len;
-        tk_push(live && key >> 21 == top, key, lo + i, &sh->n_cand, sh->cand_key, sh->cand_row,
-                TK_CAND_CAP);
-        tk_push(live && key >> 21 > top, key, lo + i, &sh->n_sel, sh->sel_key, sh->sel_row,
-                DSV4_CUDA_TOPK_MAX);
-    });
-    __syncthreads();
-    const bool from_cand = sh->n_cand <= TK_CAND_CAP;
-    const uint32_t n_cand = sh->n_cand;
-
-    /* passes 2 and 3: bits 20-10, then 9-0, of the keys under the prefix */
-    for (int pass = 1; pass < 3; pass++) {
-        const int shift = pass == 1 ? 10 : 0;
-        const uint32_t nbins = pass == 1 ? TK_BINS : TK_BINS / 2, dmask = nbins - 1;
-        uint32_t *hist = sh->hist[pass & 1];
+    /* Cluster passes, one digit of the items each, until the items above the chosen prefix
+     * and under it number at most TK_LIST_CAP: one pass for scores of any spread, more
+     * for many equal or nearly equal scores (at the last digit one item is under the
+     * prefix). */
+    uint64_t prefix = 0, mask = 0;
+    uint32_t want = kk, count = 0, mine_above = 0, mine = 0;
+    int shift = TK_SHIFT_FIRST;
+    for (uint32_t pass = 0;; pass++) {
+        const uint32_t nbins = tk_nbins(shift), dmask = nbins - 1;
         for (uint32_t i = tid; i < nbins; i += TK_THREADS)
-            hist[i] = 0;
+            sh->hist[i] = 0;
         __syncthreads();
-        if (from_cand) {
-            for (uint32_t j = tid; j < n_cand; j += TK_THREADS) {
-                uint32_t key = sh->cand_key[j];
-                if ((key & mask) == prefix)
-                    atomicAdd(&hist[(key >> shift) & dmask], 1u);
-            }
+        if (shift >= 32) {
+            /* a digit of the key alone: 32-bit work per score */
+            const uint32_t m = (uint32_t)(mask >> 32), p = (uint32_t)(prefix >> 32), s = shift - 32;
+            tk_for_slice(sh, slice, len, pass == 0, [&](uint32_t i, uint32_t key) {
+                if (i < len && (key & m) == p)
+                    atomicAdd(&sh->hist[(key >> s) & dmask], 1u);
+            });
         } else {
-            tk_for_slice(src, len, [&](uint32_t i, uint32_t key) {
-                if (i < len && (key & mask) == prefix)
-                    atomicAdd(&hist[(key >> shift) & dmask], 1u);
+            tk_for_slice(sh, slice, len, false, [&](uint32_t i, uint32_t key) {
+                uint64_t item = tk_item(key, lo + i);
+                if (i < len && (item & mask) == prefix)
+                    atomicAdd(&sh->hist[(uint32_t)(item >> shift) & dmask], 1u);
             });
         }
-        cluster.sync();
-        tk_pick<CL>(sh, cluster, hist, nbins, want);
+        if (pass == 0)
+            cluster.barrier_wait(std::move(zeroed));
+        __syncthreads();
+        tk_pick<CL>(sh, cluster, pass, nbins, want);
+        const uint32_t digit = sh->digit;
         want -= sh->above;
-        prefix |= sh->digit << shift;
-        mask |= dmask << shift;
+        count = sh->count;
+        prefix |= (uint64_t)digit << shift;
+        mask |= (uint64_t)dmask << shift;
+        /* this block's items above the prefix, and at it, from its own histogram */
+        uint32_t gt = 0;
+        for (uint32_t b = digit + 1 + tid; b < nbins; b += TK_THREADS)
+            gt += sh->hist[b];
+        mine_above += tk_block_sum(sh, gt);
+        if (kk - want + count <= TK_LIST_CAP) {
+            mine = mine_above + sh->hist[digit];
+            break;
+        }
+        shift = tk_next_shift(shift);
     }
 
-    /* prefix is now T: kk - want keys are above it, and want keys equal to it are taken,
-     * the lowest rows first */
-    const uint32_t T = prefix, n_gt = kk - want;
-    uint32_t eq = 0;
-    if (from_cand) {
-        for (uint32_t base = 0; base < n_cand; base += TK_THREADS) {
-            uint32_t j = base + tid, key = j < n_cand ? sh->cand_key[j] : 0;
-            tk_push(j < n_cand && key > T, key, j < n_cand ? sh->cand_row[j] : 0, &sh->n_sel,
-                    sh->sel_key, sh->sel_row, DSV4_CUDA_TOPK_MAX);
-            eq += j < n_cand && key == T;
+    /* Every block gets every item at or above the prefix (the top kk - want, and the count
+     * under the prefix, of which want are taken): each block reserves room for its mine
+     * items in every block's list (one remote atomic per pair of blocks), then stores them
+     * there. */
+    if (tid < CL)
+        sh->list_base[tid] = atomicAdd(cluster.map_shared_rank(&sh->n_list, tid), mine);
+    __syncthreads();
+    const uint32_t mhi = (uint32_t)(mask >> 32), phi = (uint32_t)(prefix >> 32);
+    tk_for_slice(sh, slice, len, false, [&](uint32_t i, uint32_t key) {
+        bool hit = i < len &&
+                   (mask << 32 == 0 ? (key & mhi) >= phi : (tk_item(key, lo + i) & mask) >= prefix);
+        uint32_t at = tk_place(hit, &sh->n_mine);
+        if (hit) {
+            const uint64_t item = tk_item(key, lo + i);
+#pragma unroll 4
+            for (int r = 0; r < CL; r++)
+                cluster.map_shared_rank(sh->list, r)[sh->list_base[r] + at] = item;
         }
-    } else {
-        tk_for_slice(src, len, [&](uint32_t i, uint32_t key) {
-            bool live = i < len;
-            tk_push(live && key > T && key >> 21 == top, key, lo + i, &sh->n_sel, sh->sel_key,
-                    sh->sel_row, DSV4_CUDA_TOPK_MAX);
-            eq += live && key == T;
-        });
-    }
-    eq = tk_block_sum(sh, eq);
-    if (tid == 0) {
-        sh->cnt_gt = sh->n_sel;
-        sh->cnt_eq = eq;
-    }
-    cluster.sync();
-    uint32_t off_gt = 0, off_eq = 0;
-    for (uint32_t r = 0; r < rank; r++) {
-        off_gt += cluster.map_shared_rank(sh, r)->cnt_gt;
-        off_eq += cluster.map_shared_rank(sh, r)->cnt_eq;
-    }
-    tk_shared *root = cluster.map_shared_rank(sh, 0);
-    for (uint32_t j = tid; j < sh->cnt_gt; j += TK_THREADS) {
-        root->top_key[off_gt + j] = sh->sel_key[j];
-        root->top_row[off_gt + j] = sh->sel_row[j];
-    }
-    const uint32_t take_eq = off_eq >= want ? 0 : (want - off_eq < eq ? want - off_eq : eq);
-    uint32_t *tie_key = root->top_key + n_gt + off_eq, *tie_row = root->top_row + n_gt + off_eq;
-    if (take_eq > 0 && take_eq == eq) {
-        /* all of this block's ties, in any order */
-        if (from_cand) {
-            for (uint32_t base = 0; base < n_cand; base += TK_THREADS) {
-                uint32_t j = base + tid;
-                bool hit = j < n_cand && sh->cand_key[j] == T;
-                tk_push(hit, T, hit ? sh->cand_row[j] : 0, &sh->pos_eq, tie_key, tie_row, eq);
-            }
-        } else {
-            tk_for_slice(src, len, [&](uint32_t i, uint32_t key) {
-                tk_push(i < len && key == T, T, lo + i, &sh->pos_eq, tie_key, tie_row, eq);
-            });
-        }
-    }
-    if (take_eq > 0 && take_eq < eq) {
-        /* only some of this block's ties: the lowest rows, a block-wide scan of the slice in
-         * row order per round of TK_THREADS keys */
-        uint32_t taken = 0;
-        for (uint32_t base = 0; base < len && taken < take_eq; base += TK_THREADS) {
-            uint32_t i = base + tid;
-            bool hit = i < len && tk_key(src[i]) == T;
-            uint32_t ball = __ballot_sync(0xffffffffu, hit);
-            __syncthreads();
-            if (lane == 0)
-                sh->warp_sum[warp] = __popc(ball);
-            __syncthreads();
-            uint32_t before = taken;
-            for (uint32_t w = 0; w < warp; w++)
-                before += sh->warp_sum[w];
-            before += __popc(ball & ((1u << lane) - 1u));
-            if (hit && before < take_eq) {
-                tie_key[before] = T;
-                tie_row[before] = lo + i;
-            }
-            for (uint32_t w = 0; w < TK_WARPS; w++)
-                taken += sh->warp_sum[w];
-        }
-    }
-    cluster.sync();
+    });
+    cluster.sync(); /* the last remote access: blocks leave at their own pace from here */
 
-    /* every block copies the kk selected keys, then places its share of them */
-    for (uint32_t j = 4 * tid; j < kk; j += 4 * TK_THREADS) {
-        /* whole 16-byte groups: entries past kk (inside the arrays) are copied, never read */
-        *(uint4 *)(sh->sel_key + j) = *(const uint4 *)(root->top_key + j);
-        *(uint4 *)(sh->sel_row + j) = *(const uint4 *)(root->top_row + j);
+    /* The same passes over the list, in each block alone, until the chosen bin is taken
+     * whole; then the items at or above the prefix are exactly the top kk. */
+    const uint32_t n_list = sh->n_list;
+    while (count != want) {
+        shift = tk_next_shift(shift);
+        const uint32_t nbins = tk_nbins(shift), dmask = nbins - 1;
+        for (uint32_t i = tid; i < nbins; i += TK_THREADS)
+            sh->hist[i] = 0;
+        __syncthreads();
+        for (uint32_t j = tid; j < n_list; j += TK_THREADS) {
+            uint64_t item = sh->list[j];
+            if ((item & mask) == prefix)
+                atomicAdd(&sh->hist[(uint32_t)(item >> shift) & dmask], 1u);
+        }
+        __syncthreads();
+        tk_scan(sh, sh->hist, nbins, want);
+        want -= sh->above;
+        count = sh->count;
+        prefix |= (uint64_t)sh->digit << shift;
+        mask |= (uint64_t)dmask << shift;
     }
-    cluster.sync(); /* rank 0's shared memory stays until every block has its copy */
-    const uint32_t first = (uint32_t)((uint64_t)kk * rank / CL);
-    const uint32_t last = (uint32_t)((uint64_t)kk * (rank + 1) / CL);
-    for (uint32_t i = first + warp; i < last; i += TK_WARPS) {
-        const uint32_t ki = sh->sel_key[i], ri = sh->sel_row[i];
+    /* The block places the selected items whose row is its rank modulo CL (the same split
+     * in every block whatever its list order): an item's place is the number of selected
+     * items above it. */
+    for (uint32_t base = 0; base < n_list; base += TK_THREADS) {
+        const uint32_t j = base + tid;
+        const uint64_t item = j < n_list ? sh->list[j] : 0;
+        const bool hit = j < n_list && (item & mask) >= prefix;
+        const uint32_t at = tk_place(hit, &sh->n_sel);
+        if (hit)
+            sh->sel[at] = item;
+        const bool placed = hit && (~(uint32_t)item) % CL == rank;
+        const uint32_t at_own = tk_place(placed, &sh->n_own);
+        if (placed)
+            sh->own[at_own] = item;
+    }
+    __syncthreads();
+    const uint32_t n_own = sh->n_own;
+    for (uint32_t i = warp; i < n_own; i += TK_WARPS) {
+        const uint64_t item = sh->own[i];
         uint32_t pos = 0;
+#pragma unroll 4
         for (uint32_t j = lane; j < kk; j += 32)
-            pos += tk_before(sh->sel_key[j], sh->sel_row[j], ki, ri);
+            pos += sh->sel[j] > item;
         pos = __reduce_add_sync(0xffffffffu, pos);
         if (lane == 0)
-            out[pos] = ri;
+            out[pos] = ~(uint32_t)item;
     }
 }
 
@@ -528,6 +539,8 @@ static int tk_launch(const tk_device *d, const float *scores, size_t stride,
     uint64_t room = d->smem_max > TK_SLICE_OFF ? (d->smem_max - TK_SLICE_OFF) / 16 * 4 : 0;
     if (cap > room)
         cap = room;
+    if (cap > TK_MAX_CHUNKS * TK_CHUNK)
+        cap = TK_MAX_CHUNKS * TK_CHUNK; /* the barriers a slice has */
     cudaLaunchAttribute attr;
     cudaLaunchConfig_t cfg = tk_config<CL>(n_queries, TK_SLICE_OFF + cap * 4, stream, &attr);
     (void)cudaLaunchKernelEx(&cfg, dsv4_topk_kernel<CL>, scores, stride, n_rows_dev, k,
