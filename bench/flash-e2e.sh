@@ -10,6 +10,7 @@
 # usage: bench/flash-e2e.sh --bin BUILDDIR [--out DIR] [--ckpt DIR] [--batches 1,2,...,256]
 #            [--prompt 256] [--steps 16] [--hf-steps 8] [--hf-budget SECONDS] [--no-hf]
 #            [--parity-prompt 300] [--preset flash-shape] [--dsv4d-limit SECONDS (0: none)]
+#            [--hf-parity-only]
 # (--preset small or tiny: the same run on a small model, to try the script on a CPU box
 # with --no-hf.) BUILDDIR holds dsv4ctl and bench/decode-e2e; DSV4D_PLUGIN_PATH must name the indexk
 # plugins. The checkpoint (about 29 GB) is written once into --ckpt (default
@@ -19,7 +20,7 @@ set -euo pipefail
 
 bin='' out=. ckpt=/tmp/dsv4-flash-bf16 batches=1,2,4,8,16,32,64,128,256
 prompt=256 steps=16 hf_steps=8 hf_budget=1e9 hf=1 preset=flash-shape limit=0
-parity_prompt=300
+parity_prompt=300 hf_only=()
 while [ $# -gt 0 ]; do
     case $1 in
     --bin) bin=$2; shift ;;
@@ -34,6 +35,7 @@ while [ $# -gt 0 ]; do
     --preset) preset=$2; shift ;;
     --dsv4d-limit) limit=$2; shift ;;
     --parity-prompt) parity_prompt=$2; shift ;;
+    --hf-parity-only) hf_only=(--parity-only) ;;
     *) echo "flash-e2e: unknown option '$1'" >&2; exit 2 ;;
     esac
     shift
@@ -70,7 +72,7 @@ if [ "$hf" = 1 ]; then
     parity=()
     [ -f "$ckpt.parity.safetensors" ] && parity=(--parity "$ckpt.parity.safetensors")
     python3 "$here/hf-decode.py" --model "$ckpt" --batches "$batches" --prompt "$prompt" \
-        --steps "$hf_steps" --budget "$hf_budget" "${parity[@]}" \
+        --steps "$hf_steps" --budget "$hf_budget" "${parity[@]}" "${hf_only[@]}" \
         --json "$out/hf.json" >"$out/hf.md" 2> >(tee "$out/hf.log" >&2) ||
         say "hf-decode.py reported a failure (see hf.log)"
     cat "$out/hf.md" >&2

@@ -285,6 +285,7 @@ def main():
                     help="also time decode with batched_mm where its weight copies fit this")
     ap.add_argument("--parity")
     ap.add_argument("--parity-dtype", default="float32")
+    ap.add_argument("--parity-only", action="store_true", help="no bf16 load, no timing")
     ap.add_argument("--budget", type=float, default=1e9,
                     help="seconds from start after which no new batch starts")
     ap.add_argument("--json")
@@ -298,7 +299,7 @@ def main():
     parity = None
     for name, phase in (("parity", lambda: parity_phase(args, res)),
                         ("bench", lambda: bench_phase(args, res, parity))):
-        if name == "parity" and not args.parity:
+        if (name == "parity" and not args.parity) or (name == "bench" and args.parity_only):
             continue
         try:
             got = phase()
