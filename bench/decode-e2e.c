@@ -9,6 +9,7 @@
  * usage: decode-e2e [--model DIR | --preset small] [--batches 1,2,4,...,256] [--prompt 256]
  *                   [--steps 16] [--backend cuda|cpu] [--bw 4.3e12] [--profile]
  *                   [--parity OUT.safetensors] [--parity-steps 8] [--parity-prompt N]
+ *                   [--modes fast,deterministic]
  * Prints one markdown table row per (mode, batch), progress on stderr. Needs
  * DSV4D_PLUGIN_PATH (indexk/fp8; indexk/f32 for --parity).
  *
@@ -56,6 +57,7 @@ typedef struct bench_opts {
     uint32_t batch[MAX_BATCHES], n_batches, batch_max;
     unsigned prompt, steps, parity_steps, parity_prompt;
     bool cuda, profile;
+    bool mode_off[2]; /* --modes: CUDA's fast (0) and deterministic (1) mode not asked for */
     double bw;
 } bench_opts;
 
@@ -324,7 +326,8 @@ static int parity_write(const char *path, const bench_opts *o, const parity_out 
     if (rc == 0)
         rc = dsv4_st_writer_add(w, "prompt", DSV4_ST_I32, 1, pshape, prompt, err, errlen);
     for (int mode = 0; rc == 0 && mode < modes; mode++)
-        rc = parity_add(w, mode_name(o, mode), &p[mode], o->parity_steps, V, err, errlen);
+        if (!o->mode_off[mode])
+            rc = parity_add(w, mode_name(o, mode), &p[mode], o->parity_steps, V, err, errlen);
     if (rc == 0)
         rc = dsv4_st_writer_write(w, path, err, errlen);
     dsv4_st_writer_free(w);
@@ -335,7 +338,7 @@ static int parity_write(const char *path, const bench_opts *o, const parity_out 
 int main(int argc, char **argv)
 {
     const char *preset = "small", *model_dir = NULL, *batches = "1,2,4,8,16,32,64,128,256";
-    const char *backend = "cuda", *parity = NULL;
+    const char *backend = "cuda", *parity = NULL, *modes_arg = "fast,deterministic";
     bench_opts o = {.prompt = 256, .steps = 16, .parity_steps = 8, .bw = 4.3e12};
     /* clang-format off */
     static const struct option opts[] = {
@@ -344,7 +347,8 @@ int main(int argc, char **argv)
         {"backend", required_argument, NULL, 'k'},  {"bw", required_argument, NULL, 'w'},
         {"profile", no_argument, NULL, 'P'},        {"model", required_argument, NULL, 'm'},
         {"parity", required_argument, NULL, 'y'},   {"parity-steps", required_argument, NULL, 'Y'},
-        {"parity-prompt", required_argument, NULL, 'z'}, {NULL, 0, NULL, 0}};
+        {"parity-prompt", required_argument, NULL, 'z'}, {"modes", required_argument, NULL, 'M'},
+        {NULL, 0, NULL, 0}};
     /* clang-format on */
     for (int ch; (ch = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
         switch (ch) {
@@ -359,11 +363,14 @@ int main(int argc, char **argv)
         case 'y': parity = optarg; break;
         case 'Y': o.parity_steps = (unsigned)atoi(optarg); break;
         case 'z': o.parity_prompt = (unsigned)atoi(optarg); break;
+        case 'M': modes_arg = optarg; break;
         default: return 2;
         }
     }
     o.cuda = strcmp(backend, "cuda") == 0;
     o.parity_prompt = o.parity_prompt ? o.parity_prompt : o.prompt;
+    o.mode_off[0] = o.cuda && !strstr(modes_arg, "fast");
+    o.mode_off[1] = !strstr(modes_arg, "deterministic");
     if (batches_parse(batches, &o) != 0 || o.prompt == 0 || o.steps == 0) {
         fprintf(stderr, "decode-e2e: bad --batches, --prompt or --steps\n");
         return 2;
@@ -396,11 +403,13 @@ int main(int argc, char **argv)
     printf("|---|---|---:|---:|---:|---:|\n");
     /* parity first: its file is there even when a time limit cuts the benchmark short */
     for (int mode = 0; parity && rc == 0 && mode < modes; mode++)
-        rc = parity_run(m, ik32, &o, mode, &par[mode], err, sizeof(err));
+        if (!o.mode_off[mode])
+            rc = parity_run(m, ik32, &o, mode, &par[mode], err, sizeof(err));
     if (rc == 0 && parity)
         rc = parity_write(parity, &o, par, modes, m->cfg.vocab_size, err, sizeof(err));
     for (int mode = 0; rc == 0 && mode < modes; mode++)
-        rc = bench_run(m, ik, &o, mode, err, sizeof(err));
+        if (!o.mode_off[mode])
+            rc = bench_run(m, ik, &o, mode, err, sizeof(err));
     if (rc != 0)
         fprintf(stderr, "decode-e2e: %s\n", err);
     for (int mode = 0; mode < modes; mode++) {

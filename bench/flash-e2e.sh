@@ -10,7 +10,7 @@
 # usage: bench/flash-e2e.sh --bin BUILDDIR [--out DIR] [--ckpt DIR] [--batches 1,2,...,256]
 #            [--prompt 256] [--steps 16] [--hf-steps 8] [--hf-budget SECONDS] [--no-hf]
 #            [--parity-prompt 300] [--preset flash-shape] [--dsv4d-limit SECONDS (0: none)]
-#            [--hf-parity-only]
+#            [--hf-parity-only] [--modes fast,deterministic]
 # (--preset small or tiny: the same run on a small model, to try the script on a CPU box
 # with --no-hf.) BUILDDIR holds dsv4ctl and bench/decode-e2e; DSV4D_PLUGIN_PATH must name the indexk
 # plugins. The checkpoint (about 29 GB) is written once into --ckpt (default
@@ -20,7 +20,7 @@ set -euo pipefail
 
 bin='' out=. ckpt=/tmp/dsv4-flash-bf16 batches=1,2,4,8,16,32,64,128,256
 prompt=256 steps=16 hf_steps=8 hf_budget=1e9 hf=1 preset=flash-shape limit=0
-parity_prompt=300 hf_only=()
+parity_prompt=300 hf_only=() modes=fast,deterministic
 while [ $# -gt 0 ]; do
     case $1 in
     --bin) bin=$2; shift ;;
@@ -36,6 +36,7 @@ while [ $# -gt 0 ]; do
     --dsv4d-limit) limit=$2; shift ;;
     --parity-prompt) parity_prompt=$2; shift ;;
     --hf-parity-only) hf_only=(--parity-only) ;;
+    --modes) modes=$2; shift ;;
     *) echo "flash-e2e: unknown option '$1'" >&2; exit 2 ;;
     esac
     shift
@@ -63,7 +64,8 @@ fi
 rm -f "$ckpt.parity.safetensors"
 say "dsv4d: decode-e2e (batches $batches, prompt $prompt, $steps steps)"
 timeout "$limit" "$bin/bench/decode-e2e" --model "$ckpt" --batches "$batches" --prompt "$prompt" \
-    --steps "$steps" --parity "$ckpt.parity.safetensors" --parity-prompt "$parity_prompt" >"$out/dsv4d.md" \
+    --steps "$steps" --parity "$ckpt.parity.safetensors" --parity-prompt "$parity_prompt" \
+    --modes "$modes" >"$out/dsv4d.md" \
     2> >(tee "$out/dsv4d.log" >&2) || say "decode-e2e failed (see dsv4d.log)"
 cat "$out/dsv4d.md" >&2
 
