@@ -1,16 +1,19 @@
 /* sample.cu: next-token choice on the device, dsv4_sample's semantics (sample.h).
  *
  * The rows' params go up with a slot per row that needs a sort (not greedy, not skipped),
- * then three launches for the whole batch:
+ * then one fixed sequence of launches for the whole batch:
  *   1. sp_prep: the logits of the row in sorted slot c become 64-bit keys (c << 32 | a
  *      32-bit key that orders like dsv4_k_topk: higher logit first, -0 as +0, NaN last);
  *   2. one cub::DeviceRadixSort of (key, id) over every sorted slot at once: the slot
  *      bits keep the rows apart, and the sort is stable with the ids starting ascending,
  *      so equal logits keep the lower id first;
- *   3. sp_pick, one block per row: greedy rows reduce to the best (logit, id) over the
- *      row; the others take the first k sorted candidates, compute each probability with
- *      the CPU's formula, sum them in a fixed order (a thread's run of candidates in
- *      order, then a block scan of the runs) and walk the prefix for top_p and the draw.
+ *   3. for the drawing rows, over every multiprocessor: sp_runs computes each of the first
+ *      k sorted candidates' probability with the CPU's formula and sums runs of them in
+ *      order, sp_offsets scans the run sums (one block per row, a fixed order), sp_ends
+ *      adds each run up from its offset to its cumulative sum at its end;
+ *   4. sp_pick, one block per row: greedy rows reduce to the best (logit, id) over the
+ *      row; the others find the run where the cumulative sum passes top_p * total, then
+ *      the one where it passes the draw, and walk only those runs.
  *
  * Why a full sort rather than a select: top_k = 0 with top_p needs every candidate in
  * order anyway, and one stable radix sort keeps a single path whose order is exactly the
@@ -28,6 +31,7 @@
 #include <stdlib.h>
 
 #define SP_THREADS 1024
+#define SP_RUNS 4096 /* runs a drawing row's candidates are cut into, at most */
 #define SP_PREP_THREADS 256
 
 struct dsv4_cuda_sampler {
@@ -37,9 +41,10 @@ struct dsv4_cuda_sampler {
     uint64_t *keys_out; /* [max_rows * vocab] sorted keys */
     uint32_t *ids_in;   /* [max_rows * vocab] 0..vocab-1 per row, written once */
     uint32_t *ids_out;  /* [max_rows * vocab] ids in sorted order */
-    dsv4_cuda_sample_row *rows_dev; /* [max_rows] */
-    uint32_t *map_host, *map_dev;   /* [2 * max_rows]: each row's slot (UINT32_MAX: no
-                                       sort), then each slot's row */
+    dsv4_cuda_sample_row *rows_dev;      /* [max_rows] */
+    uint32_t *map_host, *map_dev;        /* [2 * max_rows]: each row's slot (UINT32_MAX: no
+                                            sort), then each slot's row */
+    double *run_sum, *run_off, *run_end; /* [max_rows * SP_RUNS] per sorted slot */
     void *temp;
     size_t temp_bytes;
 };
@@ -126,103 +131,189 @@ __device__ static void sp_pick_greedy(const float *x, uint32_t vocab, int32_t *t
         *token = x[0] != x[0] ? 0 : (int32_t)b.i;
 }
 
-/* The first j in the calling thread's run [lo, hi) whose prefix acc (starting from off)
- * stops `below` (acc < bound, or bound < acc for the draw), folded into *first by
- * atomicMin; the thread keeps the prefix there in *acc_p. */
-__device__ static void sp_walk(const float *prob, uint32_t lo, uint32_t hi, double off,
-                               double bound, bool draw, uint32_t *first, double *acc_p)
+/* The candidates of a drawing row are cut into runs of sp_run_len(k) (at most SP_RUNS
+ * runs): each run's probabilities are summed in order, the run sums scanned in a fixed
+ * order into each run's offset, and a candidate's cumulative sum is its run's offset plus
+ * the run's probabilities up to it, added in order. The order depends on k alone. */
+__device__ static inline uint32_t sp_k(const dsv4_cuda_sample_row *p, uint32_t vocab)
+{
+    return p->top_k && p->top_k < vocab ? p->top_k : vocab;
+}
+
+__device__ static inline uint32_t sp_run_len(uint32_t k)
+{
+    return (k + SP_RUNS - 1) / SP_RUNS;
+}
+
+/* Per sorted slot: each candidate's probability, exactly as dsv4_sample computes it, and
+ * each run's sum. */
+__global__ void sp_runs(uint32_t vocab, const dsv4_cuda_sample_row *rows, const uint32_t *map,
+                        uint32_t max_rows, const uint64_t *keys_out, float *probs, double *run_sum)
+{
+    uint32_t c = blockIdx.y, r = blockIdx.x * blockDim.x + threadIdx.x;
+    dsv4_cuda_sample_row p = rows[map[max_rows + c]];
+    uint32_t k = sp_k(&p, vocab), len = sp_run_len(k), lo = r * len;
+    if (lo >= k)
+        return;
+    uint32_t hi = lo + len < k ? lo + len : k;
+    const uint64_t *key = keys_out + (size_t)c * vocab;
+    float *prob = probs + (size_t)c * vocab;
+    double m = sp_value((uint32_t)key[0]), sum = 0;
+    for (uint32_t j = lo; j < hi; j++) {
+        float q = (float)exp(((double)sp_value((uint32_t)key[j]) - m) / (double)p.temperature);
+        prob[j] = q;
+        sum += q;
+    }
+    run_sum[(size_t)c * SP_RUNS + r] = sum;
+}
+
+/* Per sorted slot: each run's offset (the runs before it: each thread adds its
+ * SP_RUNS / SP_THREADS runs in order, then a block scan of the threads). */
+__global__ void __launch_bounds__(SP_THREADS)
+    sp_offsets(uint32_t vocab, const dsv4_cuda_sample_row *rows, const uint32_t *map,
+               uint32_t max_rows, const double *run_sum, double *run_off)
+{
+    typedef cub::BlockScan<double, SP_THREADS> scan;
+    __shared__ typename scan::TempStorage tmp;
+    const uint32_t per = SP_RUNS / SP_THREADS;
+    uint32_t c = blockIdx.x, t = threadIdx.x;
+    dsv4_cuda_sample_row p = rows[map[max_rows + c]];
+    uint32_t k = sp_k(&p, vocab), len = sp_run_len(k), runs = (k + len - 1) / len;
+    const double *sum = run_sum + (size_t)c * SP_RUNS;
+    double v[SP_RUNS / SP_THREADS], mine = 0, off;
+    for (uint32_t i = 0; i < per; i++) {
+        v[i] = t * per + i < runs ? sum[t * per + i] : 0;
+        mine += v[i];
+    }
+    scan(tmp).ExclusiveSum(mine, off);
+    for (uint32_t i = 0; i < per; i++) {
+        if (t * per + i < runs)
+            run_off[(size_t)c * SP_RUNS + t * per + i] = off;
+        off += v[i];
+    }
+}
+
+/* Per sorted slot: the cumulative sum at each run's last candidate. */
+__global__ void sp_ends(uint32_t vocab, const dsv4_cuda_sample_row *rows, const uint32_t *map,
+                        uint32_t max_rows, const float *probs, const double *run_off,
+                        double *run_end)
+{
+    uint32_t c = blockIdx.y, r = blockIdx.x * blockDim.x + threadIdx.x;
+    dsv4_cuda_sample_row p = rows[map[max_rows + c]];
+    uint32_t k = sp_k(&p, vocab), len = sp_run_len(k), lo = r * len;
+    if (lo >= k)
+        return;
+    uint32_t hi = lo + len < k ? lo + len : k;
+    const float *prob = probs + (size_t)c * vocab;
+    double acc = run_off[(size_t)c * SP_RUNS + r];
+    for (uint32_t j = lo; j < hi; j++)
+        acc += prob[j];
+    run_end[(size_t)c * SP_RUNS + r] = acc;
+}
+
+/* The first candidate j < hi of run r (from lo) whose cumulative sum stops `below` bound
+ * (acc < bound, or bound < acc for the draw); hi when none. *acc_p gets its sum. */
+__device__ static uint32_t sp_walk(const float *prob, uint32_t lo, uint32_t hi, double off,
+                                   double bound, bool draw, double *acc_p)
 {
     double acc = off;
     for (uint32_t j = lo; j < hi; j++) {
         acc += prob[j];
         if (draw ? bound < acc : !(acc < bound)) {
-            atomicMin(first, draw ? j : j + 1);
             *acc_p = acc;
-            return;
+            return j;
+        }
+    }
+    *acc_p = acc;
+    return hi;
+}
+
+/* The first run r < runs whose end passes bound (ends[r] for r < last, last_end for run
+ * last), into *first (UINT32_MAX: none); every thread of the block calls it. */
+__device__ static void sp_first_run(const double *ends, uint32_t runs, uint32_t last,
+                                    double last_end, double bound, bool draw, uint32_t *first)
+{
+    for (uint32_t r = threadIdx.x; r < runs; r += SP_THREADS) {
+        double e = r == last ? last_end : ends[r];
+        if (draw ? bound < e : !(e < bound)) {
+            atomicMin(first, r);
+            break;
         }
     }
 }
 
+/* One block per row: greedy rows reduce over their logits; drawing rows find the top_p cut
+ * and the draw among the runs' ends, then walk the one run that holds each. */
 __global__ void __launch_bounds__(SP_THREADS)
     sp_pick(const float *logits, uint32_t vocab, const dsv4_cuda_sample_row *rows,
-            const uint32_t *map, const uint64_t *keys_out, const uint32_t *ids_out, float *probs,
-            int32_t *tokens)
+            const uint32_t *map, const uint32_t *ids_out, const float *probs, const double *run_off,
+            const double *run_end, int32_t *tokens)
 {
-    typedef cub::BlockScan<double, SP_THREADS> scan;
-    __shared__ typename scan::TempStorage tmp;
     __shared__ uint32_t first;
-    __shared__ double total, kept_acc;
+    __shared__ double kept;
     uint32_t r = blockIdx.x, t = threadIdx.x;
     dsv4_cuda_sample_row p = rows[r];
-    size_t base = (size_t)r * vocab;
     if (p.skip) {
         if (t == 0)
             tokens[r] = -1;
         return;
     }
     if (sp_greedy(&p)) {
-        sp_pick_greedy(logits + base, vocab, tokens + r);
+        sp_pick_greedy(logits + (size_t)r * vocab, vocab, tokens + r);
         return;
     }
-    base = (size_t)map[r] * vocab; /* the row's sorted slot */
-    const uint64_t *key = keys_out + base;
-    float *prob = probs + base;
-    uint32_t k = p.top_k && p.top_k < vocab ? p.top_k : vocab;
-    uint32_t per = (k + SP_THREADS - 1) / SP_THREADS;
-    uint32_t lo = t * per < k ? t * per : k, hi = lo + per < k ? lo + per : k;
-
-    /* probabilities exactly as dsv4_sample computes them, and this run's sum */
-    double m = sp_value((uint32_t)key[0]), run = 0;
-    for (uint32_t j = lo; j < hi; j++) {
-        float q = (float)exp(((double)sp_value((uint32_t)key[j]) - m) / (double)p.temperature);
-        prob[j] = q;
-        run += q;
-    }
-    double off;
-    scan(tmp).ExclusiveSum(run, off);
-    /* the total is the prefix at k as the walks below add it up (not the scan's own
-     * aggregate), so a draw below 1 always lands on a candidate, as on the CPU */
-    if (lo < hi && hi == k) {
-        double acc = off;
-        for (uint32_t j = lo; j < hi; j++)
-            acc += prob[j];
-        total = acc;
-    }
-    if (t == 0)
+    uint32_t c = map[r], k = sp_k(&p, vocab), len = sp_run_len(k), runs = (k + len - 1) / len;
+    const float *prob = probs + (size_t)c * vocab;
+    const double *off = run_off + (size_t)c * SP_RUNS, *end = run_end + (size_t)c * SP_RUNS;
+    double total = end[runs - 1], acc;
+    uint32_t keep = k;
+    if (t == 0) {
         first = UINT32_MAX;
+        kept = total;
+    }
     __syncthreads();
-
-    double kept = total;
     if (p.top_p > 0 && p.top_p < 1) {
         /* keep = the smallest prefix whose sum is not below top_p * total (0 when even the
-         * empty prefix is not), as dsv4_sample's while loop */
-        double bound = (double)p.top_p * total, acc = 0;
-        uint32_t keep;
+         * empty prefix is not), as dsv4_sample's while loop; the kept total is its sum */
+        double bound = (double)p.top_p * total;
         if (!(0 < bound)) {
             keep = 0;
         } else {
-            sp_walk(prob, lo, hi, off, bound, false, &first, &acc);
+            sp_first_run(end, runs, runs - 1, total, bound, false, &first);
             __syncthreads();
-            keep = first == UINT32_MAX ? k : first;
-            if (keep < k && lo < keep && keep <= hi)
-                kept_acc = acc;
-            if (keep == k && t == 0)
-                kept_acc = total;
-            __syncthreads();
-            acc = kept_acc;
+            if (first != UINT32_MAX) {
+                uint32_t lo = first * len, hi = lo + len < k ? lo + len : k;
+                keep = sp_walk(prob, lo, hi, off[first], bound, false, &acc) + 1;
+                if (t == 0)
+                    kept = acc;
+            }
         }
-        k = keep ? keep : 1;
-        kept = acc != 0 ? acc : prob[0];
+        if (keep == 0 && t == 0)
+            kept = prob[0];
         __syncthreads();
-        if (t == 0)
+        if (t == 0) {
+            if (kept == 0) /* dsv4_sample: total = acc ? acc : prob[0] */
+                kept = prob[0];
             first = UINT32_MAX;
+        }
+        keep = keep ? keep : 1;
         __syncthreads();
     }
-    double rr = p.draw * kept, unused;
-    sp_walk(prob, lo, hi < k ? hi : k, off, rr, true, &first, &unused);
+    /* the draw among the first keep candidates: the run holding keep - 1 ends there at the
+     * kept total, which is the cumulative sum at keep - 1 (total itself without top_p) */
+    double rr = p.draw * kept;
+    uint32_t last = (keep - 1) / len;
+    sp_first_run(end, last + 1, last, kept, rr, true, &first);
     __syncthreads();
-    if (t == 0)
-        tokens[r] = (int32_t)ids_out[base + (first == UINT32_MAX ? k - 1 : first)];
+    if (t == 0) {
+        uint32_t j = keep - 1;
+        if (first != UINT32_MAX) {
+            uint32_t lo = first * len, hi = lo + len < keep ? lo + len : keep;
+            uint32_t at = sp_walk(prob, lo, hi, off[first], rr, true, &acc);
+            j = at < hi ? at : j;
+        }
+        tokens[r] = (int32_t)ids_out[(size_t)c * vocab + j];
+    }
 }
 
 /* Bits of the slot index above the 32 key bits for m sorted slots. */
@@ -250,7 +341,10 @@ extern "C" dsv4_cuda_sampler *dsv4_cuda_sampler_new(uint32_t max_rows, uint32_t 
               cudaMalloc(&s->ids_in, n * 4) == cudaSuccess &&
               cudaMalloc(&s->ids_out, n * 4) == cudaSuccess &&
               cudaMalloc(&s->rows_dev, max_rows * sizeof(*s->rows_dev)) == cudaSuccess &&
-              cudaMalloc(&s->map_dev, 2 * max_rows * sizeof(uint32_t)) == cudaSuccess;
+              cudaMalloc(&s->map_dev, 2 * max_rows * sizeof(uint32_t)) == cudaSuccess &&
+              cudaMalloc(&s->run_sum, max_rows * SP_RUNS * sizeof(double)) == cudaSuccess &&
+              cudaMalloc(&s->run_off, max_rows * SP_RUNS * sizeof(double)) == cudaSuccess &&
+              cudaMalloc(&s->run_end, max_rows * SP_RUNS * sizeof(double)) == cudaSuccess;
     ok = ok && cub::DeviceRadixSort::SortPairs(nullptr, s->temp_bytes, s->keys_in, s->keys_out,
                                                s->ids_in, s->ids_out, (int)n, 0,
                                                32 + sp_slot_bits(max_rows)) == cudaSuccess;
@@ -276,6 +370,9 @@ extern "C" void dsv4_cuda_sampler_free(dsv4_cuda_sampler *s)
     cudaFree(s->ids_out);
     cudaFree(s->rows_dev);
     cudaFree(s->map_dev);
+    cudaFree(s->run_sum);
+    cudaFree(s->run_off);
+    cudaFree(s->run_end);
     cudaFree(s->temp);
     free(s->map_host);
     free(s);
@@ -319,10 +416,27 @@ extern "C" int dsv4_cuda_sample(dsv4_cuda_sampler *s, const float *logits_dev, u
                 cub::DeviceRadixSort::SortPairs(s->temp, temp_bytes, s->keys_in, s->keys_out,
                                                 s->ids_in, s->ids_out, items, 0, end_bit, st));
     }
+    /* the sort read the keys: their buffer now holds the probabilities */
+    float *probs = (float *)s->keys_in;
+    dim3 runs(SP_RUNS / SP_PREP_THREADS, m);
+    if (rc == 0 && m > 0) {
+        sp_runs<<<runs, SP_PREP_THREADS, 0, st>>>(V, s->rows_dev, s->map_dev, s->max_rows,
+                                                  s->keys_out, probs, s->run_sum);
+        rc = dsv4_cuda_launch_status();
+    }
+    if (rc == 0 && m > 0) {
+        sp_offsets<<<m, SP_THREADS, 0, st>>>(V, s->rows_dev, s->map_dev, s->max_rows, s->run_sum,
+                                             s->run_off);
+        rc = dsv4_cuda_launch_status();
+    }
+    if (rc == 0 && m > 0) {
+        sp_ends<<<runs, SP_PREP_THREADS, 0, st>>>(V, s->rows_dev, s->map_dev, s->max_rows, probs,
+                                                  s->run_off, s->run_end);
+        rc = dsv4_cuda_launch_status();
+    }
     if (rc != 0)
         return rc;
-    /* the sort read the keys: their buffer now holds the probabilities */
-    sp_pick<<<n, SP_THREADS, 0, st>>>(logits_dev, V, s->rows_dev, s->map_dev, s->keys_out,
-                                      s->ids_out, (float *)s->keys_in, tokens_dev);
+    sp_pick<<<n, SP_THREADS, 0, st>>>(logits_dev, V, s->rows_dev, s->map_dev, s->ids_out, probs,
+                                      s->run_off, s->run_end, tokens_dev);
     return dsv4_cuda_launch_status();
 }

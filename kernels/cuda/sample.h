@@ -11,8 +11,8 @@
  * request's rng exactly when dsv4_sample would (core/engine/sample.h: dsv4_sample_draw),
  * so a seed gives the same stream of draws on both backends.
  *
- * The sums run in double in a fixed order (each thread of a row's block sums a run of
- * candidates in order, then a fixed block scan), not the CPU's one-by-one order: a draw
+ * The sums run in double in a fixed order (runs of up to k / 4096 candidates added in
+ * order, the run sums scanned in a fixed tree), not the CPU's one-by-one order: a draw
  * that lies within rounding of a cumulative boundary may pick the neighbouring candidate.
  * Everything else is exact and deterministic: the sort is a stable radix sort, the sums'
  * order depends on the vocabulary and top_k only, never on the batch.
