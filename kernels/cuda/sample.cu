@@ -36,21 +36,21 @@
 
 struct dsv4_cuda_sampler {
     uint32_t max_rows, vocab;
-    uint64_t *keys_in;  /* [max_rows * vocab] sort keys; the pick kernel reuses them as the
-                           rows' probabilities */
-    uint64_t *keys_out; /* [max_rows * vocab] sorted keys */
-    uint32_t *ids_in;   /* [max_rows * vocab] 0..vocab-1 per row, written once */
-    uint32_t *ids_out;  /* [max_rows * vocab] ids in sorted order */
-    dsv4_cuda_sample_row *rows_dev;      /* [max_rows] */
-    uint32_t *map_host, *map_dev;        /* [2 * max_rows]: each row's slot (UINT32_MAX: no
-                                            sort), then each slot's row */
+    uint64_t *keys_in;              /* [max_rows * vocab] sort keys; sp_runs reuses them for the
+                                       candidates' probabilities */
+    uint64_t *keys_out;             /* [max_rows * vocab] sorted keys */
+    uint32_t *ids_in;               /* [max_rows * vocab] 0..vocab-1 per row, written once */
+    uint32_t *ids_out;              /* [max_rows * vocab] ids in sorted order */
+    dsv4_cuda_sample_row *rows_dev; /* [max_rows] */
+    uint32_t *map_host, *map_dev;   /* [2 * max_rows]: each row's slot (UINT32_MAX: no
+                                       sort), then each slot's row */
     double *run_sum, *run_off, *run_end; /* [max_rows * SP_RUNS] per sorted slot */
     void *temp;
     size_t temp_bytes;
 };
 
-/* Greedy as dsv4_sample decides it. */
-__device__ static inline bool sp_greedy(const dsv4_cuda_sample_row *p)
+/* Greedy as dsv4_sample decides it (the host sorts the other rows only). */
+__host__ __device__ static inline bool sp_greedy(const dsv4_cuda_sample_row *p)
 {
     return p->temperature <= 0 || p->top_k == 1;
 }
@@ -388,7 +388,7 @@ extern "C" int dsv4_cuda_sample(dsv4_cuda_sampler *s, const float *logits_dev, u
     cudaStream_t st = (cudaStream_t)stream;
     uint32_t V = s->vocab, m = 0, *map = s->map_host;
     for (uint32_t i = 0; i < n; i++) {
-        bool sorted = !rows[i].skip && !(rows[i].temperature <= 0 || rows[i].top_k == 1);
+        bool sorted = !rows[i].skip && !sp_greedy(&rows[i]);
         map[i] = sorted ? m : UINT32_MAX;
         if (sorted)
             map[s->max_rows + m++] = i;
