@@ -11,11 +11,14 @@
 #            [--prompt 256] [--steps 16] [--hf-steps 8] [--hf-budget SECONDS] [--no-hf]
 #            [--parity-prompt 300] [--preset flash-shape] [--dsv4d-limit SECONDS (0: none)]
 #            [--hf-parity-only] [--modes fast,deterministic]
-# (--preset small or tiny: the same run on a small model, to try the script on a CPU box
-# with --no-hf.) BUILDDIR holds dsv4ctl and bench/decode-e2e; DSV4D_PLUGIN_PATH must name the indexk
-# plugins. The checkpoint (about 29 GB) is written once into --ckpt (default
+# BUILDDIR holds dsv4ctl and bench/decode-e2e; DSV4D_PLUGIN_PATH must name the indexk
+# plugins (fp8 and f32). The checkpoint (32 GB) is written once into --ckpt (default
 # /tmp/dsv4-flash-bf16) and reused by later runs while its config.json says it is that
-# preset. OUT gets table.md, dsv4d.md, hf.md, hf.json and the logs.
+# preset. OUT gets table.md, dsv4d.md, hf.md, hf.json, mkmodel.txt and the logs. Budgeting
+# a short device allowance: --dsv4d-limit cuts decode-e2e (its rows and the parity file
+# come out as they are done), --hf-budget stops transformers starting new batches,
+# --hf-parity-only skips its timings, --modes fast runs one engine mode. --preset small or
+# tiny with --no-hf tries the script on a small model.
 set -euo pipefail
 
 bin='' out=. ckpt=/tmp/dsv4-flash-bf16 batches=1,2,4,8,16,32,64,128,256
