@@ -5,8 +5,9 @@ against transformers.
 
 Decode: the checkpoint loads with from_pretrained in bfloat16, eager attention (the only one
 DeepseekV4 supports) and the grouped_mm experts backend; the float32 tensors transformers
-keeps outside the mHC modules are then cast to bf16 (narrow_to says why). Per batch B: a prompt of
---prompt tokens per row (row i, position j: token (7919 i + 31 j) mod vocab, the ids
+keeps outside the mHC modules are then cast to bf16 (narrow_to says why; probe_bf16 falls
+back to torch.autocast if a dtype clash remains). Per batch B: a prompt of --prompt tokens
+per row (row i, position j: token (7919 i + 31 j) mod vocab, the ids
 decode-e2e feeds dsv4d), prefilled in chunks through the model's own DynamicCache (its
 sliding-window layers carry the CSA/HCA compressor state; DeepseekV4 refuses StaticCache and
 full-graph compile, so no CUDA graphs), then --warmup greedy steps and --steps timed ones,
