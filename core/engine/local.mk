@@ -73,6 +73,9 @@ tests_unit_t_kv_fp8_logits_close_to_f32_LDADD = $(TEST_CORE_LIBS) -lm
 check_PROGRAMS += bench/decode-e2e
 bench_decode_e2e_SOURCES = bench/decode-e2e.c
 bench_decode_e2e_LDADD = core/libdsv4core.la -lm
+# The Flash-shaped run: bench/flash-e2e.sh writes the checkpoint, runs decode-e2e and
+# transformers (bench/hf-decode.py) over it.
+EXTRA_DIST += bench/flash-e2e.sh bench/hf-decode.py
 
 # Decode attention of one Flash-shaped layer against the HBM read ceiling (nvcc-built like
 # bench/indexer-decode, run by hand on a GPU machine; bench/results/ keeps its tables).
