@@ -10,16 +10,20 @@
  * (one decode token per sequence), kv rows f32 / bf16 / fp8. Every sequence has its own
  * pages and window ring, drawn from a 4 GiB pool and rotated between repetitions so that
  * small steps are not served from L2. KV bytes per step counts each distinct key row once
- * (the 64 heads of a token read the same rows: the kernel runs one block per (token, head),
- * so all but the first read of a row may hit L2); GB/s counts those bytes plus q and o in
- * f32. Times are the median of 30 launches between CUDA events (after 3 untimed
- * ones) and the per-launch time of 30 back-to-back launches (median of 5 such streams).
+ * (the 64 heads of a token read the same rows: the kernel decodes a row once per group of
+ * 16 heads, the groups side by side, so all but the first read of a row may hit L2); GB/s
+ * counts those bytes plus q and o in f32. Times are the median of 30 launches between CUDA
+ * events (after 3 untimed ones) and the per-launch time of 30 back-to-back launches
+ * (median of 5 such streams). Before the timings at 1M and batch 64, each layer and format
+ * is checked against kernels/cpu's dsv4_k_attend and for batch invariance (token 0 alone
+ * against token 0 of the batch, bit for bit); a failed check fails the run (exit 1).
  * Prints markdown tables. */
 #include "kernels/cuda/model.h"
 
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,7 +40,8 @@
 #define TOPK 512
 #define PAGE_TOKENS 256
 #define MAX_B 64
-#define SETS 8 /* rings and page sets the repetitions rotate through */
+#define SETS 8         /* rings and page sets the repetitions rotate through */
+#define CHECK_TOL 1e-4 /* f32 arithmetic on both sides, in different orders */
 
 /* Median microseconds of REPS launches of fn(rep) timed one by one with events, and in
  * *b2b_us the per-launch time of REPS back-to-back launches (the median of 5 streams). */
@@ -76,6 +81,83 @@ template <typename F> static double time_us(F fn, double *b2b_us)
     return one[REPS / 2];
 }
 
+/* Where the bench's steps keep their rows (set 0 of the rotation: sequence t has slot t and
+ * the pages host_pages[t * pages ...]). */
+struct bench_layout {
+    const uint8_t *kvs, *rings, *pool;
+    size_t rb, ring_bytes, page_bytes;
+    uint32_t rpp, pages, pos, n_comp;
+    bool hca;
+    const std::vector<uint32_t> *host_pages, *host_sel;
+};
+
+/* The key rows of token t in forward.c's order (window oldest first, then the compressed
+ * rows), copied to the host. */
+static std::vector<uint8_t> bench_rows(const bench_layout &L, uint32_t t, uint32_t *n_p)
+{
+    uint32_t first = L.pos + 1 - WINDOW, n = WINDOW + L.n_comp;
+    std::vector<uint8_t> rows((size_t)n * L.rb);
+    for (uint32_t v = 0; v < n; v++) {
+        const uint8_t *src;
+        if (v < WINDOW) {
+            uint32_t pp = first + v; /* only the newest row is the step's own */
+            src = pp == L.pos ? L.kvs + (size_t)t * L.rb
+                              : L.rings + (size_t)t * L.ring_bytes + (size_t)(pp % WINDOW) * L.rb;
+        } else {
+            uint32_t w = v - WINDOW;
+            if (!L.hca)
+                w = (*L.host_sel)[(size_t)t * TOPK + w];
+            uint32_t page = (*L.host_pages)[(size_t)t * L.pages + w / L.rpp];
+            src = L.pool + (size_t)page * L.page_bytes + (size_t)(w % L.rpp) * L.rb;
+        }
+        check(cudaMemcpy(rows.data() + (size_t)v * L.rb, src, L.rb, cudaMemcpyDeviceToHost),
+              "cudaMemcpy row");
+    }
+    *n_p = n;
+    return rows;
+}
+
+/* The kernel's output before the inverse rotation (rope 0) against kernels/cpu's
+ * dsv4_k_attend for tokens 0 and B - 1, heads 0, 17 and 63: the largest of max |gpu - cpu|
+ * / max |cpu| over a head. attend(n_tok, o) runs the step's first n_tok tokens; token 0
+ * run alone must give the bits it gets in the batch (*same_p). */
+template <typename F>
+static double bench_check(const bench_layout &L, const dsv4_k_rowfmt &fmt, uint32_t B,
+                          const float *q, float *o, F attend, bool *same_p)
+{
+    size_t per_tok = (size_t)HEADS * DIM;
+    std::vector<float> got(B * per_tok), alone(per_tok), hq(B * per_tok);
+    attend(B, o);
+    check(cudaMemcpy(got.data(), o, got.size() * 4, cudaMemcpyDeviceToHost), "cudaMemcpy o");
+    attend(1, o);
+    check(cudaMemcpy(alone.data(), o, per_tok * 4, cudaMemcpyDeviceToHost), "cudaMemcpy o");
+    check(cudaMemcpy(hq.data(), q, hq.size() * 4, cudaMemcpyDeviceToHost), "cudaMemcpy q");
+    *same_p = memcmp(got.data(), alone.data(), per_tok * 4) == 0;
+    double worst = 0.0;
+    const uint32_t toks[] = {0, B - 1}, heads[] = {0, 17, 63};
+    for (uint32_t t : toks) {
+        uint32_t n;
+        std::vector<uint8_t> rows = bench_rows(L, t, &n);
+        std::vector<const void *> ptrs(n);
+        for (uint32_t v = 0; v < n; v++)
+            ptrs[v] = rows.data() + (size_t)v * L.rb;
+        std::vector<float> scores(n), want(DIM);
+        for (uint32_t h : heads) {
+            const float *qh = hq.data() + (size_t)t * per_tok + (size_t)h * DIM;
+            dsv4_k_attend(qh, ptrs.data(), n, &fmt, 1.0f / sqrtf((float)DIM), 0.5f, scores.data(),
+                          want.data());
+            double diff = 0.0, mag = 0.0;
+            for (uint32_t i = 0; i < DIM; i++) {
+                double g = got[(size_t)t * per_tok + (size_t)h * DIM + i];
+                diff = std::max(diff, fabs(g - want[i]));
+                mag = std::max(mag, fabs((double)want[i]));
+            }
+            worst = std::max(worst, diff / mag);
+        }
+    }
+    return worst;
+}
+
 template <typename T> static T *upload(const std::vector<T> &v)
 {
     T *d;
@@ -87,6 +169,7 @@ template <typename T> static T *upload(const std::vector<T> &v)
 int main(int argc, char **argv)
 {
     const char *commit = argc > 1 ? argv[1] : "unknown";
+    setvbuf(stdout, NULL, _IOLBF, 0); /* rows survive a run cut short */
     cudaDeviceProp prop;
     check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
     printf("# attention decode on %s (%d SMs), commit %s\n\n", prop.name, prop.multiProcessorCount,
@@ -125,6 +208,8 @@ int main(int argc, char **argv)
     check(cudaMalloc(&q, (size_t)MAX_B * HEADS * DIM * 4), "cudaMalloc");
     check(cudaMalloc(&o, (size_t)MAX_B * HEADS * DIM * 4), "cudaMalloc");
     check(cudaMalloc(&kvs, (size_t)MAX_B * max_rb), "cudaMalloc");
+    void *work;
+    check(cudaMalloc(&work, dsv4_cuda_attend_work_bytes(&d, MAX_B)), "cudaMalloc");
     check(cudaMalloc(&rings, (size_t)SETS * MAX_B * ring_bytes), "cudaMalloc");
     fill_kernel<<<1024, 256>>>((uint32_t *)q, (size_t)MAX_B * HEADS * DIM, 0xbe7fffffu, 2);
     std::vector<float> host_sinks(HEADS, 0.5f), host_freq(ROPE / 2);
@@ -148,6 +233,14 @@ int main(int argc, char **argv)
         {DSV4_K_BF16, "bf16", 0xbfffbfffu},
         {DSV4_K_FP8, "fp8", 0x37373737u},
     };
+    struct bench_checked {
+        const char *layer, *kv;
+        uint32_t ctx_k, batch;
+        double err;
+        bool same;
+    };
+    std::vector<bench_checked> checks;
+    bool failed = false;
     static const uint32_t ctx_k[] = {32, 128, 1024};
     static const uint32_t batches[] = {1, 8, 32, 64};
     printf("| layer | kv | context | batch | rows/token | KV bytes/step | time (us) | GB/s | %% of "
@@ -202,9 +295,40 @@ int main(int argc, char **argv)
                         s.page_off = off_dev;
                         s.pages = pages_dev + (size_t)set * B * pages;
                         check_rc(dsv4_cuda_attend(&d, &s, q, kvs, &win, &rows, hca ? rate : 0, sel,
-                                                  nsel, sinks, freq, ROPE, fmt, o, NULL),
+                                                  nsel, sinks, freq, ROPE, fmt, o, work, NULL),
                                  "dsv4_cuda_attend");
                     };
+                    if (B == MAX_B && ck == ctx_k[2]) {
+                        bench_layout L = {
+                            kvs,   rings, pool,   rb,       WINDOW * rb, rows.block_bytes, rpp,
+                            pages, pos,   n_comp, hca != 0, &host_pages, &host_sel};
+                        auto attend = [&](uint32_t n_tok, float *out) {
+                            dsv4_cuda_step s = {};
+                            s.n_tok = n_tok;
+                            s.n_seqs = n_tok;
+                            s.pos = pos_dev;
+                            s.tseq = tseq_dev;
+                            s.slot = slot_dev;
+                            s.start = pos_dev;
+                            s.count = count_dev;
+                            s.first = tseq_dev;
+                            s.page_off = off_dev;
+                            s.pages = pages_dev;
+                            check_rc(dsv4_cuda_attend(&d, &s, q, kvs, &win, &rows, hca ? rate : 0,
+                                                      sel, nsel, sinks, freq, 0, fmt, out, work,
+                                                      NULL),
+                                     "dsv4_cuda_attend");
+                            check(cudaDeviceSynchronize(), "dsv4_cuda_attend");
+                        };
+                        bool same;
+                        double err = bench_check(L, fmt, B, q, o, attend, &same);
+                        checks.push_back({hca ? "HCA" : "CSA", f.name, ck, B, err, same});
+                        fprintf(stderr,
+                                "check %s %s %uk b%u: max rel err %.3g, alone = batched %s\n",
+                                hca ? "HCA" : "CSA", f.name, ck, B, err, same ? "yes" : "NO");
+                        if (err > CHECK_TOL || !same)
+                            failed = true;
+                    }
                     double us = time_us(step, &b2b);
                     double kv = (double)B * (WINDOW + n_comp) * rb;
                     double bytes = kv + 2.0 * B * HEADS * DIM * 4;
@@ -223,6 +347,19 @@ int main(int argc, char **argv)
         }
     }
     check(cudaDeviceSynchronize(), "the benchmark");
-    printf("\nGB/s counts the KV bytes above plus q and o (f32, 256 KiB per token).\n");
-    return 0;
+    printf("\nGB/s counts the KV bytes above plus q and o (f32, 256 KiB per token).\n\n"
+           "Check against kernels/cpu's dsv4_k_attend (tokens 0 and %u, heads 0, 17 and 63; "
+           "max |gpu - cpu| / max |cpu| per head) and token 0 alone = token 0 of the batch:\n\n"
+           "| layer | kv | context | batch | max rel err | alone = batched |\n"
+           "|---|---|---|---|---|---|\n",
+           MAX_B - 1);
+    for (auto &c : checks)
+        printf("| %s | %s | %uk | %u | %.3g | %s |\n", c.layer, c.kv, c.ctx_k, c.batch, c.err,
+               c.same ? "yes" : "NO");
+    if (failed)
+        fprintf(stderr,
+                "attention-decode: the kernel disagrees with the cpu (over %.0e or not "
+                "batch invariant)\n",
+                CHECK_TOL);
+    return failed ? 1 : 0;
 }

@@ -100,6 +100,7 @@ struct dsv4_fwd_cuda {
     float *x, *mixz, *pre, *post, *comb, *u, *cq, *q, *kv, *kc, *gc, *ikc, *igc, *iq, *iw;
     float *ikrows, *scores, *o, *z, *y, *router, *rw, *sh_g, *sh_u, *sh_h, *sh_o;
     float *xe, *ge, *ue, *he, *eo, *hu, *logits;
+    void *attn_work; /* dsv4_cuda_attend's scratch */
     uint8_t *kvs, *ik_stage;
     uint32_t *ik_refused; /* store_cuda's refusal flag, read after the step */
     int32_t *rid;
@@ -403,6 +404,7 @@ static bool fc_alloc_workspace(dsv4_fwd_cuda *f)
     f->sel = fc_dev(f, B * KI, sizeof(uint32_t));
     f->nsel = fc_dev(f, B, sizeof(uint32_t));
     f->o = fc_dev(f, B * QH, sizeof(float));
+    f->attn_work = fc_dev(f, dsv4_cuda_attend_work_bytes(&f->dims, (uint32_t)B), 1);
     f->z = fc_dev(f, B * c->o_groups * c->o_lora_rank, sizeof(float));
     f->y = fc_dev(f, B * H, sizeof(float));
     f->router = fc_dev(f, B * E, sizeof(float));
@@ -896,7 +898,7 @@ static int fc_attention(dsv4_fwd_cuda *f, uint32_t layer, const dsv4_kv_layer_vi
     }
     rc = dsv4_cuda_attend(&f->dims, &f->st, f->q, f->kvs, &win, rows_p,
                           kind == DSV4_LAYER_HCA ? c->rate_hca : 0, f->sel, f->nsel, w->sinks, freq,
-                          rope, f->kvf, f->o, s);
+                          rope, f->kvf, f->o, f->attn_work, s);
     /* the step's rows join the window rings only now (forward.c's file comment) */
     if (rc == 0)
         rc = dsv4_cuda_ring_write(&f->dims, &f->st, f->kvs, &win, s);

@@ -202,12 +202,17 @@ int dsv4_cuda_index_select(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, uin
 /* Attention of every (token, head) with the sink over the window rows (this step's fresh
  * rows from kvs, older ones from the ring in win) and the compressed rows (rows: all
  * visible HCA rows when rate_hca, else the CSA rows sel[t][0..nsel[t]); neither when rows
- * is NULL), then the inverse rotation of the output. */
+ * is NULL), then the inverse rotation of the output. work_dev: scratch of
+ * dsv4_cuda_attend_work_bytes for the most tokens a step will have. */
 int dsv4_cuda_attend(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, const float *q_dev,
                      const uint8_t *kvs_dev, const dsv4_cuda_kvbuf *win,
                      const dsv4_cuda_kvbuf *rows, uint32_t rate_hca, const uint32_t *sel_dev,
                      const uint32_t *nsel_dev, const float *sinks_dev, const float *freq_dev,
-                     uint32_t rope, dsv4_k_rowfmt fmt, float *o_dev, void *stream);
+                     uint32_t rope, dsv4_k_rowfmt fmt, float *o_dev, void *work_dev,
+                     void *stream);
+/* Bytes of dsv4_cuda_attend's scratch for steps of up to max_tokens tokens (bounded:
+ * longer steps run in waves over the same scratch). */
+size_t dsv4_cuda_attend_work_bytes(const dsv4_cuda_dims *d, uint32_t max_tokens);
 /* The step's rows join the window rings (the last window of each sequence only). */
 int dsv4_cuda_ring_write(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, const uint8_t *kvs_dev,
                          const dsv4_cuda_kvbuf *win, void *stream);

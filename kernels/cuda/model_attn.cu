@@ -8,9 +8,6 @@
  * KV dtype) and reach the ring only after attention, so chunking never changes a result. */
 #include "kernels/cuda/model_common.cuh"
 
-#define ATT_MAX_DIMS 1024 /* head_dim the attention kernel keeps in registers */
-#define ATT_SPLIT 4       /* warps per (token, head), each a fixed share of the keys */
-
 /* Address of compressed row w of sequence s in a paged buffer. */
 __device__ static inline uint8_t *dsv4_paged_row(const dsv4_cuda_kvbuf &b, const dsv4_cuda_step &s,
                                                  uint32_t seq, uint32_t w)
@@ -220,133 +217,697 @@ int dsv4_cuda_index_select(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, uin
     return dsv4_cuda_launch_status();
 }
 
-/* One (token, head) per block of ATT_SPLIT warps; warp w visits key rows w, w + ATT_SPLIT,
- * ... of forward.c's order (window oldest first, then the compressed rows) with an online
- * softmax, warp 0's running maximum starting at the sink; the warps' (max, sum,
- * accumulator) are then merged in warp order. A decode step's few (token, head) pairs
- * thus keep four times the warps busy (one warp walking ~80 keys in turn took ~50 us on
- * an H200), and the split depends on nothing but the key index: the order of every sum is
- * fixed by the lane and warp layout alone. Lane j holds dims j, j + 32, ... of q, of the
- * key row and of the accumulator in registers (PER of them), so a dot is one warp
- * butterfly. Shared: (ATT_SPLIT + 1) x head_dim + 2 ATT_SPLIT floats. */
-template <uint32_t PER>
-__global__ static void
-dsv4_attend_kernel(dsv4_cuda_dims d, dsv4_cuda_step s, const float *q, const uint8_t *kvs,
-                   dsv4_cuda_kvbuf win, dsv4_cuda_kvbuf rows, uint32_t rate_hca,
-                   const uint32_t *sel, const uint32_t *nsel, const float *sinks, const float *freq,
-                   uint32_t rope, dsv4_k_rowfmt fmt, float *o)
+/* Attention with the sink over each token's keys (forward.c's order: window rows oldest
+ * first, then the compressed rows), FlashMLA's latent-MQA layout: every head reads the same
+ * latent row (K = V), so a block of ATT_THREADS threads owns one (token, split of its keys,
+ * group of ATT_HG heads), decodes each of its rows once into shared memory, ATT_TR rows at
+ * a time, and scores every head of its group against them; an online softmax per head
+ * carries (max, sum, accumulator) across the tiles, and dsv4_attend_combine_kernel merges
+ * the splits of a token in split order. The splits depend only on the token's own key
+ * count (dsv4_att_chunk) and every sum's order only on the thread layout, so a token's
+ * output is the same bits whatever else the step holds: batch and chunk invariant. The
+ * step runs in waves of at most ATT_WAVE tokens over the caller's scratch (per token, split
+ * and head: max, sum and head_dim accumulator floats). */
+#define ATT_MAX_DIMS 1024  /* head_dim the attention kernels take */
+#define ATT_HG 16          /* heads per block, each decoded row serving all of them */
+#define ATT_TR 32          /* key rows per shared-memory tile */
+#define ATT_THREADS 256    /* the layouts below assume 8 warps */
+#define ATT_SPLIT_ROWS 128 /* keys per split, short of ATT_MAX_SPLITS splits */
+#define ATT_MAX_SPLITS 16
+#define ATT_WAVE 64 /* tokens per launch: the scratch holds this many */
+
+/* A token's keys: window rows [first, p] and n_comp compressed ones. */
+struct dsv4_att_keys {
+    uint32_t first, n_win, n;
+};
+
+__device__ static inline dsv4_att_keys dsv4_att_keys_of(const dsv4_cuda_dims &d,
+                                                        const dsv4_cuda_step &s, uint32_t t,
+                                                        bool comp, uint32_t rate_hca,
+                                                        const uint32_t *nsel)
 {
-    extern __shared__ float so[];
-    uint32_t lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    uint32_t t = blockIdx.x, h = blockIdx.y, D = d.head_dim, W = d.window;
-    uint32_t seq = s.tseq[t], p = s.pos[t], start = s.start[seq];
+    uint32_t p = s.pos[t], W = d.window;
+    dsv4_att_keys k;
+    k.first = p + 1 > W ? p + 1 - W : 0;
+    k.n_win = p + 1 - k.first;
+    k.n = k.n_win + (comp ? (rate_hca ? (p + 1) / rate_hca : nsel[t]) : 0);
+    return k;
+}
+
+/* Keys per split for a token of n keys (a whole number of tiles); splits past the last
+ * key are empty. A function of n alone. */
+__device__ static inline uint32_t dsv4_att_chunk(uint32_t n)
+{
+    uint32_t splits = (n + ATT_SPLIT_ROWS - 1) / ATT_SPLIT_ROWS;
+    splits = splits < 1 ? 1 : splits > ATT_MAX_SPLITS ? ATT_MAX_SPLITS : splits;
+    uint32_t chunk = (n + splits - 1) / splits;
+    return (chunk + ATT_TR - 1) / ATT_TR * ATT_TR;
+}
+
+/* The stored row of key v of token t. */
+__device__ static inline const uint8_t *
+dsv4_att_row(const dsv4_cuda_dims &d, const dsv4_cuda_step &s, uint32_t t, const dsv4_att_keys &k,
+             uint32_t v, const uint8_t *kvs, const dsv4_cuda_kvbuf &win,
+             const dsv4_cuda_kvbuf &rows, uint32_t rate_hca, const uint32_t *sel)
+{
+    uint32_t seq = s.tseq[t], p = s.pos[t], W = d.window;
     size_t rb = win.row_bytes;
-    const float *qh = q + ((size_t)t * d.heads + h) * D;
-    float sq[PER], acc[PER];
-    for (uint32_t i = 0; i < PER; i++) {
-        uint32_t dd = lane + 32 * i;
-        sq[i] = dd < D ? qh[dd] : 0.0f;
-        acc[i] = 0.0f;
+    if (v < k.n_win) {
+        uint32_t pp = k.first + v;
+        if (pp >= s.start[seq])
+            return kvs + (size_t)(t - (p - pp)) * rb;
+        return win.base + (size_t)s.slot[seq] * win.block_bytes + (size_t)(pp % W) * rb;
+    }
+    uint32_t w = v - k.n_win;
+    return dsv4_paged_row(rows, s, seq, rate_hca ? w : sel[(size_t)t * d.index_topk + w]);
+}
+
+/* 2^k for |k| <= 64 (a normal float). */
+__device__ static inline float dsv4_att_pow2(int k)
+{
+    return __uint_as_float((uint32_t)(127 + k) << 23);
+}
+
+/* Rows [0, nr) of a tile, decoded: put(r, d, v, n) takes values d .. d + n - 1 of row r
+ * (n = 4: d is a multiple of 4), each as dsv4_row_value gives it, read 16 bytes of an f32
+ * or bf16 row per load, 8 e4m3 values (one scale block) or 2 bf16 rope values of an fp8
+ * row. Each thread issues ATT_BATCH loads before it decodes any, so that many are in
+ * flight (one at a time, each tile waited out every load's latency). vec: the rows' pointers and
+ * widths allow those loads (16-byte aligned, 8 for fp8); without it, value by value.
+ * Consecutive threads take consecutive units of a row. */
+#define ATT_BATCH 8
+template <typename Put>
+__device__ static inline void dsv4_att_tile_decode(const uint8_t *const *rowp, uint32_t nr,
+                                                   dsv4_k_rowfmt f, bool vec, Put put)
+{
+    uint32_t D = f.dims, nope = D - f.rope, U8 = nope / 8, U;
+    int kind; /* 0 f32 by 4, 1 bf16 by 8, 2 fp8 by 8 (rope by 2) */
+    if (vec && f.dtype == DSV4_K_F32 && D % 4 == 0)
+        kind = 0, U = D / 4;
+    else if (vec && f.dtype == DSV4_K_BF16 && D % 8 == 0)
+        kind = 1, U = D / 8;
+    else if (vec && f.dtype == DSV4_K_FP8)
+        kind = 2, U = U8 + f.rope / 2;
+    else {
+        for (uint32_t e = threadIdx.x; e < ATT_TR * D; e += ATT_THREADS) {
+            uint32_t r = e / D, u = e % D;
+            if (r < nr)
+                put(r, u, make_float4(dsv4_row_value(rowp[r], f, u), 0.0f, 0.0f, 0.0f), 1);
+        }
+        return;
+    }
+    for (uint32_t e0 = threadIdx.x; e0 < ATT_TR * U; e0 += ATT_BATCH * ATT_THREADS) {
+        uint4 raw[ATT_BATCH];
+#pragma unroll
+        for (uint32_t i = 0; i < ATT_BATCH; i++) {
+            uint32_t e = e0 + i * ATT_THREADS;
+            uint32_t r = e / U, u = e % U;
+            if (e >= ATT_TR * U || r >= nr)
+                continue;
+            const uint8_t *row = rowp[r];
+            if (kind != 2) {
+                raw[i] = __ldg((const uint4 *)row + u);
+            } else if (u >= U8) {
+                raw[i].x = __ldg((const uint32_t *)(row + nope) + (u - U8));
+            } else {
+                uint2 w = __ldg((const uint2 *)row + u);
+                raw[i].x = w.x;
+                raw[i].y = w.y;
+                raw[i].z = __ldg(row + nope + 2 * f.rope + u / (DSV4_K_FP8_BLOCK / 8));
+            }
+        }
+#pragma unroll
+        for (uint32_t i = 0; i < ATT_BATCH; i++) {
+            uint32_t e = e0 + i * ATT_THREADS;
+            uint32_t r = e / U, u = e % U;
+            if (e >= ATT_TR * U || r >= nr)
+                continue;
+            uint4 w = raw[i];
+            if (kind == 0) {
+                put(r, 4 * u,
+                    make_float4(__uint_as_float(w.x), __uint_as_float(w.y), __uint_as_float(w.z),
+                                __uint_as_float(w.w)),
+                    4);
+            } else if (kind == 1) {
+                put(r, 8 * u,
+                    make_float4(__uint_as_float(w.x << 16), __uint_as_float(w.x & 0xffff0000u),
+                                __uint_as_float(w.y << 16), __uint_as_float(w.y & 0xffff0000u)),
+                    4);
+                put(r, 8 * u + 4,
+                    make_float4(__uint_as_float(w.z << 16), __uint_as_float(w.z & 0xffff0000u),
+                                __uint_as_float(w.w << 16), __uint_as_float(w.w & 0xffff0000u)),
+                    4);
+            } else if (u >= U8) {
+                put(r, nope + 2 * (u - U8),
+                    make_float4(__uint_as_float(w.x << 16), __uint_as_float(w.x & 0xffff0000u),
+                                0.0f, 0.0f),
+                    2);
+            } else {
+                /* 2^(e - 127) in two normal factors: h * s1 is exact, so the one rounding is
+                 * ldexpf's */
+                int k = (int)w.z - 127;
+                float s1 = dsv4_att_pow2(k >> 1), s2 = dsv4_att_pow2(k - (k >> 1));
+                uint32_t pairs[4] = {w.x & 0xffffu, w.x >> 16, w.y & 0xffffu, w.y >> 16};
+                float v[8];
+#pragma unroll
+                for (uint32_t j = 0; j < 4; j++) {
+                    __half2 h(
+                        __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)pairs[j], __NV_E4M3));
+                    v[2 * j] = __low2float(h) * s1 * s2;
+                    v[2 * j + 1] = __high2float(h) * s1 * s2;
+                }
+                put(r, 8 * u, make_float4(v[0], v[1], v[2], v[3]), 4);
+                put(r, 8 * u + 4, make_float4(v[4], v[5], v[6], v[7]), 4);
+            }
+        }
+    }
+}
+
+/* Scratch floats per (token, split, head): max, sum, then the head_dim accumulator. */
+__host__ __device__ static inline size_t dsv4_att_rec(uint32_t head_dim)
+{
+    return (size_t)head_dim + 2;
+}
+
+/* What both split kernels share: block (head group x, split y, token t0 + z), its keys
+ * [v0, v1) (empty past the token's last split), and the running softmax state per head in
+ * shared memory (max m, sum l, this tile's rescale f), the sink's in split 0. */
+struct dsv4_att_block {
+    uint32_t t, tl, split, h0, nh;
+    dsv4_att_keys k;
+    uint32_t v0, v1;
+};
+
+__device__ static inline dsv4_att_block dsv4_att_block_of(const dsv4_cuda_dims &d,
+                                                          const dsv4_cuda_step &s, uint32_t t0,
+                                                          bool comp, uint32_t rate_hca,
+                                                          const uint32_t *nsel)
+{
+    dsv4_att_block b;
+    b.tl = blockIdx.z;
+    b.t = t0 + b.tl;
+    b.split = blockIdx.y;
+    b.h0 = blockIdx.x * ATT_HG;
+    b.nh = d.heads - b.h0 < ATT_HG ? d.heads - b.h0 : ATT_HG;
+    b.k = dsv4_att_keys_of(d, s, b.t, comp, rate_hca, nsel);
+    uint32_t chunk = dsv4_att_chunk(b.k.n);
+    b.v0 = b.split * chunk;
+    b.v1 = b.v0 + chunk < b.k.n ? b.v0 + chunk : b.k.n;
+    return b;
+}
+
+__device__ static inline void dsv4_att_state_init(const dsv4_att_block &b, const float *sinks,
+                                                  float *hm, float *hl)
+{
+    if (threadIdx.x < ATT_HG) {
+        hm[threadIdx.x] =
+            b.split == 0 && threadIdx.x < b.nh ? sinks[b.h0 + threadIdx.x] : -INFINITY;
+        hl[threadIdx.x] = b.split == 0 ? 1.0f : 0.0f;
+    }
+}
+
+/* The row pointers of keys [vt, vt + n), n <= ATT_ROWP, into rowp: one per thread, so
+ * the dependent loads behind a pointer (sequence, page, selection) are waited for once per
+ * ATT_ROWP keys rather than once per tile. */
+#define ATT_ROWP ATT_THREADS
+__device__ static inline void dsv4_att_rows(const dsv4_cuda_dims &d, const dsv4_cuda_step &s,
+                                            const dsv4_att_block &b, uint32_t vt, uint32_t n,
+                                            const uint8_t *kvs, const dsv4_cuda_kvbuf &win,
+                                            const dsv4_cuda_kvbuf &rows, uint32_t rate_hca,
+                                            const uint32_t *sel, const uint8_t **rowp)
+{
+    if (threadIdx.x < n)
+        rowp[threadIdx.x] =
+            dsv4_att_row(d, s, b.t, b.k, vt + threadIdx.x, kvs, win, rows, rate_hca, sel);
+}
+
+/* The online softmax over one tile: sc holds the group's scores (ATT_HG x ATT_TR, -inf
+ * past the split) and gets their weights; one warp per head, one lane per row. */
+__device__ static inline void dsv4_att_softmax(float *sc, float *hm, float *hl, float *hf,
+                                               uint32_t nh)
+{
+    uint32_t lane = threadIdx.x % 32;
+    for (uint32_t h = threadIdx.x / 32; h < nh; h += ATT_THREADS / 32) {
+        float sv = sc[h * ATT_TR + lane], mx = sv;
+        for (int off = 16; off > 0; off >>= 1)
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+        float m_old = hm[h], m_new = fmaxf(m_old, mx);
+        float w = expf(sv - m_new), sum = w; /* 0 for a row past the split */
+        for (int off = 16; off > 0; off >>= 1)
+            sum += __shfl_xor_sync(0xffffffffu, sum, off);
+        sc[h * ATT_TR + lane] = w;
+        __syncwarp();
+        if (lane == 0) {
+            float f = expf(m_old - m_new); /* 0 from a split's -inf start */
+            hf[h] = f;
+            hl[h] = fmaf(hl[h], f, sum);
+            hm[h] = m_new;
+        }
+    }
+}
+
+/* The block's record of head h0 + h: its max and sum (after the last tile). */
+__device__ static inline float *dsv4_att_record(const dsv4_cuda_dims &d, const dsv4_att_block &b,
+                                                float *work, uint32_t h)
+{
+    size_t rec = dsv4_att_rec(d.head_dim);
+    return work + (((size_t)b.tl * ATT_MAX_SPLITS + b.split) * d.heads + b.h0 + h) * rec;
+}
+
+/* f32 rows: FMA on rows decoded to f32. Shared, Dp = head_dim rounded up to 32: the
+ * group's q (ATT_HG x Dp), the tile's rows (ATT_TR x Dp), scores then weights (ATT_HG x
+ * ATT_TR), and per head m, l, f. Scores: thread (warp, lane) takes heads 4 (warp / 2) + i
+ * and rows 4 (lane / 8 + 4 (warp % 2)) + r, i, r < 4, over the dims 4 (lane % 8) + 32 j +
+ * 0..3, then a butterfly over the eight lanes sharing them. Weighted sum: thread x takes
+ * heads 4 (x / 64) + i and the dims 4 (x % 64 + 64 c) + 0..3, c < P4. */
+template <uint32_t P4>
+__global__ static void __launch_bounds__(ATT_THREADS, 2)
+    dsv4_attend_f32_kernel(dsv4_cuda_dims d, dsv4_cuda_step s, uint32_t t0, const float *q,
+                           const uint8_t *kvs, dsv4_cuda_kvbuf win, dsv4_cuda_kvbuf rows,
+                           uint32_t rate_hca, const uint32_t *sel, const uint32_t *nsel,
+                           const float *sinks, dsv4_k_rowfmt fmt, bool vec, float *work)
+{
+    extern __shared__ float4 smem4[];
+    __shared__ const uint8_t *rowp[ATT_ROWP];
+    dsv4_att_block b = dsv4_att_block_of(d, s, t0, rows.base != NULL, rate_hca, nsel);
+    if (b.v0 >= b.k.n)
+        return;
+    uint32_t D = d.head_dim, Dp = (D + 31) & ~31u, nh = b.nh;
+    uint32_t tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    float *qs = (float *)smem4, *ks = qs + ATT_HG * Dp, *sc = ks + ATT_TR * Dp;
+    float *hm = sc + ATT_HG * ATT_TR, *hl = hm + ATT_HG, *hf = hl + ATT_HG;
+    for (uint32_t e = tid; e < ATT_HG * Dp; e += ATT_THREADS) {
+        uint32_t h = e / Dp, dd = e - h * Dp;
+        qs[e] = h < nh && dd < D ? q[((size_t)b.t * d.heads + b.h0 + h) * D + dd] : 0.0f;
+    }
+    for (uint32_t e = tid; e < ATT_TR * Dp; e += ATT_THREADS)
+        ks[e] = 0.0f; /* padding dims and rows past the split stay 0 */
+    dsv4_att_state_init(b, sinks, hm, hl);
+    float scale = 1.0f / sqrtf((float)D);
+    uint32_t ds = lane % 8, rq = lane / 8 + 4 * (warp % 2), hq = warp / 2;
+    uint32_t ph = tid / 64, dl = tid % 64;
+    float4 acc[4][P4];
+    for (uint32_t i = 0; i < 4; i++)
+        for (uint32_t c = 0; c < P4; c++)
+            acc[i][c] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+
+    for (uint32_t vt = b.v0; vt < b.v1; vt += ATT_TR) {
+        uint32_t nr = b.v1 - vt < ATT_TR ? b.v1 - vt : ATT_TR;
+        __syncthreads(); /* the previous tile's rows and weights are consumed */
+        if ((vt - b.v0) % ATT_ROWP == 0) {
+            uint32_t n = b.v1 - vt < ATT_ROWP ? b.v1 - vt : ATT_ROWP;
+            dsv4_att_rows(d, s, b, vt, n, kvs, win, rows, rate_hca, sel, rowp);
+        }
+        const uint8_t *const *tp = rowp + (vt - b.v0) % ATT_ROWP;
+        if (nr < ATT_TR)
+            for (uint32_t e = nr * Dp + tid; e < ATT_TR * Dp; e += ATT_THREADS)
+                ks[e] = 0.0f;
+        __syncthreads();
+        dsv4_att_tile_decode(tp, nr, fmt, vec, [&](uint32_t r, uint32_t dd, float4 v, uint32_t n) {
+            float *o = ks + r * Dp + dd;
+            if (n == 4) {
+                *(float4 *)o = v;
+                return;
+            }
+            o[0] = v.x;
+            if (n > 1)
+                o[1] = v.y;
+        });
+        __syncthreads();
+
+        float a[4][4] = {};
+        for (uint32_t j = 4 * ds; j < Dp; j += 32) {
+            float4 qv[4], kv[4];
+#pragma unroll
+            for (uint32_t i = 0; i < 4; i++) {
+                qv[i] = *(const float4 *)(qs + (4 * hq + i) * Dp + j);
+                kv[i] = *(const float4 *)(ks + (4 * rq + i) * Dp + j);
+            }
+#pragma unroll
+            for (uint32_t i = 0; i < 4; i++)
+#pragma unroll
+                for (uint32_t r = 0; r < 4; r++) {
+                    a[i][r] = fmaf(qv[i].x, kv[r].x, a[i][r]);
+                    a[i][r] = fmaf(qv[i].y, kv[r].y, a[i][r]);
+                    a[i][r] = fmaf(qv[i].z, kv[r].z, a[i][r]);
+                    a[i][r] = fmaf(qv[i].w, kv[r].w, a[i][r]);
+                }
+        }
+        for (uint32_t i = 0; i < 4; i++)
+            for (uint32_t r = 0; r < 4; r++)
+                for (int off = 4; off > 0; off >>= 1)
+                    a[i][r] += __shfl_xor_sync(0xffffffffu, a[i][r], off);
+        if (ds == 0)
+            for (uint32_t i = 0; i < 4; i++)
+                for (uint32_t r = 0; r < 4; r++)
+                    sc[(4 * hq + i) * ATT_TR + 4 * rq + r] =
+                        4 * rq + r < nr ? a[i][r] * scale : -INFINITY;
+        __syncthreads();
+        dsv4_att_softmax(sc, hm, hl, hf, nh);
+        __syncthreads();
+
+        float w[4];
+        for (uint32_t i = 0; i < 4; i++) {
+            float f = 4 * ph + i < nh ? hf[4 * ph + i] : 0.0f;
+            for (uint32_t c = 0; c < P4; c++) {
+                acc[i][c].x *= f;
+                acc[i][c].y *= f;
+                acc[i][c].z *= f;
+                acc[i][c].w *= f;
+            }
+        }
+        for (uint32_t r = 0; r < nr; r++) {
+            for (uint32_t i = 0; i < 4; i++)
+                w[i] = 4 * ph + i < nh ? sc[(4 * ph + i) * ATT_TR + r] : 0.0f;
+#pragma unroll
+            for (uint32_t c = 0; c < P4; c++) {
+                uint32_t dd = 4 * (dl + 64 * c);
+                if (dd >= Dp)
+                    break;
+                float4 v = *(const float4 *)(ks + r * Dp + dd);
+                for (uint32_t i = 0; i < 4; i++) {
+                    acc[i][c].x = fmaf(w[i], v.x, acc[i][c].x);
+                    acc[i][c].y = fmaf(w[i], v.y, acc[i][c].y);
+                    acc[i][c].z = fmaf(w[i], v.z, acc[i][c].z);
+                    acc[i][c].w = fmaf(w[i], v.w, acc[i][c].w);
+                }
+            }
+        }
     }
 
+    for (uint32_t i = 0; i < 4 && 4 * ph + i < nh; i++) {
+        float *out = dsv4_att_record(d, b, work, 4 * ph + i) + 2;
+        for (uint32_t c = 0; c < P4; c++) {
+            uint32_t dd = 4 * (dl + 64 * c);
+            float vals[4] = {acc[i][c].x, acc[i][c].y, acc[i][c].z, acc[i][c].w};
+            for (uint32_t e = 0; e < 4; e++)
+                if (dd + e < D)
+                    out[dd + e] = vals[e];
+        }
+    }
+    if (tid < nh) {
+        float *rec = dsv4_att_record(d, b, work, tid);
+        rec[0] = hm[tid];
+        rec[1] = hl[tid];
+    }
+}
+
+/* x as a bf16 pair: hi = x rounded, lo = the rest rounded, so hi + lo holds 16 of x's
+ * significant bits; the halves of two values packed as one mma operand word each (the
+ * first value in the low half). */
+__device__ static inline void dsv4_att_split2(float x0, float x1, uint32_t *hi, uint32_t *lo)
+{
+    __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
+    __nv_bfloat162 l = __floats2bfloat162_rn(x0 - __low2float(h), x1 - __high2float(h));
+    *hi = *(const uint32_t *)&h;
+    *lo = *(const uint32_t *)&l;
+}
+
+/* c += a b, one m16n8k16 tensor-core product, bf16 inputs, f32 accumulate. */
+__device__ static inline void dsv4_att_mma(float *c, const uint32_t *a, uint32_t b0, uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+#define ATT_KPAD 8 /* bf16 padding of a shared row: conflict-free fragment loads */
+
+/* bf16 and fp8 rows: their values are exact in bf16, so tensor cores multiply them
+ * against q and the weights each split in two bf16 halves (hi + lo, 16 significant bits;
+ * two products, f32 accumulation), as close to f32 FMA as the tolerances need. Dp =
+ * head_dim rounded up to 128. Shared: the tile's rows (ATT_TR x Dp + ATT_KPAD bf16: the
+ * score product's B operand, and the weighted sum's through a transposing load), each
+ * warp's partial scores (8 x ATT_HG x ATT_TR), scores then weights, per head m, l, f.
+ * mma fragments (g = lane / 4, c = lane % 4): A rows g, g + 8, columns 2c, 2c + 1 (+8); B
+ * column g, rows 2c, 2c + 1 (+8); C rows g, g + 8, columns 2c, 2c + 1. Scores: warp w
+ * takes the dims [16 KS w, 16 KS (w + 1)) of every head and row (q's fragments stay in
+ * registers), the eight partial sums added in warp order. Weighted sum: warp w takes the
+ * dims [16 KS w, ...) of every head, 2 KS n-tiles of 8. */
+template <uint32_t KS>
+__global__ static void __launch_bounds__(ATT_THREADS, 2)
+    dsv4_attend_mma_kernel(dsv4_cuda_dims d, dsv4_cuda_step s, uint32_t t0, const float *q,
+                           const uint8_t *kvs, dsv4_cuda_kvbuf win, dsv4_cuda_kvbuf rows,
+                           uint32_t rate_hca, const uint32_t *sel, const uint32_t *nsel,
+                           const float *sinks, dsv4_k_rowfmt fmt, bool vec, float *work)
+{
+    extern __shared__ float4 smem4[];
+    __shared__ const uint8_t *rowp[ATT_ROWP];
+    dsv4_att_block b = dsv4_att_block_of(d, s, t0, rows.base != NULL, rate_hca, nsel);
+    if (b.v0 >= b.k.n)
+        return;
+    const uint32_t NT = 2 * KS;
+    uint32_t D = d.head_dim, Dp = 128 * KS, DPP = Dp + ATT_KPAD, nh = b.nh;
+    uint32_t tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, c = lane % 4;
+    __nv_bfloat16 *kr = (__nv_bfloat16 *)smem4;
+    float *part = (float *)(kr + ATT_TR * DPP), *sc = part + 8 * ATT_HG * ATT_TR;
+    float *hm = sc + ATT_HG * ATT_TR, *hl = hm + ATT_HG, *hf = hl + ATT_HG;
+    for (uint32_t e = tid; e < ATT_TR * DPP; e += ATT_THREADS)
+        kr[e] = __float2bfloat16_rn(0.0f); /* padding dims and rows past the split stay 0 */
+    dsv4_att_state_init(b, sinks, hm, hl);
+
+    /* q's A fragments (hi, lo) for this warp's KS k-steps */
+    uint32_t qh[KS][4], ql[KS][4];
+    const float *qb = q + ((size_t)b.t * d.heads + b.h0) * D;
+#pragma unroll
+    for (uint32_t j = 0; j < KS; j++) {
+        uint32_t kb = 16 * (KS * warp + j);
+#pragma unroll
+        for (uint32_t i = 0; i < 4; i++) {
+            uint32_t h = g + 8 * (i % 2), dd = kb + 2 * c + 8 * (i / 2);
+            float x0 = h < nh && dd < D ? qb[(size_t)h * D + dd] : 0.0f;
+            float x1 = h < nh && dd + 1 < D ? qb[(size_t)h * D + dd + 1] : 0.0f;
+            dsv4_att_split2(x0, x1, &qh[j][i], &ql[j][i]);
+        }
+    }
     float scale = 1.0f / sqrtf((float)D);
-    float m = warp == 0 ? sinks[h] : -INFINITY, l = warp == 0 ? 1.0f : 0.0f;
-    const uint8_t *ring = win.base + (size_t)s.slot[seq] * win.block_bytes;
-    uint32_t first = p + 1 > W ? p + 1 - W : 0, n_win = p + 1 - first, n_comp = 0;
-    if (rows.base)
-        n_comp = rate_hca ? (p + 1) / rate_hca : nsel[t];
-    for (uint32_t v = warp; v < n_win + n_comp; v += ATT_SPLIT) {
-        const uint8_t *row;
-        if (v < n_win) {
-            uint32_t pp = first + v;
-            row = pp >= start ? kvs + (size_t)(t - (p - pp)) * rb : ring + (size_t)(pp % W) * rb;
-        } else {
-            uint32_t w = v - n_win;
-            row = dsv4_paged_row(rows, s, seq, rate_hca ? w : sel[(size_t)t * d.index_topk + w]);
+    float o[NT][4];
+    for (uint32_t n = 0; n < NT; n++)
+        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+
+    for (uint32_t vt = b.v0; vt < b.v1; vt += ATT_TR) {
+        uint32_t nr = b.v1 - vt < ATT_TR ? b.v1 - vt : ATT_TR;
+        __syncthreads(); /* the previous tile's rows and weights are consumed */
+        if ((vt - b.v0) % ATT_ROWP == 0) {
+            uint32_t n = b.v1 - vt < ATT_ROWP ? b.v1 - vt : ATT_ROWP;
+            dsv4_att_rows(d, s, b, vt, n, kvs, win, rows, rate_hca, sel, rowp);
         }
-        float part = 0.0f, val[PER];
-        for (uint32_t i = 0; i < PER; i++) {
-            uint32_t dd = lane + 32 * i;
-            val[i] = dd < D ? dsv4_row_value(row, fmt, dd) : 0.0f;
-            part = fmaf(sq[i], val[i], part);
+        const uint8_t *const *tp = rowp + (vt - b.v0) % ATT_ROWP;
+        if (nr < ATT_TR)
+            for (uint32_t e = nr * DPP + tid; e < ATT_TR * DPP; e += ATT_THREADS)
+                kr[e] = __float2bfloat16_rn(0.0f);
+        __syncthreads();
+        /* bf16 holds every value of these rows exactly */
+        dsv4_att_tile_decode(tp, nr, fmt, vec, [&](uint32_t r, uint32_t dd, float4 v, uint32_t n) {
+            __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y);
+            __nv_bfloat162 hi = __floats2bfloat162_rn(v.z, v.w);
+            __nv_bfloat16 *o = kr + r * DPP + dd;
+            if (n == 4) {
+                *(uint2 *)o = make_uint2(*(const uint32_t *)&lo, *(const uint32_t *)&hi);
+            } else {
+                o[0] = lo.x;
+                if (n > 1)
+                    o[1] = lo.y;
+            }
+        });
+        __syncthreads();
+
+        float sp[4][4] = {};
+#pragma unroll
+        for (uint32_t j = 0; j < KS; j++) {
+            uint32_t kb = 16 * (KS * warp + j);
+#pragma unroll
+            for (uint32_t n = 0; n < 4; n++) {
+                const __nv_bfloat16 *kp = kr + (8 * n + g) * DPP + kb + 2 * c;
+                uint32_t b0 = *(const uint32_t *)kp, b1 = *(const uint32_t *)(kp + 8);
+                dsv4_att_mma(sp[n], qh[j], b0, b1);
+                dsv4_att_mma(sp[n], ql[j], b0, b1);
+            }
         }
-        for (int off = 16; off > 0; off >>= 1)
-            part += __shfl_xor_sync(0xffffffffu, part, off);
-        float sc = part * scale;
-        if (sc > m) {
-            float f = expf(m - sc); /* 0 from a warp's -inf start */
-            l *= f;
-            for (uint32_t i = 0; i < PER; i++)
-                acc[i] *= f;
-            m = sc;
+        float *pw = part + warp * ATT_HG * ATT_TR;
+        for (uint32_t n = 0; n < 4; n++) {
+            pw[g * ATT_TR + 8 * n + 2 * c] = sp[n][0];
+            pw[g * ATT_TR + 8 * n + 2 * c + 1] = sp[n][1];
+            pw[(g + 8) * ATT_TR + 8 * n + 2 * c] = sp[n][2];
+            pw[(g + 8) * ATT_TR + 8 * n + 2 * c + 1] = sp[n][3];
         }
-        float e = expf(sc - m);
-        l += e;
-        for (uint32_t i = 0; i < PER; i++)
-            acc[i] = fmaf(e, val[i], acc[i]);
+        __syncthreads();
+        for (uint32_t e = tid; e < ATT_HG * ATT_TR; e += ATT_THREADS) {
+            float v = 0.0f;
+            for (uint32_t w = 0; w < 8; w++)
+                v += part[w * ATT_HG * ATT_TR + e];
+            sc[e] = e % ATT_TR < nr ? v * scale : -INFINITY;
+        }
+        __syncthreads();
+        dsv4_att_softmax(sc, hm, hl, hf, nh);
+        __syncthreads();
+
+        float f0 = g < nh ? hf[g] : 0.0f, f1 = g + 8 < nh ? hf[g + 8] : 0.0f;
+        for (uint32_t n = 0; n < NT; n++) {
+            o[n][0] *= f0;
+            o[n][1] *= f0;
+            o[n][2] *= f1;
+            o[n][3] *= f1;
+        }
+        /* the weights' A fragments (heads past nh weigh 0) */
+        uint32_t ph[2][4], pl[2][4];
+#pragma unroll
+        for (uint32_t kk = 0; kk < 2; kk++)
+#pragma unroll
+            for (uint32_t i = 0; i < 4; i++) {
+                uint32_t h = g + 8 * (i % 2), r = 16 * kk + 2 * c + 8 * (i / 2);
+                float x0 = h < nh ? sc[h * ATT_TR + r] : 0.0f;
+                float x1 = h < nh ? sc[h * ATT_TR + r + 1] : 0.0f;
+                dsv4_att_split2(x0, x1, &ph[kk][i], &pl[kk][i]);
+            }
+#pragma unroll
+        for (uint32_t n = 0; n < NT; n++) {
+            uint32_t nb = 8 * (NT * warp + n);
+            /* B fragments of both k-steps: lane l names row l of the tile at dims nb..+7,
+             * the transposing load hands thread (g, c) rows 2c, 2c + 1 of column g of
+             * each 8-row block */
+            uint32_t vb[4];
+            uint32_t at = (uint32_t)__cvta_generic_to_shared(kr + lane * DPP + nb);
+            asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                         : "=r"(vb[0]), "=r"(vb[1]), "=r"(vb[2]), "=r"(vb[3])
+                         : "r"(at)
+                         : "memory");
+#pragma unroll
+            for (uint32_t kk = 0; kk < 2; kk++) {
+                dsv4_att_mma(o[n], ph[kk], vb[2 * kk], vb[2 * kk + 1]);
+                dsv4_att_mma(o[n], pl[kk], vb[2 * kk], vb[2 * kk + 1]);
+            }
+        }
     }
-    float *out = so + (size_t)ATT_SPLIT * D, *sm = out + D, *sl = sm + ATT_SPLIT;
-    for (uint32_t i = 0; i < PER; i++) {
-        uint32_t dd = lane + 32 * i;
-        if (dd < D)
-            so[(size_t)warp * D + dd] = acc[i];
+
+    for (uint32_t n = 0; n < NT; n++) {
+        uint32_t dd = 8 * (NT * warp + n) + 2 * c;
+        for (uint32_t i = 0; i < 2; i++) {
+            uint32_t h = g + 8 * i;
+            if (h >= nh)
+                continue;
+            float *out = dsv4_att_record(d, b, work, h) + 2;
+            if (dd < D)
+                out[dd] = o[n][2 * i];
+            if (dd + 1 < D)
+                out[dd + 1] = o[n][2 * i + 1];
+        }
     }
-    if (lane == 0) {
-        sm[warp] = m;
-        sl[warp] = l;
+    if (tid < nh) {
+        float *rec = dsv4_att_record(d, b, work, tid);
+        rec[0] = hm[tid];
+        rec[1] = hl[tid];
+    }
+}
+
+/* Block (token t0 + x, head y): the token's splits merged in split order (split 0, with
+ * the sink, has a finite max; empty splits were never written and are not read), then the
+ * inverse rotation. Shared: head_dim floats. */
+__global__ static void dsv4_attend_combine_kernel(dsv4_cuda_dims d, dsv4_cuda_step s, uint32_t t0,
+                                                  bool comp, uint32_t rate_hca,
+                                                  const uint32_t *nsel, const float *freq,
+                                                  uint32_t rope, const float *work, float *o)
+{
+    extern __shared__ float out[];
+    __shared__ float wk[ATT_MAX_SPLITS], inv_l;
+    uint32_t tl = blockIdx.x, t = t0 + tl, h = blockIdx.y, D = d.head_dim, H = d.heads;
+    dsv4_att_keys k = dsv4_att_keys_of(d, s, t, comp, rate_hca, nsel);
+    uint32_t chunk = dsv4_att_chunk(k.n), ns = (k.n + chunk - 1) / chunk;
+    size_t rec = dsv4_att_rec(D);
+    const float *base = work + (size_t)tl * ATT_MAX_SPLITS * H * rec + (size_t)h * rec;
+    size_t stride = (size_t)H * rec;
+    if (threadIdx.x == 0) {
+        float M = base[0], L = 0.0f;
+        for (uint32_t i = 1; i < ns; i++)
+            M = fmaxf(M, base[i * stride]);
+        for (uint32_t i = 0; i < ns; i++) {
+            wk[i] = expf(base[i * stride] - M);
+            L = fmaf(base[i * stride + 1], wk[i], L);
+        }
+        inv_l = 1.0f / L;
     }
     __syncthreads();
-    /* the merge: warp 0's maximum is finite (the sink), a warp without keys weighs 0 */
-    float M = sm[0], f[ATT_SPLIT], L = 0.0f;
-    for (uint32_t w = 1; w < ATT_SPLIT; w++)
-        M = sm[w] > M ? sm[w] : M;
-    for (uint32_t w = 0; w < ATT_SPLIT; w++) {
-        f[w] = expf(sm[w] - M);
-        L = fmaf(sl[w], f[w], L);
-    }
     for (uint32_t dd = threadIdx.x; dd < D; dd += blockDim.x) {
         float a = 0.0f;
-        for (uint32_t w = 0; w < ATT_SPLIT; w++)
-            a = fmaf(so[(size_t)w * D + dd], f[w], a);
-        out[dd] = a / L;
+        for (uint32_t i = 0; i < ns; i++)
+            a = fmaf(base[i * stride + 2 + dd], wk[i], a);
+        out[dd] = a * inv_l;
     }
     __syncthreads();
     for (uint32_t i = threadIdx.x; i < rope / 2; i += blockDim.x)
-        dsv4_rope_pair(out + D - rope, freq, i, (float)p, true);
+        dsv4_rope_pair(out + D - rope, freq, i, (float)s.pos[t], true);
     __syncthreads();
-    float *oh = o + ((size_t)t * d.heads + h) * D;
+    float *oh = o + ((size_t)t * H + h) * D;
     for (uint32_t i = threadIdx.x; i < D; i += blockDim.x)
         oh[i] = out[i];
 }
+
+size_t dsv4_cuda_attend_work_bytes(const dsv4_cuda_dims *d, uint32_t max_tokens)
+{
+    size_t wave = max_tokens < ATT_WAVE ? max_tokens : ATT_WAVE;
+    return wave * ATT_MAX_SPLITS * d->heads * dsv4_att_rec(d->head_dim) * sizeof(float);
+}
+
+typedef void (*dsv4_att_split_fn)(dsv4_cuda_dims, dsv4_cuda_step, uint32_t, const float *,
+                                  const uint8_t *, dsv4_cuda_kvbuf, dsv4_cuda_kvbuf, uint32_t,
+                                  const uint32_t *, const uint32_t *, const float *, dsv4_k_rowfmt,
+                                  bool, float *);
 
 int dsv4_cuda_attend(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, const float *q_dev,
                      const uint8_t *kvs_dev, const dsv4_cuda_kvbuf *win,
                      const dsv4_cuda_kvbuf *rows, uint32_t rate_hca, const uint32_t *sel_dev,
                      const uint32_t *nsel_dev, const float *sinks_dev, const float *freq_dev,
-                     uint32_t rope, dsv4_k_rowfmt fmt, float *o_dev, void *stream)
+                     uint32_t rope, dsv4_k_rowfmt fmt, float *o_dev, void *work_dev, void *stream)
 {
     if (s->n_tok == 0)
         return 0;
-    if (d->head_dim > ATT_MAX_DIMS)
+    uint32_t D = d->head_dim;
+    if (D == 0 || D > ATT_MAX_DIMS || d->heads == 0 || !work_dev)
         return -EINVAL;
     dsv4_cuda_kvbuf none = {};
-    dim3 grid(s->n_tok, d->heads);
-    size_t smem = ((size_t)(ATT_SPLIT + 1) * d->head_dim + 2 * ATT_SPLIT) * sizeof(float);
     cudaStream_t st = (cudaStream_t)stream;
-    /* registers per lane: the head's dims in the smallest power of two of 32-wide slices */
-#define ATT_LAUNCH(per)                                                                            \
-    dsv4_attend_kernel<per><<<grid, 32 * ATT_SPLIT, smem, st>>>(                                   \
-        *d, *s, q_dev, kvs_dev, *win, rows ? *rows : none, rate_hca, sel_dev, nsel_dev, sinks_dev, \
-        freq_dev, rope, fmt, o_dev)
-    if (d->head_dim <= 128)
-        ATT_LAUNCH(4);
-    else if (d->head_dim <= 256)
-        ATT_LAUNCH(8);
-    else if (d->head_dim <= 512)
-        ATT_LAUNCH(16);
-    else
-        ATT_LAUNCH(32);
-#undef ATT_LAUNCH
+    dsv4_att_split_fn kern;
+    size_t smem;
+    if (fmt.dtype == DSV4_K_F32) {
+        uint32_t Dp = (D + 31) & ~31u;
+        smem = ((size_t)(ATT_HG + ATT_TR) * Dp + ATT_HG * ATT_TR + 3 * ATT_HG) * sizeof(float);
+        /* accumulator registers per thread: the head's dims in 256-wide slices */
+        kern = Dp <= 256   ? dsv4_attend_f32_kernel<1>
+               : Dp <= 512 ? dsv4_attend_f32_kernel<2>
+                           : dsv4_attend_f32_kernel<4>;
+    } else {
+        uint32_t Dp = (D + 127) & ~127u;
+        smem = (size_t)ATT_TR * (Dp + ATT_KPAD) * 2 +
+               ((size_t)9 * ATT_HG * ATT_TR + 3 * ATT_HG) * sizeof(float);
+        /* q fragments and accumulators per warp: the head's dims in 128-wide slices */
+        kern = Dp <= 128   ? dsv4_attend_mma_kernel<1>
+               : Dp <= 256 ? dsv4_attend_mma_kernel<2>
+               : Dp <= 512 ? dsv4_attend_mma_kernel<4>
+                           : dsv4_attend_mma_kernel<8>;
+    }
+    cudaError_t e =
+        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e != cudaSuccess)
+        return dsv4_cuda_status(e);
+    /* the widest loads every row allows: 16 bytes (8 for fp8 rows, whose width is a
+     * multiple of 8) when every base and stride is a multiple of it */
+    uintptr_t at = (uintptr_t)kvs_dev | (uintptr_t)win->base | win->block_bytes | win->row_bytes;
+    if (rows)
+        at |= (uintptr_t)rows->base | rows->block_bytes | rows->row_bytes;
+    bool vec = at % (fmt.dtype == DSV4_K_FP8 ? 8 : 16) == 0;
+    for (uint32_t t0 = 0; t0 < s->n_tok; t0 += ATT_WAVE) {
+        uint32_t n = s->n_tok - t0 < ATT_WAVE ? s->n_tok - t0 : ATT_WAVE;
+        /* the head groups of one (token, split) side by side: they run together, and
+         * all but the first read of each row hit L2 */
+        dim3 grid((d->heads + ATT_HG - 1) / ATT_HG, ATT_MAX_SPLITS, n);
+        kern<<<grid, ATT_THREADS, smem, st>>>(*d, *s, t0, q_dev, kvs_dev, *win, rows ? *rows : none,
+                                              rate_hca, sel_dev, nsel_dev, sinks_dev, fmt, vec,
+                                              (float *)work_dev);
+        dsv4_attend_combine_kernel<<<dim3(n, d->heads), 128, D * sizeof(float), st>>>(
+            *d, *s, t0, rows && rows->base, rate_hca, nsel_dev, freq_dev, rope, (float *)work_dev,
+            o_dev);
+    }
     return dsv4_cuda_launch_status();
 }
 
