@@ -208,8 +208,7 @@ int dsv4_cuda_attend(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, const flo
                      const uint8_t *kvs_dev, const dsv4_cuda_kvbuf *win,
                      const dsv4_cuda_kvbuf *rows, uint32_t rate_hca, const uint32_t *sel_dev,
                      const uint32_t *nsel_dev, const float *sinks_dev, const float *freq_dev,
-                     uint32_t rope, dsv4_k_rowfmt fmt, float *o_dev, void *work_dev,
-                     void *stream);
+                     uint32_t rope, dsv4_k_rowfmt fmt, float *o_dev, void *work_dev, void *stream);
 /* Bytes of dsv4_cuda_attend's scratch for steps of up to max_tokens tokens (bounded:
  * longer steps run in waves over the same scratch). */
 size_t dsv4_cuda_attend_work_bytes(const dsv4_cuda_dims *d, uint32_t max_tokens);
