@@ -1,10 +1,10 @@
-/* gemm-stream.c: the CUDA forward's streaming GEMM (kernels/cuda/model.h dsv4_cuda_linear*)
- * on the linear layers of a DeepSeek-V4-Flash layer, per weight format (f32, bf16, fp8,
- * mxfp4), mode (deterministic: the streaming kernel; fast: tensor cores for the narrow
- * formats) and row count, against the HBM read ceiling: achieved GB/s = the weight's device
- * bytes / time per call, and the f32 FMA rate it implies. Steps of the same calls are
- * queued back to back and timed by the host around a sync (launch gaps included, as in a
- * decode step without a graph).
+/* gemm-stream.c: the CUDA forward's GEMMs (kernels/cuda/model.h dsv4_cuda_linear*) on the
+ * linear layers of a DeepSeek-V4-Flash layer, per weight format (f32, bf16, fp8, mxfp4),
+ * mode (deterministic: the streaming kernel; fast: tensor cores for the narrow formats)
+ * and row count, against the HBM read ceiling: achieved GB/s = the device bytes of the
+ * weights a call reads (of the experts, those that get rows) / time per call, and the
+ * FLOP rate. Calls are queued back to back and timed by the host around a sync (launch
+ * gaps included, as in a decode step without a graph).
  *
  * usage: gemm-stream [--rows 1,8,64,256] [--iters 20] [--bw 4.3e12]
  * Prints one markdown table row per (layer, format, mode, rows). */
@@ -127,12 +127,15 @@ int main(int argc, char **argv)
             dsv4_cuda_weight wt = {(dsv4_cuda_wfmt)f, data, scale};
             for (uint32_t mi = 0; mi < 2 * n_rows; mi++) {
                 dsv4_cuda_blas *blas = modes[mi / n_rows];
-                uint32_t R = rows[mi % n_rows], pairs = R * 6;
+                uint32_t R = rows[mi % n_rows], pairs = R * 6, touched = (uint32_t)L->mats;
                 if (L->grouped) {
                     /* top 6 of 8: each expert gets 6/8 of the rows */
                     uint32_t off[9];
-                    for (uint32_t e = 0; e <= 8; e++)
+                    touched = 0;
+                    for (uint32_t e = 0; e <= 8; e++) {
                         off[e] = (uint32_t)((uint64_t)pairs * e / 8);
+                        touched += e > 0 && off[e] > off[e - 1];
+                    }
                     if (dsv4_cuda_copy(off_dev, off, sizeof(off), stream) != 0)
                         die("copy failed");
                 }
@@ -160,9 +163,11 @@ int main(int argc, char **argv)
                 double dt = ((double)bench_now_ns() * 1e-9 - t0) / iters;
                 double rows_total = L->grouped ? (double)pairs : (double)R * L->mats;
                 double flops = 2.0 * rows_total * L->out * L->in;
+                /* the bytes of the matrices the call reads (experts with rows) */
+                double bytes = (double)(db + sb) * touched / L->mats;
                 printf("| %s | %s | %s | %u | %.1f | %.0f | %.1f%% | %.2f |\n", L->name,
                        fmt_names[f], mi < n_rows ? "deterministic" : "fast", R, dt * 1e6,
-                       (db + sb) / dt / 1e9, 100 * (db + sb) / dt / bw, flops / dt / 1e12);
+                       bytes / dt / 1e9, 100 * bytes / dt / bw, flops / dt / 1e12);
                 fflush(stdout);
             }
             dsv4_cuda_free(data);

@@ -13,8 +13,8 @@
  * weight stored as its f32 values would. Each warp streams its OW weight rows once per R
  * rows; the R-row tiles of one output tile are neighbouring blocks of the launch, so a
  * step of up to a few hundred rows reads a weight from HBM once and its repeats from L2.
- * A one-output warp (batch 1) loads several chunks ahead, 64 bytes a lane in flight
- * whatever the format.
+ * A one-row warp (batch 1) takes four outputs of a wide layer and loads chunks ahead, 128
+ * bytes a lane in flight whatever the format.
  *
  * Fast mode runs BF16, FP8 and MXFP4 weights on tensor cores when a group has more than
  * one row (below), and hands long steps (prefill) of f32 weights to cuBLAS (fp32 SGEMM,
@@ -33,6 +33,7 @@
 #define GEMM_SLICE 16                /* consecutive inputs a lane takes per chunk */
 #define GEMM_CHUNK (32 * GEMM_SLICE) /* inputs a warp covers per step of its walk */
 #define GEMM_ROW_SPLIT 64            /* blocks sharing one output tile's rows */
+#define GEMM_WIDE_OUTPUTS 16384      /* outputs (all groups) from which a warp takes four */
 #define FP8_BLOCK 128                /* FP8 scale block (rows and inputs) */
 #define FP4_GROUP 32                 /* MXFP4 scale group (inputs) */
 #define PACK_THREADS 256
@@ -102,6 +103,17 @@ __device__ static inline float dsv4_w_e8m0(uint32_t b)
     return b == 255u ? __uint_as_float(0x7fc00000u) : __uint_as_float(b ? b << 23 : 0x00400000u);
 }
 
+/* The 16 E2M1 values, looked up by the GEMM kernels (one shared-memory read a nibble
+ * instead of its decode; the same values): dsv4_w_e2m1_table fills it. */
+__shared__ float dsv4_w_e2m1_lut[16];
+
+/* Fill the block's E2M1 table (an MXFP4 kernel, before its first barrier). */
+template <int F> __device__ static inline void dsv4_w_e2m1_table(void)
+{
+    if (F == DSV4_CUDA_W_FP4 && threadIdx.x < 16)
+        dsv4_w_e2m1_lut[threadIdx.x] = dsv4_w_e2m1(threadIdx.x);
+}
+
 __device__ static inline float dsv4_w_bf16(uint32_t h)
 {
     return __uint_as_float(h << 16);
@@ -139,7 +151,7 @@ __device__ static inline void dsv4_w_quarter(dsv4_wdev W, size_t g, size_t o, si
         else if (F == DSV4_CUDA_W_FP8)
             w[e] = dsv4_w_e4m3(__ldg(W.data + i)) * s;
         else
-            w[e] = dsv4_w_e2m1((__ldg(W.data + i / 2) >> (4 * (i % 2))) & 0xfu) * s;
+            w[e] = dsv4_w_e2m1_lut[(__ldg(W.data + i / 2) >> (4 * (i % 2))) & 0xfu] * s;
     }
 }
 
@@ -192,7 +204,7 @@ __device__ static inline void dsv4_wq_quarter(const dsv4_wq<F> &r, uint32_t q, f
     } else {
 #pragma unroll
         for (int e = 0; e < 4; e++)
-            w[e] = dsv4_w_e2m1((r.u[q / 2] >> (16 * (q % 2) + 4 * e)) & 0xfu) * r.s;
+            w[e] = dsv4_w_e2m1_lut[(r.u[q / 2] >> (16 * (q % 2) + 4 * e)) & 0xfu] * r.s;
     }
 }
 
@@ -208,15 +220,16 @@ __global__ static void __launch_bounds__(GEMM_WARPS * 32, (OW * R) > 32 ? 1 : 2)
                      size_t xz, const uint32_t *__restrict__ off, uint32_t n_dense,
                      float *__restrict__ y, size_t ys, size_t yz, bool vec)
 {
-    /* chunks loaded ahead by a one-output warp: 64 bytes a lane whatever the format */
-    constexpr uint32_t U = OW > 1                  ? 1
-                           : F == DSV4_CUDA_W_FP4  ? 8
-                           : F == DSV4_CUDA_W_FP8  ? 4
-                           : F == DSV4_CUDA_W_BF16 ? 2
-                                                   : 1;
+    /* chunks a one-row warp loads ahead: 128 bytes of weights a lane in flight (F32 reads
+     * a quarter at a time, so one chunk: two measured slower on a narrow layer) */
+    constexpr uint32_t SB = F == DSV4_CUDA_W_BF16 ? 32 : F == DSV4_CUDA_W_FP8 ? 16 : 8;
+    constexpr uint32_t U = R > 1 || F == DSV4_CUDA_W_F32 || OW * SB >= 128 ? 1 : 128 / (OW * SB);
     uint32_t g = blockIdx.z, lane = threadIdx.x % 32;
     uint32_t r0 = off ? off[g] : 0, rows = off ? off[g + 1] - off[g] : n_dense;
     size_t o0 = ((size_t)blockIdx.y * GEMM_WARPS + threadIdx.x / 32) * OW;
+    dsv4_w_e2m1_table<F>();
+    if (F == DSV4_CUDA_W_FP4)
+        __syncthreads();
     if (o0 >= out)
         return;
     x += off ? (size_t)r0 * xs : (size_t)g * xz;
@@ -323,15 +336,20 @@ static int dsv4_gemm_shape(cudaStream_t st, dsv4_wdev W, size_t out, size_t in, 
 }
 
 /* The warp shape by the rows a group holds (rows_each: the dense row count, or a
- * grouped step's average doubled): one row and one output a warp for a batch-1 step, so
- * its outputs spread over the most warps; more of both as rows share weight loads. The
- * results are the same whichever shape runs. */
+ * grouped step's average doubled): one row a warp for a batch-1 step, with one output so
+ * a narrow layer's outputs spread over the most warps; more rows and outputs as rows
+ * share weight loads. The results are the same whichever shape runs. */
 template <int F>
 static int dsv4_gemm_format(cudaStream_t st, dsv4_wdev W, size_t out, size_t in, const float *x,
                             size_t xs, size_t xz, const uint32_t *off, uint32_t groups,
                             uint32_t rows_each, uint32_t n_dense, float *y, size_t ys, size_t yz,
                             bool vec)
 {
+    /* one row: four outputs a warp where that still leaves a few blocks per SM, so a warp
+     * has enough weight bytes to hide its fixed costs */
+    if (rows_each <= 1 && out * groups >= GEMM_WIDE_OUTPUTS)
+        return dsv4_gemm_shape<F, 4, 1>(st, W, out, in, x, xs, xz, off, groups, rows_each, n_dense,
+                                        y, ys, yz, vec);
     if (rows_each <= 1)
         return dsv4_gemm_shape<F, 1, 1>(st, W, out, in, x, xs, xz, off, groups, rows_each, n_dense,
                                         y, ys, yz, vec);
@@ -436,6 +454,9 @@ __global__ static void __launch_bounds__(GEMM_WARPS * 32, 2)
 {
     /* [row][input group of 4]: hi[4] then lo[4] as bf16 (16 bytes) */
     __shared__ uint4 xt[MMA_TOK][MMA_KB / 4];
+    dsv4_w_e2m1_table<F>();
+    if (F == DSV4_CUDA_W_FP4)
+        __syncthreads();
     uint32_t g = blockIdx.z, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     uint32_t gi = lane / 4, t = lane % 4;
     uint32_t r0 = off ? off[g] : 0, rows = off ? off[g + 1] - off[g] : n_dense;

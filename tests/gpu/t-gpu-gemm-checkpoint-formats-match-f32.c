@@ -11,7 +11,8 @@
  * for these formats, inputs split into two bf16) stays within 1e-4 of the reference, dense
  * and grouped. Shapes take the
  * kernel's vector path (inputs a multiple of 16) and its element path (1000 inputs), a
- * tail chunk (1088 = 2 x 512 + 64) and partial output tiles and scale blocks. */
+ * tail chunk (1088 = 2 x 512 + 64), partial output tiles and scale blocks, and a layer of
+ * 16384 outputs (a one-row step's warps take four outputs each). */
 #include "config.h"
 
 #include "tests/gpu/gpu.h"
@@ -26,6 +27,10 @@
 #include <string.h>
 
 #define MAX_ROWS 256
+/* a layer wide enough for the one-row kernel's four-outputs-a-warp shape */
+#define WIDE_OUT 16384
+/* rows checked against the double reference: all of them, or 8 of a wide layer's */
+#define REF_ROWS(n, out) ((out) > 1024 && (n) > 8 ? 8 : (n))
 
 static uint64_t rng = 0x3c6ef372fe94f82bull;
 
@@ -204,7 +209,7 @@ static void check_dense(gemm_env *e, dsv4_cuda_wfmt fmt, size_t mats, size_t out
         linear(e, &q_p->w, out, in, 0, rows[i], yq);
         linear(e, &f_p->w, out, in, 0, rows[i], yf);
         differ += bits_differ(yq, yf, rows[i] * out);
-        err = fmax(err, ref_err(w, out, in, e->x, yq, rows[i]));
+        err = fmax(err, ref_err(w, out, in, e->x, yq, REF_ROWS(rows[i], out)));
     }
     /* rows 0, 36 and 255 alone against the 256-row step (yq holds it) */
     static const size_t single[] = {0, 36, MAX_ROWS - 1};
@@ -222,7 +227,7 @@ static void check_dense(gemm_env *e, dsv4_cuda_wfmt fmt, size_t mats, size_t out
         double fast = 0;
         for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
             linear_in(e, e->fast, &q_p->w, out, in, 0, rows[i], yq);
-            fast = fmax(fast, ref_err(w, out, in, e->x, yq, rows[i]));
+            fast = fmax(fast, ref_err(w, out, in, e->x, yq, REF_ROWS(rows[i], out)));
         }
         ok(fast < 1e-4, "%s [%zu][%zu]: fast mode within 1e-4 of the double reference (%.2e)",
            fmt_names[fmt], out, in, fast);
@@ -300,9 +305,10 @@ int main(void)
         {DSV4_CUDA_W_FP4, 3, 40, 1088},  /* experts: tail chunk, partial output tile */
         {DSV4_CUDA_W_FP8, 3, 200, 1088}, /* partial scale blocks both ways */
         {DSV4_CUDA_W_FP8, 1, 72, 1000},  /* element path (1000 inputs) */
-        {DSV4_CUDA_W_BF16, 3, 24, 2048}, {DSV4_CUDA_W_F32, 3, 33, 512},
+        {DSV4_CUDA_W_BF16, 3, 24, 2048},      {DSV4_CUDA_W_F32, 3, 33, 512},
+        {DSV4_CUDA_W_FP8, 1, WIDE_OUT, 1088}, /* wide: four outputs a warp at one row */
     };
-    size_t in_max = 2048, w_max = 3 * 200 * 1088;
+    size_t in_max = 2048, w_max = WIDE_OUT * 1088;
     gemm_env e = {0};
     if (dsv4_cuda_stream_new(&e.stream) != 0 || !(e.blas = dsv4_cuda_blas_new(e.stream, true)) ||
         !(e.fast = dsv4_cuda_blas_new(e.stream, false)))
@@ -311,12 +317,12 @@ int main(void)
     e.x = malloc(MAX_ROWS * in_max * sizeof(float));
     float *w = malloc(w_max * sizeof(float)), *src_dev = gpu_alloc(w_max * sizeof(float));
     e.x_dev = gpu_alloc(MAX_ROWS * in_max * sizeof(float));
-    e.y_dev = gpu_alloc(MAX_ROWS * 256 * sizeof(float));
+    e.y_dev = gpu_alloc(MAX_ROWS * WIDE_OUT * sizeof(float));
     if (!e.x || !w)
         bail_out("out of memory");
     for (size_t i = 0; i < MAX_ROWS * in_max; i++)
         e.x[i] = uniform();
-    plan(5 * 4 + 4 * 2 + 4 + 3);
+    plan(6 * 4 + 4 * 2 + 5 + 3);
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         size_t in = cases[i].in, out = cases[i].out, mats = cases[i].mats;
         /* the inputs packed for this width: row r at r * in */
