@@ -28,7 +28,7 @@ is $? 1 "stage_size under 1M: exit 1"
 is "$err" "$(cat stage-too-small.expect)" "stage_size under 1M: refused, naming the key and the range"
 got=$("$DSV4CTL" describe transport/ucx 2>&1)
 is $? 0 "describe transport/ucx exits 0"
-has "$got" "  stage_size = 64M
+has "$got" "  stage_size = 16M
       size, 1M..4G
       device pools: bytes of each pinned staging buffer" "describe shows stage_size, its default and range"
 done_testing
