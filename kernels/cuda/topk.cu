@@ -19,7 +19,8 @@
  *    or nearly equal scores.
  * 2. In every block alone. Each block reserves room for its share of those items in every
  *    block's list (one remote atomic per pair of blocks; the share is known from its own
- *    histograms), stores them there, one cluster barrier, and from there no block touches
+ *    histograms), stores them in its own list, all threads copy them to the others' (one
+ *    remote store each), one cluster barrier, and from there no block touches
  *    another's memory: each finishes the select on its list with the same passes (shared
  *    memory only), takes the top kk items, and places those whose row is its rank modulo
  *    the cluster size by counting the selected items above each.
@@ -410,17 +411,22 @@ __global__ void __launch_bounds__(TK_THREADS, 1)
         sh->list_base[tid] = atomicAdd(cluster.map_shared_rank(&sh->n_list, tid), mine);
     __syncthreads();
     const uint32_t mhi = (uint32_t)(mask >> 32), phi = (uint32_t)(prefix >> 32);
+    uint64_t *const mine_at = sh->list + sh->list_base[rank];
     tk_for_slice(sh, slice, len, false, [&](uint32_t i, uint32_t key) {
         bool hit = i < len &&
                    (mask << 32 == 0 ? (key & mhi) >= phi : (tk_item(key, lo + i) & mask) >= prefix);
         uint32_t at = tk_place(hit, &sh->n_mine);
-        if (hit) {
-            const uint64_t item = tk_item(key, lo + i);
-#pragma unroll 4
-            for (int r = 0; r < CL; r++)
-                cluster.map_shared_rank(sh->list, r)[sh->list_base[r] + at] = item;
-        }
+        if (hit)
+            mine_at[at] = tk_item(key, lo + i);
     });
+    __syncthreads();
+    /* then copied to the other blocks by all threads, one remote store each (each hit's lane
+     * storing it to every block in turn made this step 13 100 cycles at 256k scores, 8 100
+     * so: bench/results/2026-11-29-topk-h200.md) */
+    for (uint32_t j = tid; j < mine * (CL - 1); j += TK_THREADS) {
+        const uint32_t r = j / mine + (j / mine >= rank), i = j % mine;
+        cluster.map_shared_rank(sh->list, r)[sh->list_base[r] + i] = mine_at[i];
+    }
     cluster.sync(); /* the last remote access: blocks leave at their own pace from here */
 
     /* The same passes over the list, in each block alone, until the chosen bin is taken
