@@ -5,11 +5,11 @@
  * decide), every score equal, distinct scores packed into one narrow range (more scores
  * share the first radix digits than the list every block gathers holds, so the cluster
  * takes several passes), NaN, infinities and signed zeros, fewer rows than k (the rest
- * filled with UINT32_MAX), exactly k rows, no rows, k = 1 and k = 2048, and long queries. Batches
- * of 1, 8, 16 and 64 queries (small batches run in 16-block clusters, large ones in 8-block
- * clusters), queries whose slices fit in shared memory and ones whose slices do not (1M rows alone,
- * 400k rows in a batch of 64: read from global memory), and scores that start off a 16-byte
- * boundary (the slice's bulk copy starts at the first aligned score). */
+ * filled with UINT32_MAX), exactly k rows, no rows, k = 1 and k = 2048, and long queries.
+ * Batches of 1, 8, 16 and 64 queries (small batches run in 16-block clusters, large ones
+ * in 8-block clusters), queries whose slices fit in shared memory and ones whose slices do
+ * not (1M rows alone, 400k rows in a batch of 64: read from global memory), and scores that
+ * start off a 16-byte boundary (the slice's bulk copy starts at the first aligned score). */
 #include "config.h"
 
 #include "tests/gpu/gpu.h"
