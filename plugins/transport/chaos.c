@@ -268,7 +268,6 @@ static int chaos_probe(const dsv4_host *host, char *why, size_t whylen)
 static int chaos_check(const dsv4_selection *sel, const void *config, dsv4_report_fn report,
                        dsv4_diag *diag)
 {
-    (void)sel;
     const chaos_config *c = config;
     int n = 0;
     if (strcmp(c->inner, "chaos") == 0) {
@@ -280,6 +279,12 @@ static int chaos_check(const dsv4_selection *sel, const void *config, dsv4_repor
         report(diag, "transport.chaos", c->drop > 0 ? "drop" : "corrupt",
                "inner = nccl is two-sided: drop and corrupt would pair its sends with the wrong "
                "receives (use delay and hang)");
+        n++;
+    }
+    if (c->corrupt > 0 && sel->device == DSV4_DEVICE_CUDA) {
+        report(diag, "transport.chaos", "corrupt",
+               "corrupt copies a page through host memory: device pools (device = cuda) are "
+               "not supported (use drop, delay and hang)");
         n++;
     }
     if (c->delay + c->drop + c->corrupt + c->hang > 100) {
@@ -346,6 +351,13 @@ static int chaos_attach(void *state, const dsv4_kv_layout *local, const void *bl
         return -ENOMEM;
     }
     p->local = local;
+    if (s->conf->corrupt > 0 && local->n_buffers && local->buffers[0].mem == DSV4_MEM_CUDA) {
+        /* the configuration check refuses this; a host that skipped it gets the reason */
+        snprintf(err, errlen, CHAOS_SUBJECT ": corrupt copies pages through host memory, and "
+                              "this kv pool is in device memory");
+        free(p);
+        return -ENOTSUP;
+    }
     int rc = s->ops->attach(s->inner_state, local, blob, len, &p->inner, err, errlen);
     if (rc == 0 && s->conf->corrupt > 0) {
         rc = chaos_shadow(p, local);
