@@ -351,7 +351,8 @@ static int chaos_attach(void *state, const dsv4_kv_layout *local, const void *bl
         return -ENOMEM;
     }
     p->local = local;
-    if (s->conf->corrupt > 0 && local->n_buffers && local->buffers[0].mem == DSV4_MEM_CUDA) {
+    int dev;
+    if (s->conf->corrupt > 0 && dsv4_tp_layout_device(local, &dev) == 0) {
         /* the configuration check refuses this; a host that skipped it gets the reason */
         snprintf(err, errlen, CHAOS_SUBJECT ": corrupt copies pages through host memory, and "
                               "this kv pool is in device memory");

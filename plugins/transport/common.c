@@ -174,3 +174,15 @@ size_t dsv4_tp_pieces(const dsv4_kv_layout *l, const dsv4_xfer_req *req, dsv4_tp
     }
     return n;
 }
+
+int dsv4_tp_layout_device(const dsv4_kv_layout *l, int *dev_p)
+{
+    if (l->n_buffers == 0)
+        return -ENOTSUP;
+    for (uint32_t i = 0; i < l->n_buffers; i++)
+        if (l->buffers[i].mem != DSV4_MEM_CUDA ||
+            l->buffers[i].cuda_device != l->buffers[0].cuda_device)
+            return -ENOTSUP;
+    *dev_p = l->buffers[0].cuda_device;
+    return 0;
+}

@@ -76,6 +76,10 @@ typedef struct dsv4_tp_piece {
 size_t dsv4_tp_pieces(const dsv4_kv_layout *l, const dsv4_xfer_req *req, dsv4_tp_piece *out,
                       size_t cap);
 
+/* The GPU every buffer of l lives on: 0 with *dev_p, or -ENOTSUP when l has no buffers,
+ * a buffer in host memory, or buffers on two GPUs. */
+int dsv4_tp_layout_device(const dsv4_kv_layout *l, int *dev_p);
+
 /* The copy of req->runs a transfer keeps (the caller's array may go away after post). */
 dsv4_xfer_run *dsv4_tp_runs_dup(const dsv4_xfer_req *req);
 

@@ -130,19 +130,6 @@ static uint64_t nccl_now(void)
 
 /* ---- devices ------------------------------------------------------------------------------ */
 
-/* The device every buffer of l lives on: 0 with *dev_p, or -ENOTSUP. */
-static int nccl_layout_dev(const dsv4_kv_layout *l, int *dev_p)
-{
-    if (l->n_buffers == 0)
-        return -ENOTSUP;
-    for (uint32_t i = 0; i < l->n_buffers; i++)
-        if (l->buffers[i].mem != DSV4_MEM_CUDA ||
-            l->buffers[i].cuda_device != l->buffers[0].cuda_device)
-            return -ENOTSUP;
-    *dev_p = l->buffers[0].cuda_device;
-    return 0;
-}
-
 static int nccl_gpu_of(int dev, dsv4_nccl_gpu *gpu_p)
 {
     struct cudaDeviceProp prop;
@@ -159,7 +146,7 @@ static int nccl_gpu_of(int dev, dsv4_nccl_gpu *gpu_p)
 static int nccl_local(const dsv4_kv_layout *l, int *dev_p, dsv4_nccl_gpu *gpu_p, char *err,
                       size_t errlen)
 {
-    if (nccl_layout_dev(l, dev_p) != 0) {
+    if (dsv4_tp_layout_device(l, dev_p) != 0) {
         snprintf(err, errlen,
                  NCCL_SUBJECT ": the kv pool is not in device memory of one GPU (device = cuda "
                               "is needed)");

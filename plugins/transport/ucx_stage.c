@@ -54,19 +54,6 @@ static int st_errno(ucs_status_t s)
                                       : -EIO;
 }
 
-/* The GPU every buffer of l lives on: 0 with *dev_p, or -ENOTSUP. */
-static int st_layout_dev(const dsv4_kv_layout *l, int *dev_p)
-{
-    if (l->n_buffers == 0)
-        return -ENOTSUP;
-    for (uint32_t i = 0; i < l->n_buffers; i++)
-        if (l->buffers[i].mem != DSV4_MEM_CUDA ||
-            l->buffers[i].cuda_device != l->buffers[0].cuda_device)
-            return -ENOTSUP;
-    *dev_p = l->buffers[0].cuda_device;
-    return 0;
-}
-
 /* ==== receiver ======================================================================== */
 
 enum { RS_FREE, RS_RECEIVING, RS_LANDED, RS_SCATTERING };
@@ -351,7 +338,7 @@ int dsv4_ucx_stage_open(const dsv4_host *host, ucp_worker_h worker, const dsv4_k
                         size_t slot_bytes, dsv4_ucx_stage **st_p)
 {
     int dev;
-    if (st_layout_dev(l, &dev) != 0)
+    if (dsv4_tp_layout_device(l, &dev) != 0)
         return -ENOTSUP;
     dsv4_ucx_stage *st = calloc(1, sizeof(*st));
     if (!st)
@@ -581,7 +568,7 @@ int dsv4_ucx_speer_open(dsv4_ucx_sender *snd, const dsv4_kv_layout *local, const
                         const ucs_status_t *error, dsv4_ucx_speer **sp_p, char *err, size_t errlen)
 {
     int dev;
-    if (st_layout_dev(local, &dev) != 0) {
+    if (dsv4_tp_layout_device(local, &dev) != 0) {
         snprintf(err, errlen, ST_SUBJECT ": our kv pool is not in device memory of one GPU");
         return -ENOTSUP;
     }
