@@ -1,12 +1,15 @@
 /* load.c: dsv4_model_load: config.json plus the checkpoint's tensors, found under either
- * naming scheme, shape-checked and dequantised to f32 into one arena. */
+ * naming scheme, shape-checked and dequantised to f32 into one arena (in row bands, a
+ * thread per CPU). */
 #include "config.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/model/checkpoint.h"
 #include "core/model/dequant.h"
@@ -16,15 +19,63 @@
 
 #define CONFIG_MAX ((long)16 << 20)
 #define ARENA_ALIGN 64
+/* Dequantising is split into row bands over up to LOAD_THREADS threads (one per online
+ * CPU); a band has at least LOAD_BAND_ROWS rows, below which a thread costs more than it
+ * saves. */
+#define LOAD_THREADS 16
+#define LOAD_BAND_ROWS 64
 
 typedef struct loader {
     dsv4_model *m;
     dsv4_ckpt *ck;
     unsigned char *arena;
     size_t used; /* bytes handed out (or, while sizing, needed) */
+    unsigned threads; /* dequantising threads, 1..LOAD_THREADS */
     char *err;
     size_t errlen;
 } loader;
+
+typedef struct load_band {
+    const dsv4_wsrc *src;
+    uint64_t row0, n;
+    float *out;
+} load_band;
+
+static void *load_band_run(void *arg)
+{
+    const load_band *b = arg;
+    dsv4_dequant_rows(b->src, b->row0, b->n, b->out);
+    return NULL;
+}
+
+/* dsv4_dequant_rows in row bands on ld->threads threads. An element's value depends only on
+ * its own stored bytes and scale, so the bands change the time, never the values. A band
+ * whose thread cannot start runs on this one. */
+static void load_dequant(const loader *ld, const dsv4_wsrc *src, uint64_t row0, uint64_t n,
+                         float *out)
+{
+    uint64_t bands = n / LOAD_BAND_ROWS < ld->threads ? n / LOAD_BAND_ROWS : ld->threads;
+    if (bands <= 1) {
+        dsv4_dequant_rows(src, row0, n, out);
+        return;
+    }
+    load_band band[LOAD_THREADS];
+    pthread_t th[LOAD_THREADS];
+    bool started[LOAD_THREADS] = {false};
+    const uint64_t per = (n + bands - 1) / bands;
+    for (uint64_t b = 0; b < bands; b++) {
+        uint64_t r = b * per;
+        band[b] = (load_band){src, row0 + r, r + per < n ? per : n - r, out + r * src->cols};
+    }
+    for (uint64_t b = 1; b < bands; b++)
+        started[b] = pthread_create(&th[b], NULL, load_band_run, &band[b]) == 0;
+    for (uint64_t b = 0; b < bands; b++)
+        if (!started[b])
+            load_band_run(&band[b]);
+    for (uint64_t b = 1; b < bands; b++)
+        if (started[b])
+            pthread_join(th[b], NULL);
+}
 
 static void lerr(loader *ld, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void lerr(loader *ld, const char *fmt, ...)
@@ -190,7 +241,7 @@ static int load_float(loader *ld, const dsv4_tensor_desc *d, const dsv4_st_file 
         if (!shape_is(src.scale, nd, swant))
             return shape_err(ld, sf, src.scale, nd, swant);
     }
-    dsv4_dequant_rows(&src, merged ? d->hf_row0 : 0, d->rows, out);
+    load_dequant(ld, &src, merged ? d->hf_row0 : 0, d->rows, out);
     return 0;
 }
 
@@ -260,7 +311,11 @@ dsv4_model *dsv4_model_load(const char *dir, char *err, size_t errlen)
     if (!text)
         return NULL;
     dsv4_model *m = calloc(1, sizeof(*m));
-    loader ld = {.m = m, .err = err, .errlen = errlen};
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    loader ld = {.m = m,
+                 .threads = cpus < 1 ? 1 : cpus > LOAD_THREADS ? LOAD_THREADS : (unsigned)cpus,
+                 .err = err,
+                 .errlen = errlen};
     if (!m || !(m->dir = strdup(dir))) {
         snprintf(err, errlen, "%s: out of memory", dir);
         goto fail;
