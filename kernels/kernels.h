@@ -124,6 +124,9 @@ void dsv4_k_pool(const float *const *kv, const float *const *logit, size_t ns, s
 /* The k largest of s[0..n) (k <= n) into idx[0..k), best first; ties go to the lower
  * index, so the selection is deterministic. */
 void dsv4_k_topk(const float *s, uint32_t n, uint32_t k, uint32_t *idx);
+/* All of s[0..n) in dsv4_k_topk's order (its k = n) into idx[0..n), by radix sort: O(n)
+ * where the heap is O(n log n). scratch holds 3 n words. */
+void dsv4_k_rank(const float *s, uint32_t n, uint32_t *idx, uint32_t *scratch);
 
 /* ---- MoE (spec §3.8) ---------------------------------------------------------------------- */
 typedef enum dsv4_k_scoring { DSV4_K_SQRTSOFTPLUS, DSV4_K_SIGMOID, DSV4_K_SOFTMAX } dsv4_k_scoring;

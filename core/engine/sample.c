@@ -51,6 +51,9 @@ double dsv4_sample_draw(const dsv4_sample_params *p, dsv4_rng *rng)
     return dsv4_sample_greedy(p) ? 0 : dsv4_rng_uniform(rng);
 }
 
+/* Candidates from which the whole vocabulary is ranked instead of heap-selected. */
+#define SAMPLE_RANK_FROM 1024
+
 int32_t dsv4_sample(const float *logits, uint32_t n, const dsv4_sample_params *p, dsv4_rng *rng,
                     void *scratch)
 {
@@ -63,7 +66,13 @@ int32_t dsv4_sample(const float *logits, uint32_t n, const dsv4_sample_params *p
         return (int32_t)best;
     }
     uint32_t k = p->top_k && p->top_k < n ? p->top_k : n;
-    dsv4_k_topk(logits, n, k, idx);
+    /* the same order either way: the heap keeps a few candidates cheaply, the radix sort
+     * ranks a whole vocabulary in linear time (at 129280 entries on the 2-core CI box the
+     * heap alone took 36 ms, a whole top_p call with the radix sort 3.4 ms) */
+    if (k > SAMPLE_RANK_FROM)
+        dsv4_k_rank(logits, n, idx, idx + n);
+    else
+        dsv4_k_topk(logits, n, k, idx);
 
     /* probabilities of the candidates, best first, in double */
     double m = logits[idx[0]], total = 0;

@@ -30,7 +30,7 @@ bool dsv4_sample_greedy(const dsv4_sample_params *p);
 double dsv4_sample_draw(const dsv4_sample_params *p, dsv4_rng *rng);
 
 /* Scratch the sampler needs for a vocabulary of n. */
-#define DSV4_SAMPLE_SCRATCH(n) ((size_t)(n) * (sizeof(float) + sizeof(uint32_t)))
+#define DSV4_SAMPLE_SCRATCH(n) ((size_t)(n) * (sizeof(float) + 4 * sizeof(uint32_t)))
 
 /* The chosen token id. Greedy picks the highest logit (the lowest id among equals).
  * Otherwise candidates are the top_k highest logits (ties to the lower id), then the

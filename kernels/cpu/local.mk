@@ -18,7 +18,7 @@ core_libdsv4core_la_LIBADD += kernels/libdsv4cpu.la
 KERNEL_TESTS = tests/unit/t-kernels-rope-yarn-check-values tests/unit/t-kernels-hc-sinkhorn \
 	tests/unit/t-kernels-attention-sink tests/unit/t-kernels-moe-routing \
 	tests/unit/t-kernels-linear-thread-invariant tests/unit/t-kernels-fp8-row-matches-reference \
-	tests/unit/t-kernels-fp8-attention-matches-dequantised
+	tests/unit/t-kernels-fp8-attention-matches-dequantised tests/unit/t-kernels-rank-matches-topk
 check_PROGRAMS += $(KERNEL_TESTS)
 TESTS += $(KERNEL_TESTS)
 KERNEL_TEST_LIBS = tests/libtap.la kernels/libdsv4cpu.la -lm
@@ -29,3 +29,4 @@ tests_unit_t_kernels_moe_routing_LDADD = $(KERNEL_TEST_LIBS)
 tests_unit_t_kernels_linear_thread_invariant_LDADD = $(KERNEL_TEST_LIBS)
 tests_unit_t_kernels_fp8_row_matches_reference_LDADD = $(KERNEL_TEST_LIBS)
 tests_unit_t_kernels_fp8_attention_matches_dequantised_LDADD = $(KERNEL_TEST_LIBS)
+tests_unit_t_kernels_rank_matches_topk_LDADD = $(KERNEL_TEST_LIBS)

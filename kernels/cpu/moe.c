@@ -1,8 +1,9 @@
-/* moe.c: deterministic top-k, MoE routing (sqrt-softplus / sigmoid / softmax scores,
+/* moe.c: deterministic top-k and full ranking, MoE routing (sqrt-softplus / sigmoid / softmax scores,
  * bias-corrected or hash selection) and the clamped SwiGLU of the experts (spec §3.8). */
 #include "kernels/kernels.h"
 
 #include <math.h>
+#include <string.h>
 
 /* Ranking: higher score first, then the lower index. NaN ranks below everything. */
 static bool dsv4_better(const float *s, uint32_t a, uint32_t b)
@@ -52,6 +53,53 @@ void dsv4_k_topk(const float *s, uint32_t n, uint32_t k, uint32_t *idx)
         idx[0] = idx[end - 1];
         idx[end - 1] = t;
         dsv4_heap_down(s, idx, end - 1, 0);
+    }
+}
+
+/* dsv4_better's order as an ascending unsigned key: higher scores get smaller keys, -0 the
+ * key of +0, NaN the largest key (a key of all ones is only ever a NaN's bit pattern). */
+static uint32_t dsv4_rank_key(float x)
+{
+    if (isnan(x))
+        return UINT32_MAX;
+    if (x == 0)
+        x = 0; /* -0 ranks as +0 */
+    uint32_t u;
+    memcpy(&u, &x, sizeof(u));
+    uint32_t ascending = u & 0x80000000u ? ~u : u | 0x80000000u;
+    return ~ascending;
+}
+
+void dsv4_k_rank(const float *s, uint32_t n, uint32_t *idx, uint32_t *scratch)
+{
+    /* LSD radix sort, a byte a pass: each pass is stable, and the first reads the indices in
+     * ascending order, so equal keys keep the lower index first. Four passes end in (key,
+     * idx). */
+    uint32_t *key = scratch, *key2 = scratch + n, *idx2 = scratch + 2 * (size_t)n;
+    for (uint32_t i = 0; i < n; i++) {
+        key[i] = dsv4_rank_key(s[i]);
+        idx[i] = i;
+    }
+    for (unsigned shift = 0; shift < 32; shift += 8) {
+        uint32_t start[256] = {0};
+        for (uint32_t i = 0; i < n; i++)
+            start[(key[i] >> shift) & 0xff]++;
+        for (uint32_t b = 0, sum = 0; b < 256; b++) {
+            uint32_t c = start[b];
+            start[b] = sum;
+            sum += c;
+        }
+        for (uint32_t i = 0; i < n; i++) {
+            uint32_t at = start[(key[i] >> shift) & 0xff]++;
+            key2[at] = key[i];
+            idx2[at] = idx[i];
+        }
+        uint32_t *t = key;
+        key = key2;
+        key2 = t;
+        t = idx;
+        idx = idx2;
+        idx2 = t;
     }
 }
 
