@@ -33,8 +33,9 @@ const dsv4_option dsv4_core_options[] = {
     {"deterministic", DSV4_OPT_BOOL, "true", NO_RANGE, NULL,
      "batch-invariant CUDA kernels: every linear layer runs on one fixed-order tiled kernel "
      "(no cuBLAS, no split-K), so a request's logits do not depend on what else is batched "
-     "or on chunking; false lets cuBLAS pick its GEMM kernels (faster); the cpu backend "
-     "always is invariant",
+     "or on chunking; false takes the fastest kernels (tensor cores, split-K added by "
+     "atomics, cuBLAS for long f32 steps), whose logits may change with the batch, the "
+     "chunking and from run to run; the cpu backend always is invariant",
      offsetof(dsv4_core_conf, deterministic)},
     {"plugin_dir", DSV4_OPT_STRING, "", NO_RANGE, NULL,
      "directory searched for plugins after --plugin-dir and DSV4D_PLUGIN_PATH, before the "
