@@ -345,3 +345,13 @@ bool nccl_pair_end(nccl_pair *p, int status)
     return waitpid(p->pid, &ws, 0) == p->pid && WIFEXITED(ws) && WEXITSTATUS(ws) == 0 &&
            status == 0;
 }
+
+dsv4_xfer_req nccl_pair_req(const dsv4_xfer_run *runs, size_t n, bool state, uint32_t s, uint32_t d)
+{
+    return (dsv4_xfer_req){.struct_size = sizeof(dsv4_xfer_req),
+                           .runs = runs,
+                           .n_runs = n,
+                           .with_state = state,
+                           .src_state = s,
+                           .dst_state = d};
+}

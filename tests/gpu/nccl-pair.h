@@ -33,6 +33,9 @@ typedef struct nccl_pair {
     uint8_t kinds[NCCL_PAIR_MAX_BUFS];
 } nccl_pair;
 
+/* A request of n runs, with the state slot s -> d when state. */
+dsv4_xfer_req nccl_pair_req(const dsv4_xfer_run *runs, size_t n, bool state, uint32_t s,
+                            uint32_t d);
 /* CUDA devices visible, asked in a child process (so the caller can still fork). */
 int nccl_pair_gpus(void);
 /* Forks the receiver; returns in both processes with the layout of n_layers layers

@@ -37,16 +37,6 @@ static const dsv4_xfer_run r2[] = {{1, 250, 1}};
 static const dsv4_xfer_run big[] = {{0, 0, 200}};
 static const dsv4_xfer_run after[] = {{201, 201, 50}};
 
-static dsv4_xfer_req req_of(const dsv4_xfer_run *runs, size_t n, bool state, uint32_t s, uint32_t d)
-{
-    return (dsv4_xfer_req){.struct_size = sizeof(dsv4_xfer_req),
-                           .runs = runs,
-                           .n_runs = n,
-                           .with_state = state,
-                           .src_state = s,
-                           .dst_state = d};
-}
-
 /* The request's pages on one side (source or destination), in request order. */
 static uint32_t *pages_of(const dsv4_xfer_req *req, bool dst, uint32_t *n_p)
 {
@@ -234,8 +224,8 @@ int main(void)
         receiver(&p);
     nccl_pair_connect(&p);
 
-    dsv4_xfer_req reqs[3] = {req_of(r0, 2, true, 3, 5), req_of(r1, 4, false, 0, 0),
-                             req_of(r2, 1, true, 7, 0)};
+    dsv4_xfer_req reqs[3] = {nccl_pair_req(r0, 2, true, 3, 5), nccl_pair_req(r1, 4, false, 0, 0),
+                             nccl_pair_req(r2, 1, true, 7, 0)};
     const char *what[3] = {"merged runs and the state slot land in every buffer, checksums agree",
                            "scattered pages in reverse order land, checksums agree",
                            "a one-chunk request lands, checksums agree"};
@@ -245,7 +235,7 @@ int main(void)
     }
 
     /* cancelled right after its post: drains, then our pages may be reused */
-    dsv4_xfer_req a = req_of(big, 1, true, 1, 1);
+    dsv4_xfer_req a = nccl_pair_req(big, 1, true, 1, 1);
     void *x = NULL;
     double t0 = nccl_pair_now();
     int rc = p.ops->post(p.state, p.peer, &a, &x);
@@ -266,7 +256,7 @@ int main(void)
             bail_out("cudaMemset");
     nccl_pair_send(&p, 'C', "", 0);
     report(&p, "nothing lands after cancel returned 0 while the sender rewrites its pages");
-    dsv4_xfer_req next = req_of(after, 1, false, 0, 0);
+    dsv4_xfer_req next = nccl_pair_req(after, 1, false, 0, 0);
     is_int(move(&p, &next), 0, "the next request after the cancel is acknowledged");
     report(&p, "and lands, checksums agree");
 

@@ -47,16 +47,6 @@ static const dsv4_xfer_run r2[] = {{1, 250, 5}};
 static const dsv4_xfer_run big[] = {{0, 0, 200}};
 static const dsv4_xfer_run after[] = {{201, 201, 50}};
 
-static dsv4_xfer_req req_of(const dsv4_xfer_run *runs, size_t n, bool state, uint32_t s, uint32_t d)
-{
-    return (dsv4_xfer_req){.struct_size = sizeof(dsv4_xfer_req),
-                           .runs = runs,
-                           .n_runs = n,
-                           .with_state = state,
-                           .src_state = s,
-                           .dst_state = d};
-}
-
 static void receiver(nccl_pair *p)
 {
     char why[512];
@@ -133,8 +123,8 @@ int main(void)
     has_str(err, "prefill and decode use the same GPU GPU-", "and the GPU is named");
 
     nccl_pair_connect(&p);
-    dsv4_xfer_req reqs[3] = {req_of(r0, 2, true, 3, 5), req_of(r1, 4, false, 0, 0),
-                             req_of(r2, 1, true, 7, 0)};
+    dsv4_xfer_req reqs[3] = {nccl_pair_req(r0, 2, true, 3, 5), nccl_pair_req(r1, 4, false, 0, 0),
+                             nccl_pair_req(r2, 1, true, 7, 0)};
     const char *what[3] = {"merged runs and the state slot land in every buffer",
                            "scattered pages in reverse order land", "a short request lands"};
     for (int k = 0; k < 3; k++) {
@@ -148,7 +138,8 @@ int main(void)
     }
 
     /* abort: cancelled before the receiver posts (it waits 0.5 s), the connection goes */
-    dsv4_xfer_req a = req_of(big, 1, true, 1, 1), next = req_of(after, 1, false, 0, 0);
+    dsv4_xfer_req a = nccl_pair_req(big, 1, true, 1, 1),
+                  next = nccl_pair_req(after, 1, false, 0, 0);
     void *x = NULL;
     int rc = p.ops->post(p.state, p.peer, &a, &x);
     nccl_pair_send_req(&p, &a);
