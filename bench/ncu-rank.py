@@ -6,7 +6,9 @@ Reads `ncu --import REP --csv --page raw --print-units base` exports of
 bench/decode-e2e --batches B --profile` (one graph-replayed decode step per mode, fast
 first, then deterministic) and prints one markdown table per step: kernel, launches,
 time, share of the step, time-weighted SM and memory throughput (% of peak), the last
-launch's grid x block. A step starts at the forward's embedding kernel.
+launch's grid x block, and the DRAM bytes read and written when the export has
+`--metrics dram__bytes_read.sum,dram__bytes_write.sum`. A step starts at the forward's
+embedding kernel.
 
 usage: ncu-rank.py EXPORT.csv...
 """
@@ -14,7 +16,7 @@ import collections
 import csv
 import sys
 
-TOP = 14
+TOP = 24
 
 
 def num(v):
@@ -33,13 +35,16 @@ def steps_of(path):
         if 'embed' in name or not steps:
             steps.append(collections.OrderedDict())
         short = name.split('(')[0].replace('void ', '')[:60]
-        e = steps[-1].setdefault(short, {'n': 0, 't': 0.0, 'sm': 0.0, 'mem': 0.0, 'grid': ''})
+        e = steps[-1].setdefault(short, {'n': 0, 't': 0.0, 'sm': 0.0, 'mem': 0.0, 'rd': 0.0,
+                                         'wr': 0.0, 'grid': ''})
         t = num(r.get('gpu__time_duration.sum', '0'))
         e['n'] += 1
         e['t'] += t
         e['sm'] += t * num(r.get('sm__throughput.avg.pct_of_peak_sustained_elapsed', '0'))
         e['mem'] += t * num(
             r.get('gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed', '0'))
+        e['rd'] += num(r.get('dram__bytes_read.sum', '0'))
+        e['wr'] += num(r.get('dram__bytes_write.sum', '0'))
         e['grid'] = '%s x %s' % (r.get('launch__grid_size', '?'), r.get('launch__block_size', '?'))
     return steps
 
@@ -52,13 +57,15 @@ def main(paths):
             mode = ('fast', 'deterministic')[i] if i < 2 else 'step %d' % i
             print('\n### %s, %s: %d kernels, %.1f us of kernel time\n' %
                   (path, mode, sum(e['n'] for e in st.values()), total / 1e3))
-            print('| kernel | launches | us | share | SM % | mem % | last grid x block |')
-            print('|---|---:|---:|---:|---:|---:|---|')
+            print('| kernel | launches | us | share | SM % | mem % | MB read | MB written | '
+                  'GB/s | last grid x block |')
+            print('|---|---:|---:|---:|---:|---:|---:|---:|---:|---|')
             for name, e in sorted(st.items(), key=lambda kv: -kv[1]['t'])[:TOP]:
                 w = max(e['t'], 1.0)
-                print('| %s | %d | %.1f | %.0f%% | %.0f | %.0f | %s |' %
+                print('| %s | %d | %.1f | %.0f%% | %.0f | %.0f | %.2f | %.2f | %.0f | %s |' %
                       (name, e['n'], e['t'] / 1e3, 100 * e['t'] / total, e['sm'] / w,
-                       e['mem'] / w, e['grid']))
+                       e['mem'] / w, e['rd'] / 1e6, e['wr'] / 1e6, (e['rd'] + e['wr']) / w,
+                       e['grid']))
 
 
 if __name__ == '__main__':

@@ -43,6 +43,7 @@ int dsv4ctl_mkmodel(int argc, char **argv)
         {"names", required_argument, NULL, 'n'},
         {"shards", required_argument, NULL, 'S'},
         {"threads", required_argument, NULL, 't'},
+        {"layers", required_argument, NULL, 'L'},
         {"output", required_argument, NULL, 'o'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -71,6 +72,12 @@ int dsv4ctl_mkmodel(int argc, char **argv)
             if (!number("threads", optarg, 1, 16, &v))
                 return 2;
             o.threads = (unsigned)v;
+            break;
+        case 'L':
+            /* the preset's own range is checked by dsv4_mkmodel_run */
+            if (!number("layers", optarg, 1, DSV4_MAX_LAYERS, &v))
+                return 2;
+            o.layers = (unsigned)v;
             break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;

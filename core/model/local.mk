@@ -40,6 +40,6 @@ tests_unit_t_model_load_rejects_bad_checkpoint_LDADD = $(TEST_CORE_LIBS)
 check_PROGRAMS += tests/unit/t-model-loads-hf-fixtures
 TESTS += tests/unit/t-model-loads-hf-fixtures
 tests_unit_t_model_loads_hf_fixtures_LDADD = $(TEST_CORE_LIBS)
-TESTS += tests/cli/t-mkmodel-is-deterministic.sh
-EXTRA_DIST += tests/cli/t-mkmodel-is-deterministic.sh \
+TESTS += tests/cli/t-mkmodel-is-deterministic.sh tests/cli/t-mkmodel-layers-option.sh
+EXTRA_DIST += tests/cli/t-mkmodel-is-deterministic.sh tests/cli/t-mkmodel-layers-option.sh \
 	tests/fixtures/model/v4-flash-legacy-config.json

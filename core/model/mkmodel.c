@@ -100,6 +100,38 @@ int dsv4_mkmodel_preset(const char *name, dsv4_model_config *c)
     return 0;
 }
 
+/* The fewest leading layers of preset p that hold every layer kind and a top-k (not hash)
+ * MoE layer: a shortened model still runs every kind of layer. */
+static uint32_t preset_min_layers(const preset_def *p, const dsv4_model_config *c)
+{
+    unsigned seen = 0;
+    for (uint32_t l = 0; l < p->L; l++) {
+        seen |= 1u << c->layer_kind[l];
+        if (seen == 7 && l >= p->hash)
+            return l + 1;
+    }
+    return p->L;
+}
+
+/* Cut the configuration of preset p to o->layers layers. 0, or DSV4_EFORMAT with err when
+ * the count is outside what the preset allows. */
+static int preset_cut(const preset_def *p, const dsv4_mkmodel_opts *o, dsv4_model_config *c,
+                      char *err, size_t errlen)
+{
+    uint32_t lo = preset_min_layers(p, c);
+    if (!o->layers)
+        return 0;
+    if (o->layers < lo || o->layers > p->L) {
+        snprintf(err, errlen,
+                 "mkmodel: %u layers for preset %s (from %u, where sliding, CSA, HCA and "
+                 "top-k MoE layers are all present, to %u)",
+                 o->layers, p->name, lo, p->L);
+        return DSV4_EFORMAT;
+    }
+    c->n_layers = o->layers;
+    return 0;
+}
+
 /* ---- values ------------------------------------------------------------------------- */
 
 typedef enum store_fmt {
@@ -777,6 +809,8 @@ int dsv4_mkmodel_run(const dsv4_mkmodel_opts *o, const char *dir, char *err, siz
     if (gen_init(&p.g, o, &cfg, err, errlen) != 0)
         return DSV4_EFORMAT;
     dsv4_mkmodel_preset(o->preset, &cfg); /* known: gen_init checked the name */
+    if (preset_cut(preset_find(o->preset), o, &cfg, err, errlen) != 0)
+        return DSV4_EFORMAT;
     if (p.shards > cfg.n_layers) {
         snprintf(err, errlen, "mkmodel: %u shards for %u layers", p.shards, cfg.n_layers);
         return DSV4_EFORMAT;

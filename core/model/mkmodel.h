@@ -38,6 +38,11 @@ typedef struct dsv4_mkmodel_opts {
     unsigned shards;   /* 1: model.safetensors; more: an index over that many files */
     unsigned threads;  /* generator threads; 0: one per online CPU (at most 16). The bytes
                           written do not depend on it. */
+    unsigned layers;   /* 0: the preset's; else its first `layers` layers, at least the
+                          fewest that hold a sliding, a CSA, an HCA and a top-k MoE layer
+                          (dsv4_mkmodel_run refuses fewer or more than the preset has).
+                          Their tensors have the full model's bytes: a value depends only on
+                          (seed, name, index). */
 } dsv4_mkmodel_opts;
 
 /* A preset's configuration. 0, or DSV4_EFORMAT for an unknown name. */
