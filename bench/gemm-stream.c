@@ -1,13 +1,15 @@
 /* gemm-stream.c: the CUDA forward's GEMMs (kernels/cuda/model.h dsv4_cuda_linear*) on the
  * linear layers of a DeepSeek-V4-Flash layer, per weight format (f32, bf16, fp8, mxfp4),
- * mode (deterministic: the streaming kernel; fast: tensor cores for the narrow formats)
- * and row count, against the HBM read ceiling: achieved GB/s = the device bytes of the
- * weights a call reads (of the experts, those that get rows) / time per call, and the
- * FLOP rate. Calls are queued back to back and timed by the host around a sync (launch
- * gaps included, as in a decode step without a graph).
+ * mode (deterministic: tensor cores with a k split fixed by the weight's shape, the splits
+ * added in order; fast: split-K by atomics; f32 weights on the streaming kernel) and row
+ * count, against the HBM ceiling: achieved GB/s = the device bytes of the weights a call
+ * reads (of the experts, those that get rows) / time per call, and the FLOP rate. The
+ * ceiling is measured in the same run as a device-to-device copy of 1 GiB (bytes read and
+ * written / time; --bw sets one instead). Calls are queued back to back and timed by the
+ * host around a sync (launch gaps included, as in a decode step without a graph).
  *
- * usage: gemm-stream [--rows 1,8,64,256] [--iters 20] [--bw 4.3e12]
- * Prints one markdown table row per (layer, format, mode, rows). */
+ * usage: gemm-stream [--rows 1,2,4,...,256] [--iters 20] [--bw BYTES_PER_S]
+ * Prints the ceiling, then one markdown table row per (layer, format, mode, rows). */
 #include "config.h"
 
 #include <getopt.h>
@@ -20,6 +22,7 @@
 #include "kernels/cuda/model.h"
 
 #define MAX_ROWS_LIST 16
+#define COPY_BYTES ((size_t)1 << 30)
 
 /* One linear layer of a Flash layer: mats [out][in]; grouped: rows spread over the
  * matrices as top-6-of-8 routing spreads them (6 rows per token). */
@@ -46,11 +49,36 @@ static void die(const char *what)
     exit(1);
 }
 
+/* Bytes read and written per second by device-to-device copies of COPY_BYTES. */
+static double copy_rate(void *stream)
+{
+    uint8_t *a = dsv4_cuda_alloc(COPY_BYTES), *b = dsv4_cuda_alloc(COPY_BYTES);
+    if (!a || !b)
+        die("out of memory (copy ceiling)");
+    double t0 = 0;
+    for (int it = -2; it < 10; it++) {
+        if (it == 0) {
+            if (dsv4_cuda_sync(stream) != 0)
+                die("copy failed");
+            t0 = (double)bench_now_ns() * 1e-9;
+        }
+        if (dsv4_cuda_copy(it % 2 ? a : b, it % 2 ? b : a, COPY_BYTES, stream) != 0)
+            die("copy failed");
+    }
+    if (dsv4_cuda_sync(stream) != 0)
+        die("copy failed");
+    double dt = ((double)bench_now_ns() * 1e-9 - t0) / 10;
+    dsv4_cuda_free(a);
+    dsv4_cuda_free(b);
+    return 2.0 * COPY_BYTES / dt;
+}
+
 int main(int argc, char **argv)
 {
-    const char *rows_list = "1,8,64,256";
+    const char *rows_list = "1,2,4,8,16,32,64,128,256";
     int iters = 20;
-    double bw = 4.3e12;
+    double bw = 0;
+    bool bw_set = false;
     static const struct option opts[] = {{"rows", required_argument, NULL, 'r'},
                                          {"iters", required_argument, NULL, 'i'},
                                          {"bw", required_argument, NULL, 'w'},
@@ -59,7 +87,7 @@ int main(int argc, char **argv)
         switch (ch) {
         case 'r': rows_list = optarg; break;
         case 'i': iters = atoi(optarg); break;
-        case 'w': bw = atof(optarg); break;
+        case 'w': bw = atof(optarg), bw_set = true; break;
         default: return 2;
         }
     }
@@ -107,6 +135,10 @@ int main(int argc, char **argv)
     if (dsv4_cuda_copy(x_dev, x, (size_t)max_rows * 6 * in_max * sizeof(float), stream) != 0)
         die("copy failed");
     fprintf(stderr, "gemm-stream: %s\n", name);
+    if (bw == 0)
+        bw = copy_rate(stream);
+    printf("HBM ceiling: %.0f GB/s (%s)\n\n", bw / 1e9,
+           bw_set ? "--bw" : "device copy of 1 GiB, bytes read + written / time");
     printf("| layer | format | mode | rows | us/call | weight GB/s | of %.2f TB/s | TFLOP/s |\n",
            bw / 1e12);
     printf("|---|---|---|---:|---:|---:|---:|---:|\n");

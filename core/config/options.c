@@ -31,9 +31,11 @@ const dsv4_option dsv4_core_options[] = {
      "CPU worker threads for the cpu backend; 0 uses one per online core",
      offsetof(dsv4_core_conf, threads)},
     {"deterministic", DSV4_OPT_BOOL, "true", NO_RANGE, NULL,
-     "batch-invariant CUDA kernels: every linear layer runs on one fixed-order tiled kernel "
-     "(no cuBLAS, no split-K), so a request's logits do not depend on what else is batched "
-     "or on chunking; false takes the fastest kernels (tensor cores, split-K added by "
+     "batch-invariant CUDA kernels: each output of a linear layer is summed in an order "
+     "fixed by the weight's shape alone (tensor cores with a k split chosen from the shape, "
+     "the splits added in order; f32 weights on a fixed-order streaming kernel; no cuBLAS, "
+     "no atomics), so a request's logits do not depend on what else is batched or on "
+     "chunking, nor on the run; false takes the fastest kernels (tensor cores, split-K added by "
      "atomics, cuBLAS for long f32 steps), whose logits may change with the batch, the "
      "chunking and from run to run; the cpu backend always is invariant",
      offsetof(dsv4_core_conf, deterministic)},

@@ -93,17 +93,22 @@ int dsv4_cuda_weight_pack(const float *src_dev, size_t mats, size_t out, size_t 
                           void *stream, bool *exact_p);
 
 typedef struct dsv4_cuda_blas dsv4_cuda_blas;
-/* A cuBLAS handle on stream; deterministic selects the batch-invariant kernel for every
- * linear layer. NULL when cuBLAS cannot start. */
+/* A cuBLAS handle on stream; deterministic selects the batch-invariant kernels for every
+ * linear layer (and a 65 MiB workspace for their k splits). NULL when cuBLAS or the
+ * workspace cannot be had. */
 dsv4_cuda_blas *dsv4_cuda_blas_new(void *stream, bool deterministic);
 void dsv4_cuda_blas_free(dsv4_cuda_blas *blas);
 /* Y[t][o] = sum_i W[o][i] X[t][i] for t < n, o < out (strides in elements), W dequantised
- * in registers. Deterministic mode always takes the streaming kernel: each output summed
- * in one order fixed by `in` alone, so the same bits whatever the row count and the
- * weight's format (batch-invariant by construction). Fast mode takes it for one-row
- * steps and f32 steps of up to DSV4_CUDA_GEMM_STREAM_ROWS rows; longer f32 steps go to
- * cuBLAS, BF16 / FP8 / MXFP4 steps of more rows (K % 64 == 0) to tensor cores, inputs
- * split into two bf16 (within ~1e-5 of the f32 sums). */
+ * in registers. BF16 / FP8 / MXFP4 weights with K % 64 == 0 and 16-byte aligned rows run
+ * on tensor cores, inputs split into two bf16 (within ~1e-5 of the f32 sums); the rest
+ * (f32 weights) on the streaming kernel, each output summed in one order fixed by `in`
+ * alone. Deterministic mode takes the tensor cores at every row count with a k split
+ * fixed by the weight's shape, the splits added in split order: an output's bits depend
+ * on its weight row and input row only, whatever the row count, the grouping or the run
+ * (batch-invariant by construction). Fast mode takes them from two rows a group, k split
+ * by the grid and added by atomics (bits may change with the rows and between runs), the
+ * streaming kernel for one-row steps and f32 steps of up to DSV4_CUDA_GEMM_STREAM_ROWS
+ * rows, cuBLAS for longer f32 steps. */
 #define DSV4_CUDA_GEMM_STREAM_ROWS 256
 int dsv4_cuda_linear(dsv4_cuda_blas *blas, const dsv4_cuda_weight *w, size_t out, size_t in,
                      const float *x_dev, size_t x_stride, size_t n, float *y_dev, size_t y_stride);
@@ -114,8 +119,9 @@ int dsv4_cuda_linear_batched(dsv4_cuda_blas *blas, const dsv4_cuda_weight *w, si
                              const float *x_dev, size_t x_stride, size_t x_batch, size_t n,
                              float *y_dev, size_t y_stride, size_t y_batch, uint32_t batch);
 /* The same for groups: rows [off[g], off[g + 1]) of X use matrix g of w, g < groups.
- * off_dev has groups + 1 entries; max_rows bounds every group's row count. Always the
- * streaming kernel (the row counts live on the device). */
+ * off_dev has groups + 1 entries (off[0] = 0); max_rows >= off[groups], the rows of all
+ * groups together (the tensor cores' row windows cover rows below it). Never cuBLAS (the
+ * row counts live on the device). */
 int dsv4_cuda_linear_grouped(dsv4_cuda_blas *blas, const dsv4_cuda_weight *w, size_t out, size_t in,
                              const float *x_dev, size_t x_stride, const uint32_t *off_dev,
                              uint32_t groups, uint32_t max_rows, float *y_dev, size_t y_stride);

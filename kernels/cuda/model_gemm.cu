@@ -1,6 +1,6 @@
 /* model_gemm.cu: the linear layers of the CUDA forward (model.h): weights stored in the
- * checkpoint's formats (F32, BF16, block-scaled FP8, MXFP4) and the streaming GEMM that
- * dequantises them in registers.
+ * checkpoint's formats (F32, BF16, block-scaled FP8, MXFP4) and the GEMMs that dequantise
+ * them in registers: a streaming kernel on CUDA cores and a tensor-core kernel.
  *
  * The streaming kernel: a warp owns OW outputs and walks the input in chunks of
  * GEMM_CHUNK = 512, lane j taking the GEMM_SLICE = 16 consecutive inputs 16 j .. 16 j + 15
@@ -16,10 +16,13 @@
  * A one-row warp (batch 1) takes four outputs of a wide layer and loads chunks ahead, 128
  * bytes a lane in flight whatever the format.
  *
- * Fast mode runs BF16, FP8 and MXFP4 weights on tensor cores when a group has more than
- * one row (below), and hands long steps (prefill) of f32 weights to cuBLAS (fp32 SGEMM,
- * pedantic math), which picks its kernel, tile and split-K by the problem size: in fast
- * mode a token's output may change with the number of tokens in the step.
+ * BF16, FP8 and MXFP4 weights run on tensor cores (below): in deterministic mode at every
+ * row count, with a k split fixed by the weight's shape and the splits added in order
+ * (batch-invariant by construction, like the streaming kernel, though not its bits); in
+ * fast mode when a group has more than one row, split-K by the grid with atomics. Fast
+ * mode hands long steps (prefill) of f32 weights to cuBLAS (fp32 SGEMM, pedantic math),
+ * which picks its kernel, tile and split-K by the problem size: in fast mode a token's
+ * output may change with the number of tokens in the step.
  */
 #include "kernels/cuda/model.h"
 #include "kernels/cuda/status.cuh"
@@ -40,11 +43,18 @@
 /* cuBLAS's workspace, given to it once (the size NVIDIA recommends for Hopper), so a step
  * captured into a CUDA graph never makes cuBLAS allocate one while capturing */
 #define BLAS_WORKSPACE (32u << 20)
+/* the deterministic tensor-core splits' sums (floats, 64 MiB): a step with more rows than
+ * it holds runs in windows of rows, each window's splits added before the next starts */
+#define MMA_PART_FLOATS ((size_t)16 << 20)
+/* the counters of the tiles whose splits are done (a window has at most this many tiles) */
+#define MMA_CTRS ((size_t)1 << 18)
 
 struct dsv4_cuda_blas {
     cublasHandle_t handle;
     cudaStream_t stream;
     void *workspace;
+    float *part;   /* deterministic mode: the tensor-core splits' sums (MMA_PART_FLOATS) */
+    uint32_t *ctr; /* and their per-tile counts (MMA_CTRS, zero between launches) */
     bool deterministic;
 };
 
@@ -64,7 +74,11 @@ dsv4_cuda_blas *dsv4_cuda_blas_new(void *stream, bool deterministic)
     if (cublasSetStream(b->handle, b->stream) != CUBLAS_STATUS_SUCCESS ||
         cublasSetMathMode(b->handle, CUBLAS_PEDANTIC_MATH) != CUBLAS_STATUS_SUCCESS ||
         cudaMalloc(&b->workspace, BLAS_WORKSPACE) != cudaSuccess ||
-        cublasSetWorkspace(b->handle, b->workspace, BLAS_WORKSPACE) != CUBLAS_STATUS_SUCCESS) {
+        cublasSetWorkspace(b->handle, b->workspace, BLAS_WORKSPACE) != CUBLAS_STATUS_SUCCESS ||
+        (deterministic &&
+         (cudaMalloc((void **)&b->part, MMA_PART_FLOATS * sizeof(float)) != cudaSuccess ||
+          cudaMalloc((void **)&b->ctr, MMA_CTRS * sizeof(uint32_t)) != cudaSuccess ||
+          cudaMemset(b->ctr, 0, MMA_CTRS * sizeof(uint32_t)) != cudaSuccess))) {
         dsv4_cuda_blas_free(b);
         return NULL;
     }
@@ -77,6 +91,8 @@ void dsv4_cuda_blas_free(dsv4_cuda_blas *b)
         return;
     cublasDestroy(b->handle);
     cudaFree(b->workspace);
+    cudaFree(b->part);
+    cudaFree(b->ctr);
     free(b);
 }
 
@@ -360,24 +376,40 @@ static int dsv4_gemm_format(cudaStream_t st, dsv4_wdev W, size_t out, size_t in,
                                     ys, yz, vec);
 }
 
-/* ---- fast mode: tensor cores --------------------------------------------------------------
+/* ---- tensor cores --------------------------------------------------------------------------
  *
  * For BF16, FP8 and MXFP4 weights, whose values are all exact in bf16 (an E4M3 or E2M1 code
- * times a power of two has at most 4 significant bits), fast mode runs mma.sync m16n8k16
- * bf16 with f32 accumulation: the weight exactly, each input as the sum of two bf16 (hi +
- * lo, 16 significant bits), two MMAs per tile, so a product is off the f32 one by about
- * 2^-17 of the input. A warp owns 16 outputs; a block of GEMM_WARPS warps shares a tile of
- * MMA_TOK rows x MMA_KB inputs staged in shared memory as hi/lo pairs. A launch with few
- * outputs splits k over blocks that add their partial sums with atomics, so fast mode's
- * bits may differ from run to run (deterministic mode never comes here).
+ * times a power of two has at most 4 significant bits), mma.sync m16n8k16 bf16 with f32
+ * accumulation: the weight exactly, each input as the sum of two bf16 (hi + lo, 16
+ * significant bits), two MMAs per tile, so a product is off the f32 one by about 2^-17 of
+ * the input. A warp owns 16 outputs; a block of GEMM_WARPS warps shares a tile of MMA_TOK
+ * rows x MMA_KB inputs staged in shared memory as hi/lo pairs, or, for a tile of at most 8
+ * rows, each thread splits the inputs of its own fragment (no staging, no barriers).
  * Thread (g = lane / 4, t = lane % 4) reads the 16 consecutive inputs 16 t .. 16 t + 15 of
  * its weight rows g and g + 8 per k block (one 16-byte FP8 load) and feeds inputs
  * 16 t + 4 j .. + 3 to MMA j as its fragment's k slots 2t, 2t+1, 2t+8, 2t+9; its B
- * fragment maps the same slots to the same inputs, so the dot products are unchanged. */
+ * fragment maps the same slots to the same inputs, so the dot products are unchanged.
+ *
+ * Batch invariance: an MMA's output element depends only on its weight row, its input row
+ * and its accumulator, so an output's bits are fixed by the sequence of MMAs that build it:
+ * the k blocks of its k split in ascending order, hi then lo. Deterministic mode takes the
+ * split from the weight's shape alone (dsv4_mma_ksplit), writes each split's sums to the
+ * workspace, and the block that completes a tile's last split adds them in split order;
+ * the row count, the rows' tiling, the grid and the group sizes never enter, and it runs
+ * every row count, one row included (a step of up to 8 rows takes a kernel without the
+ * staged path, whose MMAs are the same). Fast mode splits k by the grid instead (its row
+ * tiles) and adds the splits with atomics, so its bits may change with the row count and
+ * from run to run. */
 #define MMA_KB 64  /* inputs per k block */
 #define MMA_TOK 64 /* rows per pass (8 n tiles of 8) */
 /* blocks a launch should have (two per SM of an H100 or H200) before it splits k */
 #define MMA_BLOCKS_WANTED 264
+/* k blocks a split takes at least (a shorter one spends its time filling its pipeline,
+ * and each split is a load a tile's last block waits for when it adds them) */
+#define MMA_SPLIT_KB 8
+/* matrices of a grouped weight a one-row step is taken to run (the experts a token routes
+ * to: DeepSeek-V4 takes 6) */
+#define MMA_GROUPS_RUN 8
 
 __device__ static inline uint32_t dsv4_bf16x2(float lo, float hi)
 {
@@ -385,19 +417,29 @@ __device__ static inline uint32_t dsv4_bf16x2(float lo, float hi)
     return *(uint32_t *)&v;
 }
 
-/* The 16 weights of row o at inputs k .. k + 15 as 8 bf16 pairs (exact). */
-template <int F>
-__device__ static inline void dsv4_mma_wrow(dsv4_wdev W, size_t g, size_t o, size_t out, size_t in,
-                                            size_t k, uint32_t (&a)[8])
+/* Four inputs as bf16 pairs: hi[0..1], hi[2..3], lo[0..1], lo[2..3] (hi + lo = v to 16
+ * significant bits). */
+__device__ static inline uint4 dsv4_mma_split(float4 v)
 {
-    if (F == DSV4_CUDA_W_BF16) {
-        const uint4 *p = (const uint4 *)((const uint16_t *)W.data + (g * out + o) * in + k);
-        uint4 q0 = __ldg(p), q1 = __ldg(p + 1);
-        a[0] = q0.x, a[1] = q0.y, a[2] = q0.z, a[3] = q0.w;
-        a[4] = q1.x, a[5] = q1.y, a[6] = q1.z, a[7] = q1.w;
+    float h[4] = {v.x, v.y, v.z, v.w}, l[4];
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        float hb = __bfloat162float(__float2bfloat16_rn(h[e]));
+        l[e] = h[e] - hb;
+        h[e] = hb;
+    }
+    return make_uint4(dsv4_bf16x2(h[0], h[1]), dsv4_bf16x2(h[2], h[3]), dsv4_bf16x2(l[0], l[1]),
+                      dsv4_bf16x2(l[2], l[3]));
+}
+
+/* The 16 weights of a row that dsv4_wq_load read raw, as 8 bf16 pairs (exact). */
+template <int F> __device__ static inline void dsv4_mma_pairs(const dsv4_wq<F> &r, uint32_t (&a)[8])
+{
+    if constexpr (F == DSV4_CUDA_W_BF16) {
+#pragma unroll
+        for (uint32_t i = 0; i < 8; i++)
+            a[i] = r.u[i];
     } else {
-        dsv4_wq<F> r;
-        dsv4_wq_load<F>(W, g, o, out, in, k, r);
 #pragma unroll
         for (uint32_t q = 0; q < 4; q++) {
             float w[4];
@@ -415,6 +457,15 @@ __device__ static inline void dsv4_mma(float (&c)[4], uint32_t a0, uint32_t a1, 
                  "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* The four MMA_KB / 16 steps of one k block on one n tile: weights wa (row g), wb (row
+ * g + 8), inputs b[j] for MMA j; hi then lo. Every path runs this sequence. */
+__device__ static inline void dsv4_mma_kblock(float (&c)[4], const uint32_t (&wa)[8],
+                                              const uint32_t (&wb)[8], uint32_t j, uint4 b)
+{
+    dsv4_mma(c, wa[2 * j], wb[2 * j], wa[2 * j + 1], wb[2 * j + 1], b.x, b.y);
+    dsv4_mma(c, wa[2 * j], wb[2 * j], wa[2 * j + 1], wb[2 * j + 1], b.z, b.w);
 }
 
 /* Where record c (inputs 4c .. 4c + 3) of tile row r sits in its shared-memory row: the
@@ -442,98 +493,237 @@ __device__ static inline void dsv4_mma_xload(const float *__restrict__ x, size_t
     }
 }
 
-/* As dsv4_gemm_kernel (same grid roles, GEMM_WARPS * 16 outputs a block); in % MMA_KB == 0
- * and 16-byte aligned rows. With ksplit > 1, block x takes k blocks of split x % ksplit
- * (row tiles by x / ksplit) and adds its partial sums to Y, zeroed before: a layer with
- * few outputs still spreads over the GPU. */
+/* The rows a tensor-core launch covers and where its sums go. */
+struct dsv4_mma_rows {
+    const uint32_t *off; /* grouped: group g's rows [off[g], off[g + 1]); NULL: dense, batched */
+    uint32_t w0, w1;     /* the rows of this launch (grouped: of all groups together) */
+    uint32_t ksplit;
+    float *part;   /* ksplit > 1: each split's sums, [split][problem][w1 - w0][out]; NULL: added
+                      to Y (zeroed before) with atomics */
+    uint32_t *ctr; /* with part: per row tile [group][output tile][(w1 - w0) / MMA_TOK], the
+                      splits done (0 between launches) */
+};
+
+/* Walk k blocks kbeg .. kend of weight rows oa and ob (this thread's 16 inputs of each),
+ * calling body(k0, wa, wb) per block in ascending order with the block's weights as bf16
+ * pairs. The weights are loaded raw D blocks ahead and decoded when their block comes. */
+template <int F, uint32_t D, typename Body>
+__device__ static inline void dsv4_mma_walk(dsv4_wdev W, size_t g, size_t oa, size_t ob, size_t out,
+                                            size_t in, size_t kbeg, size_t kend, Body body)
+{
+    size_t t16 = 16 * (threadIdx.x % 4);
+    dsv4_wq<F> ra[D], rb[D];
+#pragma unroll
+    for (uint32_t u = 0; u < D; u++)
+        if (kbeg + u * MMA_KB < kend) {
+            dsv4_wq_load<F>(W, g, oa, out, in, kbeg + u * MMA_KB + t16, ra[u]);
+            dsv4_wq_load<F>(W, g, ob, out, in, kbeg + u * MMA_KB + t16, rb[u]);
+        }
+    for (size_t k0 = kbeg; k0 < kend; k0 += D * MMA_KB)
+#pragma unroll
+        for (uint32_t u = 0; u < D; u++) {
+            size_t kb = k0 + u * MMA_KB;
+            if (kb >= kend)
+                break;
+            uint32_t wa[8], wb[8];
+            dsv4_mma_pairs<F>(ra[u], wa);
+            dsv4_mma_pairs<F>(rb[u], wb);
+            if (kb + D * MMA_KB < kend) {
+                dsv4_wq_load<F>(W, g, oa, out, in, kb + D * MMA_KB + t16, ra[u]);
+                dsv4_wq_load<F>(W, g, ob, out, in, kb + D * MMA_KB + t16, rb[u]);
+            }
+            body(kb, wa, wb);
+        }
+}
+
+/* Stage records xr (dsv4_mma_xload's) into xt as hi/lo pairs. */
+__device__ static inline void dsv4_mma_stage(const float4 (&xr)[MMA_XREC], uint4 (*xt)[MMA_KB / 4])
+{
+#pragma unroll
+    for (uint32_t i = 0; i < MMA_XREC; i++) {
+        uint32_t rec = threadIdx.x + i * GEMM_WARPS * 32, r = rec / (MMA_KB / 4);
+        xt[r][dsv4_mma_col(r, rec % (MMA_KB / 4))] = dsv4_mma_split(xr[i]);
+    }
+}
+
+/* acc += the tile of rows tr .. tr + nr (nr > 8) over k blocks kbeg .. kend, the inputs
+ * staged through xt[2] (every warp of the block takes part: barriers). Block i computes
+ * from xt[i % 2] while block i + 1 is staged into the other and block i + 2's inputs
+ * load: one barrier a block. */
 template <int F>
+__device__ static inline void
+dsv4_mma_tile(dsv4_wdev W, size_t g, size_t oa, size_t ob, size_t out, size_t in,
+              const float *__restrict__ x, size_t xs, uint32_t tr, uint32_t nr, size_t kbeg,
+              size_t kend, uint4 (*xt)[MMA_TOK][MMA_KB / 4], float (&acc)[MMA_TOK / 8][4])
+{
+    uint32_t gi = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+    float4 xr[MMA_XREC];
+    dsv4_mma_xload(x, xs, tr, nr, kbeg, xr);
+    dsv4_mma_stage(xr, xt[0]);
+    if (kbeg + MMA_KB < kend)
+        dsv4_mma_xload(x, xs, tr, nr, kbeg + MMA_KB, xr);
+    __syncthreads();
+    /* weights one k block ahead: the tile's sums take the registers for more */
+    dsv4_mma_walk<F, 1>(W, g, oa, ob, out, in, kbeg, kend,
+                        [&](size_t k0, const uint32_t(&wa)[8], const uint32_t(&wb)[8]) {
+                            uint32_t cur = (uint32_t)((k0 - kbeg) / MMA_KB) & 1u;
+#pragma unroll
+                            for (uint32_t j = 0; j < MMA_KB / 16; j++)
+#pragma unroll
+                                for (uint32_t n = 0; n < MMA_TOK / 8; n++)
+                                    if (n * 8 < nr)
+                                        dsv4_mma_kblock(
+                                            acc[n], wa, wb, j,
+                                            xt[cur][n * 8 + gi][dsv4_mma_col(gi, 4 * t + j)]);
+                            if (k0 + MMA_KB < kend) {
+                                dsv4_mma_stage(xr, xt[cur ^ 1u]);
+                                if (k0 + 2 * MMA_KB < kend)
+                                    dsv4_mma_xload(x, xs, tr, nr, k0 + 2 * MMA_KB, xr);
+                            }
+                            __syncthreads();
+                        });
+}
+
+/* c += the tile of rows tr .. tr + nr (nr <= 8: one n tile) over k blocks kbeg .. kend,
+ * each thread reading and splitting its fragment's inputs itself (no barriers), the
+ * weights D k blocks ahead. */
+template <int F, uint32_t D>
+__device__ static inline void dsv4_mma_tile_few(dsv4_wdev W, size_t g, size_t oa, size_t ob,
+                                                size_t out, size_t in, const float *__restrict__ x,
+                                                size_t xs, uint32_t tr, uint32_t nr, size_t kbeg,
+                                                size_t kend, float (&c)[4])
+{
+    uint32_t gi = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+    const float4 *xp = gi < nr ? (const float4 *)(x + (size_t)(tr + gi) * xs + 16 * t) : NULL;
+    float4 xn[4];
+#pragma unroll
+    for (uint32_t j = 0; j < 4; j++)
+        xn[j] = xp ? __ldg(xp + kbeg / 4 + j) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    dsv4_mma_walk<F, D>(W, g, oa, ob, out, in, kbeg, kend,
+                        [&](size_t k0, const uint32_t(&wa)[8], const uint32_t(&wb)[8]) {
+                            float4 xa[4];
+#pragma unroll
+                            for (uint32_t j = 0; j < 4; j++)
+                                xa[j] = xn[j];
+                            if (xp && k0 + MMA_KB < kend)
+#pragma unroll
+                                for (uint32_t j = 0; j < 4; j++)
+                                    xn[j] = __ldg(xp + (k0 + MMA_KB) / 4 + j);
+#pragma unroll
+                            for (uint32_t j = 0; j < MMA_KB / 16; j++)
+                                dsv4_mma_kblock(c, wa, wb, j, dsv4_mma_split(xa[j]));
+                        });
+}
+
+/* fn(output, row in the tile, sum) for each of this thread's sums in acc's first NT n
+ * tiles: acc[n][e] is row n * 8 + 2 t + (e & 1), output o0 + g (+ 8 from e = 2). */
+template <uint32_t NT, typename Fn>
+__device__ static inline void dsv4_mma_each(float (&acc)[MMA_TOK / 8][4], size_t o0, size_t out,
+                                            uint32_t nr, Fn fn)
+{
+    uint32_t gi = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+#pragma unroll
+    for (uint32_t n = 0; n < NT; n++)
+#pragma unroll
+        for (uint32_t e = 0; e < 4; e++) {
+            size_t o = o0 + gi + (e >= 2 ? 8 : 0);
+            uint32_t r = n * 8 + 2 * t + (e & 1);
+            if (o < out && r < nr)
+                fn(o, r, acc[n][e]);
+        }
+}
+
+/* As dsv4_gemm_kernel (groups on z, GEMM_WARPS * 16 outputs a block on y), rows per R; in %
+ * MMA_KB == 0 and 16-byte aligned rows. Block x takes the k blocks of split x % ksplit and
+ * row tiles x / ksplit, x / ksplit + gridDim.x / ksplit, ... of its group's rows. With a
+ * workspace, the block that finishes a tile's last split adds the splits' sums in split
+ * order (which block that is does not matter). FEW: no tile has more than 8 rows (the
+ * staged path compiled out, its registers free for loads in flight); the bits are the same
+ * either way. */
+template <int F, bool FEW>
 __global__ static void __launch_bounds__(GEMM_WARPS * 32, 2)
     dsv4_mma_kernel(dsv4_wdev W, size_t out, size_t in, const float *__restrict__ x, size_t xs,
-                    size_t xz, const uint32_t *__restrict__ off, uint32_t n_dense,
-                    float *__restrict__ y, size_t ys, size_t yz, uint32_t ksplit)
+                    size_t xz, dsv4_mma_rows R, float *__restrict__ y, size_t ys, size_t yz)
 {
-    /* [row][input group of 4]: hi[4] then lo[4] as bf16 (16 bytes) */
-    __shared__ uint4 xt[MMA_TOK][MMA_KB / 4];
+    /* two input tiles, [row][input group of 4]: hi[4] then lo[4] as bf16 (16 bytes) */
+    __shared__ uint4 xt[2][MMA_TOK][MMA_KB / 4];
+    __shared__ bool last;
     dsv4_w_e2m1_table<F>();
     if (F == DSV4_CUDA_W_FP4)
         __syncthreads();
-    uint32_t g = blockIdx.z, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    uint32_t gi = lane / 4, t = lane % 4;
-    uint32_t r0 = off ? off[g] : 0, rows = off ? off[g + 1] - off[g] : n_dense;
-    size_t o0 = ((size_t)blockIdx.y * GEMM_WARPS + warp) * 16;
+    uint32_t g = blockIdx.z, gi = threadIdx.x % 32 / 4;
+    uint32_t lo = R.w0, hi = R.w1;
+    if (R.off) {
+        lo = R.off[g] > lo ? R.off[g] : lo;
+        hi = R.off[g + 1] < hi ? R.off[g + 1] : hi;
+    } else {
+        x += (size_t)g * xz;
+        y += (size_t)g * yz;
+    }
+    size_t o0 = ((size_t)blockIdx.y * GEMM_WARPS + threadIdx.x / 32) * 16;
     /* every warp stays for the barriers; one past the outputs reads a valid row */
     size_t oa = o0 + gi < out ? o0 + gi : out - 1, ob = o0 + gi + 8 < out ? o0 + gi + 8 : out - 1;
-    x += off ? (size_t)r0 * xs : (size_t)g * xz;
-    y += off ? (size_t)r0 * ys : (size_t)g * yz;
-    size_t kbs = in / MMA_KB, ks = blockIdx.x % ksplit;
-    size_t kbeg = ks * kbs / ksplit * MMA_KB, kend = (ks + 1) * kbs / ksplit * MMA_KB;
-    for (uint32_t tr = blockIdx.x / ksplit * MMA_TOK; tr < rows;
-         tr += gridDim.x / ksplit * MMA_TOK) {
-        uint32_t nr = rows - tr < MMA_TOK ? rows - tr : MMA_TOK;
+    size_t kbs = in / MMA_KB, ks = blockIdx.x % R.ksplit;
+    size_t kbeg = ks * kbs / R.ksplit * MMA_KB, kend = (ks + 1) * kbs / R.ksplit * MMA_KB;
+    /* split s's sums of problem g (batched) or of every group's rows: part + s * pstride */
+    size_t wn = R.w1 - R.w0, pstride = (size_t)(R.off ? 1 : gridDim.z) * wn * out;
+    float *part = R.part ? R.part + (R.off ? 0 : (size_t)g * wn * out) : NULL;
+    constexpr uint32_t NT = FEW ? 1 : MMA_TOK / 8; /* n tiles a tile can have */
+    /* FEW: the weights 64 bytes a row ahead (96 for FP8, 64 for MXFP4), as a step of a few
+     * rows needs to stream; one k block ahead beside the staged path's registers */
+    constexpr uint32_t FEW_AHEAD = F == DSV4_CUDA_W_BF16 ? 2 : F == DSV4_CUDA_W_FP8 ? 6 : 8;
+    for (uint32_t tr = lo + blockIdx.x / R.ksplit * MMA_TOK; tr < hi;
+         tr += gridDim.x / R.ksplit * MMA_TOK) {
+        uint32_t nr = hi - tr < MMA_TOK ? hi - tr : MMA_TOK;
         float acc[MMA_TOK / 8][4];
 #pragma unroll
         for (int n = 0; n < MMA_TOK / 8; n++)
             acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
-        /* this k block's weights in wa / wb and inputs in xr, the next block's loading
-         * into na / nb and xr while this one computes */
-        uint32_t wa[8], wb[8], na[8], nb[8];
-        float4 xr[MMA_XREC];
-        dsv4_mma_wrow<F>(W, g, oa, out, in, kbeg + 16 * t, na);
-        dsv4_mma_wrow<F>(W, g, ob, out, in, kbeg + 16 * t, nb);
-        dsv4_mma_xload(x, xs, tr, nr, kbeg, xr);
-        for (size_t k0 = kbeg; k0 < kend; k0 += MMA_KB) {
-#pragma unroll
-            for (int i = 0; i < 8; i++)
-                wa[i] = na[i], wb[i] = nb[i];
-            if (k0 + MMA_KB < kend) {
-                dsv4_mma_wrow<F>(W, g, oa, out, in, k0 + MMA_KB + 16 * t, na);
-                dsv4_mma_wrow<F>(W, g, ob, out, in, k0 + MMA_KB + 16 * t, nb);
-            }
-            __syncthreads(); /* the last tile's readers are done */
-#pragma unroll
-            for (uint32_t i = 0; i < MMA_XREC; i++) {
-                uint32_t rec = threadIdx.x + i * GEMM_WARPS * 32;
-                float h[4] = {xr[i].x, xr[i].y, xr[i].z, xr[i].w}, l[4];
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    float hb = __bfloat162float(__float2bfloat16_rn(h[e]));
-                    l[e] = h[e] - hb;
-                    h[e] = hb;
-                }
-                xt[rec / (MMA_KB / 4)][dsv4_mma_col(rec / (MMA_KB / 4), rec % (MMA_KB / 4))] =
-                    make_uint4(dsv4_bf16x2(h[0], h[1]), dsv4_bf16x2(h[2], h[3]),
-                               dsv4_bf16x2(l[0], l[1]), dsv4_bf16x2(l[2], l[3]));
-            }
-            if (k0 + MMA_KB < kend)
-                dsv4_mma_xload(x, xs, tr, nr, k0 + MMA_KB, xr);
-            __syncthreads();
-#pragma unroll
-            for (uint32_t j = 0; j < MMA_KB / 16; j++) {
-                uint32_t a0 = wa[2 * j], a1 = wb[2 * j], a2 = wa[2 * j + 1], a3 = wb[2 * j + 1];
-#pragma unroll
-                for (uint32_t n = 0; n < MMA_TOK / 8; n++)
-                    if (n * 8 < nr) {
-                        uint4 b = xt[n * 8 + gi][dsv4_mma_col(gi, 4 * t + j)];
-                        dsv4_mma(acc[n], a0, a1, a2, a3, b.x, b.y);
-                        dsv4_mma(acc[n], a0, a1, a2, a3, b.z, b.w);
-                    }
-            }
+        /* nr is the same for the whole block: the barriers of the staged path are safe */
+        if (FEW)
+            dsv4_mma_tile_few<F, FEW_AHEAD>(W, g, oa, ob, out, in, x, xs, tr, nr, kbeg, kend,
+                                            acc[0]);
+        else if (nr <= 8)
+            dsv4_mma_tile_few<F, 1>(W, g, oa, ob, out, in, x, xs, tr, nr, kbeg, kend, acc[0]);
+        else
+            dsv4_mma_tile<F>(W, g, oa, ob, out, in, x, xs, tr, nr, kbeg, kend, xt, acc);
+        if (!part) {
+            dsv4_mma_each<NT>(acc, o0, out, nr, [&](size_t o, uint32_t r, float &v) {
+                if (R.ksplit > 1)
+                    atomicAdd(&y[(size_t)(tr + r) * ys + o], v);
+                else
+                    y[(size_t)(tr + r) * ys + o] = v;
+            });
+            continue;
         }
-#pragma unroll
-        for (uint32_t n = 0; n < MMA_TOK / 8; n++) {
-            uint32_t r = n * 8 + 2 * t;
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                size_t o = o0 + gi + (e >= 2 ? 8 : 0);
-                uint32_t rr = r + (e & 1);
-                if (o < out && rr < nr) {
-                    if (ksplit > 1)
-                        atomicAdd(&y[(size_t)(tr + rr) * ys + o], acc[n][e]);
-                    else
-                        y[(size_t)(tr + rr) * ys + o] = acc[n][e];
-                }
-            }
+        dsv4_mma_each<NT>(acc, o0, out, nr, [&](size_t o, uint32_t r, float &v) {
+            part[ks * pstride + (size_t)(tr + r - R.w0) * out + o] = v;
+        });
+        /* the sums are out before the count says so; the count's last taker resets it */
+        __threadfence();
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            uint32_t *c = R.ctr +
+                          ((size_t)g * gridDim.y + blockIdx.y) * ((wn + MMA_TOK - 1) / MMA_TOK) +
+                          (tr - lo) / MMA_TOK;
+            last = atomicAdd(c, 1u) == R.ksplit - 1;
+            if (last)
+                *c = 0;
         }
+        __syncthreads();
+        if (!last)
+            continue;
+        __threadfence();
+        /* split by split, every sum of this thread at once (their loads in flight
+         * together), each sum in split order */
+        for (uint32_t sp = 0; sp < R.ksplit; sp++)
+            dsv4_mma_each<NT>(acc, o0, out, nr, [&](size_t o, uint32_t r, float &v) {
+                float p = __ldcg(part + sp * pstride + (size_t)(tr + r - R.w0) * out + o);
+                v = sp ? v + p : p;
+            });
+        dsv4_mma_each<NT>(acc, o0, out, nr, [&](size_t o, uint32_t r, float &v) {
+            y[(size_t)(tr + r) * ys + o] = v;
+        });
     }
 }
 
@@ -546,29 +736,100 @@ __global__ static void dsv4_mma_zero_kernel(float *y, size_t out, uint32_t rows,
             y[blockIdx.y * yz + (size_t)r * ys + o] = 0.0f;
 }
 
+/* The deterministic k split of a weight of `tiles` output tiles (of the matrices a
+ * one-row step runs: every problem of a batched call, MMA_GROUPS_RUN of a grouped one)
+ * and `in` inputs: the launch fills the GPU twice over at one row, each split MMA_SPLIT_KB
+ * k blocks or more. */
+static uint32_t dsv4_mma_ksplit(size_t tiles, size_t in)
+{
+    uint32_t ks = 1;
+    while (tiles * ks < MMA_BLOCKS_WANTED && in / MMA_KB / (2 * ks) >= MMA_SPLIT_KB)
+        ks *= 2;
+    return ks;
+}
+
+/* One launch (rows_each: the row count, or a grouped step's average doubled). */
 template <int F>
-static int dsv4_mma_launch(cudaStream_t st, dsv4_wdev W, size_t out, size_t in, const float *x,
-                           size_t xs, size_t xz, const uint32_t *off, uint32_t groups,
-                           uint32_t rows_each, uint32_t n_dense, float *y, size_t ys, size_t yz)
+static int dsv4_mma_run(cudaStream_t st, dsv4_wdev W, size_t out, size_t in, const float *x,
+                        size_t xs, size_t xz, const dsv4_mma_rows &R, uint32_t groups,
+                        uint32_t rows_each, float *y, size_t ys, size_t yz)
 {
     uint32_t tiles = (rows_each + MMA_TOK - 1) / MMA_TOK;
-    dim3 grid(tiles < GEMM_ROW_SPLIT ? tiles : GEMM_ROW_SPLIT,
+    dim3 grid((tiles < GEMM_ROW_SPLIT ? tiles : GEMM_ROW_SPLIT) * R.ksplit,
               (unsigned)((out + GEMM_WARPS * 16 - 1) / (GEMM_WARPS * 16)), groups);
     if (grid.y > 65535 || grid.z > 65535)
         return -EINVAL;
-    /* split k until the launch fills the GPU twice over, each split 4 k blocks or more */
-    size_t blocks = (size_t)grid.x * grid.y * grid.z, ksplit = 1;
-    while (blocks * ksplit < MMA_BLOCKS_WANTED && in / MMA_KB / (2 * ksplit) >= 4)
+    if (R.w1 - R.w0 <= 8)
+        dsv4_mma_kernel<F, true>
+            <<<grid, GEMM_WARPS * 32, 0, st>>>(W, out, in, x, xs, xz, R, y, ys, yz);
+    else
+        dsv4_mma_kernel<F, false>
+            <<<grid, GEMM_WARPS * 32, 0, st>>>(W, out, in, x, xs, xz, R, y, ys, yz);
+    return dsv4_cuda_launch_status();
+}
+
+/* Deterministic: the split from the shape, the splits added in order by the kernel, in
+ * windows of rows that fit the workspace and its counters. */
+template <int F>
+static int dsv4_mma_fixed(const dsv4_cuda_blas *b, dsv4_wdev W, size_t out, size_t in,
+                          const float *x, size_t xs, size_t xz, const uint32_t *off,
+                          uint32_t groups, uint32_t rows_each, uint32_t n, float *y, size_t ys,
+                          size_t yz)
+{
+    uint32_t probs = off ? 1 : groups;
+    size_t otiles = (out + GEMM_WARPS * 16 - 1) / (GEMM_WARPS * 16);
+    uint32_t ksplit = dsv4_mma_ksplit(
+        otiles * (off ? (groups < MMA_GROUPS_RUN ? groups : MMA_GROUPS_RUN) : groups), in);
+    size_t win = n;
+    if (ksplit > 1) {
+        size_t by_part = MMA_PART_FLOATS / ((size_t)ksplit * probs * out);
+        size_t by_ctr = MMA_CTRS / (otiles * groups) * MMA_TOK;
+        win = by_part < by_ctr ? by_part : by_ctr;
+    }
+    if (win == 0)
+        return -ENOMEM;
+    int rc = 0;
+    for (uint32_t w0 = 0; rc == 0 && w0 < n; w0 += (uint32_t)win) {
+        uint32_t w1 = n - w0 < win ? n : w0 + (uint32_t)win;
+        dsv4_mma_rows R = {off, w0, w1, ksplit, ksplit > 1 ? b->part : NULL, b->ctr};
+        rc = dsv4_mma_run<F>(b->stream, W, out, in, x, xs, xz, R, groups,
+                             rows_each < w1 - w0 ? rows_each : w1 - w0, y, ys, yz);
+    }
+    return rc;
+}
+
+/* Fast: split k until the launch, row tiles included, fills the GPU twice over; the
+ * splits add into Y with atomics. */
+template <int F>
+static int dsv4_mma_atomic(cudaStream_t st, dsv4_wdev W, size_t out, size_t in, const float *x,
+                           size_t xs, size_t xz, const uint32_t *off, uint32_t groups,
+                           uint32_t rows_each, uint32_t n, float *y, size_t ys, size_t yz)
+{
+    uint32_t tiles = (rows_each + MMA_TOK - 1) / MMA_TOK;
+    size_t blocks = (size_t)(tiles < GEMM_ROW_SPLIT ? tiles : GEMM_ROW_SPLIT) *
+                    ((out + GEMM_WARPS * 16 - 1) / (GEMM_WARPS * 16)) * groups;
+    uint32_t ksplit = 1;
+    while (blocks * ksplit < MMA_BLOCKS_WANTED && in / MMA_KB / (2 * ksplit) >= MMA_SPLIT_KB)
         ksplit *= 2;
     if (ksplit > 1) {
-        /* grouped rows are one block of n_dense rows; batched problems each their own */
-        dim3 zg(n_dense < 1024 ? n_dense : 1024, off ? 1 : groups);
-        dsv4_mma_zero_kernel<<<zg, 256, 0, st>>>(y, out, n_dense, ys, off ? 0 : yz);
-        grid.x *= (unsigned)ksplit;
+        /* grouped rows are one block of n rows; batched problems each their own */
+        dim3 zg(n < 1024 ? n : 1024, off ? 1 : groups);
+        dsv4_mma_zero_kernel<<<zg, 256, 0, st>>>(y, out, n, ys, off ? 0 : yz);
     }
-    dsv4_mma_kernel<F><<<grid, GEMM_WARPS * 32, 0, st>>>(W, out, in, x, xs, xz, off, n_dense, y, ys,
-                                                         yz, (uint32_t)ksplit);
-    return dsv4_cuda_launch_status();
+    dsv4_mma_rows R = {off, 0, n, ksplit, NULL, NULL};
+    return dsv4_mma_run<F>(st, W, out, in, x, xs, xz, R, groups, rows_each, y, ys, yz);
+}
+
+template <int F>
+static int dsv4_mma_format(const dsv4_cuda_blas *b, dsv4_wdev W, size_t out, size_t in,
+                           const float *x, size_t xs, size_t xz, const uint32_t *off,
+                           uint32_t groups, uint32_t rows_each, uint32_t n, float *y, size_t ys,
+                           size_t yz)
+{
+    if (b->deterministic)
+        return dsv4_mma_fixed<F>(b, W, out, in, x, xs, xz, off, groups, rows_each, n, y, ys, yz);
+    return dsv4_mma_atomic<F>(b->stream, W, out, in, x, xs, xz, off, groups, rows_each, n, y, ys,
+                              yz);
 }
 
 /* rows: the dense row count, or for groups the total (each group holds at most that). */
@@ -588,17 +849,20 @@ static int dsv4_gemm_launch(dsv4_cuda_blas *b, const dsv4_cuda_weight *w, size_t
     if (each > rows)
         each = rows;
     dsv4_wdev W = {(const uint8_t *)w->data, (const uint8_t *)w->scale};
-    if (!b->deterministic && w->fmt != DSV4_CUDA_W_F32 && each > 1 && vec && in % MMA_KB == 0) {
+    /* tensor cores: in deterministic mode for every row count (the choice follows the
+     * weight and the call's layout, never the rows), in fast mode from two rows a group */
+    bool mma = w->fmt != DSV4_CUDA_W_F32 && vec && in % MMA_KB == 0;
+    if (mma && (b->deterministic || each > 1)) {
         switch (w->fmt) {
         case DSV4_CUDA_W_BF16:
-            return dsv4_mma_launch<DSV4_CUDA_W_BF16>(b->stream, W, out, in, x, xs, xz, off, groups,
-                                                     each, rows, y, ys, yz);
+            return dsv4_mma_format<DSV4_CUDA_W_BF16>(b, W, out, in, x, xs, xz, off, groups, each,
+                                                     rows, y, ys, yz);
         case DSV4_CUDA_W_FP8:
-            return dsv4_mma_launch<DSV4_CUDA_W_FP8>(b->stream, W, out, in, x, xs, xz, off, groups,
-                                                    each, rows, y, ys, yz);
+            return dsv4_mma_format<DSV4_CUDA_W_FP8>(b, W, out, in, x, xs, xz, off, groups, each,
+                                                    rows, y, ys, yz);
         default:
-            return dsv4_mma_launch<DSV4_CUDA_W_FP4>(b->stream, W, out, in, x, xs, xz, off, groups,
-                                                    each, rows, y, ys, yz);
+            return dsv4_mma_format<DSV4_CUDA_W_FP4>(b, W, out, in, x, xs, xz, off, groups, each,
+                                                    rows, y, ys, yz);
         }
     }
     switch (w->fmt) {

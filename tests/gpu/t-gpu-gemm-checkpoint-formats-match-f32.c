@@ -3,16 +3,18 @@
  * power-of-two scales per 128x128 block, BF16) is stored on the device in that format and
  * no narrower one (dsv4_cuda_weight_pack is exact there and refuses the narrower ones),
  * also where the checkpoint chose a larger scale than needed (the packer picks the
- * smallest); random f32 values stay f32. The streaming GEMM over the packed weight gives
- * bitwise the outputs of the same GEMM over the weight's f32 values, for 1 to 256 rows;
- * a row computed alone is bitwise the row computed among 256 (batch invariance); grouped
- * rows (the experts) and batched problems (wo_a) equal the dense GEMM of their matrix;
- * and every output is within 1e-5 of a double-precision reference. Fast mode (tensor cores
- * for these formats, inputs split into two bf16) stays within 1e-4 of the reference, dense
- * and grouped. Shapes take the
- * kernel's vector path (inputs a multiple of 16) and its element path (1000 inputs), a
- * tail chunk (1088 = 2 x 512 + 64), partial output tiles and scale blocks, and a layer of
- * 16384 outputs (a one-row step's warps take four outputs each). */
+ * smallest); random f32 values stay f32. Deterministic mode is batch-invariant, bitwise: a
+ * row computed in a step of 1, 2, 7 or 64 rows (anywhere in the inputs) is the same row of
+ * a 256-row step; grouped rows (the experts, uneven groups: 5, 0, 40 and 1, 37, 7 rows)
+ * are the dense GEMM of their matrix; a batched call (wo_a) gives a problem's rows the
+ * same bits at 1 and 7 rows a problem. It stays within DET_TOL of the GEMM over the
+ * weight's f32 values (which the f32 weights are, bitwise: the streaming kernel) and of a
+ * double-precision reference (1e-5 for f32 weights). Fast mode (tensor cores for these
+ * formats, split-K by atomics) stays within 1e-4 of the reference, dense and grouped.
+ * Shapes take the tensor cores (inputs a multiple of 64) and the streaming kernel's
+ * vector path (f32) and element path (1000 inputs), a tail chunk (1088 = 2 x 512 + 64),
+ * partial output tiles and scale blocks, and a layer of 16384 outputs (fast mode's
+ * one-row warps take four outputs each). */
 #include "config.h"
 
 #include "tests/gpu/gpu.h"
@@ -31,6 +33,9 @@
 #define WIDE_OUT 16384
 /* rows checked against the double reference: all of them, or 8 of a wide layer's */
 #define REF_ROWS(n, out) ((out) > 1024 && (n) > 8 ? 8 : (n))
+/* deterministic mode's narrow formats (tensor cores, each input the sum of two bf16)
+ * against the f32 path and the double reference: max |difference| / max |reference| */
+#define DET_TOL 2e-5
 
 static uint64_t rng = 0x3c6ef372fe94f82bull;
 
@@ -184,8 +189,19 @@ static void linear(gemm_env *e, const dsv4_cuda_weight *w, size_t out, size_t in
     linear_in(e, e->blas, w, out, in, first, n, y);
 }
 
+/* max |a - b| / max |b| over n values */
+static double rel_diff(const float *a, const float *b, size_t n)
+{
+    double maxd = 0, maxr = 0;
+    for (size_t i = 0; i < n; i++) {
+        maxd = fmax(maxd, fabs((double)a[i] - b[i]));
+        maxr = fmax(maxr, fabs((double)b[i]));
+    }
+    return maxr > 0 ? maxd / maxr : maxd;
+}
+
 /* One weight of format fmt (mats matrices): its format is found, and its dense GEMM
- * (matrix 0) matches the f32 one bitwise at every row count and alone. */
+ * (matrix 0) is batch-invariant and close to the f32 one. */
 static void check_dense(gemm_env *e, dsv4_cuda_wfmt fmt, size_t mats, size_t out, size_t in,
                         float *w, float *src_dev, packed *q_p, packed *f_p)
 {
@@ -199,100 +215,148 @@ static void check_dense(gemm_env *e, dsv4_cuda_wfmt fmt, size_t mats, size_t out
         bail_out("%s: packing in its own format was not exact", fmt_names[fmt]);
     float *yq = malloc(MAX_ROWS * out * sizeof(float)),
           *yf = malloc(MAX_ROWS * out * sizeof(float));
-    float *y1 = malloc(out * sizeof(float));
-    if (!yq || !yf || !y1)
+    float *yn = malloc(MAX_ROWS * out * sizeof(float));
+    if (!yq || !yf || !yn)
         bail_out("out of memory");
-    static const size_t rows[] = {1, 3, 8, 37, MAX_ROWS};
-    size_t differ = 0, alone = 0;
-    double err = 0;
-    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
-        linear(e, &q_p->w, out, in, 0, rows[i], yq);
-        linear(e, &f_p->w, out, in, 0, rows[i], yf);
-        differ += bits_differ(yq, yf, rows[i] * out);
-        err = fmax(err, ref_err(w, out, in, e->x, yq, REF_ROWS(rows[i], out)));
-    }
-    /* rows 0, 36 and 255 alone against the 256-row step (yq holds it) */
+    linear(e, &q_p->w, out, in, 0, MAX_ROWS, yq);
+    linear(e, &f_p->w, out, in, 0, MAX_ROWS, yf);
+    /* steps of 1, 2, 7 and 64 rows at several places, and three rows alone */
+    static const size_t rows[] = {1, 2, 7, 64};
     static const size_t single[] = {0, 36, MAX_ROWS - 1};
+    size_t moved = 0;
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
+        for (size_t first = 0; first + rows[i] <= MAX_ROWS; first += (MAX_ROWS - rows[i]) / 2 + 1) {
+            linear(e, &q_p->w, out, in, first, rows[i], yn);
+            moved += bits_differ(yn, yq + first * out, rows[i] * out);
+        }
     for (size_t i = 0; i < 3; i++) {
-        linear(e, &q_p->w, out, in, single[i], 1, y1);
-        alone += bits_differ(y1, yq + single[i] * out, out);
+        linear(e, &q_p->w, out, in, single[i], 1, yn);
+        moved += bits_differ(yn, yq + single[i] * out, out);
     }
-    is_int(differ, 0, "%s [%zu][%zu]: GEMM bitwise the f32 weight's at 1..256 rows", fmt_names[fmt],
-           out, in);
-    is_int(alone, 0, "%s [%zu][%zu]: a row alone is bitwise the row among 256", fmt_names[fmt], out,
-           in);
-    ok(err < 1e-5, "%s [%zu][%zu]: within 1e-5 of the double reference (%.2e)", fmt_names[fmt], out,
-       in, err);
+    is_int(moved, 0, "%s [%zu][%zu]: rows in steps of 1, 2, 7, 64 rows bitwise those of 256",
+           fmt_names[fmt], out, in);
+    double tol = fmt == DSV4_CUDA_W_F32 ? 1e-5 : DET_TOL;
+    if (fmt == DSV4_CUDA_W_F32)
+        is_int(bits_differ(yq, yf, MAX_ROWS * out), 0, "f32 [%zu][%zu]: the streaming kernel", out,
+               in);
+    else
+        ok(rel_diff(yq, yf, MAX_ROWS * out) <= DET_TOL,
+           "%s [%zu][%zu]: within %.0e of the f32 weight's GEMM (%.2e)", fmt_names[fmt], out, in,
+           DET_TOL, rel_diff(yq, yf, MAX_ROWS * out));
+    double err = ref_err(w, out, in, e->x, yq, REF_ROWS(MAX_ROWS, out));
+    ok(err < tol, "%s [%zu][%zu]: within %.0e of the double reference (%.2e)", fmt_names[fmt], out,
+       in, tol, err);
     if (fmt != DSV4_CUDA_W_F32) {
+        static const size_t fast_rows[] = {1, 3, 8, 37, MAX_ROWS};
         double fast = 0;
-        for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
-            linear_in(e, e->fast, &q_p->w, out, in, 0, rows[i], yq);
-            fast = fmax(fast, ref_err(w, out, in, e->x, yq, REF_ROWS(rows[i], out)));
+        for (size_t i = 0; i < sizeof(fast_rows) / sizeof(fast_rows[0]); i++) {
+            linear_in(e, e->fast, &q_p->w, out, in, 0, fast_rows[i], yn);
+            fast = fmax(fast, ref_err(w, out, in, e->x, yn, REF_ROWS(fast_rows[i], out)));
         }
         ok(fast < 1e-4, "%s [%zu][%zu]: fast mode within 1e-4 of the double reference (%.2e)",
            fmt_names[fmt], out, in, fast);
     }
     free(yq);
     free(yf);
-    free(y1);
+    free(yn);
 }
 
-/* Grouped rows over the matrices of q (rows [off[g], off[g + 1]) use matrix g) and the
- * batched form (problem g: rows of x block g) equal the dense GEMM of each matrix. */
+/* Matrix g of a packed weight of mats [out][in] matrices, as a weight of its own. */
+static dsv4_cuda_weight matrix_of(const packed *q, size_t g, size_t out, size_t in)
+{
+    static const size_t elem_bits[] = {32, 16, 8, 4};
+    dsv4_cuda_weight m = q->w;
+    m.data = (const uint8_t *)q->w.data + g * out * in * elem_bits[q->w.fmt] / 8;
+    if (q->w.fmt == DSV4_CUDA_W_FP8)
+        m.scale = (const float *)q->w.scale + g * ((out + 127) / 128) * ((in + 127) / 128);
+    else if (q->w.fmt == DSV4_CUDA_W_FP4)
+        m.scale = (const uint8_t *)q->w.scale + g * out * (in / 32);
+    return m;
+}
+
+/* Y of grouped rows over the matrices of q, rows [off[g], off[g + 1]) with matrix g. */
+static void grouped(gemm_env *e, dsv4_cuda_blas *b, const packed *q, const uint32_t *off,
+                    size_t mats, size_t out, size_t in, float *y)
+{
+    uint32_t *off_dev = gpu_alloc((mats + 1) * sizeof(uint32_t));
+    gpu_put(off_dev, off, (mats + 1) * sizeof(uint32_t));
+    if (dsv4_cuda_linear_grouped(b, &q->w, out, in, e->x_dev, in, off_dev, (uint32_t)mats,
+                                 off[mats], e->y_dev, out) != 0 ||
+        dsv4_cuda_sync(e->stream) != 0)
+        bail_out("dsv4_cuda_linear_grouped failed");
+    gpu_get(y, e->y_dev, off[mats] * out * sizeof(float));
+    gpu_free(off_dev);
+}
+
+/* Y of `per` rows a problem, problem g taking rows g * 7 .. and matrix g, into block g of
+ * y (blocks of 7 rows). */
+static void batched(gemm_env *e, const packed *q, size_t mats, size_t out, size_t in, size_t per,
+                    float *y)
+{
+    if (dsv4_cuda_linear_batched(e->blas, &q->w, out, in, e->x_dev, in, 7 * in, per, e->y_dev, out,
+                                 7 * out, (uint32_t)mats) != 0 ||
+        dsv4_cuda_sync(e->stream) != 0)
+        bail_out("dsv4_cuda_linear_batched failed");
+    for (size_t g = 0; g < mats; g++)
+        gpu_get(y + g * 7 * out, e->y_dev + g * 7 * out, per * out * sizeof(float));
+}
+
+/* Grouped rows over the matrices of q (uneven groups) are bitwise the dense GEMM of each
+ * matrix, deterministic; fast mode within 1e-4 of the f32 GEMM. Batched problems (wo_a)
+ * keep their bits from 7 rows a problem to 1, within DET_TOL of the f32 GEMM. */
 static void check_groups(gemm_env *e, const packed *q, const packed *f, size_t mats, size_t out,
                          size_t in)
 {
-    const uint32_t off[4] = {0, 5, 5, 45};
-    uint32_t *off_dev = gpu_alloc(sizeof(off));
-    gpu_put(off_dev, off, sizeof(off));
-    size_t n = off[mats];
+    static const uint32_t offs[2][4] = {{0, 5, 5, 45}, {0, 1, 38, 45}};
+    size_t n = 45;
     float *yg = malloc(n * out * sizeof(float)), *yd = malloc(n * out * sizeof(float));
-    if (!yg || !yd)
+    float *yf = malloc(n * out * sizeof(float));
+    if (!yg || !yd || !yf)
         bail_out("out of memory");
-    if (dsv4_cuda_linear_grouped(e->blas, &q->w, out, in, e->x_dev, in, off_dev, (uint32_t)mats,
-                                 (uint32_t)n, e->y_dev, out) != 0 ||
-        dsv4_cuda_sync(e->stream) != 0)
-        bail_out("dsv4_cuda_linear_grouped failed");
-    gpu_get(yg, e->y_dev, n * out * sizeof(float));
-    for (size_t g = 0; g < mats; g++) {
-        dsv4_cuda_weight m = {DSV4_CUDA_W_F32, (const float *)f->w.data + g * out * in, NULL};
-        if (off[g + 1] > off[g])
-            linear(e, &m, out, in, off[g], off[g + 1] - off[g], yd + off[g] * out);
-    }
-    is_int(bits_differ(yg, yd, n * out), 0,
-           "%s grouped (5, 0 and 40 rows): bitwise the dense GEMM of each f32 matrix",
-           fmt_names[q->w.fmt]);
-    if (q->w.fmt != DSV4_CUDA_W_F32) {
-        if (dsv4_cuda_linear_grouped(e->fast, &q->w, out, in, e->x_dev, in, off_dev, (uint32_t)mats,
-                                     (uint32_t)n, e->y_dev, out) != 0 ||
-            dsv4_cuda_sync(e->stream) != 0)
-            bail_out("dsv4_cuda_linear_grouped (fast) failed");
-        gpu_get(yg, e->y_dev, n * out * sizeof(float));
-        double maxd = 0, maxr = 0;
-        for (size_t i = 0; i < n * out; i++) {
-            maxd = fmax(maxd, fabs((double)yg[i] - yd[i]));
-            maxr = fmax(maxr, fabs((double)yd[i]));
+    size_t differ = 0;
+    for (size_t i = 0; i < 2; i++) {
+        const uint32_t *off = offs[i];
+        grouped(e, e->blas, q, off, mats, out, in, yg);
+        for (size_t g = 0; g < mats; g++) {
+            dsv4_cuda_weight m = matrix_of(q, g, out, in);
+            if (off[g + 1] > off[g])
+                linear(e, &m, out, in, off[g], off[g + 1] - off[g], yd + off[g] * out);
         }
-        ok(maxd <= 1e-4 * maxr, "%s grouped, fast mode: within 1e-4 of the f32 GEMM (%.2e)",
-           fmt_names[q->w.fmt], maxd / maxr);
+        differ += bits_differ(yg, yd, n * out);
     }
-    /* batched: problem g takes rows g * 7 .. + 7, writes block g of y */
-    size_t per = 7;
-    if (dsv4_cuda_linear_batched(e->blas, &q->w, out, in, e->x_dev, in, per * in, per, e->y_dev,
-                                 out, per * out, (uint32_t)mats) != 0 ||
-        dsv4_cuda_sync(e->stream) != 0)
-        bail_out("dsv4_cuda_linear_batched failed");
-    gpu_get(yg, e->y_dev, mats * per * out * sizeof(float));
-    for (size_t g = 0; g < mats; g++) {
-        dsv4_cuda_weight m = {DSV4_CUDA_W_F32, (const float *)f->w.data + g * out * in, NULL};
-        linear(e, &m, out, in, g * per, per, yd + g * per * out);
-    }
-    is_int(bits_differ(yg, yd, mats * per * out), 0,
-           "%s batched (3 problems of 7 rows): bitwise the dense GEMM of each f32 matrix",
+    is_int(differ, 0,
+           "%s grouped (5, 0, 40 and 1, 37, 7 rows): bitwise the dense GEMM of each matrix",
            fmt_names[q->w.fmt]);
-    gpu_free(off_dev);
+    /* the f32 GEMM of each matrix for the second grouping */
+    for (size_t g = 0; g < mats; g++) {
+        dsv4_cuda_weight m = matrix_of(f, g, out, in);
+        if (offs[1][g + 1] > offs[1][g])
+            linear(e, &m, out, in, offs[1][g], offs[1][g + 1] - offs[1][g], yf + offs[1][g] * out);
+    }
+    if (q->w.fmt != DSV4_CUDA_W_F32) {
+        grouped(e, e->fast, q, offs[1], mats, out, in, yg);
+        double d = rel_diff(yg, yf, n * out);
+        ok(d <= 1e-4, "%s grouped, fast mode: within 1e-4 of the f32 GEMM (%.2e)",
+           fmt_names[q->w.fmt], d);
+    }
+    /* batched: problem g takes rows g * 7 .., writes block g of y */
+    batched(e, q, mats, out, in, 7, yg);
+    batched(e, q, mats, out, in, 1, yd);
+    differ = 0;
+    for (size_t g = 0; g < mats; g++)
+        differ += bits_differ(yd + g * 7 * out, yg + g * 7 * out, out);
+    is_int(differ, 0, "%s batched (3 problems): a problem's row bitwise at 7 and at 1 rows",
+           fmt_names[q->w.fmt]);
+    for (size_t g = 0; g < mats; g++) {
+        dsv4_cuda_weight m = matrix_of(f, g, out, in);
+        linear(e, &m, out, in, g * 7, 7, yf + g * 7 * out);
+    }
+    double d = rel_diff(yg, yf, mats * 7 * out);
+    ok(d <= DET_TOL, "%s batched: within %.0e of the f32 GEMM of each matrix (%.2e)",
+       fmt_names[q->w.fmt], DET_TOL, d);
     free(yg);
     free(yd);
+    free(yf);
 }
 
 int main(void)
@@ -322,7 +386,7 @@ int main(void)
         bail_out("out of memory");
     for (size_t i = 0; i < MAX_ROWS * in_max; i++)
         e.x[i] = uniform();
-    plan(6 * 4 + 4 * 2 + 5 + 3);
+    plan(6 * 4 + 5 + 4 * 3 + 3);
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         size_t in = cases[i].in, out = cases[i].out, mats = cases[i].mats;
         /* the inputs packed for this width: row r at r * in */
