@@ -237,8 +237,8 @@ static void check_dense(gemm_env *e, dsv4_cuda_wfmt fmt, size_t mats, size_t out
            fmt_names[fmt], out, in);
     double tol = fmt == DSV4_CUDA_W_F32 ? 1e-5 : DET_TOL;
     if (fmt == DSV4_CUDA_W_F32)
-        is_int(bits_differ(yq, yf, MAX_ROWS * out), 0, "f32 [%zu][%zu]: the streaming kernel", out,
-               in);
+        is_int(bits_differ(yq, yf, MAX_ROWS * out), 0,
+               "f32 [%zu][%zu]: bitwise the f32 GEMM (the streaming kernel)", out, in);
     else
         ok(rel_diff(yq, yf, MAX_ROWS * out) <= DET_TOL,
            "%s [%zu][%zu]: within %.0e of the f32 weight's GEMM (%.2e)", fmt_names[fmt], out, in,
