@@ -37,13 +37,13 @@
 #define FC_WALIGN 256
 
 /* A layer's weights: the linear layers' in their checkpoint formats (fc_wup), the rest
- * f32. */
+ * f32 (the mHC projections too: dsv4_cuda_hc_pre multiplies them itself). */
 typedef struct fc_layer {
-    dsv4_cuda_weight hc_attn_fn, hc_ffn_fn, wq_a, wq_b, wkv, wo_a, wo_b;
+    dsv4_cuda_weight wq_a, wq_b, wkv, wo_a, wo_b;
     dsv4_cuda_weight c_wkv, c_wgate;                        /* main compressor */
     dsv4_cuda_weight i_wkv, i_wgate, idx_wq_b, idx_weights; /* indexer */
     dsv4_cuda_weight gate, exp_gate, exp_up, exp_down, sh_gate, sh_up, sh_down;
-    float *hc_attn_base, *hc_attn_scale, *hc_ffn_base, *hc_ffn_scale;
+    float *hc_attn_fn, *hc_attn_base, *hc_attn_scale, *hc_ffn_fn, *hc_ffn_base, *hc_ffn_scale;
     float *attn_norm, *ffn_norm, *q_norm, *kv_norm, *sinks;
     float *c_ape, *c_norm, *i_ape, *i_norm;
     float *gate_bias;
@@ -97,7 +97,7 @@ struct dsv4_fwd_cuda {
     uint32_t *wflag; /* upload: dsv4_cuda_weight_pack's scratch word */
 
     /* device workspace, per token of the step */
-    float *x, *mixz, *pre, *post, *comb, *u, *cq, *q, *kv, *kc, *gc, *ikc, *igc, *iq, *iw;
+    float *x, *pre, *post, *comb, *u, *cq, *q, *kv, *kc, *gc, *ikc, *igc, *iq, *iw;
     float *ikrows, *scores, *o, *z, *y, *router, *rw, *sh_g, *sh_u, *sh_h, *sh_o;
     float *xe, *ge, *ue, *he, *eo, *hu, *logits;
     void *attn_work; /* dsv4_cuda_attend's scratch */
@@ -296,9 +296,9 @@ static bool fc_upload_weights(dsv4_fwd_cuda *f)
     bool ok = true;
 
     /* the largest linear layer passes through the staging buffer */
-    const size_t sizes[] = {V * H,         mix * N * H, qr * H,    QH * qr,    D * H,
-                            G * orr * gin, H * G * orr, 2 * D * H, 2 * DI * H, NI * DI * qr,
-                            NI * H,        E * H,       E * I * H, I * H};
+    const size_t sizes[] = {V * H,       qr * H,    QH * qr,    D * H,        G * orr * gin,
+                            H * G * orr, 2 * D * H, 2 * DI * H, NI * DI * qr, NI * H,
+                            E * H,       E * I * H, I * H};
     f->wstage = dsv4_cuda_alloc(fc_max(sizes, sizeof(sizes) / sizeof(sizes[0])) * sizeof(float));
     f->wflag = fc_dev(f, 1, sizeof(uint32_t));
     if (!f->wstage || !f->wflag)
@@ -314,10 +314,10 @@ static bool fc_upload_weights(dsv4_fwd_cuda *f)
         uint8_t kind = c->layer_kind[l];
         uint32_t rate = kind == DSV4_LAYER_CSA ? c->rate_csa : c->rate_hca;
         size_t cw = (kind == DSV4_LAYER_CSA ? 2 : 1) * D;
-        d->hc_attn_fn = fc_wup(f, w->hc_attn.fn, 1, mix, N * H, &ok);
+        d->hc_attn_fn = fc_up(f, w->hc_attn.fn, mix * N * H, sizeof(float), &ok);
         d->hc_attn_base = fc_up(f, w->hc_attn.base, mix, sizeof(float), &ok);
         d->hc_attn_scale = fc_up(f, w->hc_attn.scale, 3, sizeof(float), &ok);
-        d->hc_ffn_fn = fc_wup(f, w->hc_ffn.fn, 1, mix, N * H, &ok);
+        d->hc_ffn_fn = fc_up(f, w->hc_ffn.fn, mix * N * H, sizeof(float), &ok);
         d->hc_ffn_base = fc_up(f, w->hc_ffn.base, mix, sizeof(float), &ok);
         d->hc_ffn_scale = fc_up(f, w->hc_ffn.scale, 3, sizeof(float), &ok);
         d->attn_norm = fc_up(f, w->attn_norm, H, sizeof(float), &ok);
@@ -371,7 +371,7 @@ static bool fc_alloc_workspace(dsv4_fwd_cuda *f)
 {
     const dsv4_model_config *c = f->c;
     size_t B = f->max_tokens, N = c->hc_mult, H = c->hidden, D = c->head_dim;
-    size_t mix = (2 + N) * N, QH = (size_t)c->n_heads * D, K = c->top_k, I = c->moe_inter;
+    size_t QH = (size_t)c->n_heads * D, K = c->top_k, I = c->moe_inter;
     size_t E = c->n_experts, DI = c->index_dim, NI = c->index_heads, V = c->vocab_size;
     size_t KI = c->index_topk ? c->index_topk : 1, rows = f->csa_rows ? f->csa_rows : 1;
     size_t scores = rows * B < FC_SCORE_FLOATS ? rows * B : FC_SCORE_FLOATS;
@@ -379,7 +379,6 @@ static bool fc_alloc_workspace(dsv4_fwd_cuda *f)
         scores = rows;
 
     f->x = fc_dev(f, B * N * H, sizeof(float));
-    f->mixz = fc_dev(f, B * mix, sizeof(float));
     f->pre = fc_dev(f, B * N, sizeof(float));
     f->post = fc_dev(f, B * N, sizeof(float));
     f->comb = fc_dev(f, B * N * N, sizeof(float));
@@ -819,15 +818,11 @@ static int fc_ik_select(dsv4_fwd_cuda *f, const dsv4_kv_buffer *ik)
 
 /* ---- layers ------------------------------------------------------------------------------- */
 
-static int fc_hc_pre(dsv4_fwd_cuda *f, const dsv4_cuda_weight *fn, const float *base,
-                     const float *scale, const float *norm)
+static int fc_hc_pre(dsv4_fwd_cuda *f, const float *fn, const float *base, const float *scale,
+                     const float *norm)
 {
-    size_t N = f->c->hc_mult, NH = N * f->c->hidden, mix = (2 + N) * N, n = f->st.n_tok;
-    int rc = dsv4_cuda_linear(f->blas, fn, mix, NH, f->x, NH, n, f->mixz, mix);
-    if (rc == 0)
-        rc = dsv4_cuda_hc_pre(&f->dims, (uint32_t)n, f->x, f->mixz, base, scale, norm, f->pre,
-                              f->post, f->comb, f->u, f->stream);
-    return rc;
+    return dsv4_cuda_hc_pre(&f->dims, f->st.n_tok, f->x, fn, base, scale, norm, f->pre, f->post,
+                            f->comb, f->u, f->stream);
 }
 
 static int fc_attention(dsv4_fwd_cuda *f, uint32_t layer, const dsv4_kv_layer_view *v)
@@ -920,6 +915,7 @@ static dsv4_k_scoring fc_scoring(dsv4_scoring s)
     return DSV4_K_SQRTSOFTPLUS;
 }
 
+/* Layer l's MoE over u, its output added to the streams (the combine inside the expand). */
 static int fc_moe(dsv4_fwd_cuda *f, uint32_t layer)
 {
     const dsv4_model_config *c = f->c;
@@ -959,9 +955,10 @@ static int fc_moe(dsv4_fwd_cuda *f, uint32_t layer)
     if (rc == 0)
         rc = dsv4_cuda_linear_grouped(b, &w->exp_down, H, I, f->he, I, f->off, (uint32_t)E, pairs,
                                       f->eo, H);
+    /* the combine, added to the streams */
     if (rc == 0)
-        rc = dsv4_cuda_moe_combine((uint32_t)n, (uint32_t)K, (uint32_t)H, f->rw, f->epos, f->eo,
-                                   f->sh_o, f->y, s);
+        rc = dsv4_cuda_moe_combine_post(&f->dims, (uint32_t)n, (uint32_t)K, f->rw, f->epos, f->eo,
+                                        f->sh_o, f->x, f->post, f->comb, s);
     return rc;
 }
 
@@ -1041,17 +1038,15 @@ static int fc_layers(dsv4_fwd_cuda *f, bool prefenced, dsv4_kv_layer_view *views
             view = views[l];
         else if ((rc = fc_layer_view(f, l, &view)) != 0)
             break;
-        rc = fc_hc_pre(f, &w->hc_attn_fn, w->hc_attn_base, w->hc_attn_scale, w->attn_norm);
+        rc = fc_hc_pre(f, w->hc_attn_fn, w->hc_attn_base, w->hc_attn_scale, w->attn_norm);
         if (rc == 0)
             rc = fc_attention(f, l, &view);
         if (rc == 0)
             rc = dsv4_cuda_hc_post(&f->dims, t, f->x, f->y, f->post, f->comb, f->stream);
         if (rc == 0)
-            rc = fc_hc_pre(f, &w->hc_ffn_fn, w->hc_ffn_base, w->hc_ffn_scale, w->ffn_norm);
+            rc = fc_hc_pre(f, w->hc_ffn_fn, w->hc_ffn_base, w->hc_ffn_scale, w->ffn_norm);
         if (rc == 0)
             rc = fc_moe(f, l);
-        if (rc == 0)
-            rc = dsv4_cuda_hc_post(&f->dims, t, f->x, f->y, f->post, f->comb, f->stream);
     }
     return rc;
 }

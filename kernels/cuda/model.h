@@ -161,9 +161,11 @@ typedef struct dsv4_cuda_kvbuf {
 /* x[t][j] = embed[tok[t]] for every stream j < hc_mult. */
 int dsv4_cuda_embed(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, const float *embed_dev,
                     float *x_dev, void *stream);
-/* From mixz[t] = fn . X[t] (unscaled): pre, post, comb (dsv4_k_hc_mix), then
- * u[t] = rmsnorm(sum_j pre_j X[t][j]) * norm. */
-int dsv4_cuda_hc_pre(const dsv4_cuda_dims *d, uint32_t n, const float *x_dev, float *mixz_dev,
+/* For each token t < n: z = rms_scale(X[t]) (fn . X[t]) with fn f32 [(2 + hc_mult)
+ * hc_mult][hc_mult hidden], pre, post, comb from z (dsv4_k_hc_mix), then
+ * u[t] = rmsnorm(sum_j pre_j X[t][j]) * norm. Each token's bits depend on its own row only
+ * (batch- and chunk-invariant in both modes). */
+int dsv4_cuda_hc_pre(const dsv4_cuda_dims *d, uint32_t n, const float *x_dev, const float *fn_dev,
                      const float *base_dev, const float *scale_dev, const float *norm_dev,
                      float *pre_dev, float *post_dev, float *comb_dev, float *u_dev, void *stream);
 /* X[t] <- post[t] y[t] + comb[t]^T X[t] (dsv4_k_hc_expand). */
@@ -236,10 +238,12 @@ int dsv4_cuda_moe_gather(uint32_t n, uint32_t k, uint32_t hidden, const float *u
 /* h = act(min(g, limit)) * clamp(u, -limit, limit) over n values (dsv4_k_swiglu). */
 int dsv4_cuda_swiglu(size_t n, const float *g_dev, const float *u_dev, float limit, dsv4_k_act act,
                      float *h_dev, void *stream);
-/* y[t] = sum_i w[t][i] eo[epos[t k + i]] (i ascending) + sh[t]. */
-int dsv4_cuda_moe_combine(uint32_t n, uint32_t k, uint32_t hidden, const float *w_dev,
-                          const uint32_t *epos_dev, const float *eo_dev, const float *sh_dev,
-                          float *y_dev, void *stream);
+/* dsv4_cuda_hc_post of the MoE's output y[t] = sum_i w[t][i] eo[epos[t k + i]]
+ * (i ascending) + sh[t] (dsv4_k_moe_combine), computed inside the expand. */
+int dsv4_cuda_moe_combine_post(const dsv4_cuda_dims *d, uint32_t n, uint32_t k, const float *w_dev,
+                               const uint32_t *epos_dev, const float *eo_dev, const float *sh_dev,
+                               float *x_dev, const float *post_dev, const float *comb_dev,
+                               void *stream);
 
 #ifdef __cplusplus
 }
