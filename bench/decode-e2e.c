@@ -9,7 +9,7 @@
  * usage: decode-e2e [--model DIR | --preset small] [--batches 1,2,4,...,256] [--prompt 256]
  *                   [--steps 16] [--backend cuda|cpu] [--bw 4.3e12] [--profile]
  *                   [--parity OUT.safetensors] [--parity-steps 8] [--parity-prompt N]
- *                   [--modes fast,deterministic]
+ *                   [--modes fast,deterministic] [--host-logits]
  * Prints one markdown table row per (mode, batch), progress on stderr. Needs
  * DSV4D_PLUGIN_PATH (indexk/fp8; indexk/f32 for --parity).
  *
@@ -18,6 +18,12 @@
  * the weights are uploaded and the prompts prefilled once per mode, not once per batch.
  * Sequence i's prompt is token (7919 i + 31 j) mod vocab at position j, the ids
  * bench/hf-decode.py feeds Hugging Face.
+ *
+ * A step decodes as dsv4d serves: on the CUDA backend the greedy next token is chosen on the
+ * device (dsv4_engine_decode_sample) and fed back, 4 bytes a row coming back to the host;
+ * --host-logits (and the CPU backend) copies every row's logits to the host instead
+ * (dsv4_engine_decode, vocab x 4 bytes a row: 132 MB a step at batch 256 of a 129280-token
+ * vocabulary), feeding the same tokens each step.
  *
  * --parity: per mode, before the benchmarks, an engine with f32 KV and indexk/f32 prefills
  * sequence 0's prompt (--parity-prompt tokens long, default --prompt) and decodes --parity-steps
@@ -56,7 +62,7 @@
 typedef struct bench_opts {
     uint32_t batch[MAX_BATCHES], n_batches, batch_max;
     unsigned prompt, steps, parity_steps, parity_prompt;
-    bool cuda, profile;
+    bool cuda, profile, host_logits;
     bool mode_off[2]; /* --modes: CUDA's fast (0) and deterministic (1) mode not asked for */
     double bw;
 } bench_opts;
@@ -205,18 +211,38 @@ static int32_t argmax(const float *v, uint32_t n)
     return (int32_t)best;
 }
 
+/* What a benchmark step needs for up to batch_max rows. */
+typedef struct bench_step {
+    bool sample;                /* choose on the device (else logits to the host) */
+    dsv4_sample_params *params; /* greedy */
+    double *draws;              /* unused by greedy rows, but the call takes them */
+    int32_t *next, *chosen;     /* the tokens fed, the tokens chosen */
+    float *logits;
+} bench_step;
+
+/* One decode step of B sequences (see the file comment); a sampled step feeds its choices
+ * to the next one. */
+static int decode_step(dsv4_engine *eng, bench_step *st, uint32_t B, const uint32_t *seqs)
+{
+    if (!st->sample)
+        return dsv4_engine_decode(eng, B, seqs, st->next, st->logits);
+    int rc = dsv4_engine_decode_sample(eng, B, seqs, st->next, st->params, st->draws, st->chosen);
+    if (rc == 0)
+        memcpy(st->next, st->chosen, B * sizeof(int32_t));
+    return rc;
+}
+
 /* One decode step inside the profiler's range (--profile). */
-static int profiled_step(dsv4_engine *eng, uint32_t B, const uint32_t *seqs, const int32_t *next,
-                         float *logits)
+static int profiled_step(dsv4_engine *eng, bench_step *st, uint32_t B, const uint32_t *seqs)
 {
 #ifdef HAVE_CUDA
     int rc = dsv4_cuda_profile(true);
     if (rc == 0)
-        rc = dsv4_engine_decode(eng, B, seqs, next, logits);
+        rc = decode_step(eng, st, B, seqs);
     int stop = dsv4_cuda_profile(false);
     return rc != 0 ? rc : stop;
 #else
-    (void)eng, (void)B, (void)seqs, (void)next, (void)logits;
+    (void)eng, (void)st, (void)B, (void)seqs;
     return -ENOTSUP;
 #endif
 }
@@ -264,28 +290,36 @@ static int bench_run(const dsv4_model *m, const dsv4_plugin_desc *ik, const benc
     if (!eng)
         return DSV4_EFORMAT;
     uint32_t *seqs = calloc(N, sizeof(uint32_t));
-    int32_t *next = calloc(N, sizeof(int32_t));
-    float *logits = calloc((size_t)N * c->vocab_size, sizeof(float));
-    int rc = seqs && next && logits ? 0 : -ENOMEM;
+    bench_step st = {.sample = o->cuda && !o->host_logits && dsv4_engine_samples(eng),
+                     .params = calloc(N, sizeof(dsv4_sample_params)),
+                     .draws = calloc(N, sizeof(double)),
+                     .next = calloc(N, sizeof(int32_t)),
+                     .chosen = calloc(N, sizeof(int32_t)),
+                     .logits = calloc((size_t)N * c->vocab_size, sizeof(float))};
+    int rc = seqs && st.params && st.draws && st.next && st.chosen && st.logits ? 0 : -ENOMEM;
     double t0 = now_s();
     if (rc == 0)
         rc = prompts_prefill(eng, N, o->prompt, seqs, DSV4_LOGITS_NONE, NULL);
     fprintf(stderr, "decode-e2e: %s: prefill of %u x %u tokens: %.1f s\n", mode_name(o, mode), N,
             o->prompt, now_s() - t0);
-    for (uint32_t i = 0; i < N; i++)
-        next[i] = (int32_t)(i % c->vocab_size);
+    fprintf(stderr, "decode-e2e: %s: steps %s\n", mode_name(o, mode),
+            st.sample ? "choose greedy tokens on the device" : "copy every row's logits out");
+    for (uint32_t i = 0; i < N; i++) {
+        st.next[i] = (int32_t)(i % c->vocab_size);
+        st.params[i] = (dsv4_sample_params){.temperature = 0, .top_p = 1, .top_k = 0};
+    }
     for (uint32_t b = 0; rc == 0 && b < o->n_batches; b++) {
         uint32_t B = o->batch[b];
         /* warm-up: index-K rows complete every 4 tokens, so 8 steps meet each shape of
          * the decode loop twice and the CUDA forward has captured its graphs */
         for (int w = 0; rc == 0 && w < WARMUP_STEPS; w++)
-            rc = dsv4_engine_decode(eng, B, seqs, next, logits);
+            rc = decode_step(eng, &st, B, seqs);
         t0 = now_s();
         for (unsigned s = 0; rc == 0 && s < o->steps; s++)
-            rc = dsv4_engine_decode(eng, B, seqs, next, logits);
+            rc = decode_step(eng, &st, B, seqs);
         double dt = now_s() - t0;
         if (rc == 0 && o->profile && o->cuda)
-            rc = profiled_step(eng, B, seqs, next, logits);
+            rc = profiled_step(eng, &st, B, seqs);
         if (rc != 0)
             break;
         double tps = (double)B * o->steps / dt, roof = (double)B * o->bw / step_bytes(m, B);
@@ -297,8 +331,11 @@ static int bench_run(const dsv4_model *m, const dsv4_plugin_desc *ik, const benc
         snprintf(err, errlen, "decode step failed (%s)", dsv4_strerror(rc));
     dsv4_engine_free(eng);
     free(seqs);
-    free(next);
-    free(logits);
+    free(st.params);
+    free(st.draws);
+    free(st.next);
+    free(st.chosen);
+    free(st.logits);
     return rc;
 }
 
@@ -348,6 +385,7 @@ int main(int argc, char **argv)
         {"profile", no_argument, NULL, 'P'},        {"model", required_argument, NULL, 'm'},
         {"parity", required_argument, NULL, 'y'},   {"parity-steps", required_argument, NULL, 'Y'},
         {"parity-prompt", required_argument, NULL, 'z'}, {"modes", required_argument, NULL, 'M'},
+        {"host-logits", no_argument, NULL, 'L'},
         {NULL, 0, NULL, 0}};
     /* clang-format on */
     for (int ch; (ch = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
@@ -364,6 +402,7 @@ int main(int argc, char **argv)
         case 'Y': o.parity_steps = (unsigned)atoi(optarg); break;
         case 'z': o.parity_prompt = (unsigned)atoi(optarg); break;
         case 'M': modes_arg = optarg; break;
+        case 'L': o.host_logits = true; break;
         default: return 2;
         }
     }

@@ -1,7 +1,14 @@
 #!/usr/bin/env python3
 """ncu-rank.py: rank the kernels of profiled decode steps by time.
 
-Reads `ncu --import REP --csv --page raw --print-units base` exports of
+Reads an Nsight Systems kernel trace (`nsys stats --report cuda_gpu_trace --format csv` of
+`nsys profile --cuda-graph-trace=node --capture-range=cudaProfilerApi
+--capture-range-end=stop bench/decode-e2e --batches B --modes M --profile`: one
+graph-replayed step, the kernels timed as they ran) and prints one table: kernel,
+launches, time, share of the kernel time, mean time per launch, the last grid x block;
+the step's span (first start to last end) heads it.
+
+Or `ncu --import REP --csv --page raw --print-units base` exports of
 `ncu --profile-from-start off --section SpeedOfLight --section LaunchStats
 bench/decode-e2e --batches B --profile` (one graph-replayed decode step per mode, fast
 first, then deterministic) and prints one markdown table per step: kernel, launches,
@@ -10,7 +17,7 @@ launch's grid x block, and the DRAM bytes read and written when the export has
 `--metrics dram__bytes_read.sum,dram__bytes_write.sum`. A step starts at the forward's
 embedding kernel.
 
-usage: ncu-rank.py EXPORT.csv...
+usage: ncu-rank.py EXPORT.csv...   (nsys traces and ncu exports alike)
 """
 import collections
 import csv
@@ -26,9 +33,42 @@ def num(v):
         return 0.0
 
 
-def steps_of(path):
+def rows_of(path, first_col):
+    """The CSV rows of path from its header line on (a tool may print other lines first)."""
     with open(path, newline='') as fh:
-        rows = [r for r in csv.DictReader(fh) if r.get('ID', '').strip().isdigit()]
+        lines = fh.read().splitlines()
+    start = next((i for i, l in enumerate(lines) if l.startswith('"%s"' % first_col) or
+                  l.startswith(first_col + ',')), None)
+    return list(csv.DictReader(lines[start:])) if start is not None else []
+
+
+def nsys_table(path):
+    rows = [r for r in rows_of(path, 'Start (ns)') if r.get('Name') and r.get('GrdX', '').strip()]
+    if not rows:
+        return False
+    k = collections.OrderedDict()
+    t0 = min(num(r['Start (ns)']) for r in rows)
+    t1 = max(num(r['Start (ns)']) + num(r['Duration (ns)']) for r in rows)
+    for r in rows:
+        short = r['Name'].split('(')[0].replace('void ', '')[:60]
+        e = k.setdefault(short, {'n': 0, 't': 0.0, 'grid': ''})
+        e['n'] += 1
+        e['t'] += num(r['Duration (ns)'])
+        e['grid'] = '%s x %s' % (r['GrdX'] if r.get('GrdY', '1') in ('1', '') else
+                                 '%s,%s' % (r['GrdX'], r['GrdY']), r['BlkX'])
+    total = sum(e['t'] for e in k.values())
+    print('\n### %s: %d kernels, %.1f us of kernel time, step span %.1f us\n' %
+          (path, sum(e['n'] for e in k.values()), total / 1e3, (t1 - t0) / 1e3))
+    print('| kernel | launches | us | share | us per launch | last grid x block |')
+    print('|---|---:|---:|---:|---:|---|')
+    for name, e in sorted(k.items(), key=lambda kv: -kv[1]['t'])[:TOP]:
+        print('| %s | %d | %.1f | %.1f%% | %.1f | %s |' %
+              (name, e['n'], e['t'] / 1e3, 100 * e['t'] / total, e['t'] / e['n'] / 1e3, e['grid']))
+    return True
+
+
+def steps_of(path):
+    rows = [r for r in rows_of(path, 'ID') if r.get('ID', '').strip().isdigit()]
     steps = []
     for r in rows:
         name = r['Kernel Name']
@@ -51,6 +91,8 @@ def steps_of(path):
 
 def main(paths):
     for path in paths:
+        if nsys_table(path):
+            continue
         steps = steps_of(path)
         for i, st in enumerate(steps):
             total = sum(e['t'] for e in st.values())
