@@ -5,22 +5,39 @@
  * bytes of fp8 key, far above what CUDA cores do at HBM speed; as an MMA the query block
  * (heads x dim) multiplies the key block (dim x rows of a page).
  *
- * Why this shape: at HBM speed the kernel is bound by instructions issued per row, not by
- * the MMAs, so the layout minimises them. A warp holds all 64 heads of its query in
- * registers as MMA A fragments (128 registers), so each key fragment is loaded and, for fp8,
- * converted once and used by four MMAs, and the relu-weighted head sum of a row ends inside
- * one warp (no partial sums through shared memory, no second barrier). A block of 4 warps
- * takes a run of pages of one query; warp w takes the 8-row tiles w, w + 4, ... of a page.
- * Pages land in shared memory by the copy engine (one cp.async.bulk per page issued by one
- * thread, completing on an mbarrier), several stages deep, so no thread spends instructions
- * on copies. f32 keys need the query twice (hi and lo terms): there a warp holds 32 heads
- * and a block has two head groups of 4 warps, whose row sums meet in shared memory.
+ * Two kernels. Both take, per block, a run of pages of one query; pages land in shared
+ * memory by the copy engine (one cp.async.bulk per page completing on the stage's
+ * mbarrier), several stages deep.
+ *
+ * mma.sync (every build; f32 keys always): at HBM speed the kernel is bound by instructions
+ * issued per row, not by the MMAs, so the layout minimises them. A warp holds all 64 heads
+ * of its query in registers as MMA A fragments (128 registers), so each key fragment is
+ * loaded and, for fp8, converted once and used by four MMAs, and the relu-weighted head sum
+ * of a row ends inside one warp (no partial sums through shared memory, no second barrier).
+ * A block of 4 warps reads a page in step (one barrier per page, after which one thread
+ * refills the stage just read); warp w takes the 8-row tiles w, w + 4, ... of a page. f32
+ * keys need the query twice (hi and lo terms): there a warp holds 32 heads and a block has
+ * two head groups of 4 warps, whose row sums meet in shared memory.
+ *
+ * wgmma (device code built for sm_90a; fp8 keys): with mma.sync, fp8 keys leave the
+ * kernel bound by its MMAs and their issue at under half the HBM read ceiling. Here a block
+ * is one warpgroup: the keys of 64 rows are the A operand, loaded from the page and
+ * converted e4m3 -> f16 into registers, the query is the B operand in shared memory (64
+ * heads x dim, written once per block; all its loads issued before any is used), each
+ * 64 x 64 x 16 MMA is one instruction for the warpgroup, even and odd k-steps go to two
+ * accumulators so two MMA chains run at once, and each warp ends with the relu-weighted
+ * head sums of its 16 rows, summed across a quad. Under 128 registers a thread, four
+ * blocks share a multiprocessor. As soon as its keys are in registers a warp counts the
+ * stage free and the last of the 4 warps refills it, so the copies in flight do not wait
+ * on the MMAs (the count only grows, and every warp reads every page, so no warp can wait
+ * on a barrier phase two ahead of it). bf16 keys stay on mma.sync: this was no faster for
+ * them.
  *
  * The dot product may sum its dims in any order, so the k index of the MMA is permuted:
  * thread t of a quad owns the 16-byte chunks t, t + 4, ... of a row, which makes its key
- * loads 16 bytes wide. The epilogue applies relu and the head weights to the accumulators
- * and sums the 8 lanes of a column group in a fixed three-step exchange, so every score is
- * summed in an order fixed by the kernel alone.
+ * loads 16 bytes wide (the wgmma query is laid out in shared memory in the same order). The
+ * epilogues apply relu and the head weights to the accumulators and sum across lanes in a
+ * fixed exchange, so every score is summed in an order fixed by the kernel alone.
  *
  * Precision: keys are used exactly as stored (e4m3 -> f16 and bf16 are exact); each query
  * head is divided by its largest |value| (relu(s x) = s relu(x) for s > 0, so the factor
@@ -37,6 +54,12 @@
 #include <atomic>
 #include <mutex>
 
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define IK_WGMMA 1
+#else
+#define IK_WGMMA 0
+#endif
+
 #define IK_HEADS 64      /* queries are padded to 64 heads */
 #define IK_MAX_RPP 256u  /* rows per page the partial-sum buffer holds */
 #define IK_MAX_PPB 2048u /* pages per block, whose ids are staged in shared memory */
@@ -47,6 +70,17 @@
 #define IK_PART_BYTES (2u * IK_MAX_RPP * (uint32_t)sizeof(float))
 #define IK_IDS_BYTES (IK_MAX_PPB * (uint32_t)sizeof(uint32_t))
 #define IK_HEAD_BYTES (IK_BAR_BYTES + IK_PART_BYTES + IK_IDS_BYTES) /* a multiple of 16 */
+/* The wgmma kernel's shared memory: the feed (a full barrier and a release count per stage,
+ * the page ids), the query as B, then the stages; each part a multiple of 16 bytes. */
+#define IK_WG_MAX_PPB 512u
+#define IK_WG_BLOCKS 4      /* per multiprocessor: at most 128 registers a thread */
+#define IK_WG_FP8_STAGES 4u /* four blocks' stages and queries fit in shared memory */
+#define IK_FEED_BYTES (IK_MAX_STAGES * (8u + 4u) + IK_WG_MAX_PPB * 4u)
+#define IK_WG_QUERY_BYTES (IK_HEADS * 128u * 2u)
+
+/* 1 in the device code built for sm_90a: the host reads it once per device to pick the
+ * wgmma kernel. */
+__device__ int ik_wgmma_built = IK_WGMMA;
 
 /* Per format: bytes per value, pipeline stages, row scale bytes, two-term query, heads per
  * warp (the query's registers: 64 heads, or 32 heads twice), threads per block (4 warps per
@@ -387,22 +421,308 @@ __global__ void __launch_bounds__(ik_fmt<F>::threads, ik_fmt<F>::blocks)
     }
 }
 
-/* What a launch needs from the device, read once per device and kernel: the multiprocessor
- * count, the kernel's shared-memory limit raised to IK_SMEM_MAX, and the blocks per
- * multiprocessor for each page size (rows per page / 8 - 1; 0 = not read yet), so a launch
- * makes no CUDA call but the launch itself. (Measured on an H200, these queries were not
- * what small steps cost: the kernel's own fixed time is, bench/results/
- * 2026-11-29-indexer-h200-c.md.) */
+#if IK_WGMMA
+/* The page feed of one block: pages p0 .. p1 - 1 of its query, page p0 + n in stage
+ * n % stages. */
+struct ik_feed {
+    const uint8_t *pool;
+    uint8_t *stage0;
+    uint64_t *full;
+    uint32_t *released, *ids;
+    uint32_t page_bytes, stages, p0, p1;
+
+    /* One lane: the page by one bulk copy. */
+    __device__ void issue(uint32_t page, uint32_t stage, uint32_t lane) const
+    {
+        if (lane == 0)
+            ik_bulk_load(stage0 + (size_t)stage * page_bytes,
+                         pool + (size_t)ids[page - p0] * page_bytes, page_bytes, &full[stage]);
+    }
+
+    /* Every thread: the page ids (a page-table load inside the loop would stall every copy),
+     * the counts and barriers, then every stage filled. */
+    __device__ void start(const uint32_t *pages, uint32_t tid, uint32_t threads) const
+    {
+        for (uint32_t i = p0 + tid; i < p1; i += threads)
+            ids[i - p0] = pages[i];
+        if (tid < stages)
+            released[tid] = 0;
+        if (tid == 0)
+            ik_bars_init(full, stages);
+        __syncthreads();
+        if (tid < 32)
+            for (uint32_t s = 0; s < stages && p0 + s < p1; s++)
+                issue(p0 + s, s, tid);
+    }
+
+    /* Every thread of a warp, in page order: page i once it has landed. */
+    __device__ const uint8_t *wait(uint32_t i) const
+    {
+        ik_bar_wait(&full[(i - p0) % stages], (i - p0) / stages & 1u);
+        __syncwarp(); /* the MMAs need the warp converged after its spin */
+        return stage0 + (size_t)((i - p0) % stages) * page_bytes;
+    }
+
+    /* Every thread of a warp, once the warp has read what it needs of page i: the warp's
+     * count on the stage; the last of the warps that read it refills it with the page stages
+     * further on (the count is acquire-release, ordering the warp's reads before it and the
+     * copy after it). */
+    __device__ void release(uint32_t i, uint32_t warps, uint32_t lane) const
+    {
+        const uint32_t stage = (i - p0) % stages, uses = (i - p0) / stages + 1;
+        uint32_t seen = 0;
+        __syncwarp();
+        if (lane == 0)
+            asm volatile("atom.acq_rel.cta.shared::cta.add.u32 %0, [%1], 1;\n"
+                         : "=r"(seen)
+                         : "r"(ik_smem_addr(&released[stage]))
+                         : "memory");
+        seen = __shfl_sync(0xffffffffu, seen, 0);
+        if (seen + 1 == uses * warps && i + stages < p1) /* the stage's count only grows */
+            issue(i + stages, stage, lane);
+    }
+};
+
+/* The feed of this block of a launch over grid (page runs, queries), in the shared memory
+ * laid out as above with the kernel's own part of own_bytes. */
+__device__ static inline ik_feed ik_feed_at(uint8_t *smem, const uint8_t *pool, uint32_t page_bytes,
+                                            uint32_t stages, uint32_t p0, uint32_t p1,
+                                            uint32_t own_bytes)
+{
+    ik_feed f;
+    f.pool = pool;
+    f.full = (uint64_t *)smem;
+    f.released = (uint32_t *)(smem + IK_MAX_STAGES * 8u);
+    f.ids = (uint32_t *)(smem + IK_MAX_STAGES * 12u);
+    f.stage0 = smem + IK_FEED_BYTES + own_bytes;
+    f.page_bytes = page_bytes;
+    f.stages = stages;
+    f.p0 = p0;
+    f.p1 = p1;
+    return f;
+}
+
+/* The pages of query blockIdx.y this block takes, or false when it has none. */
+__device__ static inline bool ik_block_pages(const dsv4_cuda_ik_batch &bt, uint32_t rpp,
+                                             uint32_t ppb, uint32_t *p0_p, uint32_t *p1_p)
+{
+    const uint32_t n_pages = (bt.n_rows_dev[blockIdx.y] + rpp - 1) / rpp;
+    const uint32_t p0 = blockIdx.x * ppb;
+    *p0_p = p0;
+    *p1_p = min(n_pages, p0 + ppb);
+    return p0 < n_pages;
+}
+
+/* A shared-memory matrix descriptor for B = the query at addr: K-major, no swizzle, 8 x 8
+ * core matrices of 128 contiguous bytes (8 heads x 16 bytes of dims), the next one along K
+ * (LBO) 1024 bytes on, along N (SBO) 128 bytes on. */
+__device__ static inline uint64_t ik_wg_desc(uint32_t addr)
+{
+    return (uint64_t)((addr >> 4) & 0x3fffu) | (uint64_t)(1024u >> 4) << 16 |
+           (uint64_t)(128u >> 4) << 32;
+}
+
+/* d (64 rows x 64 heads of the warpgroup) += a (this warp's 16 rows x 16 dims, f16) x b (the
+ * query, f16); acc = 0 overwrites d. */
+__device__ static inline void ik_wg_mma(float (&d)[32], const uint32_t (&a)[4], uint64_t b, int acc)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, "
+                 "%17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+                 "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+                   "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+                   "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+                   "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+                   "+f"(d[30]), "+f"(d[31])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(acc));
+}
+
+/* Keeps the compiler from moving accumulator uses across the asynchronous MMAs. */
+__device__ static inline void ik_wg_fence(float (&d)[32])
+{
+#pragma unroll
+    for (int i = 0; i < 32; i++)
+        asm volatile("" : "+f"(d[i])::"memory");
+}
+#endif
+
+template <int DIM>
+__global__ void __launch_bounds__(128, IK_WG_BLOCKS)
+    dsv4_ik_wg_kernel(const uint8_t *__restrict__ pool, uint32_t page_bytes, uint32_t rpp,
+                      uint32_t stages, uint32_t ppb, dsv4_cuda_ik_batch bt, float *scores)
+{
+#if IK_WGMMA
+    using fmt = ik_fmt<DSV4_CUDA_IK_FP8>;
+    constexpr int E = 16 / fmt::elem; /* values per 16-byte chunk */
+    constexpr int CPT = DIM / E / 4;  /* chunks per thread and row */
+    constexpr int SPC = E / 4;        /* k-steps per chunk */
+    constexpr int KS = DIM / 16;      /* k-steps */
+    extern __shared__ __align__(16) uint8_t ik_smem[];
+    __shared__ float wh[IK_HEADS];
+    uint32_t p0, p1;
+    if (!ik_block_pages(bt, rpp, ppb, &p0, &p1))
+        return;
+    const ik_feed feed = ik_feed_at(ik_smem, pool, page_bytes, stages, p0, p1, IK_WG_QUERY_BYTES);
+    uint8_t *qs = ik_smem + IK_FEED_BYTES;
+    const uint32_t b = blockIdx.y, tid = threadIdx.x, n_rows = bt.n_rows_dev[b];
+    const uint32_t warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+    feed.start(bt.pages_dev + bt.page_start_dev[b], tid, 128);
+
+    /* The query as B in shared memory: warp w takes heads w, w + 4, ...; lane l dims 4 l ..
+     * 4 l + 3, which lie in one 16-byte key chunk and so in one k-step of the permuted
+     * order: chunk q = 4 c + t of a row is thread t's c-th, its values j .. j + 3 (j a
+     * multiple of 4) are k-step c SPC + j / 4, at k = 2 t, 2 t + 1 (A's a0/a1) and 2 t + 8,
+     * 2 t + 9 (a2/a3). */
+    const bool q16 = ((uintptr_t)bt.q_dev & 15u) == 0, mine = lane * 4 < DIM;
+    float4 x[IK_HEADS / 4]; /* every load first: one latency for the 16 heads, not 16 */
+#pragma unroll
+    for (int k = 0; k < IK_HEADS / 4; k++) {
+        const uint32_t h = warp + 4 * k;
+        x[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (h < bt.n_heads && mine) {
+            const float *qh = bt.q_dev + ((size_t)b * bt.n_heads + h) * DIM + lane * 4;
+            x[k] = q16 ? *(const float4 *)qh : make_float4(qh[0], qh[1], qh[2], qh[3]);
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < IK_HEADS / 4; k++) {
+        const uint32_t h = warp + 4 * k;
+        float amax =
+            fmaxf(fmaxf(fabsf(x[k].x), fabsf(x[k].y)), fmaxf(fabsf(x[k].z), fabsf(x[k].w)));
+#pragma unroll
+        for (int o = 16; o; o >>= 1)
+            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        const float sh = amax > 0.0f && amax <= 3.0e38f ? amax : 1.0f, inv = 1.0f / sh;
+        if (lane == 0)
+            wh[h] = h < bt.n_heads ? bt.w_dev[(size_t)b * bt.n_heads + h] * sh : 0.0f;
+        if (mine) {
+            const uint32_t q = lane * 4 / E, j = lane * 4 % E, s = (q / 4) * SPC + j / 4;
+            uint8_t *at = qs + 2u * s * 1024u + (h / 8) * 128u + (h % 8) * 16u + (q % 4) * 4u;
+            *(uint32_t *)at = ik_pack_f16(x[k].x * inv, x[k].y * inv);
+            *(uint32_t *)(at + 1024u) = ik_pack_f16(x[k].z * inv, x[k].w * inv);
+        }
+    }
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); /* stores seen by wgmma */
+    __syncthreads();
+    float wq[16]; /* heads 8 j + 2 t4 and 8 j + 2 t4 + 1: the accumulator columns */
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        wq[2 * j] = wh[8 * j + 2 * t4];
+        wq[2 * j + 1] = wh[8 * j + 2 * t4 + 1];
+    }
+    const uint32_t qaddr = ik_smem_addr(qs);
+
+    for (uint32_t i = p0; i < p1; i++) {
+        const uint8_t *pg = feed.wait(i);
+        const float *row_scale = (const float *)(pg + (size_t)rpp * DIM);
+        for (uint32_t m = 0; m * 64 < rpp; m++) {
+            /* this warp's rows of the 64: g and g + 8 of its 16 */
+            const uint32_t r0 = m * 64 + warp * 16 + g, r1 = r0 + 8;
+            uint32_t a[KS][4];
+#pragma unroll
+            for (int c = 0; c < CPT; c++) {
+                uint4 raw[2];
+#pragma unroll
+                for (int u = 0; u < 2; u++) {
+                    const uint32_t row = u ? r1 : r0;
+                    raw[u] = row < rpp ? *(const uint4 *)(pg + (size_t)row * (DIM * fmt::elem) +
+                                                          (t4 + 4 * c) * 16)
+                                       : make_uint4(0, 0, 0, 0);
+                }
+#pragma unroll
+                for (int sc = 0; sc < SPC; sc++) {
+#pragma unroll
+                    for (int u = 0; u < 2; u++) {
+                        const uint32_t *wd = &raw[u].x;
+                        uint32_t(&as)[4] = a[c * SPC + sc];
+                        as[u] = ik_e4m3x2_f16(wd[sc] & 0xffffu);
+                        as[2 + u] = ik_e4m3x2_f16(wd[sc] >> 16);
+                    }
+                }
+            }
+            const uint32_t slot = t4 ? r1 : r0, row = i * rpp + slot;
+            const float rs = fmt::scale_bytes && slot < rpp ? row_scale[slot] : 1.0f;
+            /* the warp has read all it needs of the page: A is in registers, B is the query */
+            if ((m + 1) * 64 >= rpp)
+                feed.release(i, 4, lane);
+            /* two accumulators, even and odd k-steps, so two MMA chains run at once */
+            float d[32] = {}, e[32] = {};
+            ik_wg_fence(d);
+            ik_wg_fence(e);
+            asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+            for (int s = 0; s < KS; s += 2) {
+                ik_wg_mma(d, a[s], ik_wg_desc(qaddr + 2u * s * 1024u), s > 0);
+                ik_wg_mma(e, a[s + 1], ik_wg_desc(qaddr + 2u * (s + 1) * 1024u), s > 0);
+            }
+            asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+            asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+            ik_wg_fence(d);
+            ik_wg_fence(e);
+#pragma unroll
+            for (int j = 0; j < 32; j++)
+                d[j] += e[j];
+            /* d[4 j], d[4 j + 1]: row g, heads 8 j + 2 t4, + 1; d[4 j + 2], d[4 j + 3]: row
+             * g + 8; a row's sum ends across the quad */
+            float v0 = 0.0f, v1 = 0.0f;
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                v0 += wq[2 * j] * ik_relu(d[4 * j]);
+                v0 += wq[2 * j + 1] * ik_relu(d[4 * j + 1]);
+                v1 += wq[2 * j] * ik_relu(d[4 * j + 2]);
+                v1 += wq[2 * j + 1] * ik_relu(d[4 * j + 3]);
+            }
+            v0 += __shfl_xor_sync(0xffffffffu, v0, 1);
+            v1 += __shfl_xor_sync(0xffffffffu, v1, 1);
+            v0 += __shfl_xor_sync(0xffffffffu, v0, 2);
+            v1 += __shfl_xor_sync(0xffffffffu, v1, 2);
+            if (t4 < 2 && slot < rpp && row < n_rows)
+                scores[(size_t)b * bt.max_rows + row] = bt.scale * ((t4 ? v1 : v0) * rs);
+        }
+    }
+#endif
+}
+
+/* What a launch needs from the device, read once per device and format: the
+ * multiprocessor count, whether the device code has the wgmma kernel, the kernels'
+ * shared-memory limit raised to IK_SMEM_MAX, and the blocks per multiprocessor for each
+ * page size (rows per page / 8 - 1; 0 = not read yet), so a launch makes no CUDA call but
+ * the launch itself. (Measured on an H200, these queries were not what small steps cost:
+ * the kernel's own fixed time is, bench/results/2026-11-29-indexer-h200-c.md.) */
 typedef struct ik_device {
-    int rc, sms;
+    int rc, sms, wgmma;
     std::atomic<int> per_sm[IK_MAX_RPP / 8];
 } ik_device;
 
+/* The wgmma kernel where the device code has it and the keys are fp8 (for bf16 keys it
+ * was no faster than mma.sync, bench/results/2026-11-29-indexer-h200-e.md). */
+template <dsv4_cuda_ik_format F> static constexpr bool ik_wg_format()
+{
+    return F == DSV4_CUDA_IK_FP8;
+}
+
+typedef void (*ik_kernel_fn)(const uint8_t *, uint32_t, uint32_t, uint32_t, uint32_t,
+                             dsv4_cuda_ik_batch, float *);
+
+template <dsv4_cuda_ik_format F, int DIM> static ik_kernel_fn ik_kernel(bool wg)
+{
+    if constexpr (ik_wg_format<F>())
+        if (wg)
+            return dsv4_ik_wg_kernel<DIM>;
+    return dsv4_ik_score_kernel<F, DIM>;
+}
+
 template <dsv4_cuda_ik_format F, int DIM> static void ik_device_setup(ik_device *d, int dev)
 {
+    d->wgmma = 0;
     d->rc = dsv4_cuda_status(cudaDeviceGetAttribute(&d->sms, cudaDevAttrMultiProcessorCount, dev));
+    if (d->rc == 0 && ik_wg_format<F>())
+        d->rc = dsv4_cuda_status(cudaMemcpyFromSymbol(&d->wgmma, ik_wgmma_built, sizeof d->wgmma));
     if (d->rc == 0)
-        d->rc = dsv4_cuda_status(cudaFuncSetAttribute(dsv4_ik_score_kernel<F, DIM>,
+        d->rc = dsv4_cuda_status(cudaFuncSetAttribute(ik_kernel<F, DIM>(d->wgmma != 0),
                                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                       (int)IK_SMEM_MAX));
 }
@@ -414,17 +734,7 @@ static int ik_launch(uint32_t rpp, const void *pool, const dsv4_cuda_ik_batch *b
     using fmt = ik_fmt<F>;
     static std::once_flag once[IK_MAX_DEVICES];
     static ik_device devices[IK_MAX_DEVICES];
-    uint32_t page_bytes = rpp * (DIM * fmt::elem + fmt::scale_bytes);
-    uint32_t stages = (IK_SMEM_MAX - IK_HEAD_BYTES) / page_bytes;
-    int dev;
-
-    if (stages > (uint32_t)fmt::stages)
-        stages = fmt::stages;
-    if (stages < 2)
-        return -ENOTSUP; /* two pages must fit: one read while the next one lands */
-    size_t smem = IK_HEAD_BYTES + (size_t)stages * page_bytes;
-    auto kernel = dsv4_ik_score_kernel<F, DIM>;
-    int rc = dsv4_cuda_status(cudaGetDevice(&dev));
+    int dev, rc = dsv4_cuda_status(cudaGetDevice(&dev));
     if (rc != 0)
         return rc;
     if (dev < 0 || dev >= IK_MAX_DEVICES)
@@ -433,10 +743,21 @@ static int ik_launch(uint32_t rpp, const void *pool, const dsv4_cuda_ik_batch *b
     std::call_once(once[dev], ik_device_setup<F, DIM>, d, dev);
     if (d->rc != 0)
         return d->rc;
+    const bool wg = d->wgmma != 0;
+    const ik_kernel_fn kernel = ik_kernel<F, DIM>(wg);
+    const uint32_t threads = wg ? 128u : (uint32_t)fmt::threads;
+    const uint32_t head = wg ? IK_FEED_BYTES + IK_WG_QUERY_BYTES : IK_HEAD_BYTES;
+    const uint32_t page_bytes = rpp * (DIM * fmt::elem + fmt::scale_bytes);
+    uint32_t stages = (IK_SMEM_MAX - head) / page_bytes;
+    if (stages > (wg ? IK_WG_FP8_STAGES : (uint32_t)fmt::stages))
+        stages = wg ? IK_WG_FP8_STAGES : fmt::stages;
+    if (stages < 2)
+        return -ENOTSUP; /* two pages must fit: one read while the next one lands */
+    const size_t smem = head + (size_t)stages * page_bytes;
     int per_sm = d->per_sm[rpp / 8 - 1].load(std::memory_order_relaxed);
     if (per_sm == 0) {
         rc = dsv4_cuda_status(
-            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, fmt::threads, smem));
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
         if (rc != 0)
             return rc;
         if (per_sm < 1)
@@ -444,16 +765,16 @@ static int ik_launch(uint32_t rpp, const void *pool, const dsv4_cuda_ik_batch *b
         d->per_sm[rpp / 8 - 1].store(per_sm, std::memory_order_relaxed);
     }
     /* About one wave of blocks over the whole batch, at least two pages per block so the
-     * query's registers are loaded for more than one page. */
+     * query is loaded for more than one page. */
     uint64_t max_pages = (bt->max_rows + rpp - 1) / rpp, total = max_pages * bt->n_queries;
     uint64_t wave = (uint64_t)per_sm * (uint64_t)d->sms, ppb = (total + wave - 1) / wave;
     if (ppb < 2)
         ppb = 2;
-    if (ppb > IK_MAX_PPB)
-        ppb = IK_MAX_PPB;
+    if (ppb > (wg ? IK_WG_MAX_PPB : IK_MAX_PPB))
+        ppb = wg ? IK_WG_MAX_PPB : IK_MAX_PPB;
     dim3 grid((unsigned)((max_pages + ppb - 1) / ppb), bt->n_queries);
-    kernel<<<grid, fmt::threads, smem, stream>>>((const uint8_t *)pool, page_bytes, rpp, stages,
-                                                 (uint32_t)ppb, *bt, scores);
+    kernel<<<grid, threads, smem, stream>>>((const uint8_t *)pool, page_bytes, rpp, stages,
+                                            (uint32_t)ppb, *bt, scores);
     return dsv4_cuda_launch_status();
 }
 
