@@ -60,9 +60,9 @@
 #define IK_WGMMA 0
 #endif
 
-#define IK_HEADS 64      /* queries are padded to 64 heads */
-#define IK_MAX_RPP 256u  /* rows per page the partial-sum buffer holds */
-#define IK_MAX_PPB 2048u /* pages per block, whose ids are staged in shared memory */
+#define IK_HEADS 64     /* queries are padded to 64 heads */
+#define IK_MAX_RPP 256u /* rows per page the partial-sum buffer holds */
+#define IK_MAX_PPB 128u /* pages per block, whose ids are staged in shared memory */
 #define IK_MAX_STAGES 8u
 #define IK_MAX_DEVICES 64
 #define IK_SMEM_MAX (200u * 1024u)
@@ -72,10 +72,9 @@
 #define IK_HEAD_BYTES (IK_BAR_BYTES + IK_PART_BYTES + IK_IDS_BYTES) /* a multiple of 16 */
 /* The wgmma kernel's shared memory: the feed (a full barrier and a release count per stage,
  * the page ids), the query as B, then the stages; each part a multiple of 16 bytes. */
-#define IK_WG_MAX_PPB 512u
 #define IK_WG_BLOCKS 4      /* per multiprocessor: at most 128 registers a thread */
 #define IK_WG_FP8_STAGES 4u /* four blocks' stages and queries fit in shared memory */
-#define IK_FEED_BYTES (IK_MAX_STAGES * (8u + 4u) + IK_WG_MAX_PPB * 4u)
+#define IK_FEED_BYTES (IK_MAX_STAGES * (8u + 4u) + IK_MAX_PPB * 4u)
 #define IK_WG_QUERY_BYTES (IK_HEADS * 128u * 2u)
 
 /* 1 in the device code built for sm_90a: the host reads it once per device to pick the
@@ -765,13 +764,15 @@ static int ik_launch(uint32_t rpp, const void *pool, const dsv4_cuda_ik_batch *b
         d->per_sm[rpp / 8 - 1].store(per_sm, std::memory_order_relaxed);
     }
     /* About one wave of blocks over the whole batch, at least two pages per block so the
-     * query is loaded for more than one page. */
+     * query is loaded for more than one page, at most IK_MAX_PPB: longer runs of pages
+     * were slower (a bf16 step of 1M x 32 read 73% of the ceiling at 497 pages a block,
+     * 83% at 124; bench/results/2026-11-29-indexer-h200-e.md). */
     uint64_t max_pages = (bt->max_rows + rpp - 1) / rpp, total = max_pages * bt->n_queries;
     uint64_t wave = (uint64_t)per_sm * (uint64_t)d->sms, ppb = (total + wave - 1) / wave;
     if (ppb < 2)
         ppb = 2;
-    if (ppb > (wg ? IK_WG_MAX_PPB : IK_MAX_PPB))
-        ppb = wg ? IK_WG_MAX_PPB : IK_MAX_PPB;
+    if (ppb > IK_MAX_PPB)
+        ppb = IK_MAX_PPB;
     dim3 grid((unsigned)((max_pages + ppb - 1) / ppb), bt->n_queries);
     kernel<<<grid, threads, smem, stream>>>((const uint8_t *)pool, page_bytes, rpp, stages,
                                             (uint32_t)ppb, *bt, scores);
