@@ -383,8 +383,9 @@ static int dsv4_gemm_format(cudaStream_t st, dsv4_wdev W, size_t out, size_t in,
  * accumulation: the weight exactly, each input as the sum of two bf16 (hi + lo, 16
  * significant bits), two MMAs per tile, so a product is off the f32 one by about 2^-17 of
  * the input. A warp owns 16 outputs; a block of GEMM_WARPS warps shares a tile of MMA_TOK
- * rows x MMA_KB inputs staged in shared memory as hi/lo pairs, or, for a tile of at most 8
- * rows, each thread splits the inputs of its own fragment (no staging, no barriers).
+ * rows x MMA_KB inputs staged in shared memory as hi/lo pairs, or, for tiles of up to 16
+ * rows, each thread splits the inputs of its own fragments (no staging, no barriers; the
+ * warps share the inputs through L1).
  * Thread (g = lane / 4, t = lane % 4) reads the 16 consecutive inputs 16 t .. 16 t + 15 of
  * its weight rows g and g + 8 per k block (one 16-byte FP8 load) and feeds inputs
  * 16 t + 4 j .. + 3 to MMA j as its fragment's k slots 2t, 2t+1, 2t+8, 2t+9; its B
@@ -396,10 +397,10 @@ static int dsv4_gemm_format(cudaStream_t st, dsv4_wdev W, size_t out, size_t in,
  * split from the weight's shape alone (dsv4_mma_ksplit), writes each split's sums to the
  * workspace, and the block that completes a tile's last split adds them in split order;
  * the row count, the rows' tiling, the grid and the group sizes never enter, and it runs
- * every row count, one row included (a step of up to 8 rows takes a kernel without the
- * staged path, whose MMAs are the same). Fast mode splits k by the grid instead (its row
- * tiles) and adds the splits with atomics, so its bits may change with the row count and
- * from run to run. */
+ * every row count, one row included (steps of up to 16 rows a group take kernels that
+ * read the inputs directly, larger ones stage them: the MMAs are the same).
+ * Fast mode splits k by the grid instead (its row tiles) and adds the splits with atomics,
+ * so its bits may change with the row count and from run to run. */
 #define MMA_KB 64  /* inputs per k block */
 #define MMA_TOK 64 /* rows per pass (8 n tiles of 8) */
 /* blocks a launch should have (two per SM of an H100 or H200) before it splits k */
@@ -500,7 +501,7 @@ struct dsv4_mma_rows {
     uint32_t ksplit;
     float *part;   /* ksplit > 1: each split's sums, [split][problem][w1 - w0][out]; NULL: added
                       to Y (zeroed before) with atomics */
-    uint32_t *ctr; /* with part: per row tile [group][output tile][(w1 - w0) / MMA_TOK], the
+    uint32_t *ctr; /* with part: per row tile [group][output tile][tile of the window], the
                       splits done (0 between launches) */
 };
 
@@ -584,34 +585,36 @@ dsv4_mma_tile(dsv4_wdev W, size_t g, size_t oa, size_t ob, size_t out, size_t in
                         });
 }
 
-/* c += the tile of rows tr .. tr + nr (nr <= 8: one n tile) over k blocks kbeg .. kend,
- * each thread reading and splitting its fragment's inputs itself (no barriers), the
- * weights D k blocks ahead. */
-template <int F, uint32_t D>
-__device__ static inline void dsv4_mma_tile_few(dsv4_wdev W, size_t g, size_t oa, size_t ob,
-                                                size_t out, size_t in, const float *__restrict__ x,
-                                                size_t xs, uint32_t tr, uint32_t nr, size_t kbeg,
-                                                size_t kend, float (&c)[4])
+/* acc += the tile of rows tr .. tr + nr (nr <= 8 NT) over k blocks kbeg .. kend, each
+ * thread reading and splitting its own fragments' inputs (no staging, no barriers: the
+ * block's warps share the inputs through L1), the weights D k blocks ahead. */
+template <int F, uint32_t D, uint32_t NT>
+__device__ static inline void
+dsv4_mma_tile_direct(dsv4_wdev W, size_t g, size_t oa, size_t ob, size_t out, size_t in,
+                     const float *__restrict__ x, size_t xs, uint32_t tr, uint32_t nr, size_t kbeg,
+                     size_t kend, float (&acc)[MMA_TOK / 8][4])
 {
     uint32_t gi = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
-    const float4 *xp = gi < nr ? (const float4 *)(x + (size_t)(tr + gi) * xs + 16 * t) : NULL;
-    float4 xn[4];
+    const float4 *xp[NT];
 #pragma unroll
-    for (uint32_t j = 0; j < 4; j++)
-        xn[j] = xp ? __ldg(xp + kbeg / 4 + j) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (uint32_t n = 0; n < NT; n++)
+        xp[n] =
+            n * 8 + gi < nr ? (const float4 *)(x + (size_t)(tr + n * 8 + gi) * xs + 16 * t) : NULL;
     dsv4_mma_walk<F, D>(W, g, oa, ob, out, in, kbeg, kend,
                         [&](size_t k0, const uint32_t(&wa)[8], const uint32_t(&wb)[8]) {
-                            float4 xa[4];
 #pragma unroll
-                            for (uint32_t j = 0; j < 4; j++)
-                                xa[j] = xn[j];
-                            if (xp && k0 + MMA_KB < kend)
+                            for (uint32_t n = 0; n < NT; n++) {
+                                if (n * 8 >= nr)
+                                    break;
+                                float4 xa[4];
 #pragma unroll
                                 for (uint32_t j = 0; j < 4; j++)
-                                    xn[j] = __ldg(xp + (k0 + MMA_KB) / 4 + j);
+                                    xa[j] = xp[n] ? __ldg(xp[n] + k0 / 4 + j)
+                                                  : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
-                            for (uint32_t j = 0; j < MMA_KB / 16; j++)
-                                dsv4_mma_kblock(c, wa, wb, j, dsv4_mma_split(xa[j]));
+                                for (uint32_t j = 0; j < MMA_KB / 16; j++)
+                                    dsv4_mma_kblock(acc[n], wa, wb, j, dsv4_mma_split(xa[j]));
+                            }
                         });
 }
 
@@ -637,10 +640,10 @@ __device__ static inline void dsv4_mma_each(float (&acc)[MMA_TOK / 8][4], size_t
  * MMA_KB == 0 and 16-byte aligned rows. Block x takes the k blocks of split x % ksplit and
  * row tiles x / ksplit, x / ksplit + gridDim.x / ksplit, ... of its group's rows. With a
  * workspace, the block that finishes a tile's last split adds the splits' sums in split
- * order (which block that is does not matter). FEW: no tile has more than 8 rows (the
- * staged path compiled out, its registers free for loads in flight); the bits are the same
- * either way. */
-template <int F, bool FEW>
+ * order (which block that is does not matter). NT > 0: tiles of 8 NT rows, inputs read
+ * directly (dsv4_mma_tile_direct); NT = 0: tiles of MMA_TOK rows, those of more than 8
+ * staged through shared memory. The bits are the same either way. */
+template <int F, uint32_t NT>
 __global__ static void __launch_bounds__(GEMM_WARPS * 32, 2)
     dsv4_mma_kernel(dsv4_wdev W, size_t out, size_t in, const float *__restrict__ x, size_t xs,
                     size_t xz, dsv4_mma_rows R, float *__restrict__ y, size_t ys, size_t yz)
@@ -668,27 +671,30 @@ __global__ static void __launch_bounds__(GEMM_WARPS * 32, 2)
     /* split s's sums of problem g (batched) or of every group's rows: part + s * pstride */
     size_t wn = R.w1 - R.w0, pstride = (size_t)(R.off ? 1 : gridDim.z) * wn * out;
     float *part = R.part ? R.part + (R.off ? 0 : (size_t)g * wn * out) : NULL;
-    constexpr uint32_t NT = FEW ? 1 : MMA_TOK / 8; /* n tiles a tile can have */
-    /* FEW: the weights 64 bytes a row ahead (96 for FP8, 64 for MXFP4), as a step of a few
-     * rows needs to stream; one k block ahead beside the staged path's registers */
-    constexpr uint32_t FEW_AHEAD = F == DSV4_CUDA_W_BF16 ? 2 : F == DSV4_CUDA_W_FP8 ? 6 : 8;
-    for (uint32_t tr = lo + blockIdx.x / R.ksplit * MMA_TOK; tr < hi;
-         tr += gridDim.x / R.ksplit * MMA_TOK) {
-        uint32_t nr = hi - tr < MMA_TOK ? hi - tr : MMA_TOK;
+    constexpr uint32_t TOK = NT ? 8 * NT : MMA_TOK; /* rows a tile */
+    constexpr uint32_t DNT = NT ? NT : 1;           /* n tiles of the direct path */
+    constexpr uint32_t ENT = NT ? NT : MMA_TOK / 8; /* n tiles a tile can have */
+    /* the direct path's weights 96 bytes a row ahead at one n tile (64 for MXFP4), as a
+     * step of a few rows needs to stream; fewer beside more sums (registers) */
+    constexpr uint32_t BYTES_AHEAD = F == DSV4_CUDA_W_BF16 ? 3 : F == DSV4_CUDA_W_FP8 ? 6 : 8;
+    constexpr uint32_t AHEAD = BYTES_AHEAD / DNT ? BYTES_AHEAD / DNT : 1;
+    for (uint32_t tr = lo + blockIdx.x / R.ksplit * TOK; tr < hi;
+         tr += gridDim.x / R.ksplit * TOK) {
+        uint32_t nr = hi - tr < TOK ? hi - tr : TOK;
         float acc[MMA_TOK / 8][4];
 #pragma unroll
         for (int n = 0; n < MMA_TOK / 8; n++)
             acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
         /* nr is the same for the whole block: the barriers of the staged path are safe */
-        if (FEW)
-            dsv4_mma_tile_few<F, FEW_AHEAD>(W, g, oa, ob, out, in, x, xs, tr, nr, kbeg, kend,
-                                            acc[0]);
+        if (NT)
+            dsv4_mma_tile_direct<F, AHEAD, DNT>(W, g, oa, ob, out, in, x, xs, tr, nr, kbeg, kend,
+                                                acc);
         else if (nr <= 8)
-            dsv4_mma_tile_few<F, 1>(W, g, oa, ob, out, in, x, xs, tr, nr, kbeg, kend, acc[0]);
+            dsv4_mma_tile_direct<F, 1, 1>(W, g, oa, ob, out, in, x, xs, tr, nr, kbeg, kend, acc);
         else
             dsv4_mma_tile<F>(W, g, oa, ob, out, in, x, xs, tr, nr, kbeg, kend, xt, acc);
         if (!part) {
-            dsv4_mma_each<NT>(acc, o0, out, nr, [&](size_t o, uint32_t r, float &v) {
+            dsv4_mma_each<ENT>(acc, o0, out, nr, [&](size_t o, uint32_t r, float &v) {
                 if (R.ksplit > 1)
                     atomicAdd(&y[(size_t)(tr + r) * ys + o], v);
                 else
@@ -696,16 +702,15 @@ __global__ static void __launch_bounds__(GEMM_WARPS * 32, 2)
             });
             continue;
         }
-        dsv4_mma_each<NT>(acc, o0, out, nr, [&](size_t o, uint32_t r, float &v) {
+        dsv4_mma_each<ENT>(acc, o0, out, nr, [&](size_t o, uint32_t r, float &v) {
             part[ks * pstride + (size_t)(tr + r - R.w0) * out + o] = v;
         });
         /* the sums are out before the count says so; the count's last taker resets it */
         __threadfence();
         __syncthreads();
         if (threadIdx.x == 0) {
-            uint32_t *c = R.ctr +
-                          ((size_t)g * gridDim.y + blockIdx.y) * ((wn + MMA_TOK - 1) / MMA_TOK) +
-                          (tr - lo) / MMA_TOK;
+            uint32_t *c = R.ctr + ((size_t)g * gridDim.y + blockIdx.y) * ((wn + TOK - 1) / TOK) +
+                          (tr - lo) / TOK;
             last = atomicAdd(c, 1u) == R.ksplit - 1;
             if (last)
                 *c = 0;
@@ -717,11 +722,11 @@ __global__ static void __launch_bounds__(GEMM_WARPS * 32, 2)
         /* split by split, every sum of this thread at once (their loads in flight
          * together), each sum in split order */
         for (uint32_t sp = 0; sp < R.ksplit; sp++)
-            dsv4_mma_each<NT>(acc, o0, out, nr, [&](size_t o, uint32_t r, float &v) {
+            dsv4_mma_each<ENT>(acc, o0, out, nr, [&](size_t o, uint32_t r, float &v) {
                 float p = __ldcg(part + sp * pstride + (size_t)(tr + r - R.w0) * out + o);
                 v = sp ? v + p : p;
             });
-        dsv4_mma_each<NT>(acc, o0, out, nr, [&](size_t o, uint32_t r, float &v) {
+        dsv4_mma_each<ENT>(acc, o0, out, nr, [&](size_t o, uint32_t r, float &v) {
             y[(size_t)(tr + r) * ys + o] = v;
         });
     }
@@ -748,24 +753,35 @@ static uint32_t dsv4_mma_ksplit(size_t tiles, size_t in)
     return ks;
 }
 
-/* One launch (rows_each: the row count, or a grouped step's average doubled). */
+/* One launch (rows_each: the row count, or a grouped step's average doubled) of tiles of
+ * 8 NT rows. */
+template <int F, uint32_t NT>
+static int dsv4_mma_run_tiles(cudaStream_t st, dsv4_wdev W, size_t out, size_t in, const float *x,
+                              size_t xs, size_t xz, const dsv4_mma_rows &R, uint32_t groups,
+                              uint32_t rows_each, float *y, size_t ys, size_t yz)
+{
+    uint32_t tok = NT ? 8 * NT : MMA_TOK, tiles = (rows_each + tok - 1) / tok;
+    dim3 grid((tiles < GEMM_ROW_SPLIT ? tiles : GEMM_ROW_SPLIT) * R.ksplit,
+              (unsigned)((out + GEMM_WARPS * 16 - 1) / (GEMM_WARPS * 16)), groups);
+    if (grid.y > 65535 || grid.z > 65535)
+        return -EINVAL;
+    dsv4_mma_kernel<F, NT><<<grid, GEMM_WARPS * 32, 0, st>>>(W, out, in, x, xs, xz, R, y, ys, yz);
+    return dsv4_cuda_launch_status();
+}
+
+/* The tile height by the rows a group holds: inputs read directly up to 16 rows, staged
+ * above (H200: tiles of 32 rows read directly took the head 884 us at 32 rows, staged
+ * 465; at 16 rows direct tiles win where k is split). */
 template <int F>
 static int dsv4_mma_run(cudaStream_t st, dsv4_wdev W, size_t out, size_t in, const float *x,
                         size_t xs, size_t xz, const dsv4_mma_rows &R, uint32_t groups,
                         uint32_t rows_each, float *y, size_t ys, size_t yz)
 {
-    uint32_t tiles = (rows_each + MMA_TOK - 1) / MMA_TOK;
-    dim3 grid((tiles < GEMM_ROW_SPLIT ? tiles : GEMM_ROW_SPLIT) * R.ksplit,
-              (unsigned)((out + GEMM_WARPS * 16 - 1) / (GEMM_WARPS * 16)), groups);
-    if (grid.y > 65535 || grid.z > 65535)
-        return -EINVAL;
-    if (R.w1 - R.w0 <= 8)
-        dsv4_mma_kernel<F, true>
-            <<<grid, GEMM_WARPS * 32, 0, st>>>(W, out, in, x, xs, xz, R, y, ys, yz);
-    else
-        dsv4_mma_kernel<F, false>
-            <<<grid, GEMM_WARPS * 32, 0, st>>>(W, out, in, x, xs, xz, R, y, ys, yz);
-    return dsv4_cuda_launch_status();
+    if (rows_each <= 8 || R.w1 - R.w0 <= 8)
+        return dsv4_mma_run_tiles<F, 1>(st, W, out, in, x, xs, xz, R, groups, rows_each, y, ys, yz);
+    if (rows_each <= 16)
+        return dsv4_mma_run_tiles<F, 2>(st, W, out, in, x, xs, xz, R, groups, rows_each, y, ys, yz);
+    return dsv4_mma_run_tiles<F, 0>(st, W, out, in, x, xs, xz, R, groups, rows_each, y, ys, yz);
 }
 
 /* Deterministic: the split from the shape, the splits added in order by the kernel, in
@@ -783,7 +799,7 @@ static int dsv4_mma_fixed(const dsv4_cuda_blas *b, dsv4_wdev W, size_t out, size
     size_t win = n;
     if (ksplit > 1) {
         size_t by_part = MMA_PART_FLOATS / ((size_t)ksplit * probs * out);
-        size_t by_ctr = MMA_CTRS / (otiles * groups) * MMA_TOK;
+        size_t by_ctr = MMA_CTRS / (otiles * groups) * 8; /* tiles of 8 rows or more */
         win = by_part < by_ctr ? by_part : by_ctr;
     }
     if (win == 0)

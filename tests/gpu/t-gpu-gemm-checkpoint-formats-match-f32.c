@@ -3,9 +3,9 @@
  * power-of-two scales per 128x128 block, BF16) is stored on the device in that format and
  * no narrower one (dsv4_cuda_weight_pack is exact there and refuses the narrower ones),
  * also where the checkpoint chose a larger scale than needed (the packer picks the
- * smallest); random f32 values stay f32. Deterministic mode is batch-invariant, bitwise: a
- * row computed in a step of 1, 2, 7 or 64 rows (anywhere in the inputs) is the same row of
- * a 256-row step; grouped rows (the experts, uneven groups: 5, 0, 40 and 1, 37, 7 rows)
+ * smallest); random f32 values stay f32. Deterministic mode is batch-invariant, bitwise:
+ * a row computed in a step of 1, 2, 7, 16 or 64 rows (anywhere in the inputs) is the same
+ * row of a 256-row step; grouped rows (the experts, uneven groups: 5, 0, 40 and 1, 37, 7 rows)
  * are the dense GEMM of their matrix; a batched call (wo_a) gives a problem's rows the
  * same bits at 1 and 7 rows a problem. It stays within DET_TOL of the GEMM over the
  * weight's f32 values (which the f32 weights are, bitwise: the streaming kernel) and of a
@@ -220,8 +220,9 @@ static void check_dense(gemm_env *e, dsv4_cuda_wfmt fmt, size_t mats, size_t out
         bail_out("out of memory");
     linear(e, &q_p->w, out, in, 0, MAX_ROWS, yq);
     linear(e, &f_p->w, out, in, 0, MAX_ROWS, yf);
-    /* steps of 1, 2, 7 and 64 rows at several places, and three rows alone */
-    static const size_t rows[] = {1, 2, 7, 64};
+    /* steps of 1, 2, 7, 16 and 64 rows at several places (each tile shape the kernels
+     * have: 8 and 16 rows read directly, 64 staged), and three rows alone */
+    static const size_t rows[] = {1, 2, 7, 16, 64};
     static const size_t single[] = {0, 36, MAX_ROWS - 1};
     size_t moved = 0;
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
@@ -233,7 +234,7 @@ static void check_dense(gemm_env *e, dsv4_cuda_wfmt fmt, size_t mats, size_t out
         linear(e, &q_p->w, out, in, single[i], 1, yn);
         moved += bits_differ(yn, yq + single[i] * out, out);
     }
-    is_int(moved, 0, "%s [%zu][%zu]: rows in steps of 1, 2, 7, 64 rows bitwise those of 256",
+    is_int(moved, 0, "%s [%zu][%zu]: rows in steps of 1, 2, 7, 16, 64 rows bitwise those of 256",
            fmt_names[fmt], out, in);
     double tol = fmt == DSV4_CUDA_W_F32 ? 1e-5 : DET_TOL;
     if (fmt == DSV4_CUDA_W_F32)
