@@ -17,13 +17,12 @@
  *    as soon as the items at or above the prefix (those above it are all taken) number at
  *    most TK_LIST_CAP: after the first digit for scores of any spread, later for many equal
  *    or nearly equal scores.
- * 2. In every block alone. Each block reserves room for its share of those items in every
- *    block's list (one remote atomic per pair of blocks; the share is known from its own
- *    histograms), stores them in its own list, all threads copy them to the others' (one
- *    remote store each), one cluster barrier, and from there no block touches
- *    another's memory: each finishes the select on its list with the same passes (shared
- *    memory only), takes the top kk items, and places those whose row is its rank modulo
- *    the cluster size by counting the selected items above each.
+ * 2. In every block alone. Each block gathers its items at or above that prefix, reserves
+ *    room for them in every block's list (one remote atomic per pair of blocks), all its
+ *    threads copy them there (one remote store each), one cluster barrier, and from there
+ *    no block touches another's memory: each finishes the select on its list with the same
+ *    passes (shared memory only), takes the top kk items, and places those it owns (by a
+ *    hash of the row) by counting the selected items above each.
  *
  * Why this shape: a query's time at batch 1 was mostly fixed cost, not reading (22 of
  * 27 us for 4k scores as for 256k: bench/results/2026-11-29-indexer-h200-d.md), and that
@@ -32,9 +31,12 @@
  * with remote loads between them. The common case now waits at two, and at one more whose
  * wait hides behind the slice's load (the lists' counters and the owned ranges are zero
  * before any block adds to them). Measured step by step in
- * bench/results/2026-11-29-topk-h200.md. Why not a sort: ranking kk items by counting
- * costs kk^2 / CL comparisons per block with no barrier between steps, where a bitonic sort
- * of kk items needs log^2 kk barriers.
+ * bench/results/2026-11-29-topk-h200.md and -b.md. Why not a sort: ranking kk items by
+ * counting costs kk^2 / CL comparisons per block with no barrier between steps, where a
+ * bitonic sort of kk items needs log^2 kk barriers. Why narrow the list first: ranking the
+ * whole list (512-768 items at the benchmark's 256k scores) against itself, issue-bound at
+ * 1024 threads, took 4 700-8 100 cycles where the passes and the ranking of kk take
+ * 4 400-5 800 (-b.md).
  *
  * The result depends only on the scores, never on the cluster size, the batch or the
  * order in which the lists were filled: histograms are counts and every place is a count
@@ -72,8 +74,13 @@ typedef struct tk_shared {
     uint32_t n_list, n_mine, n_sel, n_own;
     uint32_t list_base[TK_CLUSTER_MAX]; /* where this block's items go in each block's list */
     uint64_t list[TK_LIST_CAP];         /* every item at or above the cluster passes' prefix */
-    uint64_t sel[DSV4_CUDA_TOPK_MAX];   /* the top kk items */
-    uint64_t own[DSV4_CUDA_TOPK_MAX];   /* those of them this block places */
+    union {
+        uint64_t mine[TK_LIST_CAP]; /* this block's items of every block's list, gathered */
+        struct {
+            uint64_t sel[DSV4_CUDA_TOPK_MAX]; /* then the top kk items */
+            uint64_t own[DSV4_CUDA_TOPK_MAX]; /* those of them this block places */
+        };
+    };
 } tk_shared;
 
 /* The slice's copy in shared memory starts here (16-byte aligned, as bulk copies need). */
@@ -168,9 +175,18 @@ __device__ static inline uint32_t tk_key(float f)
     return (u & 0x80000000u) ? ~u : u | 0x80000000u;
 }
 
-/* Calls fn(i, key) for every i of the slice, TK_UNROLL loads in flight per thread. Every
+/* A bound on a score's bits as a signed integer that every score of key >= least meets, so
+ * that a pass tests most scores by one integer comparison before making their keys: for a
+ * least above +0's key those scores are positive floats no smaller, whose bits order as
+ * integers (a positive NaN passes too; the exact test on the key drops it); else none. */
+__device__ static inline int32_t tk_quick(uint32_t least)
+{
+    return least > 0x80000000u ? (int32_t)(least & 0x7fffffffu) : INT32_MIN;
+}
+
+/* Calls fn(i, score) for every i of the slice, TK_UNROLL loads in flight per thread. Every
  * lane of every warp takes part in each call (fn may use warp votes); i >= len marks a lane
- * without a key. The first call on a slice waits for its bulk copies, each just before its
+ * without a score. The first call on a slice waits for its bulk copies, each just before its
  * scores are read (pass landing = true); later calls read them without waiting. */
 template <typename F>
 __device__ static inline void tk_for_slice(tk_shared *sh, const tk_slice &slice, uint32_t len,
@@ -194,7 +210,7 @@ __device__ static inline void tk_for_slice(tk_shared *sh, const tk_slice &slice,
         }
 #pragma unroll
         for (int j = 0; j < TK_UNROLL; j++)
-            fn(base + j * TK_THREADS + threadIdx.x, tk_key(v[j]));
+            fn(base + j * TK_THREADS + threadIdx.x, v[j]);
     }
 }
 
@@ -234,16 +250,25 @@ __device__ static inline uint32_t tk_place(bool hit, uint32_t *cnt)
     return base + (uint32_t)__popc(ball & ((1u << lane) - 1u));
 }
 
-/* Sum of x over the block; every thread gets it. */
-__device__ static uint32_t tk_block_sum(tk_shared *sh, uint32_t x)
+/* The sum of x over the block's threads before this one, by a scan (each thread summing
+ * the warps before its own one by one was up to 31 dependent loads). Called by every
+ * thread. */
+__device__ static uint32_t tk_block_before(tk_shared *sh, uint32_t x)
 {
     const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    x = __reduce_add_sync(0xffffffffu, x);
+    uint32_t incl = x;
+#pragma unroll
+    for (uint32_t m = 1; m < 32; m <<= 1) {
+        const uint32_t y = __shfl_up_sync(0xffffffffu, incl, m);
+        if (lane >= m)
+            incl += y;
+    }
+    __syncthreads(); /* sh->warp_sum's last readers are done */
+    if (lane == 31)
+        sh->warp_sum[warp] = incl;
     __syncthreads();
-    if (lane == 0)
-        sh->warp_sum[warp] = x;
-    __syncthreads();
-    return __reduce_add_sync(0xffffffffu, lane < TK_WARPS ? sh->warp_sum[lane] : 0u);
+    const uint32_t w = lane < TK_WARPS ? sh->warp_sum[lane] : 0u;
+    return __reduce_add_sync(0xffffffffu, lane < warp ? w : 0u) + incl - x;
 }
 
 /* Picks from a histogram of nbins (1024 or 2048) the digit that holds the want-th item
@@ -251,26 +276,15 @@ __device__ static uint32_t tk_block_sum(tk_shared *sh, uint32_t x)
  * the digit's bin. Called by every thread; the results are there on return. */
 __device__ static void tk_scan(tk_shared *sh, const uint32_t *bins, uint32_t nbins, uint32_t want)
 {
-    const uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const uint32_t tid = threadIdx.x;
     const uint32_t per = nbins / TK_THREADS; /* 1 or 2 bins per thread, from the top */
     uint32_t c[2] = {0, 0};
 #pragma unroll
     for (uint32_t j = 0; j < 2; j++)
         if (j < per)
             c[j] = bins[nbins - 1 - (tid * per + j)];
-    uint32_t sum = c[0] + c[1], incl = sum;
-#pragma unroll
-    for (int m = 1; m < 32; m <<= 1) {
-        uint32_t y = __shfl_up_sync(0xffffffffu, incl, m);
-        if (lane >= (uint32_t)m)
-            incl += y;
-    }
-    if (lane == 31)
-        sh->warp_sum[warp] = incl;
-    __syncthreads();
-    uint32_t before = incl - sum;
-    for (uint32_t w = 0; w < warp; w++)
-        before += sh->warp_sum[w];
+    const uint32_t sum = c[0] + c[1];
+    uint32_t before = tk_block_before(sh, sum);
     if (before < want && want <= before + sum) {
 #pragma unroll
         for (uint32_t j = 0; j < 2; j++) {
@@ -314,6 +328,14 @@ __device__ static void tk_pick(tk_shared *sh, cg::cluster_group &cluster, uint32
     }
     __syncthreads();
     tk_scan(sh, sh->merged, nbins, want);
+}
+
+/* The block of a CL-block cluster that places an item: its row's multiplicative hash, so
+ * that every block finds the same owner whatever its list order, and scores with a pattern
+ * in the rows (every CL-th row high) still spread over the blocks. */
+template <int CL> __device__ static inline uint32_t tk_owner(uint64_t item)
+{
+    return (uint32_t)(((uint64_t)(~(uint32_t)item * 0x9e3779b1u) * CL) >> 32);
 }
 
 /* Launched in clusters of CL blocks (cudaLaunchKernelEx); cap = the floats of dynamic
@@ -361,7 +383,7 @@ __global__ void __launch_bounds__(TK_THREADS, 1)
      * for many equal or nearly equal scores (at the last digit one item is under the
      * prefix). */
     uint64_t prefix = 0, mask = 0;
-    uint32_t want = kk, count = 0, mine_above = 0, mine = 0;
+    uint32_t want = kk, count = 0;
     int shift = TK_SHIFT_FIRST;
     for (uint32_t pass = 0;; pass++) {
         const uint32_t nbins = tk_nbins(shift), dmask = nbins - 1;
@@ -371,13 +393,14 @@ __global__ void __launch_bounds__(TK_THREADS, 1)
         if (shift >= 32) {
             /* a digit of the key alone: 32-bit work per score */
             const uint32_t m = (uint32_t)(mask >> 32), p = (uint32_t)(prefix >> 32), s = shift - 32;
-            tk_for_slice(sh, slice, len, pass == 0, [&](uint32_t i, uint32_t key) {
+            tk_for_slice(sh, slice, len, pass == 0, [&](uint32_t i, float v) {
+                const uint32_t key = tk_key(v);
                 if (i < len && (key & m) == p)
                     atomicAdd(&sh->hist[(key >> s) & dmask], 1u);
             });
         } else {
-            tk_for_slice(sh, slice, len, false, [&](uint32_t i, uint32_t key) {
-                uint64_t item = tk_item(key, lo + i);
+            tk_for_slice(sh, slice, len, false, [&](uint32_t i, float v) {
+                uint64_t item = tk_item(tk_key(v), lo + i);
                 if (i < len && (item & mask) == prefix)
                     atomicAdd(&sh->hist[(uint32_t)(item >> shift) & dmask], 1u);
             });
@@ -391,41 +414,39 @@ __global__ void __launch_bounds__(TK_THREADS, 1)
         count = sh->count;
         prefix |= (uint64_t)digit << shift;
         mask |= (uint64_t)dmask << shift;
-        /* this block's items above the prefix, and at it, from its own histogram */
-        uint32_t gt = 0;
-        for (uint32_t b = digit + 1 + tid; b < nbins; b += TK_THREADS)
-            gt += sh->hist[b];
-        mine_above += tk_block_sum(sh, gt);
-        if (kk - want + count <= TK_LIST_CAP) {
-            mine = mine_above + sh->hist[digit];
+        if (kk - want + count <= TK_LIST_CAP)
             break;
-        }
         shift = tk_next_shift(shift);
     }
 
     /* Every block gets every item at or above the prefix (the top kk - want, and the count
-     * under the prefix, of which want are taken): each block reserves room for its mine
-     * items in every block's list (one remote atomic per pair of blocks), then stores them
-     * there. */
+     * under the prefix, of which want are taken): each block gathers its own in sh->mine
+     * in one pass (a hit takes its place by its own shared atomic: hits are at most
+     * TK_LIST_CAP in the whole cluster, about one score in 300 at 256k; counting them from
+     * the block's histograms first, then a vote per score to share the atomics among a
+     * warp's hits, took 6 500 cycles at 256k scores, this 2 800-3 300:
+     * bench/results/2026-11-29-topk-h200-b.md), then reserves room for them in every
+     * block's list (one remote atomic per pair of blocks) and all threads copy them there,
+     * one store each (each hit's lane storing it to every block in turn made this step
+     * 13 100 cycles at 256k scores, 8 100 so: bench/results/2026-11-29-topk-h200.md). */
+    const uint32_t mhi = (uint32_t)(mask >> 32), phi = (uint32_t)(prefix >> 32);
+    const int32_t quick = tk_quick(phi); /* an item at or above the prefix has key >= phi */
+    tk_for_slice(sh, slice, len, false, [&](uint32_t i, float v) {
+        if (i < len && (int32_t)__float_as_uint(v) >= quick) {
+            const uint32_t key = tk_key(v);
+            const uint64_t item = tk_item(key, lo + i);
+            if (mask << 32 == 0 ? (key & mhi) >= phi : (item & mask) >= prefix)
+                sh->mine[atomicAdd(&sh->n_mine, 1u)] = item;
+        }
+    });
+    __syncthreads();
+    const uint32_t mine = sh->n_mine;
     if (tid < CL)
         sh->list_base[tid] = atomicAdd(cluster.map_shared_rank(&sh->n_list, tid), mine);
     __syncthreads();
-    const uint32_t mhi = (uint32_t)(mask >> 32), phi = (uint32_t)(prefix >> 32);
-    uint64_t *const mine_at = sh->list + sh->list_base[rank];
-    tk_for_slice(sh, slice, len, false, [&](uint32_t i, uint32_t key) {
-        bool hit = i < len &&
-                   (mask << 32 == 0 ? (key & mhi) >= phi : (tk_item(key, lo + i) & mask) >= prefix);
-        uint32_t at = tk_place(hit, &sh->n_mine);
-        if (hit)
-            mine_at[at] = tk_item(key, lo + i);
-    });
-    __syncthreads();
-    /* then copied to the other blocks by all threads, one remote store each (each hit's lane
-     * storing it to every block in turn made this step 13 100 cycles at 256k scores, 8 100
-     * so: bench/results/2026-11-29-topk-h200.md) */
-    for (uint32_t j = tid; j < mine * (CL - 1); j += TK_THREADS) {
-        const uint32_t r = j / mine + (j / mine >= rank), i = j % mine;
-        cluster.map_shared_rank(sh->list, r)[sh->list_base[r] + i] = mine_at[i];
+    for (uint32_t j = tid; j < mine * CL; j += TK_THREADS) {
+        const uint32_t r = j / mine, i = j % mine;
+        cluster.map_shared_rank(sh->list, r)[sh->list_base[r] + i] = sh->mine[i];
     }
     cluster.sync(); /* the last remote access: blocks leave at their own pace from here */
 
@@ -450,9 +471,8 @@ __global__ void __launch_bounds__(TK_THREADS, 1)
         prefix |= (uint64_t)sh->digit << shift;
         mask |= (uint64_t)dmask << shift;
     }
-    /* The block places the selected items whose row is its rank modulo CL (the same split
-     * in every block whatever its list order): an item's place is the number of selected
-     * items above it. */
+    /* The block places the selected items it owns (tk_owner: the same split in every block
+     * whatever its list order): an item's place is the number of selected items above it. */
     for (uint32_t base = 0; base < n_list; base += TK_THREADS) {
         const uint32_t j = base + tid;
         const uint64_t item = j < n_list ? sh->list[j] : 0;
@@ -460,7 +480,7 @@ __global__ void __launch_bounds__(TK_THREADS, 1)
         const uint32_t at = tk_place(hit, &sh->n_sel);
         if (hit)
             sh->sel[at] = item;
-        const bool placed = hit && (~(uint32_t)item) % CL == rank;
+        const bool placed = hit && tk_owner<CL>(item) == rank;
         const uint32_t at_own = tk_place(placed, &sh->n_own);
         if (placed)
             sh->own[at_own] = item;
