@@ -85,8 +85,35 @@ def counted(row, what):
     return int(m.group(1)) if m else 0
 
 
+def rerun(combination):
+    """The row of combination from a matrix run of it alone (--only), or None."""
+    again = os.path.join(tmp, "again.json")
+    q = subprocess.run([DSV4CTL, "--plugin-dir", plugin_dir, "matrix", "--dsv4d", DSV4D,
+                        "--quick", "--sessions", "8", "--turns", "3", "--max-tokens", "4",
+                        "--concurrency", "8", "--only", combination, "--report", again],
+                       capture_output=True, text=True, timeout=600)
+    try:
+        return next((row for row in json.load(open(again))["rows"]
+                     if row["combination"] == combination), None) if q.returncode == 0 else None
+    except (OSError, ValueError):
+        return None
+
+
+# Whether a turn finds its prefix evicted to the host depends on how the 8 sessions'
+# turns interleave, which the machine's load decides: a row that happened to reload
+# nothing runs again (alone, at most twice) until it does; each run must still match
+# its reference exactly.
 tiered = [c for c in want if "hostcache=off" not in c]
 unloaded = [c for c in tiered if c in rows and counted(rows[c], "host-tier loads") == 0]
+for c in list(unloaded):
+    for attempt in (1, 2):
+        row = rerun(c)
+        diag("%s reloaded nothing; run %d alone: %s" % (c, attempt, row and row["note"]))
+        if row is None or row["status"] != "pass":
+            break
+        if counted(row, "host-tier loads") > 0:
+            unloaded.remove(c)
+            break
 ok(tiered and not unloaded, "every host-tier row reloaded prefixes from the host tier",
    "\n".join("%s: %s" % (c, rows[c]["note"]) for c in unloaded))
 unmoved = [c for c in want_pd if c in rows and counted(rows[c], "pd transfer bytes") == 0]
