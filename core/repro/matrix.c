@@ -16,9 +16,12 @@
 
 #include "core/plugin/registry.h"
 #include "core/repro/deploy.h"
+#include "core/repro/httpc.h"
+#include "core/repro/scrape.h"
 
 #define START_TIMEOUT_MS 120000
 #define STOP_GRACE_MS 15000
+#define SCRAPE_TIMEOUT_MS 10000
 #define MAX_PLUGINS 32
 /* KV pools small enough that the sessions outgrow them, so later turns reload their
  * prefixes from the host tier: 17 to 21 pages of the tiny model (by index-K format) for the
@@ -42,6 +45,10 @@ typedef struct mx {
     const char *kv_pool; /* [model] kv_pool of the deployments */
     size_t pd_sched_unrun;  /* PD rows left out by pd_one_sched */
     char prefill_log[336]; /* the log of the last PD pair's prefill server */
+    /* what the last PD pair's run changed in its prefill server's /metrics (NULL: the
+     * last deployment was unified, or the server did not answer): the prefill server
+     * holds a PD pair's prefix cache and host tier, the decode server neither */
+    json_t *prefill_delta;
     dsv4_matrix_row *rows;
     size_t n, cap;
     dsv4_matrix_row_fn on_row;
@@ -139,6 +146,16 @@ static dsv4_deploy *start_one(mx *m, const deployment *c, const char *role, cons
                              START_TIMEOUT_MS, err, errlen);
 }
 
+/* A server's /metrics as numbers, or NULL when it did not answer. */
+static json_t *scrape(const dsv4_deploy *d)
+{
+    dsv4_httpc_url url;
+    char why[160];
+    if (dsv4_httpc_url_parse(dsv4_deploy_url(d), &url) != 0)
+        return NULL;
+    return dsv4_scrape_get(&url, SCRAPE_TIMEOUT_MS, why, sizeof(why));
+}
+
 /* Start c, run the sessions against it (compared with golden when not NULL, recorded
  * into record when not NULL), stop it. The repro, or NULL with note filled. */
 static dsv4_repro *run_combo(mx *m, const deployment *c, unsigned concurrency, const char *golden,
@@ -149,6 +166,9 @@ static dsv4_repro *run_combo(mx *m, const deployment *c, unsigned concurrency, c
     unsigned id = ++serial;
     dsv4_deploy *prefill = NULL, *server = NULL;
     dsv4_repro *r = NULL;
+    json_t *prefill_before = NULL;
+    json_decref(m->prefill_delta);
+    m->prefill_delta = NULL;
     int http_port = dsv4_deploy_free_port(), pd_port = dsv4_deploy_free_port();
     if (http_port < 0 || pd_port < 0) {
         snprintf(note, notelen, "no free port (%s)",
@@ -163,6 +183,7 @@ static dsv4_repro *run_combo(mx *m, const deployment *c, unsigned concurrency, c
             p_http < 0 ? NULL : start_one(m, c, "prefill", pname, p_http, pd_port, note, notelen);
         if (!prefill)
             return NULL;
+        prefill_before = scrape(prefill);
     }
     snprintf(name, sizeof(name), c->transport ? "d%03u-decode" : "d%03u", id);
     server = start_one(m, c, c->transport ? "decode" : "unified", name, http_port, pd_port, note,
@@ -184,6 +205,11 @@ static dsv4_repro *run_combo(mx *m, const deployment *c, unsigned concurrency, c
             r = NULL;
         }
     }
+    json_t *prefill_after = prefill_before ? scrape(prefill) : NULL;
+    if (prefill_after)
+        m->prefill_delta = dsv4_scrape_delta(prefill_before, prefill_after);
+    json_decref(prefill_before);
+    json_decref(prefill_after);
     if (dsv4_deploy_stop(server, STOP_GRACE_MS) != 0 && r)
         snprintf(note, notelen, "dsv4d %s did not stop within %d ms of SIGTERM (killed)", name,
                  STOP_GRACE_MS);
@@ -226,26 +252,37 @@ static void judge(dsv4_matrix_row *row, const dsv4_repro *r)
     }
 }
 
-/* The run's change of one server counter; *found_p says whether the server has it. */
-static double counter(const dsv4_repro *r, const char *name, bool *found_p)
+/* A run's change of one counter (delta: scrape.h's, NULL when the server did not answer);
+ * *found_p says whether the server has it. */
+static double delta_counter(const json_t *delta, const char *name, bool *found_p)
 {
-    const json_t *v = json_object_get(dsv4_repro_server_delta(r), name);
+    const json_t *v = json_object_get(delta, name);
     *found_p = v != NULL;
     return json_real_value(v);
 }
 
-/* What a passing run went through on the server, so a reader can tell a combination that
- * was exercised from one that merely started. */
-static void coverage_note_append(dsv4_matrix_row *row, const dsv4_repro *r)
+/* The run's change of one counter of the server the sessions talked to. */
+static double counter(const dsv4_repro *r, const char *name, bool *found_p)
+{
+    return delta_counter(dsv4_repro_server_delta(r), name, found_p);
+}
+
+/* What a passing run went through on its servers, so a reader can tell a combination that
+ * was exercised from one that merely started: the prefix cache's counters from the server
+ * that holds it (a PD pair's prefill server), the PD bytes from the decode server. */
+static void coverage_note_append(const mx *m, dsv4_matrix_row *row, const dsv4_repro *r)
 {
     bool f;
+    const json_t *cache = m->prefill_delta ? m->prefill_delta : dsv4_repro_server_delta(r);
     size_t n = strlen(row->note);
     snprintf(row->note + n, sizeof(row->note) - n,
-             "%sprefix-cache hit tokens %.0f, evicted pages %.0f, host-tier loads %.0f, pd "
+             "%s%sprefix-cache hit tokens %.0f, evicted pages %.0f, host-tier loads %.0f%s pd "
              "transfer bytes %.0f",
-             n ? "; " : "", counter(r, "dsv4d_prefix_cache_hit_tokens_total", &f),
-             counter(r, "dsv4d_prefix_cache_evicted_pages_total", &f),
-             counter(r, "dsv4d_hostcache_loads_total", &f),
+             n ? "; " : "", m->prefill_delta ? "prefill server: " : "",
+             delta_counter(cache, "dsv4d_prefix_cache_hit_tokens_total", &f),
+             delta_counter(cache, "dsv4d_prefix_cache_evicted_pages_total", &f),
+             delta_counter(cache, "dsv4d_hostcache_loads_total", &f),
+             m->prefill_delta ? "; decode server:" : ",",
              counter(r, "dsv4d_pd_transfer_bytes_total", &f));
 }
 
@@ -290,7 +327,7 @@ static void run_compared(mx *m, const deployment *c, const char *golden)
                 !pd_moved_kv(r, row->note, sizeof(row->note)))
                 row->status = DSV4_MX_FAILED;
             else if (row->status == DSV4_MX_PASS)
-                coverage_note_append(row, r);
+                coverage_note_append(m, row, r);
         }
         dsv4_repro_free(r);
     }
@@ -397,7 +434,7 @@ static void control_unfenced(mx *m, const char *indexk)
                                          : "no host-tier counters",
                  counter(r, "dsv4d_prefix_cache_evicted_pages_total", &found_load));
         /* every run of this deployment is one data point for the reader */
-        coverage_note_append(row, r);
+        coverage_note_append(m, row, r);
     } else {
         judge(row, r);
         if (row->status == DSV4_MX_MISMATCH) {
@@ -627,6 +664,7 @@ int dsv4_matrix_run(const dsv4_matrix_opts *o, dsv4_matrix_row_fn on_row, void *
         control_chaos(&m, first_ix, first_golden[0] ? first_golden : NULL);
     }
     dsv4_registry_free(m.reg);
+    json_decref(m.prefill_delta);
     /* the logs of a failed matrix stay for the reader */
     if (dsv4_matrix_ok(m.rows, m.n))
         nftw(m.dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);

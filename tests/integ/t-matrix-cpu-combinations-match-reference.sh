@@ -5,8 +5,8 @@
 # unified combination (indexk x hostcache x sched) and every PD one (indexk x hostcache x
 # transport, with the first scheduler: the unified rows cover the schedulers), and each
 # matches its reference exactly. The rows must have exercised what they name: host-tier
-# loads for sync/async, KV bytes moved for PD. (The negative controls are
-# t-matrix-negative-controls-are-caught.)
+# loads for sync/async (in a PD pair on its prefill server, which holds the prefix cache),
+# KV bytes moved for PD. (The negative controls are t-matrix-negative-controls-are-caught.)
 exec python3 - <<'EOF'
 import json, os, re, subprocess, sys
 sys.dont_write_bytecode = True  # nothing written into the source tree
@@ -46,7 +46,7 @@ want = ["unified indexk=%s hostcache=%s sched=%s" % (i, h, s)
 transports = [t for t in runnable("transport") if t != "chaos"]
 want_pd = ["pd indexk=%s hostcache=%s sched=%s transport=%s" % (i, h, runnable("sched")[0], t)
            for i in runnable("indexk") for h in runnable("hostcache") for t in transports]
-plan(9)
+plan(10)
 diag("%d unified combinations expected: indexk %s, hostcache %s, sched %s"
      % (len(want), runnable("indexk"), runnable("hostcache"), runnable("sched")))
 
@@ -103,7 +103,7 @@ def rerun(combination):
 # turns interleave, which the machine's load decides: a row that happened to reload
 # nothing runs again (alone, at most twice) until it does; each run must still match
 # its reference exactly.
-tiered = [c for c in want if "hostcache=off" not in c]
+tiered = [c for c in want + want_pd if "hostcache=off" not in c]
 unloaded = [c for c in tiered if c in rows and counted(rows[c], "host-tier loads") == 0]
 for c in list(unloaded):
     for attempt in (1, 2):
@@ -114,7 +114,10 @@ for c in list(unloaded):
         if counted(row, "host-tier loads") > 0:
             unloaded.remove(c)
             break
-ok(tiered and not unloaded, "every host-tier row reloaded prefixes from the host tier",
+pd_tiered = [c for c in tiered if c.startswith("pd ")]
+ok(pd_tiered and all("prefill server: " in rows[c]["note"] for c in pd_tiered if c in rows),
+   "the PD rows count the prefix cache on their prefill server (%d)" % len(pd_tiered))
+ok(tiered and not unloaded, "every host-tier row, unified and PD, reloaded prefixes from the host tier",
    "\n".join("%s: %s" % (c, rows[c]["note"]) for c in unloaded))
 unmoved = [c for c in want_pd if c in rows and counted(rows[c], "pd transfer bytes") == 0]
 ok(not unmoved, "every PD row moved its KV through the transport",
