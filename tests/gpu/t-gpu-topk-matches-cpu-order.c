@@ -6,8 +6,10 @@
  * share the first radix digits than the list every block gathers holds, so the cluster
  * takes several passes), NaN, infinities and signed zeros, fewer positive scores than k
  * among +0 and -0 (the k-th is a zero: the kernel's integer pre-test of the scores' bits
- * must not drop -0), fewer rows than k (the rest filled with UINT32_MAX), exactly k rows,
- * no rows, k = 1 and k = 2048, and long queries.
+ * must not drop -0), a few far outliers over scores all equal (the kernel ranks its list
+ * by buckets over the list's span: the equal ones all share the lowest bucket), fewer rows
+ * than k (the rest filled with UINT32_MAX), exactly k rows, no rows, k = 1 and k = 2048,
+ * and long queries.
  * Batches of 1, 8, 16 and 64 queries (small batches run in 16-block clusters, large ones
  * in 8-block clusters), queries whose slices fit in shared memory and ones whose slices do
  * not (1M rows alone, 400k rows in a batch of 64: read from global memory), and scores that
@@ -35,9 +37,14 @@ static uint32_t rand32(void)
     return (uint32_t)(rng >> 32);
 }
 
-typedef enum kind { DISTINCT, TIES, SPECIALS, EQUAL, NARROW, ZEROS } kind;
-static const char *const kind_names[] = {"distinct",  "ties",   "specials",
-                                         "all equal", "narrow", "signed zeros"};
+typedef enum kind { DISTINCT, TIES, SPECIALS, EQUAL, NARROW, ZEROS, OUTLIERS } kind;
+static const char *const kind_names[] = {"distinct",
+                                         "ties",
+                                         "specials",
+                                         "all equal",
+                                         "narrow",
+                                         "signed zeros",
+                                         "outliers over equal scores"};
 
 static float draw(kind how)
 {
@@ -55,6 +62,7 @@ static float draw(kind how)
         uint32_t r = rand32();
         return r % 1024 == 0 ? (float)(r >> 10) : (r & 1) ? 0.0f : -0.0f; /* 1 in 1024 > 0 */
     }
+    case OUTLIERS: return rand32() % 65536 == 0 ? 1e30f : 1.0f;
     }
     return 0.0f;
 }
@@ -126,7 +134,7 @@ int main(void)
         many[b] = b % 9 == 0 ? 262144 - b : (b * 40503u) % 262144; /* 0 .. 256k, some full */
 
     gpu_require();
-    plan(2 * 24);
+    plan(2 * 25);
     check("one query, 256k rows, k 512", DISTINCT, one_big, 1, 262144, 512);
     check("8 queries of 0..256k rows, k 512", DISTINCT, batch, 8, 262144, 512);
     check("8 queries of 0..256k rows, k 512", TIES, batch, 8, 262144, 512);
@@ -134,6 +142,7 @@ int main(void)
     check("8 queries of 0..256k rows, k 512", EQUAL, batch, 8, 262144, 512);
     check("8 queries of 0..256k rows, k 512", NARROW, batch, 8, 262144, 512);
     check("8 queries of 0..256k rows, k 512", ZEROS, batch, 8, 262144, 512);
+    check("8 queries of 0..256k rows, k 512", OUTLIERS, batch, 8, 262144, 512);
     check("as many rows as k", DISTINCT, exact_k, 3, 1000, 1000);
     check("as many rows as k", TIES, exact_k, 3, 1000, 1000);
     check("k 2048", NARROW, batch, 8, 262144, 2048);
