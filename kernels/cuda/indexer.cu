@@ -23,15 +23,18 @@
  * kernel bound by its MMAs and their issue at under half the HBM read ceiling. Here a block
  * is one warpgroup: the keys of 64 rows are the A operand, loaded from the page and
  * converted e4m3 -> f16 into registers, the query is the B operand in shared memory (64
- * heads x dim, written once per block; all its loads issued before any is used), each
- * 64 x 64 x 16 MMA is one instruction for the warpgroup, even and odd k-steps go to two
- * accumulators so two MMA chains run at once, and each warp ends with the relu-weighted
- * head sums of its 16 rows, summed across a quad. Under 128 registers a thread, four
- * blocks share a multiprocessor. As soon as its keys are in registers a warp counts the
- * stage free and the last of the 4 warps refills it, so the copies in flight do not wait
- * on the MMAs (the count only grows, and every warp reads every page, so no warp can wait
- * on a barrier phase two ahead of it). bf16 keys stay on mma.sync: this was no faster for
- * them.
+ * heads x dim, written once per block; all its loads issued before the page ids are
+ * read), each 64 x 64 x 16 MMA is one instruction for the warpgroup, and each warp ends
+ * with the relu-weighted head sums of its 16 rows, summed across a quad. The 64-row tiles
+ * are software-pipelined: a warp issues one tile's MMAs, loads and converts the next
+ * tile's keys into a second register set while they run, then waits for them and sums the
+ * scores (each tile waiting for the one before it held fp8 at 56% of the read ceiling at
+ * 1M x 32/64, bench/results/2026-11-29-indexer-h200-f.md). Under 128 registers a thread,
+ * four blocks share a multiprocessor. As soon as its keys are in registers a warp counts
+ * the stage free and the last of the 4 warps refills it, so the copies in flight do not
+ * wait on the MMAs (the count only grows, and every warp reads every page, so no warp can
+ * wait on a barrier phase two ahead of it). bf16 keys stay on mma.sync: the same pipelined
+ * wgmma kernel was slower for them at 32k and 1M (run f).
  *
  * The dot product may sum its dims in any order, so the k index of the MMA is permuted:
  * thread t of a quad owns the 16-byte chunks t, t + 4, ... of a row, which makes its key
@@ -501,11 +504,11 @@ __device__ static inline ik_feed ik_feed_at(uint8_t *smem, const uint8_t *pool, 
     return f;
 }
 
-/* The pages of query blockIdx.y this block takes, or false when it has none. */
-__device__ static inline bool ik_block_pages(const dsv4_cuda_ik_batch &bt, uint32_t rpp,
-                                             uint32_t ppb, uint32_t *p0_p, uint32_t *p1_p)
+/* The pages of a query of n_rows rows that this block takes, or false when it has none. */
+__device__ static inline bool ik_block_pages(uint32_t n_rows, uint32_t rpp, uint32_t ppb,
+                                             uint32_t *p0_p, uint32_t *p1_p)
 {
-    const uint32_t n_pages = (bt.n_rows_dev[blockIdx.y] + rpp - 1) / rpp;
+    const uint32_t n_pages = (n_rows + rpp - 1) / rpp;
     const uint32_t p0 = blockIdx.x * ppb;
     *p0_p = p0;
     *p1_p = min(n_pages, p0 + ppb);
@@ -546,7 +549,56 @@ __device__ static inline void ik_wg_fence(float (&d)[32])
     for (int i = 0; i < 32; i++)
         asm volatile("" : "+f"(d[i])::"memory");
 }
+
+/* Keeps a tile's A registers live (and unchanged) until its MMAs have completed: without
+ * it the compiler may place the next tile's keys in them while the MMAs still read them. */
+template <int KS> __device__ static inline void ik_wg_keep(uint32_t (&a)[KS][4])
+{
+#pragma unroll
+    for (int s = 0; s < KS; s++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            asm volatile("" : "+r"(a[s][j])::"memory");
+}
+
+/* One 64-row tile of a page as this warp's A fragments: rows r0 and r0 + 8, thread t4's
+ * 16-byte chunks t4, t4 + 4, ... of each, e4m3 converted to f16 (exact); rows past the
+ * page are zeros. */
+template <int DIM>
+__device__ static inline void ik_wg_keys(const uint8_t *pg, uint32_t rpp, uint32_t r0, uint32_t t4,
+                                         uint32_t (&a)[DIM / 16][4])
+{
+    constexpr int E = 16, CPT = DIM / E / 4, SPC = E / 4;
+#pragma unroll
+    for (int c = 0; c < CPT; c++) {
+        uint4 raw[2];
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            const uint32_t row = r0 + 8 * u;
+            raw[u] = row < rpp ? *(const uint4 *)(pg + (size_t)row * DIM + (t4 + 4 * c) * 16)
+                               : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int sc = 0; sc < SPC; sc++) {
+#pragma unroll
+            for (int u = 0; u < 2; u++) {
+                const uint32_t *wd = &raw[u].x;
+                uint32_t(&as)[4] = a[c * SPC + sc];
+                as[u] = ik_e4m3x2_f16(wd[sc] & 0xffffu);
+                as[2 + u] = ik_e4m3x2_f16(wd[sc] >> 16);
+            }
+        }
+    }
+}
 #endif
+
+/* wgmma kernel state of one tile in flight: its keys (A), the page and tile it came from,
+ * and its rows' fp8 scale. */
+template <int DIM> struct ik_wg_tile {
+    uint32_t a[DIM / 16][4];
+    uint32_t i, m;
+    float rs;
+};
 
 template <int DIM>
 __global__ void __launch_bounds__(128, IK_WG_BLOCKS)
@@ -556,19 +608,21 @@ __global__ void __launch_bounds__(128, IK_WG_BLOCKS)
 #if IK_WGMMA
     using fmt = ik_fmt<DSV4_CUDA_IK_FP8>;
     constexpr int E = 16 / fmt::elem; /* values per 16-byte chunk */
-    constexpr int CPT = DIM / E / 4;  /* chunks per thread and row */
     constexpr int SPC = E / 4;        /* k-steps per chunk */
     constexpr int KS = DIM / 16;      /* k-steps */
     extern __shared__ __align__(16) uint8_t ik_smem[];
     __shared__ float wh[IK_HEADS];
+    /* The row count and the page list's start are read together, and the query's loads are
+     * issued before the page ids are: each dependent read is a memory latency, and a step of
+     * a few MB is not many more. */
+    const uint32_t b = blockIdx.y, tid = threadIdx.x;
+    const uint32_t n_rows = bt.n_rows_dev[b], start = bt.page_start_dev[b];
     uint32_t p0, p1;
-    if (!ik_block_pages(bt, rpp, ppb, &p0, &p1))
+    if (!ik_block_pages(n_rows, rpp, ppb, &p0, &p1))
         return;
     const ik_feed feed = ik_feed_at(ik_smem, pool, page_bytes, stages, p0, p1, IK_WG_QUERY_BYTES);
     uint8_t *qs = ik_smem + IK_FEED_BYTES;
-    const uint32_t b = blockIdx.y, tid = threadIdx.x, n_rows = bt.n_rows_dev[b];
     const uint32_t warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
-    feed.start(bt.pages_dev + bt.page_start_dev[b], tid, 128);
 
     /* The query as B in shared memory: warp w takes heads w, w + 4, ...; lane l dims 4 l ..
      * 4 l + 3, which lie in one 16-byte key chunk and so in one k-step of the permuted
@@ -586,6 +640,7 @@ __global__ void __launch_bounds__(128, IK_WG_BLOCKS)
             x[k] = q16 ? *(const float4 *)qh : make_float4(qh[0], qh[1], qh[2], qh[3]);
         }
     }
+    feed.start(bt.pages_dev + start, tid, 128);
 #pragma unroll
     for (int k = 0; k < IK_HEADS / 4; k++) {
         const uint32_t h = warp + 4 * k;
@@ -613,74 +668,71 @@ __global__ void __launch_bounds__(128, IK_WG_BLOCKS)
         wq[2 * j + 1] = wh[8 * j + 2 * t4 + 1];
     }
     const uint32_t qaddr = ik_smem_addr(qs);
+    const uint32_t tiles = (rpp + 63) / 64; /* 64-row tiles per page */
 
-    for (uint32_t i = p0; i < p1; i++) {
-        const uint8_t *pg = feed.wait(i);
-        const float *row_scale = (const float *)(pg + (size_t)rpp * DIM);
-        for (uint32_t m = 0; m * 64 < rpp; m++) {
-            /* this warp's rows of the 64: g and g + 8 of its 16 */
-            const uint32_t r0 = m * 64 + warp * 16 + g, r1 = r0 + 8;
-            uint32_t a[KS][4];
-#pragma unroll
-            for (int c = 0; c < CPT; c++) {
-                uint4 raw[2];
-#pragma unroll
-                for (int u = 0; u < 2; u++) {
-                    const uint32_t row = u ? r1 : r0;
-                    raw[u] = row < rpp ? *(const uint4 *)(pg + (size_t)row * (DIM * fmt::elem) +
-                                                          (t4 + 4 * c) * 16)
-                                       : make_uint4(0, 0, 0, 0);
-                }
-#pragma unroll
-                for (int sc = 0; sc < SPC; sc++) {
-#pragma unroll
-                    for (int u = 0; u < 2; u++) {
-                        const uint32_t *wd = &raw[u].x;
-                        uint32_t(&as)[4] = a[c * SPC + sc];
-                        as[u] = ik_e4m3x2_f16(wd[sc] & 0xffffu);
-                        as[2 + u] = ik_e4m3x2_f16(wd[sc] >> 16);
-                    }
-                }
-            }
-            const uint32_t slot = t4 ? r1 : r0, row = i * rpp + slot;
-            const float rs = fmt::scale_bytes && slot < rpp ? row_scale[slot] : 1.0f;
-            /* the warp has read all it needs of the page: A is in registers, B is the query */
-            if ((m + 1) * 64 >= rpp)
-                feed.release(i, 4, lane);
-            /* two accumulators, even and odd k-steps, so two MMA chains run at once */
-            float d[32] = {}, e[32] = {};
-            ik_wg_fence(d);
-            ik_wg_fence(e);
-            asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-            for (int s = 0; s < KS; s += 2) {
-                ik_wg_mma(d, a[s], ik_wg_desc(qaddr + 2u * s * 1024u), s > 0);
-                ik_wg_mma(e, a[s + 1], ik_wg_desc(qaddr + 2u * (s + 1) * 1024u), s > 0);
-            }
-            asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-            asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-            ik_wg_fence(d);
-            ik_wg_fence(e);
-#pragma unroll
-            for (int j = 0; j < 32; j++)
-                d[j] += e[j];
-            /* d[4 j], d[4 j + 1]: row g, heads 8 j + 2 t4, + 1; d[4 j + 2], d[4 j + 3]: row
-             * g + 8; a row's sum ends across the quad */
-            float v0 = 0.0f, v1 = 0.0f;
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-                v0 += wq[2 * j] * ik_relu(d[4 * j]);
-                v0 += wq[2 * j + 1] * ik_relu(d[4 * j + 1]);
-                v1 += wq[2 * j] * ik_relu(d[4 * j + 2]);
-                v1 += wq[2 * j + 1] * ik_relu(d[4 * j + 3]);
-            }
-            v0 += __shfl_xor_sync(0xffffffffu, v0, 1);
-            v1 += __shfl_xor_sync(0xffffffffu, v1, 1);
-            v0 += __shfl_xor_sync(0xffffffffu, v0, 2);
-            v1 += __shfl_xor_sync(0xffffffffu, v1, 2);
-            if (t4 < 2 && slot < rpp && row < n_rows)
-                scores[(size_t)b * bt.max_rows + row] = bt.scale * ((t4 ? v1 : v0) * rs);
+    /* The tiles in page order, software-pipelined: while the MMAs of one tile run, the warp
+     * loads (and converts) the next tile's keys into the other register set, then waits
+     * for the MMAs and sums their scores. A tile's row scale is read with its keys, before
+     * its page's stage is counted free. */
+    ik_wg_tile<DIM> t[2];
+    uint32_t ni = p0, nm = 0; /* the next tile to load */
+    auto load = [&](ik_wg_tile<DIM> &x) {
+        const uint8_t *pg = feed.wait(ni);
+        const uint32_t slot = warp * 16 + g + (t4 ? 8u : 0u) + nm * 64;
+        ik_wg_keys<DIM>(pg, rpp, nm * 64 + warp * 16 + g, t4, x.a);
+        x.rs = slot < rpp ? ((const float *)(pg + (size_t)rpp * DIM))[slot] : 1.0f;
+        x.i = ni;
+        x.m = nm;
+        if (++nm == tiles) {
+            feed.release(ni, 4, lane); /* the warp has all it needs of the page */
+            nm = 0;
+            ni++;
         }
+    };
+    /* the MMAs of tile x into d, issued (and committed as one group) */
+    auto issue = [&](ik_wg_tile<DIM> &x, float(&d)[32]) {
+        ik_wg_fence(d);
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+        for (int s = 0; s < KS; s++)
+            ik_wg_mma(d, x.a[s], ik_wg_desc(qaddr + 2u * s * 1024u), s > 0);
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    };
+    /* once tile x's MMAs have completed: its scores */
+    auto finish = [&](ik_wg_tile<DIM> &x, float(&d)[32]) {
+        ik_wg_fence(d);
+        ik_wg_keep<KS>(x.a);
+        /* d[4 j], d[4 j + 1]: row g, heads 8 j + 2 t4, + 1; d[4 j + 2], d[4 j + 3]: row
+         * g + 8; a row's sum ends across the quad */
+        float v0 = 0.0f, v1 = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            v0 += wq[2 * j] * ik_relu(d[4 * j]);
+            v0 += wq[2 * j + 1] * ik_relu(d[4 * j + 1]);
+            v1 += wq[2 * j] * ik_relu(d[4 * j + 2]);
+            v1 += wq[2 * j + 1] * ik_relu(d[4 * j + 3]);
+        }
+        v0 += __shfl_xor_sync(0xffffffffu, v0, 1);
+        v1 += __shfl_xor_sync(0xffffffffu, v1, 1);
+        v0 += __shfl_xor_sync(0xffffffffu, v0, 2);
+        v1 += __shfl_xor_sync(0xffffffffu, v1, 2);
+        const uint32_t slot = x.m * 64 + warp * 16 + g + (t4 ? 8u : 0u);
+        const uint32_t row = x.i * rpp + slot;
+        if (t4 < 2 && slot < rpp && row < n_rows)
+            scores[(size_t)b * bt.max_rows + row] = bt.scale * ((t4 ? v1 : v0) * x.rs);
+    };
+    auto step = [&](ik_wg_tile<DIM> &cur, ik_wg_tile<DIM> &nxt) {
+        float d[32];
+        issue(cur, d);
+        const bool more = ni < p1;
+        if (more)
+            load(nxt);
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        finish(cur, d);
+        return more;
+    };
+    load(t[0]);
+    while (step(t[0], t[1]) && step(t[1], t[0])) {
     }
 #endif
 }
@@ -763,12 +815,16 @@ static int ik_launch(uint32_t rpp, const void *pool, const dsv4_cuda_ik_batch *b
             per_sm = 1;
         d->per_sm[rpp / 8 - 1].store(per_sm, std::memory_order_relaxed);
     }
-    /* About one wave of blocks over the whole batch, at least two pages per block so the
-     * query is loaded for more than one page, at most IK_MAX_PPB: longer runs of pages
-     * were slower (a bf16 step of 1M x 32 read 73% of the ceiling at 497 pages a block,
-     * 83% at 124; bench/results/2026-11-29-indexer-h200-e.md). */
-    uint64_t max_pages = (bt->max_rows + rpp - 1) / rpp, total = max_pages * bt->n_queries;
-    uint64_t wave = (uint64_t)per_sm * (uint64_t)d->sms, ppb = (total + wave - 1) / wave;
+    /* At most one wave of blocks, the same whole number of them for every query (dividing
+     * the batch's pages by the wave could leave a second, short wave: bf16 128k x 64 read
+     * 70% of the ceiling that way, 78% this way, bench/results/2026-11-29-indexer-h200-f.md),
+     * at least two pages per block so the query is loaded for more than one page, at most
+     * IK_MAX_PPB: longer runs of pages were slower (a bf16 step of 1M x 32 read 73% of the
+     * ceiling at 497 pages a block, 83% at 124; bench/results/2026-11-29-indexer-h200-e.md). */
+    const uint64_t max_pages = (bt->max_rows + rpp - 1) / rpp;
+    const uint64_t wave = (uint64_t)per_sm * (uint64_t)d->sms;
+    const uint64_t per_query = wave / bt->n_queries > 0 ? wave / bt->n_queries : 1;
+    uint64_t ppb = (max_pages + per_query - 1) / per_query;
     if (ppb < 2)
         ppb = 2;
     if (ppb > IK_MAX_PPB)
