@@ -9,6 +9,7 @@
  * host around a sync (launch gaps included, as in a decode step without a graph).
  *
  * usage: gemm-stream [--rows 1,2,4,...,256] [--iters 20] [--bw BYTES_PER_S]
+ *                    [--formats f32,bf16,fp8,mxfp4]
  * Prints the ceiling, then one markdown table row per (layer, format, mode, rows). */
 #include "config.h"
 
@@ -75,19 +76,21 @@ static double copy_rate(void *stream)
 
 int main(int argc, char **argv)
 {
-    const char *rows_list = "1,2,4,8,16,32,64,128,256";
+    const char *rows_list = "1,2,4,8,16,32,64,128,256", *formats = "f32,bf16,fp8,mxfp4";
     int iters = 20;
     double bw = 0;
     bool bw_set = false;
     static const struct option opts[] = {{"rows", required_argument, NULL, 'r'},
                                          {"iters", required_argument, NULL, 'i'},
                                          {"bw", required_argument, NULL, 'w'},
+                                         {"formats", required_argument, NULL, 'f'},
                                          {NULL, 0, NULL, 0}};
     for (int ch; (ch = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
         switch (ch) {
         case 'r': rows_list = optarg; break;
         case 'i': iters = atoi(optarg); break;
         case 'w': bw = atof(optarg), bw_set = true; break;
+        case 'f': formats = optarg; break;
         default: return 2;
         }
     }
@@ -124,11 +127,15 @@ int main(int argc, char **argv)
     if (!modes[0] || !modes[1] || !w || !x || !src || !x_dev || !y_dev || !flag || !off_dev)
         die("out of memory");
     static const float e2m1[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+    /* 2^-10 .. 2^-4 by 32-input group (a product with a power of two is exact) */
+    float pow2[7];
+    for (int e = 0; e < 7; e++)
+        pow2[e] = ldexpf(1.0f, e - 10);
     uint64_t r = 0x9e3779b97f4a7c15ull;
     for (size_t i = 0; i < w_max; i++) {
         r = r * 6364136223846793005ull + 1442695040888963407ull;
         float v = e2m1[(r >> 33) % 8] * ((r >> 40) & 1 ? -1.0f : 1.0f);
-        w[i] = ldexpf(v, (int)((i / 32) % 7) - 10);
+        w[i] = v * pow2[(i / 32) % 7];
     }
     for (size_t i = 0; i < (size_t)max_rows * 6 * in_max; i++)
         x[i] = (float)((i * 2654435761u) % 2001) / 1000.0f - 1.0f;
@@ -148,6 +155,8 @@ int main(int argc, char **argv)
         if (dsv4_cuda_copy(src, w, n * sizeof(float), stream) != 0)
             die("copy failed");
         for (int f = 0; f < 4; f++) {
+            if (!strstr(formats, fmt_names[f]))
+                continue;
             size_t sb, db = dsv4_cuda_weight_bytes((dsv4_cuda_wfmt)f, L->mats, L->out, L->in, &sb);
             void *data = dsv4_cuda_alloc(db), *scale = sb ? dsv4_cuda_alloc(sb) : NULL;
             bool exact = false;

@@ -94,7 +94,7 @@ int dsv4_cuda_weight_pack(const float *src_dev, size_t mats, size_t out, size_t 
 
 typedef struct dsv4_cuda_blas dsv4_cuda_blas;
 /* A cuBLAS handle on stream; deterministic selects the batch-invariant kernels for every
- * linear layer (and a 65 MiB workspace for their k splits). NULL when cuBLAS or the
+ * linear layer (and a 64 MiB workspace for their k splits' sums). NULL when cuBLAS or the
  * workspace cannot be had. */
 dsv4_cuda_blas *dsv4_cuda_blas_new(void *stream, bool deterministic);
 void dsv4_cuda_blas_free(dsv4_cuda_blas *blas);
@@ -130,6 +130,8 @@ int dsv4_cuda_linear_grouped(dsv4_cuda_blas *blas, const dsv4_cuda_weight *w, si
 /* Per token and per sequence arrays of one step, uploaded once per step. */
 typedef struct dsv4_cuda_step {
     uint32_t n_tok, n_seqs;
+    uint32_t pos_bound;       /* no token's position reaches it (0: no bound known): sizes the
+                                 attention's split grid, so it is part of a CUDA graph's shape */
     const int32_t *tok;       /* [n_tok] token ids */
     const uint32_t *pos;      /* [n_tok] positions */
     const uint32_t *tseq;     /* [n_tok] sequence of each token */
@@ -161,6 +163,20 @@ typedef struct dsv4_cuda_kvbuf {
 /* x[t][j] = embed[tok[t]] for every stream j < hc_mult. */
 int dsv4_cuda_embed(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, const float *embed_dev,
                     float *x_dev, void *stream);
+/* What an expand adds to the streams (dsv4_k_hc_expand's y): a block's output rows y, or
+ * (eo set) the MoE's, y[t] = sum_i w[t][i] eo[epos[t k + i]] (i ascending) + sh[t]
+ * (dsv4_k_moe_combine, sh in y), computed where the expand uses it. */
+typedef struct dsv4_cuda_hc_src {
+    const float *y;
+    uint32_t k;
+    const float *w;
+    const uint32_t *epos;
+    const float *eo;
+} dsv4_cuda_hc_src;
+/* X[t] <- post[t] y[t] + comb[t]^T X[t] (dsv4_k_hc_expand), y from src. */
+int dsv4_cuda_hc_post(const dsv4_cuda_dims *d, uint32_t n, float *x_dev,
+                      const dsv4_cuda_hc_src *src, const float *post_dev, const float *comb_dev,
+                      void *stream);
 /* For each token t < n: z = rms_scale(X[t]) (fn . X[t]) with fn f32 [(2 + hc_mult)
  * hc_mult][hc_mult hidden], pre, post, comb from z (dsv4_k_hc_mix), then
  * u[t] = rmsnorm(sum_j pre_j X[t][j]) * norm. Each token's bits depend on its own row only
@@ -168,9 +184,6 @@ int dsv4_cuda_embed(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, const floa
 int dsv4_cuda_hc_pre(const dsv4_cuda_dims *d, uint32_t n, const float *x_dev, const float *fn_dev,
                      const float *base_dev, const float *scale_dev, const float *norm_dev,
                      float *pre_dev, float *post_dev, float *comb_dev, float *u_dev, void *stream);
-/* X[t] <- post[t] y[t] + comb[t]^T X[t] (dsv4_k_hc_expand). */
-int dsv4_cuda_hc_post(const dsv4_cuda_dims *d, uint32_t n, float *x_dev, const float *y_dev,
-                      const float *post_dev, const float *comb_dev, void *stream);
 /* The head's collapse of rows rows[i] of X: u[i] = rmsnorm(sum_j pre_j X[j]) * norm with
  * pre from fn (dsv4_k_hc_head_pre), for i < n. */
 int dsv4_cuda_hc_head(const dsv4_cuda_dims *d, uint32_t n, const uint32_t *rows_dev,
@@ -210,8 +223,10 @@ int dsv4_cuda_index_select(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, uin
 /* Attention of every (token, head) with the sink over the window rows (this step's fresh
  * rows from kvs, older ones from the ring in win) and the compressed rows (rows: all
  * visible HCA rows when rate_hca, else the CSA rows sel[t][0..nsel[t]); neither when rows
- * is NULL), then the inverse rotation of the output. work_dev: scratch of
- * dsv4_cuda_attend_work_bytes for the most tokens a step will have. */
+ * is NULL), then the inverse rotation of the output; then the step's rows join the window
+ * ring in win (the last window of each sequence only). s->pos_bound, when set, sizes the
+ * grid to the splits its positions allow. work_dev: scratch of dsv4_cuda_attend_work_bytes
+ * for the most tokens a step will have. */
 int dsv4_cuda_attend(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, const float *q_dev,
                      const uint8_t *kvs_dev, const dsv4_cuda_kvbuf *win,
                      const dsv4_cuda_kvbuf *rows, uint32_t rate_hca, const uint32_t *sel_dev,
@@ -220,15 +235,14 @@ int dsv4_cuda_attend(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, const flo
 /* Bytes of dsv4_cuda_attend's scratch for steps of up to max_tokens tokens (bounded:
  * longer steps run in waves over the same scratch). */
 size_t dsv4_cuda_attend_work_bytes(const dsv4_cuda_dims *d, uint32_t max_tokens);
-/* The step's rows join the window rings (the last window of each sequence only). */
-int dsv4_cuda_ring_write(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, const uint8_t *kvs_dev,
-                         const dsv4_cuda_kvbuf *win, void *stream);
 
 /* ---- MoE (model_ffn.cu) ------------------------------------------------------------------- */
 /* dsv4_k_route for every token (hash ids from tid2eid[tok[t]] when tid2eid_dev is not
  * NULL), then the (token, choice) pairs grouped by expert: off[e] the first row of expert
- * e (E + 1 entries), assign[j] the pair of row j, epos[i] the row of pair i. */
-int dsv4_cuda_route(const dsv4_cuda_step *s, const float *logits_dev, const float *bias_dev,
+ * e (E + 1 entries), assign[j] the pair of row j, epos[i] the row of pair i. The logits
+ * are the routing's scratch: they hold the scores afterwards. One launch for steps of up
+ * to 1024 tokens. */
+int dsv4_cuda_route(const dsv4_cuda_step *s, float *logits_dev, const float *bias_dev,
                     const int32_t *tid2eid_dev, uint32_t n_experts, uint32_t k,
                     dsv4_k_scoring scoring, float routed_scale, int32_t *ids_dev, float *w_dev,
                     uint32_t *off_dev, uint32_t *assign_dev, uint32_t *epos_dev, void *stream);
@@ -238,12 +252,6 @@ int dsv4_cuda_moe_gather(uint32_t n, uint32_t k, uint32_t hidden, const float *u
 /* h = act(min(g, limit)) * clamp(u, -limit, limit) over n values (dsv4_k_swiglu). */
 int dsv4_cuda_swiglu(size_t n, const float *g_dev, const float *u_dev, float limit, dsv4_k_act act,
                      float *h_dev, void *stream);
-/* dsv4_cuda_hc_post of the MoE's output y[t] = sum_i w[t][i] eo[epos[t k + i]]
- * (i ascending) + sh[t] (dsv4_k_moe_combine), computed inside the expand. */
-int dsv4_cuda_moe_combine_post(const dsv4_cuda_dims *d, uint32_t n, uint32_t k, const float *w_dev,
-                               const uint32_t *epos_dev, const float *eo_dev, const float *sh_dev,
-                               float *x_dev, const float *post_dev, const float *comb_dev,
-                               void *stream);
 
 #ifdef __cplusplus
 }

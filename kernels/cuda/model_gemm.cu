@@ -46,15 +46,12 @@
 /* the deterministic tensor-core splits' sums (floats, 64 MiB): a step with more rows than
  * it holds runs in windows of rows, each window's splits added before the next starts */
 #define MMA_PART_FLOATS ((size_t)16 << 20)
-/* the counters of the tiles whose splits are done (a window has at most this many tiles) */
-#define MMA_CTRS ((size_t)1 << 18)
 
 struct dsv4_cuda_blas {
     cublasHandle_t handle;
     cudaStream_t stream;
     void *workspace;
-    float *part;   /* deterministic mode: the tensor-core splits' sums (MMA_PART_FLOATS) */
-    uint32_t *ctr; /* and their per-tile counts (MMA_CTRS, zero between launches) */
+    float *part; /* deterministic mode: the tensor-core splits' sums (MMA_PART_FLOATS) */
     bool deterministic;
 };
 
@@ -76,9 +73,7 @@ dsv4_cuda_blas *dsv4_cuda_blas_new(void *stream, bool deterministic)
         cudaMalloc(&b->workspace, BLAS_WORKSPACE) != cudaSuccess ||
         cublasSetWorkspace(b->handle, b->workspace, BLAS_WORKSPACE) != CUBLAS_STATUS_SUCCESS ||
         (deterministic &&
-         (cudaMalloc((void **)&b->part, MMA_PART_FLOATS * sizeof(float)) != cudaSuccess ||
-          cudaMalloc((void **)&b->ctr, MMA_CTRS * sizeof(uint32_t)) != cudaSuccess ||
-          cudaMemset(b->ctr, 0, MMA_CTRS * sizeof(uint32_t)) != cudaSuccess))) {
+         cudaMalloc((void **)&b->part, MMA_PART_FLOATS * sizeof(float)) != cudaSuccess)) {
         dsv4_cuda_blas_free(b);
         return NULL;
     }
@@ -92,7 +87,6 @@ void dsv4_cuda_blas_free(dsv4_cuda_blas *b)
     cublasDestroy(b->handle);
     cudaFree(b->workspace);
     cudaFree(b->part);
-    cudaFree(b->ctr);
     free(b);
 }
 
@@ -386,19 +380,22 @@ static int dsv4_gemm_format(cudaStream_t st, dsv4_wdev W, size_t out, size_t in,
  * rows x MMA_KB inputs staged in shared memory as hi/lo pairs, or, for tiles of up to 16
  * rows, each thread splits the inputs of its own fragments (no staging, no barriers; the
  * warps share the inputs through L1).
- * Thread (g = lane / 4, t = lane % 4) reads the 16 consecutive inputs 16 t .. 16 t + 15 of
- * its weight rows g and g + 8 per k block (one 16-byte FP8 load) and feeds inputs
- * 16 t + 4 j .. + 3 to MMA j as its fragment's k slots 2t, 2t+1, 2t+8, 2t+9; its B
- * fragment maps the same slots to the same inputs, so the dot products are unchanged.
+ * Thread (g = lane / 4, t = lane % 4) reads 16 inputs of its weight rows g and g + 8 per k
+ * block (dsv4_mma_q: one 16-byte FP8 load, two of BF16) and feeds their quarter j to MMA j
+ * as its fragment's k slots 2t, 2t+1, 2t+8, 2t+9; its B fragment maps the same slots to
+ * the same inputs, so the dot products are unchanged.
  *
  * Batch invariance: an MMA's output element depends only on its weight row, its input row
  * and its accumulator, so an output's bits are fixed by the sequence of MMAs that build it:
- * the k blocks of its k split in ascending order, hi then lo. Deterministic mode takes the
- * split from the weight's shape alone (dsv4_mma_ksplit), writes each split's sums to the
- * workspace, and the block that completes a tile's last split adds them in split order;
- * the row count, the rows' tiling, the grid and the group sizes never enter, and it runs
- * every row count, one row included (steps of up to 16 rows a group take kernels that
- * read the inputs directly, larger ones stage them: the MMAs are the same).
+ * the k blocks of its k split in ascending order, hi then lo, each split from zero, and the
+ * splits' sums added in split order. Deterministic mode takes the split from the weight's
+ * shape alone (dsv4_mma_ksplit); a launch writes each split's sums to the workspace and a
+ * second kernel adds them (H200, 64 rows: wo_b 91 -> 50 us against the tile's last block
+ * adding them alone), or, wide enough unsplit, one block takes a tile's splits in turn
+ * and adds them the same way. The row count, the rows' tiling, the grid and the group
+ * sizes never enter, and it runs every row count, one row included (steps of up to 16
+ * rows a group take kernels that read the inputs directly, larger ones stage them: the
+ * MMAs are the same).
  * Fast mode splits k by the grid instead (its row tiles) and adds the splits with atomics,
  * so its bits may change with the row count and from run to run. */
 #define MMA_KB 64  /* inputs per k block */
@@ -406,8 +403,18 @@ static int dsv4_gemm_format(cudaStream_t st, dsv4_wdev W, size_t out, size_t in,
 /* blocks a launch should have (two per SM of an H100 or H200) before it splits k */
 #define MMA_BLOCKS_WANTED 264
 /* k blocks a split takes at least (a shorter one spends its time filling its pipeline,
- * and each split is a load a tile's last block waits for when it adds them) */
+ * and each split is sums to write and add) */
 #define MMA_SPLIT_KB 8
+/* the same for deterministic mode's split, fixed by the weight's shape: a narrow layer
+ * (wq_a 4096 -> 1024: 8 output tiles) takes 16 splits, 128 blocks at one row (H200: one
+ * row 11.7 -> 9.6 us, 16..64 rows 14.8..18.2 -> 11.0..13.6 us, 256 rows 26 -> 30 us) */
+#define MMA_FIXED_SPLIT_KB 4
+/* unsplit blocks (row tiles x output tiles x problems) from which a deterministic launch
+ * takes each row tile's splits in one block rather than one block a split: its sums need
+ * no workspace (H200: wq_b 1024 -> 32768, 256 output tiles, split in 2: 256 rows
+ * 189 -> 155 us, 64 rows 55 -> 44; wo_a at 256 rows 190 -> 152). Grouped weights keep a
+ * block a split (experts at 256 rows: 242 us split, 285 whole). */
+#define MMA_WHOLE_BLOCKS 256
 /* matrices of a grouped weight a one-row step is taken to run (the experts a token routes
  * to: DeepSeek-V4 takes 6) */
 #define MMA_GROUPS_RUN 8
@@ -499,11 +506,37 @@ struct dsv4_mma_rows {
     const uint32_t *off; /* grouped: group g's rows [off[g], off[g + 1]); NULL: dense, batched */
     uint32_t w0, w1;     /* the rows of this launch (grouped: of all groups together) */
     uint32_t ksplit;
-    float *part;   /* ksplit > 1: each split's sums, [split][problem][w1 - w0][out]; NULL: added
-                      to Y (zeroed before) with atomics */
-    uint32_t *ctr; /* with part: per row tile [group][output tile][tile of the window], the
-                      splits done (0 between launches) */
+    uint32_t kgrid; /* blocks a row tile's splits take: ksplit (one split each) or 1 (every
+                       split in turn, added in split order in registers: the same bits) */
+    float *part;    /* ksplit > 1: each split's sums, [split][problem][w1 - w0][out]
+                       (dsv4_mma_sum_kernel adds them); NULL: added to Y (zeroed before) with
+                       atomics */
 };
+
+/* Where quarter j (inputs 4 j .. 4 j + 3 of thread t's 16, MMA j's k slots) sits in a k
+ * block: BF16 as two runs of 8 inputs (inputs 8 t .. and 32 + 8 t ..: each 16-byte load of
+ * the four threads of a row then reads whole 32-byte sectors), the other formats as one
+ * run of 16 (16 t ..: one 16-byte load of FP8, 8 bytes of MXFP4). */
+template <int F> __device__ static inline uint32_t dsv4_mma_q(uint32_t t, uint32_t j)
+{
+    return F == DSV4_CUDA_W_BF16 ? 32 * (j / 2) + 8 * t + 4 * (j % 2) : 16 * t + 4 * j;
+}
+
+/* Thread t's 16 weights of row o in the k block at k0, raw (dsv4_mma_q's inputs). */
+template <int F>
+__device__ static inline void dsv4_mma_wload(dsv4_wdev W, size_t g, size_t o, size_t out, size_t in,
+                                             size_t k0, dsv4_wq<F> &r)
+{
+    uint32_t t = threadIdx.x % 4;
+    if (F == DSV4_CUDA_W_BF16) {
+        const uint16_t *p = (const uint16_t *)W.data + (g * out + o) * in + k0 + 8 * t;
+        uint4 a = __ldg((const uint4 *)p), b = __ldg((const uint4 *)(p + 32));
+        r.u[0] = a.x, r.u[1] = a.y, r.u[2] = a.z, r.u[3] = a.w;
+        r.u[4] = b.x, r.u[5] = b.y, r.u[6] = b.z, r.u[7] = b.w;
+    } else {
+        dsv4_wq_load<F>(W, g, o, out, in, k0 + 16 * t, r);
+    }
+}
 
 /* Walk k blocks kbeg .. kend of weight rows oa and ob (this thread's 16 inputs of each),
  * calling body(k0, wa, wb) per block in ascending order with the block's weights as bf16
@@ -512,13 +545,12 @@ template <int F, uint32_t D, typename Body>
 __device__ static inline void dsv4_mma_walk(dsv4_wdev W, size_t g, size_t oa, size_t ob, size_t out,
                                             size_t in, size_t kbeg, size_t kend, Body body)
 {
-    size_t t16 = 16 * (threadIdx.x % 4);
     dsv4_wq<F> ra[D], rb[D];
 #pragma unroll
     for (uint32_t u = 0; u < D; u++)
         if (kbeg + u * MMA_KB < kend) {
-            dsv4_wq_load<F>(W, g, oa, out, in, kbeg + u * MMA_KB + t16, ra[u]);
-            dsv4_wq_load<F>(W, g, ob, out, in, kbeg + u * MMA_KB + t16, rb[u]);
+            dsv4_mma_wload<F>(W, g, oa, out, in, kbeg + u * MMA_KB, ra[u]);
+            dsv4_mma_wload<F>(W, g, ob, out, in, kbeg + u * MMA_KB, rb[u]);
         }
     for (size_t k0 = kbeg; k0 < kend; k0 += D * MMA_KB)
 #pragma unroll
@@ -530,11 +562,69 @@ __device__ static inline void dsv4_mma_walk(dsv4_wdev W, size_t g, size_t oa, si
             dsv4_mma_pairs<F>(ra[u], wa);
             dsv4_mma_pairs<F>(rb[u], wb);
             if (kb + D * MMA_KB < kend) {
-                dsv4_wq_load<F>(W, g, oa, out, in, kb + D * MMA_KB + t16, ra[u]);
-                dsv4_wq_load<F>(W, g, ob, out, in, kb + D * MMA_KB + t16, rb[u]);
+                dsv4_mma_wload<F>(W, g, oa, out, in, kb + D * MMA_KB, ra[u]);
+                dsv4_mma_wload<F>(W, g, ob, out, in, kb + D * MMA_KB, rb[u]);
             }
             body(kb, wa, wb);
         }
+}
+
+/* BF16 weights of the tiles of up to 8 rows stream through a ring of MMA_RING k blocks a
+ * thread in shared memory (cp.async: 96 bytes a row in flight without the registers to hold
+ * them, and fewer registers, so the kernel keeps more loads in flight: H200, one row, head
+ * 293 -> 277 us, experts 44 -> 41; tiles of 16 rows were slower with it) */
+#define MMA_RING 4
+#define MMA_RING_BYTES (MMA_RING * 4 * GEMM_WARPS * 32 * 16)
+
+__device__ static inline void dsv4_cp16(uint4 *dst, const void *src)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(
+                     (uint32_t)__cvta_generic_to_shared(dst)),
+                 "l"(src)
+                 : "memory");
+}
+
+/* As dsv4_mma_walk for BF16 weights, the raw weights MMA_RING - 1 blocks ahead in ring
+ * (4 records of 16 bytes a thread and slot: row oa's two halves, then ob's). A thread reads
+ * only what it copied: no barrier. */
+template <typename Body>
+__device__ static inline void dsv4_mma_walk_ring(dsv4_wdev W, size_t g, size_t oa, size_t ob,
+                                                 size_t out, size_t in, size_t kbeg, size_t kend,
+                                                 uint4 *ring, Body body)
+{
+    constexpr uint32_t T = GEMM_WARPS * 32;
+    uint32_t t = threadIdx.x % 4;
+    uint32_t q0 = dsv4_mma_q<DSV4_CUDA_W_BF16>(t, 0), h2 = dsv4_mma_q<DSV4_CUDA_W_BF16>(t, 2) - q0;
+    const uint16_t *pa = (const uint16_t *)W.data + (g * out + oa) * in + q0;
+    const uint16_t *pb = (const uint16_t *)W.data + (g * out + ob) * in + q0;
+    ring += threadIdx.x;
+    auto issue = [&](size_t kb, uint32_t slot) {
+        uint4 *d = ring + slot * 4 * T;
+        dsv4_cp16(d, pa + kb);
+        dsv4_cp16(d + T, pa + kb + h2);
+        dsv4_cp16(d + 2 * T, pb + kb);
+        dsv4_cp16(d + 3 * T, pb + kb + h2);
+    };
+#pragma unroll
+    for (uint32_t u = 0; u + 1 < MMA_RING; u++) {
+        if (kbeg + u * MMA_KB < kend)
+            issue(kbeg + u * MMA_KB, u);
+        asm volatile("cp.async.commit_group;\n" ::: "memory");
+    }
+    uint32_t slot = 0;
+    for (size_t kb = kbeg; kb < kend; kb += MMA_KB) {
+        size_t kn = kb + (MMA_RING - 1) * MMA_KB;
+        if (kn < kend)
+            issue(kn, slot ? slot - 1 : MMA_RING - 1);
+        asm volatile("cp.async.commit_group;\n" ::: "memory");
+        asm volatile("cp.async.wait_group %0;\n" ::"n"(MMA_RING - 1) : "memory");
+        const uint4 *d = ring + slot * 4 * T;
+        uint4 a0 = d[0], a1 = d[T], b0 = d[2 * T], b1 = d[3 * T];
+        uint32_t wa[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+        uint32_t wb[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+        body(kb, wa, wb);
+        slot = slot + 1 == MMA_RING ? 0 : slot + 1;
+    }
 }
 
 /* Stage records xr (dsv4_mma_xload's) into xt as hi/lo pairs. */
@@ -565,57 +655,60 @@ dsv4_mma_tile(dsv4_wdev W, size_t g, size_t oa, size_t ob, size_t out, size_t in
         dsv4_mma_xload(x, xs, tr, nr, kbeg + MMA_KB, xr);
     __syncthreads();
     /* weights one k block ahead: the tile's sums take the registers for more */
-    dsv4_mma_walk<F, 1>(W, g, oa, ob, out, in, kbeg, kend,
-                        [&](size_t k0, const uint32_t(&wa)[8], const uint32_t(&wb)[8]) {
-                            uint32_t cur = (uint32_t)((k0 - kbeg) / MMA_KB) & 1u;
+    dsv4_mma_walk<F, 1>(
+        W, g, oa, ob, out, in, kbeg, kend,
+        [&](size_t k0, const uint32_t(&wa)[8], const uint32_t(&wb)[8]) {
+            uint32_t cur = (uint32_t)((k0 - kbeg) / MMA_KB) & 1u;
 #pragma unroll
-                            for (uint32_t j = 0; j < MMA_KB / 16; j++)
+            for (uint32_t j = 0; j < MMA_KB / 16; j++)
 #pragma unroll
-                                for (uint32_t n = 0; n < MMA_TOK / 8; n++)
-                                    if (n * 8 < nr)
-                                        dsv4_mma_kblock(
-                                            acc[n], wa, wb, j,
-                                            xt[cur][n * 8 + gi][dsv4_mma_col(gi, 4 * t + j)]);
-                            if (k0 + MMA_KB < kend) {
-                                dsv4_mma_stage(xr, xt[cur ^ 1u]);
-                                if (k0 + 2 * MMA_KB < kend)
-                                    dsv4_mma_xload(x, xs, tr, nr, k0 + 2 * MMA_KB, xr);
-                            }
-                            __syncthreads();
-                        });
+                for (uint32_t n = 0; n < MMA_TOK / 8; n++)
+                    if (n * 8 < nr)
+                        dsv4_mma_kblock(
+                            acc[n], wa, wb, j,
+                            xt[cur][n * 8 + gi][dsv4_mma_col(gi, dsv4_mma_q<F>(t, j) / 4)]);
+            if (k0 + MMA_KB < kend) {
+                dsv4_mma_stage(xr, xt[cur ^ 1u]);
+                if (k0 + 2 * MMA_KB < kend)
+                    dsv4_mma_xload(x, xs, tr, nr, k0 + 2 * MMA_KB, xr);
+            }
+            __syncthreads();
+        });
 }
 
 /* acc += the tile of rows tr .. tr + nr (nr <= 8 NT) over k blocks kbeg .. kend, each
  * thread reading and splitting its own fragments' inputs (no staging, no barriers: the
  * block's warps share the inputs through L1), the weights D k blocks ahead. */
-template <int F, uint32_t D, uint32_t NT>
+template <int F, uint32_t D, uint32_t NT, bool RING>
 __device__ static inline void
 dsv4_mma_tile_direct(dsv4_wdev W, size_t g, size_t oa, size_t ob, size_t out, size_t in,
                      const float *__restrict__ x, size_t xs, uint32_t tr, uint32_t nr, size_t kbeg,
-                     size_t kend, float (&acc)[MMA_TOK / 8][4])
+                     size_t kend, uint4 *ring, float (&acc)[MMA_TOK / 8][4])
 {
     uint32_t gi = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
     const float4 *xp[NT];
 #pragma unroll
     for (uint32_t n = 0; n < NT; n++)
-        xp[n] =
-            n * 8 + gi < nr ? (const float4 *)(x + (size_t)(tr + n * 8 + gi) * xs + 16 * t) : NULL;
-    dsv4_mma_walk<F, D>(W, g, oa, ob, out, in, kbeg, kend,
-                        [&](size_t k0, const uint32_t(&wa)[8], const uint32_t(&wb)[8]) {
+        xp[n] = n * 8 + gi < nr ? (const float4 *)(x + (size_t)(tr + n * 8 + gi) * xs) : NULL;
+    auto body = [&](size_t k0, const uint32_t(&wa)[8], const uint32_t(&wb)[8]) {
 #pragma unroll
-                            for (uint32_t n = 0; n < NT; n++) {
-                                if (n * 8 >= nr)
-                                    break;
-                                float4 xa[4];
+        for (uint32_t n = 0; n < NT; n++) {
+            if (n * 8 >= nr)
+                break;
+            float4 xa[4];
 #pragma unroll
-                                for (uint32_t j = 0; j < 4; j++)
-                                    xa[j] = xp[n] ? __ldg(xp[n] + k0 / 4 + j)
-                                                  : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            for (uint32_t j = 0; j < 4; j++)
+                xa[j] = xp[n] ? __ldg(xp[n] + (k0 + dsv4_mma_q<F>(t, j)) / 4)
+                              : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
-                                for (uint32_t j = 0; j < MMA_KB / 16; j++)
-                                    dsv4_mma_kblock(acc[n], wa, wb, j, dsv4_mma_split(xa[j]));
-                            }
-                        });
+            for (uint32_t j = 0; j < MMA_KB / 16; j++)
+                dsv4_mma_kblock(acc[n], wa, wb, j, dsv4_mma_split(xa[j]));
+        }
+    };
+    if constexpr (RING)
+        dsv4_mma_walk_ring(W, g, oa, ob, out, in, kbeg, kend, ring, body);
+    else
+        dsv4_mma_walk<F, D>(W, g, oa, ob, out, in, kbeg, kend, body);
 }
 
 /* fn(output, row in the tile, sum) for each of this thread's sums in acc's first NT n
@@ -639,18 +732,17 @@ __device__ static inline void dsv4_mma_each(float (&acc)[MMA_TOK / 8][4], size_t
 /* As dsv4_gemm_kernel (groups on z, GEMM_WARPS * 16 outputs a block on y), rows per R; in %
  * MMA_KB == 0 and 16-byte aligned rows. Block x takes the k blocks of split x % ksplit and
  * row tiles x / ksplit, x / ksplit + gridDim.x / ksplit, ... of its group's rows. With a
- * workspace, the block that finishes a tile's last split adds the splits' sums in split
- * order (which block that is does not matter). NT > 0: tiles of 8 NT rows, inputs read
- * directly (dsv4_mma_tile_direct); NT = 0: tiles of MMA_TOK rows, those of more than 8
- * staged through shared memory. The bits are the same either way. */
-template <int F, uint32_t NT>
+ * workspace, each split's sums go there (dsv4_mma_sum_kernel adds them). NT > 0: tiles of 8 NT
+ * rows, inputs read directly (dsv4_mma_tile_direct); NT = 0: tiles of MMA_TOK rows, those of more
+ * than 8 staged through shared memory. The bits are the same either way. */
+template <int F, uint32_t NT, bool WHOLE>
 __global__ static void __launch_bounds__(GEMM_WARPS * 32, 2)
     dsv4_mma_kernel(dsv4_wdev W, size_t out, size_t in, const float *__restrict__ x, size_t xs,
                     size_t xz, dsv4_mma_rows R, float *__restrict__ y, size_t ys, size_t yz)
 {
     /* two input tiles, [row][input group of 4]: hi[4] then lo[4] as bf16 (16 bytes) */
     __shared__ uint4 xt[2][MMA_TOK][MMA_KB / 4];
-    __shared__ bool last;
+    extern __shared__ uint4 dsv4_mma_ring[];
     dsv4_w_e2m1_table<F>();
     if (F == DSV4_CUDA_W_FP4)
         __syncthreads();
@@ -666,68 +758,64 @@ __global__ static void __launch_bounds__(GEMM_WARPS * 32, 2)
     size_t o0 = ((size_t)blockIdx.y * GEMM_WARPS + threadIdx.x / 32) * 16;
     /* every warp stays for the barriers; one past the outputs reads a valid row */
     size_t oa = o0 + gi < out ? o0 + gi : out - 1, ob = o0 + gi + 8 < out ? o0 + gi + 8 : out - 1;
-    size_t kbs = in / MMA_KB, ks = blockIdx.x % R.ksplit;
-    size_t kbeg = ks * kbs / R.ksplit * MMA_KB, kend = (ks + 1) * kbs / R.ksplit * MMA_KB;
+    size_t kbs = in / MMA_KB;
+    uint32_t s0 = blockIdx.x % R.kgrid; /* the split of this block (WHOLE: all) */
     /* split s's sums of problem g (batched) or of every group's rows: part + s * pstride */
     size_t wn = R.w1 - R.w0, pstride = (size_t)(R.off ? 1 : gridDim.z) * wn * out;
     float *part = R.part ? R.part + (R.off ? 0 : (size_t)g * wn * out) : NULL;
     constexpr uint32_t TOK = NT ? 8 * NT : MMA_TOK; /* rows a tile */
     constexpr uint32_t DNT = NT ? NT : 1;           /* n tiles of the direct path */
     constexpr uint32_t ENT = NT ? NT : MMA_TOK / 8; /* n tiles a tile can have */
+    constexpr bool RING = F == DSV4_CUDA_W_BF16 && NT == 1;
     /* the direct path's weights 96 bytes a row ahead at one n tile (64 for MXFP4), as a
      * step of a few rows needs to stream; fewer beside more sums (registers) */
     constexpr uint32_t BYTES_AHEAD = F == DSV4_CUDA_W_BF16 ? 3 : F == DSV4_CUDA_W_FP8 ? 6 : 8;
     constexpr uint32_t AHEAD = BYTES_AHEAD / DNT ? BYTES_AHEAD / DNT : 1;
-    for (uint32_t tr = lo + blockIdx.x / R.ksplit * TOK; tr < hi;
-         tr += gridDim.x / R.ksplit * TOK) {
+    for (uint32_t tr = lo + blockIdx.x / R.kgrid * TOK; tr < hi; tr += gridDim.x / R.kgrid * TOK) {
         uint32_t nr = hi - tr < TOK ? hi - tr : TOK;
         float acc[MMA_TOK / 8][4];
+        /* acc = the sums of split s (its k blocks, from zero) */
+        auto split = [&](uint32_t s) {
+            size_t kbeg = s * kbs / R.ksplit * MMA_KB, kend = (s + 1) * kbs / R.ksplit * MMA_KB;
 #pragma unroll
-        for (int n = 0; n < MMA_TOK / 8; n++)
-            acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
-        /* nr is the same for the whole block: the barriers of the staged path are safe */
-        if (NT)
-            dsv4_mma_tile_direct<F, AHEAD, DNT>(W, g, oa, ob, out, in, x, xs, tr, nr, kbeg, kend,
-                                                acc);
-        else if (nr <= 8)
-            dsv4_mma_tile_direct<F, 1, 1>(W, g, oa, ob, out, in, x, xs, tr, nr, kbeg, kend, acc);
-        else
-            dsv4_mma_tile<F>(W, g, oa, ob, out, in, x, xs, tr, nr, kbeg, kend, xt, acc);
-        if (!part) {
-            dsv4_mma_each<ENT>(acc, o0, out, nr, [&](size_t o, uint32_t r, float &v) {
-                if (R.ksplit > 1)
-                    atomicAdd(&y[(size_t)(tr + r) * ys + o], v);
-                else
-                    y[(size_t)(tr + r) * ys + o] = v;
-            });
-            continue;
+            for (int n = 0; n < MMA_TOK / 8; n++)
+                acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+            /* nr is the same for the whole block: the barriers of the staged path are safe */
+            if (NT)
+                dsv4_mma_tile_direct<F, AHEAD, DNT, RING>(W, g, oa, ob, out, in, x, xs, tr, nr,
+                                                          kbeg, kend, dsv4_mma_ring, acc);
+            else if (nr <= 8)
+                dsv4_mma_tile_direct<F, 1, 1, false>(W, g, oa, ob, out, in, x, xs, tr, nr, kbeg,
+                                                     kend, NULL, acc);
+            else
+                dsv4_mma_tile<F>(W, g, oa, ob, out, in, x, xs, tr, nr, kbeg, kend, xt, acc);
+        };
+        if constexpr (WHOLE) {
+            /* the splits in turn, added in split order as dsv4_mma_sum_kernel adds them */
+            float tot[ENT][4];
+            for (uint32_t s = 0; s < R.ksplit; s++) {
+                split(s);
+#pragma unroll
+                for (uint32_t n = 0; n < ENT; n++)
+#pragma unroll
+                    for (uint32_t e = 0; e < 4; e++)
+                        tot[n][e] = s ? tot[n][e] + acc[n][e] : acc[n][e];
+            }
+#pragma unroll
+            for (uint32_t n = 0; n < ENT; n++)
+#pragma unroll
+                for (uint32_t e = 0; e < 4; e++)
+                    acc[n][e] = tot[n][e];
+        } else {
+            split(s0);
         }
         dsv4_mma_each<ENT>(acc, o0, out, nr, [&](size_t o, uint32_t r, float &v) {
-            part[ks * pstride + (size_t)(tr + r - R.w0) * out + o] = v;
-        });
-        /* the sums are out before the count says so; the count's last taker resets it */
-        __threadfence();
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            uint32_t *c = R.ctr + ((size_t)g * gridDim.y + blockIdx.y) * ((wn + TOK - 1) / TOK) +
-                          (tr - lo) / TOK;
-            last = atomicAdd(c, 1u) == R.ksplit - 1;
-            if (last)
-                *c = 0;
-        }
-        __syncthreads();
-        if (!last)
-            continue;
-        __threadfence();
-        /* split by split, every sum of this thread at once (their loads in flight
-         * together), each sum in split order */
-        for (uint32_t sp = 0; sp < R.ksplit; sp++)
-            dsv4_mma_each<ENT>(acc, o0, out, nr, [&](size_t o, uint32_t r, float &v) {
-                float p = __ldcg(part + sp * pstride + (size_t)(tr + r - R.w0) * out + o);
-                v = sp ? v + p : p;
-            });
-        dsv4_mma_each<ENT>(acc, o0, out, nr, [&](size_t o, uint32_t r, float &v) {
-            y[(size_t)(tr + r) * ys + o] = v;
+            if (part)
+                part[s0 * pstride + (size_t)(tr + r - R.w0) * out + o] = v;
+            else if (R.kgrid > 1)
+                atomicAdd(&y[(size_t)(tr + r) * ys + o], v);
+            else
+                y[(size_t)(tr + r) * ys + o] = v;
         });
     }
 }
@@ -741,14 +829,37 @@ __global__ static void dsv4_mma_zero_kernel(float *y, size_t out, uint32_t rows,
             y[blockIdx.y * yz + (size_t)r * ys + o] = 0.0f;
 }
 
+/* Deterministic mode's add: Y rows w0 .. w1 of problem g = blockIdx.y (grouped: those below
+ * off[groups], the rows some group computed) = the splits' sums of part in split order, one
+ * thread an output (the loads of every split in flight together). */
+__global__ static void dsv4_mma_sum_kernel(const float *__restrict__ part, uint32_t ksplit,
+                                           size_t out, uint32_t w0, uint32_t w1,
+                                           const uint32_t *__restrict__ off, uint32_t groups,
+                                           float *__restrict__ y, size_t ys, size_t yz)
+{
+    uint32_t hi = off && off[groups] < w1 ? off[groups] : w1;
+    size_t wn = w1 - w0, n = hi > w0 ? (hi - w0) * out : 0;
+    size_t pstride = (size_t)gridDim.y * wn * out;
+    part += (size_t)blockIdx.y * wn * out;
+    y += (size_t)blockIdx.y * yz + (size_t)w0 * ys;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float v = part[i];
+#pragma unroll 8
+        for (uint32_t sp = 1; sp < ksplit; sp++)
+            v += part[sp * pstride + i];
+        y[i / out * ys + i % out] = v;
+    }
+}
+
 /* The deterministic k split of a weight of `tiles` output tiles (of the matrices a
  * one-row step runs: every problem of a batched call, MMA_GROUPS_RUN of a grouped one)
- * and `in` inputs: the launch fills the GPU twice over at one row, each split MMA_SPLIT_KB
- * k blocks or more. */
+ * and `in` inputs: the launch fills the GPU twice over at one row, each split
+ * MMA_FIXED_SPLIT_KB k blocks or more. */
 static uint32_t dsv4_mma_ksplit(size_t tiles, size_t in)
 {
     uint32_t ks = 1;
-    while (tiles * ks < MMA_BLOCKS_WANTED && in / MMA_KB / (2 * ks) >= MMA_SPLIT_KB)
+    while (tiles * ks < MMA_BLOCKS_WANTED && in / MMA_KB / (2 * ks) >= MMA_FIXED_SPLIT_KB)
         ks *= 2;
     return ks;
 }
@@ -761,31 +872,58 @@ static int dsv4_mma_run_tiles(cudaStream_t st, dsv4_wdev W, size_t out, size_t i
                               uint32_t rows_each, float *y, size_t ys, size_t yz)
 {
     uint32_t tok = NT ? 8 * NT : MMA_TOK, tiles = (rows_each + tok - 1) / tok;
-    dim3 grid((tiles < GEMM_ROW_SPLIT ? tiles : GEMM_ROW_SPLIT) * R.ksplit,
+    dim3 grid((tiles < GEMM_ROW_SPLIT ? tiles : GEMM_ROW_SPLIT) * R.kgrid,
               (unsigned)((out + GEMM_WARPS * 16 - 1) / (GEMM_WARPS * 16)), groups);
     if (grid.y > 65535 || grid.z > 65535)
         return -EINVAL;
-    dsv4_mma_kernel<F, NT><<<grid, GEMM_WARPS * 32, 0, st>>>(W, out, in, x, xs, xz, R, y, ys, yz);
+    size_t smem = 0;
+    if (F == DSV4_CUDA_W_BF16 && NT && MMA_RING > 1) {
+        static bool opted;
+        smem = MMA_RING_BYTES;
+        if (!opted && (cudaFuncSetAttribute(dsv4_mma_kernel<F, NT, false>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            (int)smem) != cudaSuccess ||
+                       cudaFuncSetAttribute(dsv4_mma_kernel<F, NT, true>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            (int)smem) != cudaSuccess))
+            return dsv4_cuda_launch_status();
+        opted = true;
+    }
+    if (R.kgrid == 1 && R.ksplit > 1)
+        dsv4_mma_kernel<F, NT, true>
+            <<<grid, GEMM_WARPS * 32, smem, st>>>(W, out, in, x, xs, xz, R, y, ys, yz);
+    else
+        dsv4_mma_kernel<F, NT, false>
+            <<<grid, GEMM_WARPS * 32, smem, st>>>(W, out, in, x, xs, xz, R, y, ys, yz);
     return dsv4_cuda_launch_status();
 }
 
 /* The tile height by the rows a group holds: inputs read directly up to 16 rows, staged
  * above (H200: tiles of 32 rows read directly took the head 884 us at 32 rows, staged
  * 465; at 16 rows direct tiles win where k is split). */
+static uint32_t dsv4_mma_tok(uint32_t rows_each, uint32_t rows)
+{
+    return rows_each <= 8 || rows <= 8 ? 8 : rows_each <= 16 ? 16 : MMA_TOK;
+}
+
 template <int F>
 static int dsv4_mma_run(cudaStream_t st, dsv4_wdev W, size_t out, size_t in, const float *x,
                         size_t xs, size_t xz, const dsv4_mma_rows &R, uint32_t groups,
                         uint32_t rows_each, float *y, size_t ys, size_t yz)
 {
-    if (rows_each <= 8 || R.w1 - R.w0 <= 8)
+    switch (dsv4_mma_tok(rows_each, R.w1 - R.w0)) {
+    case 8:
         return dsv4_mma_run_tiles<F, 1>(st, W, out, in, x, xs, xz, R, groups, rows_each, y, ys, yz);
-    if (rows_each <= 16)
+    case 16:
         return dsv4_mma_run_tiles<F, 2>(st, W, out, in, x, xs, xz, R, groups, rows_each, y, ys, yz);
-    return dsv4_mma_run_tiles<F, 0>(st, W, out, in, x, xs, xz, R, groups, rows_each, y, ys, yz);
+    default:
+        return dsv4_mma_run_tiles<F, 0>(st, W, out, in, x, xs, xz, R, groups, rows_each, y, ys, yz);
+    }
 }
 
-/* Deterministic: the split from the shape, the splits added in order by the kernel, in
- * windows of rows that fit the workspace and its counters. */
+/* Deterministic: the split from the shape, each split's sums to the workspace, then added
+ * in split order by a second kernel, in windows of rows that fit the workspace; or, for a
+ * launch wide enough unsplit, a tile's splits in one block. */
 template <int F>
 static int dsv4_mma_fixed(const dsv4_cuda_blas *b, dsv4_wdev W, size_t out, size_t in,
                           const float *x, size_t xs, size_t xz, const uint32_t *off,
@@ -796,20 +934,27 @@ static int dsv4_mma_fixed(const dsv4_cuda_blas *b, dsv4_wdev W, size_t out, size
     size_t otiles = (out + GEMM_WARPS * 16 - 1) / (GEMM_WARPS * 16);
     uint32_t ksplit = dsv4_mma_ksplit(
         otiles * (off ? (groups < MMA_GROUPS_RUN ? groups : MMA_GROUPS_RUN) : groups), in);
-    size_t win = n;
-    if (ksplit > 1) {
-        size_t by_part = MMA_PART_FLOATS / ((size_t)ksplit * probs * out);
-        size_t by_ctr = MMA_CTRS / (otiles * groups) * 8; /* tiles of 8 rows or more */
-        win = by_part < by_ctr ? by_part : by_ctr;
-    }
+    uint32_t tok = dsv4_mma_tok(rows_each, n), rtiles = (rows_each + tok - 1) / tok;
+    bool whole =
+        !off && (size_t)(rtiles < GEMM_ROW_SPLIT ? rtiles : GEMM_ROW_SPLIT) * otiles * groups >=
+                    MMA_WHOLE_BLOCKS;
+    uint32_t kgrid = whole ? 1 : ksplit;
+    size_t win = kgrid > 1 ? MMA_PART_FLOATS / ((size_t)ksplit * probs * out) : n;
     if (win == 0)
         return -ENOMEM;
     int rc = 0;
     for (uint32_t w0 = 0; rc == 0 && w0 < n; w0 += (uint32_t)win) {
         uint32_t w1 = n - w0 < win ? n : w0 + (uint32_t)win;
-        dsv4_mma_rows R = {off, w0, w1, ksplit, ksplit > 1 ? b->part : NULL, b->ctr};
+        dsv4_mma_rows R = {off, w0, w1, ksplit, kgrid, kgrid > 1 ? b->part : NULL};
         rc = dsv4_mma_run<F>(b->stream, W, out, in, x, xs, xz, R, groups,
                              rows_each < w1 - w0 ? rows_each : w1 - w0, y, ys, yz);
+        if (rc != 0 || kgrid == 1)
+            continue;
+        size_t want = ((size_t)(w1 - w0) * out + 255) / 256;
+        dim3 grid(want < 4096 ? (unsigned)want : 4096u, probs);
+        dsv4_mma_sum_kernel<<<grid, 256, 0, b->stream>>>(b->part, ksplit, out, w0, w1, off, groups,
+                                                         y, ys, yz);
+        rc = dsv4_cuda_launch_status();
     }
     return rc;
 }
@@ -832,7 +977,7 @@ static int dsv4_mma_atomic(cudaStream_t st, dsv4_wdev W, size_t out, size_t in, 
         dim3 zg(n < 1024 ? n : 1024, off ? 1 : groups);
         dsv4_mma_zero_kernel<<<zg, 256, 0, st>>>(y, out, n, ys, off ? 0 : yz);
     }
-    dsv4_mma_rows R = {off, 0, n, ksplit, NULL, NULL};
+    dsv4_mma_rows R = {off, 0, n, ksplit, ksplit, NULL};
     return dsv4_mma_run<F>(st, W, out, in, x, xs, xz, R, groups, rows_each, y, ys, yz);
 }
 

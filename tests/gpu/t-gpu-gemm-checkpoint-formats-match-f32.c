@@ -13,8 +13,11 @@
  * formats, split-K by atomics) stays within 1e-4 of the reference, dense and grouped.
  * Shapes take the tensor cores (inputs a multiple of 64) and the streaming kernel's
  * vector path (f32) and element path (1000 inputs), a tail chunk (1088 = 2 x 512 + 64),
- * partial output tiles and scale blocks, and a layer of 16384 outputs (fast mode's
- * one-row warps take four outputs each). */
+ * partial output tiles and scale blocks, a layer of 16384 outputs (fast mode's one-row
+ * warps take four outputs each; deterministic mode's 256-row step takes a tile's k splits in
+ * one block, the shorter steps a block a split: the same bits), and wq_b's shape in BF16
+ * (every deterministic step a tile's k splits in one block: one row on the shared-memory
+ * ring of weights, 16 rows direct, 64 staged). */
 #include "config.h"
 
 #include "tests/gpu/gpu.h"
@@ -31,6 +34,10 @@
 #define MAX_ROWS 256
 /* a layer wide enough for the one-row kernel's four-outputs-a-warp shape */
 #define WIDE_OUT 16384
+/* wq_b's shape (1024 -> 32768): deterministic mode's launches take a tile's k splits in one
+ * block at every row count, one row included */
+#define WHOLE_OUT 32768
+#define WHOLE_IN 1024
 /* rows checked against the double reference: all of them, or 8 of a wide layer's */
 #define REF_ROWS(n, out) ((out) > 1024 && (n) > 8 ? 8 : (n))
 /* deterministic mode's narrow formats (tensor cores, each input the sum of two bf16)
@@ -370,10 +377,12 @@ int main(void)
         {DSV4_CUDA_W_FP4, 3, 40, 1088},  /* experts: tail chunk, partial output tile */
         {DSV4_CUDA_W_FP8, 3, 200, 1088}, /* partial scale blocks both ways */
         {DSV4_CUDA_W_FP8, 1, 72, 1000},  /* element path (1000 inputs) */
-        {DSV4_CUDA_W_BF16, 3, 24, 2048},      {DSV4_CUDA_W_F32, 3, 33, 512},
-        {DSV4_CUDA_W_FP8, 1, WIDE_OUT, 1088}, /* wide: four outputs a warp at one row */
+        {DSV4_CUDA_W_BF16, 3, 24, 2048},
+        {DSV4_CUDA_W_F32, 3, 33, 512},
+        {DSV4_CUDA_W_FP8, 1, WIDE_OUT, 1088},       /* wide: four outputs a warp at one row */
+        {DSV4_CUDA_W_BF16, 1, WHOLE_OUT, WHOLE_IN}, /* every split in one block */
     };
-    size_t in_max = 2048, w_max = WIDE_OUT * 1088;
+    size_t in_max = 2048, w_max = WHOLE_OUT * WHOLE_IN;
     gemm_env e = {0};
     if (dsv4_cuda_stream_new(&e.stream) != 0 || !(e.blas = dsv4_cuda_blas_new(e.stream, true)) ||
         !(e.fast = dsv4_cuda_blas_new(e.stream, false)))
@@ -382,12 +391,12 @@ int main(void)
     e.x = malloc(MAX_ROWS * in_max * sizeof(float));
     float *w = malloc(w_max * sizeof(float)), *src_dev = gpu_alloc(w_max * sizeof(float));
     e.x_dev = gpu_alloc(MAX_ROWS * in_max * sizeof(float));
-    e.y_dev = gpu_alloc(MAX_ROWS * WIDE_OUT * sizeof(float));
+    e.y_dev = gpu_alloc(MAX_ROWS * WHOLE_OUT * sizeof(float));
     if (!e.x || !w)
         bail_out("out of memory");
     for (size_t i = 0; i < MAX_ROWS * in_max; i++)
         e.x[i] = uniform();
-    plan(6 * 4 + 5 + 4 * 3 + 3);
+    plan(7 * 4 + 6 + 4 * 3 + 3);
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         size_t in = cases[i].in, out = cases[i].out, mats = cases[i].mats;
         /* the inputs packed for this width: row r at r * in */
