@@ -558,11 +558,15 @@ __global__ void __launch_bounds__(TK_THREADS, 1)
      * buckets plus those above it in its own, in the list sorted by bucket (a few
      * comparisons for scores of any spread; a dense cluster under a far outlier shares one
      * bucket, up to the list's length each). */
-    const uint32_t n_list = sh->n_list;
+    const uint32_t n_list = sh->n_list, rounds = (n_list + TK_THREADS - 1) / TK_THREADS;
     uint64_t item[TK_LIST_CAP / TK_THREADS];
     uint64_t span = 0;
+    /* up to TK_LIST_CAP / TK_THREADS items a thread in registers, in as many rounds as the
+     * list needs (the same in every thread) */
 #pragma unroll
     for (uint32_t r = 0; r < TK_LIST_CAP / TK_THREADS; r++) {
+        if (r == rounds)
+            break;
         const uint32_t j = r * TK_THREADS + tid;
         item[r] = j < n_list ? sh->list[j] : prefix;
         span = item[r] - prefix > span ? item[r] - prefix : span;
@@ -580,6 +584,8 @@ __global__ void __launch_bounds__(TK_THREADS, 1)
     uint32_t bucket[TK_LIST_CAP / TK_THREADS], slot[TK_LIST_CAP / TK_THREADS];
 #pragma unroll
     for (uint32_t r = 0; r < TK_LIST_CAP / TK_THREADS; r++) {
+        if (r == rounds)
+            break;
         bucket[r] = (uint32_t)((item[r] - prefix) >> bshift);
         if (r * TK_THREADS + tid < n_list)
             slot[r] = atomicAdd(&sh->hist[bucket[r]], 1u);
@@ -595,12 +601,17 @@ __global__ void __launch_bounds__(TK_THREADS, 1)
     }
     __syncthreads();
 #pragma unroll
-    for (uint32_t r = 0; r < TK_LIST_CAP / TK_THREADS; r++)
+    for (uint32_t r = 0; r < TK_LIST_CAP / TK_THREADS; r++) {
+        if (r == rounds)
+            break;
         if (r * TK_THREADS + tid < n_list)
             sh->sorted[sh->start[bucket[r]] + slot[r]] = item[r];
+    }
     __syncthreads();
 #pragma unroll
     for (uint32_t r = 0; r < TK_LIST_CAP / TK_THREADS; r++) {
+        if (r == rounds)
+            break;
         if (r * TK_THREADS + tid >= n_list || tk_owner<CL>(item[r]) != rank)
             continue;
         const uint32_t first = sh->start[bucket[r]], last = first + sh->hist[bucket[r]];
