@@ -27,6 +27,9 @@
 /* The scores' row stride is the step's longest index-K row count rounded up to this, so
  * decode steps keep one shape (and one CUDA graph) for this many rows, not four tokens. */
 #define FC_SCORE_ROWS_STEP 256u
+/* The step's position bound (dsv4_cuda_step.pos_bound) is rounded up to a multiple of
+ * this: a decode loop keeps one shape (and one CUDA graph) for this many positions. */
+#define FC_POS_BOUND_STEP 128u
 /* Step shapes remembered, each with its CUDA graph once it has been seen twice. */
 #define FC_GRAPHS 8
 /* The weights live in device chunks of FC_WCHUNK bytes (a larger weight gets a chunk of
@@ -53,7 +56,7 @@ typedef struct fc_layer {
 /* What a step's launches depend on besides device memory: a step of the same shape replays
  * the same CUDA graph (the layout arrays it reads are uploaded before the launch). */
 typedef struct fc_shape {
-    uint32_t n_tok, n_seqs, n_new, score_rows;
+    uint32_t n_tok, n_seqs, n_new, score_rows, pos_bound;
     const void *pages; /* the page list's device buffer, which may move as it grows */
 } fc_shape;
 
@@ -575,7 +578,7 @@ static int fc_layout(dsv4_fwd_cuda *f, const dsv4_fwd_seq *seqs, size_t n_seqs)
     const dsv4_model_config *c = f->c;
     const dsv4_kv_layout *lay = dsv4_kv_pool_layout(f->pool);
     size_t B = f->max_tokens;
-    uint32_t *h = f->hdesc, t = 0, ns = 0, np = 0;
+    uint32_t *h = f->hdesc, t = 0, ns = 0, np = 0, pos_end = 0;
     dsv4_indexk_slot *ik_slots = (dsv4_indexk_slot *)(h + FD_IKSLOT * B);
     uint32_t rate = c->rate_csa, rpb = f->geom.rows_per_page;
     bool csa = fc_has(c, DSV4_LAYER_CSA);
@@ -599,6 +602,8 @@ static int fc_layout(dsv4_fwd_cuda *f, const dsv4_fwd_seq *seqs, size_t n_seqs)
         h[FD_FIRST * B + ns] = t;
         h[FD_POFF * B + ns] = np;
         memcpy(pages + np, sq->pages, sp * sizeof(uint32_t));
+        if (sq->start + sq->n > pos_end)
+            pos_end = sq->start + sq->n;
         for (uint32_t i = 0; i < sq->n; i++, t++) {
             uint32_t p = sq->start + i;
             h[FD_TOK * B + t] = (uint32_t)sq->tokens[i];
@@ -639,6 +644,8 @@ static int fc_layout(dsv4_fwd_cuda *f, const dsv4_fwd_seq *seqs, size_t n_seqs)
     uint32_t *d = f->desc;
     f->st = (dsv4_cuda_step){.n_tok = t,
                              .n_seqs = ns,
+                             .pos_bound = (pos_end + FC_POS_BOUND_STEP - 1) / FC_POS_BOUND_STEP *
+                                          FC_POS_BOUND_STEP,
                              .tok = (const int32_t *)d + FD_TOK * B,
                              .pos = d + FD_POS * B,
                              .tseq = d + FD_TSEQ * B,
@@ -894,9 +901,6 @@ static int fc_attention(dsv4_fwd_cuda *f, uint32_t layer, const dsv4_kv_layer_vi
     rc = dsv4_cuda_attend(&f->dims, &f->st, f->q, f->kvs, &win, rows_p,
                           kind == DSV4_LAYER_HCA ? c->rate_hca : 0, f->sel, f->nsel, w->sinks, freq,
                           rope, f->kvf, f->o, f->attn_work, s);
-    /* the step's rows join the window rings only now (forward.c's file comment) */
-    if (rc == 0)
-        rc = dsv4_cuda_ring_write(&f->dims, &f->st, f->kvs, &win, s);
     if (rc == 0)
         rc = dsv4_cuda_linear_batched(b, &w->wo_a, orr, gin, f->o, QH, gin, n, f->z, G * orr, orr,
                                       (uint32_t)G);
@@ -956,9 +960,9 @@ static int fc_moe(dsv4_fwd_cuda *f, uint32_t layer)
         rc = dsv4_cuda_linear_grouped(b, &w->exp_down, H, I, f->he, I, f->off, (uint32_t)E, pairs,
                                       f->eo, H);
     /* the combine, added to the streams */
+    dsv4_cuda_hc_src moe = {f->sh_o, (uint32_t)K, f->rw, f->epos, f->eo};
     if (rc == 0)
-        rc = dsv4_cuda_moe_combine_post(&f->dims, (uint32_t)n, (uint32_t)K, f->rw, f->epos, f->eo,
-                                        f->sh_o, f->x, f->post, f->comb, s);
+        rc = dsv4_cuda_hc_post(&f->dims, (uint32_t)n, f->x, &moe, f->post, f->comb, s);
     return rc;
 }
 
@@ -1030,6 +1034,7 @@ static int fc_layers(dsv4_fwd_cuda *f, bool prefenced, dsv4_kv_layer_view *views
 {
     const dsv4_model_config *c = f->c;
     uint32_t t = f->st.n_tok;
+    dsv4_cuda_hc_src attn = {.y = f->y};
     int rc = dsv4_cuda_embed(&f->dims, &f->st, f->embed, f->x, f->stream);
     for (uint32_t l = 0; rc == 0 && l < c->n_layers; l++) {
         const fc_layer *w = &f->L[l];
@@ -1042,7 +1047,7 @@ static int fc_layers(dsv4_fwd_cuda *f, bool prefenced, dsv4_kv_layer_view *views
         if (rc == 0)
             rc = fc_attention(f, l, &view);
         if (rc == 0)
-            rc = dsv4_cuda_hc_post(&f->dims, t, f->x, f->y, f->post, f->comb, f->stream);
+            rc = dsv4_cuda_hc_post(&f->dims, t, f->x, &attn, f->post, f->comb, f->stream);
         if (rc == 0)
             rc = fc_hc_pre(f, w->hc_ffn_fn, w->hc_ffn_base, w->hc_ffn_scale, w->ffn_norm);
         if (rc == 0)
@@ -1065,7 +1070,8 @@ static fc_graph *fc_graph_entry(dsv4_fwd_cuda *f, const fc_shape *sh, bool *seen
     fc_graph *g = &f->graphs[f->graph_next];
     f->graph_next = (f->graph_next + 1) % FC_GRAPHS;
     dsv4_cuda_graph_free(g->graph);
-    *g = (fc_graph){.shape = *sh, .graph = NULL, .used = true};
+    *g = (fc_graph){.graph = NULL, .used = true};
+    memcpy(&g->shape, sh, sizeof(*sh)); /* byte for byte, padding included */
     *seen_p = false;
     return g;
 }
@@ -1100,7 +1106,14 @@ static int fc_body(dsv4_fwd_cuda *f)
     dsv4_kv_layer_view views[DSV4_MAX_LAYERS];
     if (f->graphs_off || f->ik_host_score || f->ik_host_store)
         return fc_layers(f, false, NULL);
-    fc_shape sh = {f->st.n_tok, f->st.n_seqs, f->n_new, f->score_rows, f->pages.dev};
+    fc_shape sh;
+    memset(&sh, 0, sizeof(sh)); /* its padding too: shapes are compared by memcmp */
+    sh.n_tok = f->st.n_tok;
+    sh.n_seqs = f->st.n_seqs;
+    sh.n_new = f->n_new;
+    sh.score_rows = f->score_rows;
+    sh.pos_bound = f->st.pos_bound;
+    sh.pages = f->pages.dev;
     bool seen;
     fc_graph *g = fc_graph_entry(f, &sh, &seen);
     if (!seen)

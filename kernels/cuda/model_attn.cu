@@ -16,7 +16,30 @@ __device__ static inline uint8_t *dsv4_paged_row(const dsv4_cuda_kvbuf &b, const
     return b.base + (size_t)page * b.block_bytes + (size_t)(w % b.rows_per_block) * b.row_bytes;
 }
 
-/* Block (t, h < heads): q head h; block (t, heads): the latent kv row. Shared: head_dim. */
+/* The heads a block of the q rotation or the attention's combine takes, a warp each: no
+ * block barriers. */
+#define WARP_HEADS (DSV4_CUDA_BLOCK / 32)
+/* Values of a head a lane holds (dims lane + 32 i): head_dim up to 1024 (ATT_MAX_DIMS). */
+#define LANE_DIMS (1024 / 32)
+
+/* dsv4_rope_pair's rotation (inverse: backwards) of dim dd, this lane's value a, its pair's
+ * other value b (held by the neighbouring lane), dims from rot0 on rotating; both lanes of
+ * a pair take the same angle. */
+__device__ static inline float dsv4_rope_lane(float a, float b, uint32_t dd, uint32_t rot0,
+                                              const float *freq, float pos, bool inverse)
+{
+    float angle = pos * freq[(dd - rot0) / 2];
+    float c = cosf(angle), sn = sinf(angle);
+    if (inverse)
+        sn = -sn;
+    return dd % 2 ? b * sn + a * c : a * c - b * sn;
+}
+
+/* Block (t, y < ceil(heads / WARP_HEADS)): q heads WARP_HEADS y + warp, each normed and
+ * rotated by one warp in registers (lane l holds dims l + 32 i; a rotated pair's partner
+ * is the neighbouring lane); block (t, last): the latent kv row, normed with kv_norm,
+ * rotated and stored in fmt. Shared: head_dim. (A block a q head, with its block barriers,
+ * took 65 blocks a token.) */
 __global__ static void dsv4_qkv_kernel(dsv4_cuda_dims d, dsv4_cuda_step s, float *q, float *kv,
                                        const float *kv_norm, const float *freq, uint32_t rope,
                                        dsv4_k_rowfmt fmt, size_t row_bytes, uint8_t *kvs)
@@ -25,20 +48,42 @@ __global__ static void dsv4_qkv_kernel(dsv4_cuda_dims d, dsv4_cuda_step s, float
     __shared__ float red[32];
     uint32_t t = blockIdx.x, D = d.head_dim;
     float pos = (float)s.pos[t];
-    bool is_kv = blockIdx.y == d.heads;
-    float *x = is_kv ? kv + (size_t)t * D : q + ((size_t)t * d.heads + blockIdx.y) * D;
+    if (blockIdx.y < gridDim.y - 1) {
+        uint32_t lane = threadIdx.x % 32, h = blockIdx.y * WARP_HEADS + threadIdx.x / 32;
+        if (h >= d.heads)
+            return;
+        float *x = q + ((size_t)t * d.heads + h) * D, v[LANE_DIMS], ss = 0.0f;
+#pragma unroll
+        for (uint32_t i = 0; i < LANE_DIMS; i++)
+            if (lane + 32 * i < D)
+                v[i] = x[lane + 32 * i];
+#pragma unroll
+        for (uint32_t i = 0; i < LANE_DIMS; i++)
+            if (lane + 32 * i < D)
+                ss = fmaf(v[i], v[i], ss);
+        for (int o = 16; o > 0; o >>= 1)
+            ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        float r = 1.0f / sqrtf(ss / (float)D + d.eps);
+#pragma unroll
+        for (uint32_t i = 0; i < LANE_DIMS; i++) {
+            uint32_t dd = lane + 32 * i;
+            if (32 * i >= D) /* the same in every lane: the shuffle below takes all 32 */
+                break;
+            float a = v[i] * r, b = __shfl_xor_sync(0xffffffffu, a, 1);
+            if (dd < D)
+                x[dd] = dd >= D - rope ? dsv4_rope_lane(a, b, dd, D - rope, freq, pos, false) : a;
+        }
+        return;
+    }
+    float *x = kv + (size_t)t * D;
     float r = dsv4_block_rms_scale(x, D, d.eps, red);
     for (uint32_t i = threadIdx.x; i < D; i += blockDim.x)
-        sv[i] = is_kv ? kv_norm[i] * (x[i] * r) : x[i] * r;
+        sv[i] = kv_norm[i] * (x[i] * r);
     __syncthreads();
     for (uint32_t i = threadIdx.x; i < rope / 2; i += blockDim.x)
         dsv4_rope_pair(sv + D - rope, freq, i, pos, false);
     __syncthreads();
-    if (is_kv)
-        dsv4_row_store_block(kvs + (size_t)t * row_bytes, sv, fmt, row_bytes);
-    else
-        for (uint32_t i = threadIdx.x; i < D; i += blockDim.x)
-            x[i] = sv[i];
+    dsv4_row_store_block(kvs + (size_t)t * row_bytes, sv, fmt, row_bytes);
 }
 
 int dsv4_cuda_qkv(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, float *q_dev, float *kv_dev,
@@ -47,7 +92,9 @@ int dsv4_cuda_qkv(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, float *q_dev
 {
     if (s->n_tok == 0)
         return 0;
-    dim3 grid(s->n_tok, d->heads + 1);
+    if (d->head_dim > 32 * LANE_DIMS || (d->head_dim - rope) % 2)
+        return -EINVAL;
+    dim3 grid(s->n_tok, (d->heads + WARP_HEADS - 1) / WARP_HEADS + 1);
     dsv4_qkv_kernel<<<grid, DSV4_CUDA_BLOCK, d->head_dim * sizeof(float), (cudaStream_t)stream>>>(
         *d, *s, q_dev, kv_dev, kv_norm_dev, freq_dev, rope, fmt, dsv4_k_row_bytes(&fmt), kvs_dev);
     return dsv4_cuda_launch_status();
@@ -654,33 +701,46 @@ __global__ static void __launch_bounds__(ATT_THREADS, 2)
 {
     extern __shared__ float4 smem4[];
     __shared__ const uint8_t *rowp[ATT_ROWP];
+    const uint32_t NT = 2 * KS;
+    uint32_t D = d.head_dim, Dp = 128 * KS, DPP = Dp + ATT_KPAD;
+    uint32_t tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, c = lane % 4;
+    /* q's values for this warp's fragments, loaded first: the block's key range waits on
+     * the token's position, q on nothing */
+    float qx[KS][4][2];
+    {
+        uint32_t h0 = blockIdx.x * ATT_HG, nq = min(d.heads - h0, (uint32_t)ATT_HG);
+        const float *qb = q + ((size_t)(t0 + blockIdx.z) * d.heads + h0) * D;
+#pragma unroll
+        for (uint32_t j = 0; j < KS; j++) {
+            uint32_t kb = 16 * (KS * warp + j);
+#pragma unroll
+            for (uint32_t i = 0; i < 4; i++) {
+                uint32_t h = g + 8 * (i % 2), dd = kb + 2 * c + 8 * (i / 2);
+                qx[j][i][0] = h < nq && dd < D ? qb[(size_t)h * D + dd] : 0.0f;
+                qx[j][i][1] = h < nq && dd + 1 < D ? qb[(size_t)h * D + dd + 1] : 0.0f;
+            }
+        }
+    }
     dsv4_att_block b = dsv4_att_block_of(d, s, t0, rows.base != NULL, rate_hca, nsel);
     if (b.v0 >= b.k.n)
         return;
-    const uint32_t NT = 2 * KS;
-    uint32_t D = d.head_dim, Dp = 128 * KS, DPP = Dp + ATT_KPAD, nh = b.nh;
-    uint32_t tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, c = lane % 4;
+    uint32_t nh = b.nh;
     __nv_bfloat16 *kr = (__nv_bfloat16 *)smem4;
     float *part = (float *)(kr + ATT_TR * DPP), *sc = part + 8 * ATT_HG * ATT_TR;
     float *hm = sc + ATT_HG * ATT_TR, *hl = hm + ATT_HG, *hf = hl + ATT_HG;
-    for (uint32_t e = tid; e < ATT_TR * DPP; e += ATT_THREADS)
-        kr[e] = __float2bfloat16_rn(0.0f); /* padding dims and rows past the split stay 0 */
+    /* the dims past D stay 0 (rows past the split are zeroed tile by tile; the ATT_KPAD
+     * dims past Dp are never read) */
+    for (uint32_t e = tid; e < ATT_TR * (Dp - D); e += ATT_THREADS)
+        kr[e / (Dp - D) * DPP + D + e % (Dp - D)] = __float2bfloat16_rn(0.0f);
     dsv4_att_state_init(b, sinks, hm, hl);
 
     /* q's A fragments (hi, lo) for this warp's KS k-steps */
     uint32_t qh[KS][4], ql[KS][4];
-    const float *qb = q + ((size_t)b.t * d.heads + b.h0) * D;
 #pragma unroll
-    for (uint32_t j = 0; j < KS; j++) {
-        uint32_t kb = 16 * (KS * warp + j);
+    for (uint32_t j = 0; j < KS; j++)
 #pragma unroll
-        for (uint32_t i = 0; i < 4; i++) {
-            uint32_t h = g + 8 * (i % 2), dd = kb + 2 * c + 8 * (i / 2);
-            float x0 = h < nh && dd < D ? qb[(size_t)h * D + dd] : 0.0f;
-            float x1 = h < nh && dd + 1 < D ? qb[(size_t)h * D + dd + 1] : 0.0f;
-            dsv4_att_split2(x0, x1, &qh[j][i], &ql[j][i]);
-        }
-    }
+        for (uint32_t i = 0; i < 4; i++)
+            dsv4_att_split2(qx[j][i][0], qx[j][i][1], &qh[j][i], &ql[j][i]);
     float scale = 1.0f / sqrtf((float)D);
     float o[NT][4];
     for (uint32_t n = 0; n < NT; n++)
@@ -801,46 +861,95 @@ __global__ static void __launch_bounds__(ATT_THREADS, 2)
     }
 }
 
-/* Block (token t0 + x, head y): the token's splits merged in split order (split 0, with
- * the sink, has a finite max; empty splits were never written and are not read), then the
- * inverse rotation. Shared: head_dim floats. */
+/* Token t's row joins its sequence's window ring, if it is among the sequence's last
+ * window rows in the step: an earlier token of a long chunk would land on the same ring
+ * row, and the later token must win. Done after the attention of the token's wave has read
+ * the ring (a later wave's tokens never read a ring row this one replaces: it holds a
+ * position a window before this token's). */
+__device__ static void dsv4_att_ring_write(const dsv4_cuda_dims &d, const dsv4_cuda_step &s,
+                                           uint32_t t, const uint8_t *kvs,
+                                           const dsv4_cuda_kvbuf &win)
+{
+    uint32_t seq = s.tseq[t], p = s.pos[t], W = d.window;
+    if (p + W < s.start[seq] + s.count[seq])
+        return;
+    size_t rb = win.row_bytes;
+    uint8_t *dst = win.base + (size_t)s.slot[seq] * win.block_bytes + (size_t)(p % W) * rb;
+    for (size_t i = threadIdx.x; i < rb; i += blockDim.x)
+        dst[i] = kvs[(size_t)t * rb + i];
+}
+
+/* Block (token t0 + x, y): heads WARP_HEADS y + warp, a warp each, lane l holding dims
+ * l + 32 i: the token's splits merged in split order (split 0, with the sink, has a finite
+ * max; empty splits were never written and are not read; every lane computes the same
+ * weights), then the inverse rotation; block y = 0 also writes the token's ring row (one
+ * launch a layer fewer than a kernel of its own). (A block a head, thread 0 weighing the
+ * splits between barriers, took 64 blocks a token.) */
 __global__ static void dsv4_attend_combine_kernel(dsv4_cuda_dims d, dsv4_cuda_step s, uint32_t t0,
                                                   bool comp, uint32_t rate_hca,
                                                   const uint32_t *nsel, const float *freq,
-                                                  uint32_t rope, const float *work, float *o)
+                                                  uint32_t rope, const float *work, float *o,
+                                                  const uint8_t *kvs, dsv4_cuda_kvbuf win)
 {
-    extern __shared__ float out[];
-    __shared__ float wk[ATT_MAX_SPLITS], inv_l;
-    uint32_t tl = blockIdx.x, t = t0 + tl, h = blockIdx.y, D = d.head_dim, H = d.heads;
+    uint32_t tl = blockIdx.x, t = t0 + tl, D = d.head_dim, H = d.heads;
+    uint32_t lane = threadIdx.x % 32, h = blockIdx.y * WARP_HEADS + threadIdx.x / 32;
+    if (blockIdx.y == 0)
+        dsv4_att_ring_write(d, s, t, kvs, win);
+    if (h >= H)
+        return;
     dsv4_att_keys k = dsv4_att_keys_of(d, s, t, comp, rate_hca, nsel);
     uint32_t chunk = dsv4_att_chunk(k.n), ns = (k.n + chunk - 1) / chunk;
     size_t rec = dsv4_att_rec(D);
     const float *base = work + (size_t)tl * ATT_MAX_SPLITS * H * rec + (size_t)h * rec;
     size_t stride = (size_t)H * rec;
-    if (threadIdx.x == 0) {
-        float M = base[0], L = 0.0f;
-        for (uint32_t i = 1; i < ns; i++)
+    float wk[ATT_MAX_SPLITS], M = base[0], L = 0.0f;
+#pragma unroll
+    for (uint32_t i = 1; i < ATT_MAX_SPLITS; i++)
+        if (i < ns)
             M = fmaxf(M, base[i * stride]);
-        for (uint32_t i = 0; i < ns; i++) {
+#pragma unroll
+    for (uint32_t i = 0; i < ATT_MAX_SPLITS; i++)
+        if (i < ns) {
             wk[i] = expf(base[i * stride] - M);
             L = fmaf(base[i * stride + 1], wk[i], L);
         }
-        inv_l = 1.0f / L;
-    }
-    __syncthreads();
-    for (uint32_t dd = threadIdx.x; dd < D; dd += blockDim.x) {
-        float a = 0.0f;
-        for (uint32_t i = 0; i < ns; i++)
-            a = fmaf(base[i * stride + 2 + dd], wk[i], a);
-        out[dd] = a * inv_l;
-    }
-    __syncthreads();
-    for (uint32_t i = threadIdx.x; i < rope / 2; i += blockDim.x)
-        dsv4_rope_pair(out + D - rope, freq, i, (float)s.pos[t], true);
-    __syncthreads();
+    float inv_l = 1.0f / L, pos = (float)s.pos[t];
     float *oh = o + ((size_t)t * H + h) * D;
-    for (uint32_t i = threadIdx.x; i < D; i += blockDim.x)
-        oh[i] = out[i];
+#pragma unroll
+    for (uint32_t j = 0; j < LANE_DIMS; j++) {
+        uint32_t dd = lane + 32 * j;
+        if (32 * j >= D) /* the same in every lane: the shuffle below takes all 32 */
+            break;
+        float a = 0.0f;
+        if (dd < D)
+#pragma unroll
+            for (uint32_t i = 0; i < ATT_MAX_SPLITS; i++)
+                if (i < ns)
+                    a = fmaf(base[i * stride + 2 + dd], wk[i], a);
+        a *= inv_l;
+        float b = __shfl_xor_sync(0xffffffffu, a, 1);
+        if (dd < D)
+            oh[dd] = dd >= D - rope ? dsv4_rope_lane(a, b, dd, D - rope, freq, pos, true) : a;
+    }
+}
+
+/* The splits any token of a step may use (dsv4_att_chunk of its largest possible key
+ * count): the grid's split dimension. Splits past a token's last are empty blocks that
+ * still load its position before they leave; with every possible split launched (16) they
+ * were 15 of 16 blocks of a short-context decode step. pos_bound bounds the window rows
+ * and the compressed ones (HCA: one per rate_hca positions; CSA: at most index_topk, at
+ * most one per position). */
+static uint32_t dsv4_att_grid_splits(const dsv4_cuda_dims *d, uint32_t pos_bound, bool comp,
+                                     uint32_t rate_hca)
+{
+    if (pos_bound == 0)
+        return ATT_MAX_SPLITS;
+    uint64_t n = pos_bound < d->window ? pos_bound : d->window;
+    if (comp)
+        n += rate_hca ? pos_bound / rate_hca
+                      : (pos_bound < d->index_topk ? pos_bound : d->index_topk);
+    uint64_t splits = (n + ATT_SPLIT_ROWS - 1) / ATT_SPLIT_ROWS;
+    return splits < 1 ? 1 : splits > ATT_MAX_SPLITS ? ATT_MAX_SPLITS : (uint32_t)splits;
 }
 
 size_t dsv4_cuda_attend_work_bytes(const dsv4_cuda_dims *d, uint32_t max_tokens)
@@ -863,7 +972,7 @@ int dsv4_cuda_attend(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, const flo
     if (s->n_tok == 0)
         return 0;
     uint32_t D = d->head_dim;
-    if (D == 0 || D > ATT_MAX_DIMS || d->heads == 0 || !work_dev)
+    if (D == 0 || D > ATT_MAX_DIMS || rope > D || (D - rope) % 2 || d->heads == 0 || !work_dev)
         return -EINVAL;
     dsv4_cuda_kvbuf none = {};
     cudaStream_t st = (cudaStream_t)stream;
@@ -896,40 +1005,19 @@ int dsv4_cuda_attend(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, const flo
     if (rows)
         at |= (uintptr_t)rows->base | rows->block_bytes | rows->row_bytes;
     bool vec = at % (fmt.dtype == DSV4_K_FP8 ? 8 : 16) == 0;
+    uint32_t splits = dsv4_att_grid_splits(d, s->pos_bound, rows && rows->base, rate_hca);
     for (uint32_t t0 = 0; t0 < s->n_tok; t0 += ATT_WAVE) {
         uint32_t n = s->n_tok - t0 < ATT_WAVE ? s->n_tok - t0 : ATT_WAVE;
         /* the head groups of one (token, split) side by side: they run together, and
          * all but the first read of each row hit L2 */
-        dim3 grid((d->heads + ATT_HG - 1) / ATT_HG, ATT_MAX_SPLITS, n);
+        dim3 grid((d->heads + ATT_HG - 1) / ATT_HG, splits, n);
         kern<<<grid, ATT_THREADS, smem, st>>>(*d, *s, t0, q_dev, kvs_dev, *win, rows ? *rows : none,
                                               rate_hca, sel_dev, nsel_dev, sinks_dev, fmt, vec,
                                               (float *)work_dev);
-        dsv4_attend_combine_kernel<<<dim3(n, d->heads), 128, D * sizeof(float), st>>>(
+        dsv4_attend_combine_kernel<<<dim3(n, (d->heads + WARP_HEADS - 1) / WARP_HEADS),
+                                     DSV4_CUDA_BLOCK, 0, st>>>(
             *d, *s, t0, rows && rows->base, rate_hca, nsel_dev, freq_dev, rope, (float *)work_dev,
-            o_dev);
+            o_dev, kvs_dev, *win);
     }
-    return dsv4_cuda_launch_status();
-}
-
-/* Only the last window rows of each sequence reach its ring: an earlier token of a long
- * chunk would land on the same ring row, and the later token must win. */
-__global__ static void dsv4_ring_write_kernel(dsv4_cuda_dims d, dsv4_cuda_step s,
-                                              const uint8_t *kvs, dsv4_cuda_kvbuf win)
-{
-    uint32_t t = blockIdx.x, seq = s.tseq[t], p = s.pos[t], W = d.window;
-    if (p + W < s.start[seq] + s.count[seq])
-        return;
-    size_t rb = win.row_bytes;
-    uint8_t *dst = win.base + (size_t)s.slot[seq] * win.block_bytes + (size_t)(p % W) * rb;
-    for (size_t i = threadIdx.x; i < rb; i += blockDim.x)
-        dst[i] = kvs[(size_t)t * rb + i];
-}
-
-int dsv4_cuda_ring_write(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, const uint8_t *kvs_dev,
-                         const dsv4_cuda_kvbuf *win, void *stream)
-{
-    if (s->n_tok == 0)
-        return 0;
-    dsv4_ring_write_kernel<<<s->n_tok, 128, 0, (cudaStream_t)stream>>>(*d, *s, kvs_dev, *win);
     return dsv4_cuda_launch_status();
 }
