@@ -90,21 +90,19 @@ template <typename F> static double median_us(F fn, double *host_us)
     return t[REPS / 2];
 }
 
-/* Microseconds per launch of REPS back-to-back runs of fn(rep), the median of 5 streams. */
-template <typename F> static double stream_us(F fn)
+/* Microseconds per call of run(), which makes REPS calls on stream st, timed between CUDA
+ * events: the median of 5 runs. */
+template <typename R> static double per_call_us(R run, cudaStream_t st)
 {
     cudaEvent_t a, b;
     std::vector<float> t;
-    if (profiling)
-        return 0.0;
     check(cudaEventCreate(&a), "cudaEventCreate");
     check(cudaEventCreate(&b), "cudaEventCreate");
-    for (int run = 0; run < 5; run++) {
+    for (int i = 0; i < 5; i++) {
         float ms;
-        check(cudaEventRecord(a), "cudaEventRecord");
-        for (int i = 0; i < REPS; i++)
-            fn(i);
-        check(cudaEventRecord(b), "cudaEventRecord");
+        check(cudaEventRecord(a, st), "cudaEventRecord");
+        run();
+        check(cudaEventRecord(b, st), "cudaEventRecord");
         check(cudaEventSynchronize(b), "cudaEventSynchronize");
         check(cudaEventElapsedTime(&ms, a, b), "cudaEventElapsedTime");
         t.push_back(ms * 1000.0f / REPS);
@@ -115,6 +113,19 @@ template <typename F> static double stream_us(F fn)
     return t[2];
 }
 
+/* Microseconds per launch of REPS back-to-back runs of fn(rep), the median of 5 streams. */
+template <typename F> static double stream_us(F fn)
+{
+    if (profiling)
+        return 0.0;
+    return per_call_us(
+        [&] {
+            for (int i = 0; i < REPS; i++)
+                fn(i);
+        },
+        0);
+}
+
 /* Microseconds per call of REPS consecutive runs of fn(rep) on stream st, captured as one
  * CUDA graph and replayed: how the decode step runs the indexer, once per layer inside its
  * graph, with no host launch between the calls (the median of 5 replays). */
@@ -122,8 +133,6 @@ template <typename F> static double graph_us(F fn, cudaStream_t *st)
 {
     cudaGraph_t graph;
     cudaGraphExec_t exec;
-    cudaEvent_t a, b;
-    std::vector<float> t;
     if (profiling)
         return 0.0;
     check(cudaStreamCreateWithFlags(st, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -132,26 +141,13 @@ template <typename F> static double graph_us(F fn, cudaStream_t *st)
         fn(i);
     check(cudaStreamEndCapture(*st, &graph), "capture");
     check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
-    check(cudaEventCreate(&a), "cudaEventCreate");
-    check(cudaEventCreate(&b), "cudaEventCreate");
     check(cudaGraphLaunch(exec, *st), "cudaGraphLaunch");
-    for (int run = 0; run < 5; run++) {
-        float ms;
-        check(cudaEventRecord(a, *st), "cudaEventRecord");
-        check(cudaGraphLaunch(exec, *st), "cudaGraphLaunch");
-        check(cudaEventRecord(b, *st), "cudaEventRecord");
-        check(cudaEventSynchronize(b), "cudaEventSynchronize");
-        check(cudaEventElapsedTime(&ms, a, b), "cudaEventElapsedTime");
-        t.push_back(ms * 1000.0f / REPS);
-    }
-    std::sort(t.begin(), t.end());
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
+    double us = per_call_us([&] { check(cudaGraphLaunch(exec, *st), "cudaGraphLaunch"); }, *st);
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
     check(cudaStreamDestroy(*st), "cudaStreamDestroy");
     *st = NULL;
-    return t[2];
+    return us;
 }
 
 int main(int argc, char **argv)
