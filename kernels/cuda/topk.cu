@@ -106,13 +106,15 @@ __device__ static inline void tk_bulk_load(void *dst, const void *src, uint32_t 
                  : "memory");
 }
 
-/* Until bar's phase 0 has completed (the caller then sees the bytes it counted). */
+/* Until bar's phase 0 has completed, acquiring at cluster scope: the caller then sees the
+ * bytes a bulk copy counted on bar, or the remote writes released by the arrivals of the
+ * cluster's blocks (tk_cluster_done); one wait serves both. */
 __device__ static inline void tk_bar_wait(uint64_t *bar)
 {
     uint32_t done;
     do {
         asm volatile("{\n.reg .pred p;\n"
-                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0;\n"
+                     "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], 0;\n"
                      "selp.u32 %0, 1, 0, p;\n}\n"
                      : "=r"(done)
                      : "r"(tk_smem_addr(bar))
@@ -358,15 +360,7 @@ template <int CL> __device__ static void tk_cluster_done(uint64_t *bar)
                      "r"(threadIdx.x)
                      : "memory");
     }
-    uint32_t done;
-    do {
-        asm volatile("{\n.reg .pred p;\n"
-                     "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], 0;\n"
-                     "selp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(done)
-                     : "r"(tk_smem_addr(bar))
-                     : "memory");
-    } while (!done);
+    tk_bar_wait(bar);
 }
 
 /* Sums the cluster's histograms of cluster pass `pass` (hist, nbins of 1024 or 2048; every
