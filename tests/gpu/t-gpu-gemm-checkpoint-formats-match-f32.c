@@ -4,13 +4,16 @@
  * no narrower one (dsv4_cuda_weight_pack is exact there and refuses the narrower ones),
  * also where the checkpoint chose a larger scale than needed (the packer picks the
  * smallest); random f32 values stay f32. Deterministic mode is batch-invariant, bitwise:
- * a row computed in a step of 1, 2, 7, 16 or 64 rows (anywhere in the inputs) is the same
+ * a row computed in a step of 1, 2, 7, 16, 31 or 64 rows (anywhere in the inputs) is the same
  * row of a 256-row step; grouped rows (the experts, uneven groups: 5, 0, 40 and 1, 37, 7 rows)
  * are the dense GEMM of their matrix; a batched call (wo_a) gives a problem's rows the
  * same bits at 1 and 7 rows a problem. It stays within DET_TOL of the GEMM over the
  * weight's f32 values (which the f32 weights are, bitwise: the streaming kernel) and of a
  * double-precision reference (1e-5 for f32 weights). Fast mode (tensor cores for these
  * formats, split-K by atomics) stays within 1e-4 of the reference, dense and grouped.
+ * BF16 takes wgmma where the device code has it (sm_90a): the steps of 31 rows and the
+ * [200][1088] experts add its tiles of 32 rows (two warpgroups) and output tiles that cross
+ * a matrix's end, so a row's bits are checked at every tile height and column it can take.
  * Shapes take the tensor cores (inputs a multiple of 64) and the streaming kernel's
  * vector path (f32) and element path (1000 inputs), a tail chunk (1088 = 2 x 512 + 64),
  * partial output tiles and scale blocks, a layer of 16384 outputs (fast mode's one-row
@@ -227,9 +230,10 @@ static void check_dense(gemm_env *e, dsv4_cuda_wfmt fmt, size_t mats, size_t out
         bail_out("out of memory");
     linear(e, &q_p->w, out, in, 0, MAX_ROWS, yq);
     linear(e, &f_p->w, out, in, 0, MAX_ROWS, yf);
-    /* steps of 1, 2, 7, 16 and 64 rows at several places (each tile shape the kernels
-     * have: 8 and 16 rows read directly, 64 staged), and three rows alone */
-    static const size_t rows[] = {1, 2, 7, 16, 64};
+    /* steps of 1, 2, 7, 16, 31 and 64 rows at several places (each tile shape the kernels
+     * have: mma.sync's 8 and 16 rows read directly, 64 staged; wgmma's 8, 16, 32 and 64
+     * rows, a row at a different column of each), and three rows alone */
+    static const size_t rows[] = {1, 2, 7, 16, 31, 64};
     static const size_t single[] = {0, 36, MAX_ROWS - 1};
     size_t moved = 0;
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
@@ -241,7 +245,8 @@ static void check_dense(gemm_env *e, dsv4_cuda_wfmt fmt, size_t mats, size_t out
         linear(e, &q_p->w, out, in, single[i], 1, yn);
         moved += bits_differ(yn, yq + single[i] * out, out);
     }
-    is_int(moved, 0, "%s [%zu][%zu]: rows in steps of 1, 2, 7, 16, 64 rows bitwise those of 256",
+    is_int(moved, 0,
+           "%s [%zu][%zu]: rows in steps of 1, 2, 7, 16, 31, 64 rows bitwise those of 256",
            fmt_names[fmt], out, in);
     double tol = fmt == DSV4_CUDA_W_F32 ? 1e-5 : DET_TOL;
     if (fmt == DSV4_CUDA_W_F32)
@@ -378,6 +383,7 @@ int main(void)
         {DSV4_CUDA_W_FP8, 3, 200, 1088}, /* partial scale blocks both ways */
         {DSV4_CUDA_W_FP8, 1, 72, 1000},  /* element path (1000 inputs) */
         {DSV4_CUDA_W_BF16, 3, 24, 2048},
+        {DSV4_CUDA_W_BF16, 3, 200, 1088}, /* wgmma: output tiles across matrices, 17 k blocks */
         {DSV4_CUDA_W_F32, 3, 33, 512},
         {DSV4_CUDA_W_FP8, 1, WIDE_OUT, 1088},       /* wide: four outputs a warp at one row */
         {DSV4_CUDA_W_BF16, 1, WHOLE_OUT, WHOLE_IN}, /* every split in one block */
@@ -396,7 +402,7 @@ int main(void)
         bail_out("out of memory");
     for (size_t i = 0; i < MAX_ROWS * in_max; i++)
         e.x[i] = uniform();
-    plan(7 * 4 + 6 + 4 * 3 + 3);
+    plan(8 * 4 + 7 + 5 * 3 + 4);
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         size_t in = cases[i].in, out = cases[i].out, mats = cases[i].mats;
         /* the inputs packed for this width: row r at r * in */
