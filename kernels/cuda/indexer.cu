@@ -5,9 +5,9 @@
  * bytes of fp8 key, far above what CUDA cores do at HBM speed; as an MMA the query block
  * (heads x dim) multiplies the key block (dim x rows of a page).
  *
- * Two kernels. Both take, per block, a run of pages of one query; pages land in shared
- * memory by the copy engine (one cp.async.bulk per page completing on the stage's
- * mbarrier), several stages deep.
+ * Three kernels. All take, per block, a run of pages of one query; pages land in shared
+ * memory by the copy engine (one cp.async.bulk per page, or tensor-map copies, completing on
+ * the stage's mbarrier), several stages deep.
  *
  * mma.sync (every build; f32 keys always): at HBM speed the kernel is bound by instructions
  * issued per row, not by the MMAs, so the layout minimises them. A warp holds all 64 heads
@@ -33,8 +33,20 @@
  * four blocks share a multiprocessor. As soon as its keys are in registers a warp counts
  * the stage free and the last of the 4 warps refills it, so the copies in flight do not
  * wait on the MMAs (the count only grows, and every warp reads every page, so no warp can
- * wait on a barrier phase two ahead of it). bf16 keys stay on mma.sync: the same pipelined
- * wgmma kernel was slower for them at 32k and 1M (run f).
+ * wait on a barrier phase two ahead of it).
+ *
+ * Tensor-map wgmma (sm_90a; bf16 keys, dim 128, 64-row pages): the copy engine stores each
+ * page through a tensor map (the pool as pages x rows x values, driver encoder found through
+ * the runtime) in the 128-byte swizzled layout wgmma reads its B operand in, so the keys
+ * are B straight from shared memory and the query (64 heads x dim, bf16) is A in 32
+ * registers. No key passes through registers: four blocks share a multiprocessor, 3 pages
+ * in flight each. A warp's accumulators hold its 16 heads for the tile's 64 rows; the
+ * relu-weighted head sums meet across lanes by three halving exchanges and across the four
+ * warps in shared memory. Two tiles' MMAs are issued together and the first tile summed
+ * while the second one's run. (The same kernel with fp8 keys, the query as two or three
+ * e4m3 terms so that the MMAs take e4m3, was slower than the register-keys kernel at 128k
+ * and 1M; the pipelined register-keys wgmma kernel was slower than mma.sync for bf16 at
+ * 32k and 1M, run f.) Other bf16 shapes stay on mma.sync.
  *
  * The dot product may sum its dims in any order, so the k index of the MMA is permuted:
  * thread t of a quad owns the 16-byte chunks t, t + 4, ... of a row, which makes its key
@@ -56,6 +68,8 @@
 
 #include <atomic>
 #include <mutex>
+
+#include <cudaTypedefs.h> /* CUtensorMap, cuTensorMapEncodeTiled's type: no libcuda linked */
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define IK_WGMMA 1
@@ -117,15 +131,21 @@ __device__ static inline void ik_bars_init(uint64_t *bars, uint32_t n)
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
-/* One thread: bytes from global src to shared dst on the copy engine; bar's current phase
- * completes when they have landed. */
-__device__ static inline void ik_bulk_load(void *dst, const void *src, uint32_t bytes,
-                                           uint64_t *bar)
+/* One thread: bar's arrival, its current phase then complete when bytes more have landed. */
+__device__ static inline void ik_bar_expect(uint64_t *bar, uint32_t bytes)
 {
     asm volatile(
         "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(ik_smem_addr(bar)),
         "r"(bytes)
         : "memory");
+}
+
+/* One thread: bytes from global src to shared dst on the copy engine; bar's current phase
+ * completes when they have landed. */
+__device__ static inline void ik_bulk_load(void *dst, const void *src, uint32_t bytes,
+                                           uint64_t *bar)
+{
+    ik_bar_expect(bar, bytes);
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
                  "%2, [%3];\n" ::"r"(ik_smem_addr(dst)),
                  "l"(src), "r"(bytes), "r"(ik_smem_addr(bar))
@@ -428,17 +448,33 @@ __global__ void __launch_bounds__(ik_fmt<F>::threads, ik_fmt<F>::blocks)
  * n % stages. */
 struct ik_feed {
     const uint8_t *pool;
+    const void *tmap; /* the pool as pages of rows of bf16 keys, copied in boxes when set */
     uint8_t *stage0;
     uint64_t *full;
     uint32_t *released, *ids;
-    uint32_t page_bytes, stages, p0, p1;
+    uint32_t page_bytes, stages, p0, p1, rpp, row_bytes;
 
-    /* One lane: the page by one bulk copy. */
+    /* One lane: the page by one bulk copy, or with a tensor map, by one copy a box of 64 rows
+     * x 128 bytes (64 values, stored in the wgmma 128-byte swizzled layout), boxes of a page
+     * in row order, then value order. */
     __device__ void issue(uint32_t page, uint32_t stage, uint32_t lane) const
     {
-        if (lane == 0)
-            ik_bulk_load(stage0 + (size_t)stage * page_bytes,
-                         pool + (size_t)ids[page - p0] * page_bytes, page_bytes, &full[stage]);
+        if (lane != 0)
+            return;
+        uint8_t *dst = stage0 + (size_t)stage * page_bytes;
+        if (!tmap) {
+            ik_bulk_load(dst, pool + (size_t)ids[page - p0] * page_bytes, page_bytes, &full[stage]);
+            return;
+        }
+        ik_bar_expect(&full[stage], page_bytes);
+        for (uint32_t m = 0; m < rpp; m += 64)
+            for (uint32_t h = 0; h < row_bytes; h += 128, dst += 8192)
+                asm volatile(
+                    "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::"
+                    "bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(ik_smem_addr(dst)),
+                    "l"(tmap), "r"(h / 2), "r"(m), "r"(ids[page - p0]),
+                    "r"(ik_smem_addr(&full[stage]))
+                    : "memory");
     }
 
     /* Every thread: the page ids (a page-table load inside the loop would stall every copy),
@@ -497,6 +533,9 @@ __device__ static inline ik_feed ik_feed_at(uint8_t *smem, const uint8_t *pool, 
     f.released = (uint32_t *)(smem + IK_MAX_STAGES * 8u);
     f.ids = (uint32_t *)(smem + IK_MAX_STAGES * 12u);
     f.stage0 = smem + IK_FEED_BYTES + own_bytes;
+    f.tmap = nullptr;
+    f.rpp = 0;
+    f.row_bytes = 0;
     f.page_bytes = page_bytes;
     f.stages = stages;
     f.p0 = p0;
@@ -737,6 +776,176 @@ __global__ void __launch_bounds__(128, IK_WG_BLOCKS)
 #endif
 }
 
+#define IK_TM_BLOCKS 4 /* per multiprocessor, 3 stages each (bf16 64 x 128 pages) */
+#define IK_TM_PART_BYTES (2u * 4u * 64u * 4u)
+
+#if IK_WGMMA
+/* d (64 heads x 64 rows) += a (this warp's 16 heads x 16 dims, bf16) x b (64 rows of bf16
+ * keys in shared memory, K-major, 128-byte swizzle); acc = 0 overwrites d. */
+__device__ static inline void ik_tm_mma(float (&d)[32], const uint32_t (&a)[4], uint64_t b, int acc)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, "
+                 "%17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+                 "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+                   "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+                   "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+                   "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+                   "+f"(d[30]), "+f"(d[31])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(acc));
+}
+
+/* A descriptor for 64 rows of keys at addr (a 1024-aligned box of 64 rows x 128 bytes plus
+ * the k-step's 32-byte offset): K-major, 128-byte swizzle, 8-row groups 1024 bytes apart. */
+__device__ static inline uint64_t ik_tm_desc(uint32_t addr)
+{
+    return (uint64_t)((addr >> 4) & 0x3fffu) | (uint64_t)1u << 16 | (uint64_t)(1024u >> 4) << 32 |
+           (uint64_t)1u << 62;
+}
+
+/* One halving step of a sum across lanes: of v[0 .. 2 HALF), this lane keeps the upper half
+ * (hi) or the lower one, adds the partner lane's (lane ^ mask) values of the same half, and
+ * leaves them in v[0 .. HALF). */
+template <int HALF> __device__ static inline void ik_tm_halve(float *v, bool hi, int mask)
+{
+#pragma unroll
+    for (int i = 0; i < HALF; i++) {
+        const float keep = hi ? v[i + HALF] : v[i], send = hi ? v[i] : v[i + HALF];
+        v[i] = keep + __shfl_xor_sync(0xffffffffu, send, mask);
+    }
+}
+#endif
+
+/* bf16 keys as the wgmma B operand straight from shared memory, where the copy engine
+ * stores each page by tensor-map copies (64 rows x 64 values a box) in the swizzled layout
+ * wgmma reads; the query (64 heads = M) is the A operand in registers (32 of them), so no
+ * key passes through registers and four blocks share a multiprocessor. Each warp ends with
+ * partial row sums of its 16 heads; the four meet in shared memory. Rows per page a
+ * multiple of 64, dim 128. */
+template <int DIM>
+__global__ void __launch_bounds__(128, IK_TM_BLOCKS)
+    dsv4_ik_tm_kernel(const __grid_constant__ CUtensorMap keys, uint32_t page_bytes, uint32_t rpp,
+                      uint32_t stages, uint32_t ppb, dsv4_cuda_ik_batch bt, float *scores)
+{
+#if IK_WGMMA
+    constexpr int KS = DIM / 16; /* k-steps */
+    extern __shared__ __align__(16) uint8_t ik_smem[];
+    const uint32_t b = blockIdx.y, tid = threadIdx.x;
+    const uint32_t n_rows = bt.n_rows_dev[b], start = bt.page_start_dev[b];
+    uint32_t p0, p1;
+    if (!ik_block_pages(n_rows, rpp, ppb, &p0, &p1))
+        return;
+    ik_feed feed = ik_feed_at(ik_smem, nullptr, page_bytes, stages, p0, p1, 0);
+    float *part = (float *)(ik_smem + IK_FEED_BYTES);
+    feed.stage0 = (uint8_t *)(((uintptr_t)ik_smem + IK_FEED_BYTES + IK_TM_PART_BYTES + 1023) &
+                              ~(uintptr_t)1023);
+    feed.tmap = &keys;
+    feed.rpp = rpp;
+    feed.row_bytes = DIM * 2;
+    const uint32_t warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+
+    /* The query as A: heads 16 warp + g (a0, a2) and + 8 (a1, a3), dims 16 s + 2 t4 (+ 1)
+     * (a0, a1) and + 8 (a2, a3); every load issued before the page ids are read. */
+    const uint32_t h0 = warp * 16 + g, h1 = h0 + 8;
+    const bool q8 = ((uintptr_t)bt.q_dev & 7u) == 0;
+    float2 x[2][KS][2];
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+        const uint32_t h = u ? h1 : h0;
+        const float *qh = bt.q_dev + ((size_t)b * bt.n_heads + (h < bt.n_heads ? h : 0)) * DIM;
+#pragma unroll
+        for (int s = 0; s < KS; s++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const float *at = qh + 16 * s + 2 * t4 + 8 * e;
+                x[u][s][e] = h >= bt.n_heads ? make_float2(0.0f, 0.0f)
+                             : q8            ? *(const float2 *)at
+                                             : make_float2(at[0], at[1]);
+            }
+    }
+    feed.start(bt.pages_dev + start, tid, 128);
+    uint32_t qa[KS][4];
+    float wq[2];
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+        const uint32_t h = u ? h1 : h0;
+        float amax = 0.0f;
+#pragma unroll
+        for (int s = 0; s < KS; s++)
+#pragma unroll
+            for (int e = 0; e < 2; e++)
+                amax = fmaxf(amax, fmaxf(fabsf(x[u][s][e].x), fabsf(x[u][s][e].y)));
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+        const float sh = amax > 0.0f && amax <= 3.0e38f ? amax : 1.0f, inv = 1.0f / sh;
+        wq[u] = h < bt.n_heads ? bt.w_dev[(size_t)b * bt.n_heads + h] * sh : 0.0f;
+#pragma unroll
+        for (int s = 0; s < KS; s++)
+#pragma unroll
+            for (int e = 0; e < 2; e++)
+                qa[s][u + 2 * e] = ik_pack_bf16(x[u][s][e].x * inv, x[u][s][e].y * inv);
+    }
+    const uint32_t tiles = rpp / 64;
+    const uint32_t n = (p1 - p0) * tiles;
+    uint32_t buf = 0;
+
+    /* the MMAs of tile k (page p0 + k / tiles, its rows 64 (k % tiles) ..) into d */
+    auto issue = [&](uint32_t k, float(&d)[32]) {
+        const uint8_t *pg = feed.wait(p0 + k / tiles);
+        const uint32_t box = ik_smem_addr(pg) + (k % tiles) * (DIM / 64) * 8192u;
+        ik_wg_fence(d);
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+        for (int s = 0; s < KS; s++)
+            ik_tm_mma(d, qa[s], ik_tm_desc(box + (s / 4) * 8192u + (s % 4) * 32u), s > 0);
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    };
+    /* once tile k's MMAs have completed: its page released after its last tile, its row
+     * sums: d[4 j], d[4 j + 1] are head h0, rows 8 j + 2 t4 (+ 1); d[4 j + 2], d[4 j + 3]
+     * head h1. The 8 lanes of a t4 halve the 16 row values three times (lane g keeps rows
+     * 8 g + 2 t4 (+ 1)), then the four warps' sums meet in shared memory (two buffers, so
+     * one barrier a tile). */
+    auto finish = [&](uint32_t k, float(&d)[32]) {
+        ik_wg_fence(d);
+        if (k < n && k % tiles == tiles - 1)
+            feed.release(p0 + k / tiles, 4, lane);
+        float v[16];
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            v[2 * j] = wq[0] * ik_relu(d[4 * j]) + wq[1] * ik_relu(d[4 * j + 2]);
+            v[2 * j + 1] = wq[0] * ik_relu(d[4 * j + 1]) + wq[1] * ik_relu(d[4 * j + 3]);
+        }
+        ik_tm_halve<8>(v, (g >> 2) & 1u, 16);
+        ik_tm_halve<4>(v, (g >> 1) & 1u, 8);
+        ik_tm_halve<2>(v, g & 1u, 4);
+        float *pb = part + buf * 256u;
+        *(float2 *)&pb[warp * 64 + 8 * g + 2 * t4] = make_float2(v[0], v[1]);
+        __syncthreads();
+        const uint32_t row = (p0 + k / tiles) * rpp + (k % tiles) * 64 + tid;
+        if (tid < 64 && k < n && row < n_rows)
+            scores[(size_t)b * bt.max_rows + row] =
+                bt.scale * (pb[tid] + pb[64 + tid] + pb[128 + tid] + pb[192 + tid]);
+        buf ^= 1u;
+    };
+    /* Two tiles a pass, the second one's MMAs running while the first one's scores are
+     * summed; past the last tile the pass repeats the last one without storing. No MMA is
+     * in flight across passes nor on one path of a branch only: ptxas serialises every MMA
+     * of a kernel where an accumulator in flight crosses a loop's back edge. */
+    float d0[32], d1[32];
+    for (uint32_t k = 0; k < n; k += 2) {
+        issue(k, d0);
+        issue(k + 1 < n ? k + 1 : k, d1);
+        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+        finish(k, d0);
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        finish(k + 1, d1);
+    }
+#endif
+}
+
 /* What a launch needs from the device, read once per device and format: the
  * multiprocessor count, whether the device code has the wgmma kernel, the kernels'
  * shared-memory limit raised to IK_SMEM_MAX, and the blocks per multiprocessor for each
@@ -766,16 +975,127 @@ template <dsv4_cuda_ik_format F, int DIM> static ik_kernel_fn ik_kernel(bool wg)
     return dsv4_ik_score_kernel<F, DIM>;
 }
 
+/* bf16 keys on the tensor-map kernel: sm_90a device code, dim 128, whole 64-row boxes (fp8
+ * keys there, as two or three e4m3 query terms, were slower than the wgmma kernel at 128k
+ * and 1M, bench/results/2026-11-30-indexer-h200.md). */
+template <dsv4_cuda_ik_format F, int DIM> static bool ik_tm_shape(const ik_device *d, uint32_t rpp)
+{
+    return F == DSV4_CUDA_IK_BF16 && DIM == 128 && d->wgmma != 0 && rpp % 64 == 0;
+}
+
 template <dsv4_cuda_ik_format F, int DIM> static void ik_device_setup(ik_device *d, int dev)
 {
     d->wgmma = 0;
     d->rc = dsv4_cuda_status(cudaDeviceGetAttribute(&d->sms, cudaDevAttrMultiProcessorCount, dev));
-    if (d->rc == 0 && ik_wg_format<F>())
+    if (d->rc == 0 && F != DSV4_CUDA_IK_F32)
         d->rc = dsv4_cuda_status(cudaMemcpyFromSymbol(&d->wgmma, ik_wgmma_built, sizeof d->wgmma));
     if (d->rc == 0)
         d->rc = dsv4_cuda_status(cudaFuncSetAttribute(ik_kernel<F, DIM>(d->wgmma != 0),
                                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                       (int)IK_SMEM_MAX));
+    if constexpr (DIM == 128 && F == DSV4_CUDA_IK_BF16)
+        if (d->rc == 0 && d->wgmma)
+            d->rc = dsv4_cuda_status(cudaFuncSetAttribute(
+                dsv4_ik_tm_kernel<DIM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                (int)IK_SMEM_MAX));
+}
+
+/* Blocks per multiprocessor of kernel at this size, read once per page size. */
+template <typename K>
+static int ik_per_sm(ik_device *d, uint32_t rpp, K kernel, uint32_t threads, size_t smem,
+                     int *per_sm_p)
+{
+    int per_sm = d->per_sm[rpp / 8 - 1].load(std::memory_order_relaxed);
+    if (per_sm == 0) {
+        int rc = dsv4_cuda_status(
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+        if (rc != 0)
+            return rc;
+        if (per_sm < 1)
+            per_sm = 1;
+        d->per_sm[rpp / 8 - 1].store(per_sm, std::memory_order_relaxed);
+    }
+    *per_sm_p = per_sm;
+    return 0;
+}
+
+/* At most one wave of blocks, the same whole number of them for every query (dividing
+ * the batch's pages by the wave could leave a second, short wave: bf16 128k x 64 read
+ * 70% of the ceiling that way, 78% this way, bench/results/2026-11-29-indexer-h200-f.md),
+ * at least two pages per block so the query is loaded for more than one page, at most
+ * IK_MAX_PPB: longer runs of pages were slower (a bf16 step of 1M x 32 read 73% of the
+ * ceiling at 497 pages a block, 83% at 124; bench/results/2026-11-29-indexer-h200-e.md). */
+static dim3 ik_grid(const ik_device *d, int per_sm, uint32_t rpp, const dsv4_cuda_ik_batch *bt,
+                    uint32_t *ppb_p)
+{
+    const uint64_t max_pages = (bt->max_rows + rpp - 1) / rpp;
+    const uint64_t wave = (uint64_t)per_sm * (uint64_t)d->sms;
+    const uint64_t per_query = wave / bt->n_queries > 0 ? wave / bt->n_queries : 1;
+    uint64_t ppb = (max_pages + per_query - 1) / per_query;
+    if (ppb < 2)
+        ppb = 2;
+    if (ppb > IK_MAX_PPB)
+        ppb = IK_MAX_PPB;
+    *ppb_p = (uint32_t)ppb;
+    return dim3((unsigned)((max_pages + ppb - 1) / ppb), bt->n_queries);
+}
+
+/* Launches kernel(args...) on stream. */
+template <typename... P, typename... A>
+static int ik_start(void (*kernel)(P...), dim3 grid, uint32_t threads, size_t smem,
+                    cudaStream_t stream, A... args)
+{
+    kernel<<<grid, threads, smem, stream>>>(args...);
+    return dsv4_cuda_launch_status();
+}
+
+/* cuTensorMapEncodeTiled from the driver, found through the runtime (nothing more linked). */
+static PFN_cuTensorMapEncodeTiled_v12000 ik_encode;
+static void ik_encode_find(void)
+{
+    void *fn = NULL;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
+                                         &q) == cudaSuccess &&
+        q == cudaDriverEntryPointSuccess)
+        ik_encode = (PFN_cuTensorMapEncodeTiled_v12000)fn;
+}
+
+/* The tensor-map kernel's launch, or -ENOTSUP where it does not apply (no encoder in the
+ * driver, a pool it cannot map, pages too large for two stages). */
+template <int DIM>
+static int ik_launch_tm(ik_device *d, uint32_t rpp, const void *pool, const dsv4_cuda_ik_batch *bt,
+                        float *scores, cudaStream_t stream)
+{
+    static std::once_flag once;
+    std::call_once(once, ik_encode_find);
+    if (!ik_encode)
+        return -ENOTSUP;
+    /* the pool as pages of rpp rows of DIM bf16 values, page ids up to 2^31 */
+    const uint32_t page_bytes = rpp * DIM * 2;
+    const uint32_t head = IK_FEED_BYTES + IK_TM_PART_BYTES + 1024u; /* + the stages' alignment */
+    uint32_t stages = ((228u * 1024u) / IK_TM_BLOCKS - 1024u - head) / page_bytes;
+    if (stages > IK_MAX_STAGES)
+        stages = IK_MAX_STAGES;
+    if (stages < 2)
+        return -ENOTSUP;
+    CUtensorMap map;
+    const cuuint64_t dims[3] = {DIM, rpp, (cuuint64_t)1 << 31};
+    const cuuint64_t strides[2] = {DIM * 2, page_bytes};
+    const cuuint32_t box[3] = {64, 64, 1}, estr[3] = {1, 1, 1};
+    if (ik_encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, (void *)pool, dims, strides, box, estr,
+                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                  CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
+        return -ENOTSUP;
+    const size_t smem = head + (size_t)stages * page_bytes;
+    int per_sm, rc = ik_per_sm(d, rpp, dsv4_ik_tm_kernel<DIM>, 128, smem, &per_sm);
+    if (rc != 0)
+        return rc;
+    uint32_t ppb;
+    const dim3 grid = ik_grid(d, per_sm, rpp, bt, &ppb);
+    return ik_start(dsv4_ik_tm_kernel<DIM>, grid, 128, smem, stream, map, page_bytes, rpp, stages,
+                    ppb, *bt, scores);
 }
 
 template <dsv4_cuda_ik_format F, int DIM>
@@ -794,7 +1114,13 @@ static int ik_launch(uint32_t rpp, const void *pool, const dsv4_cuda_ik_batch *b
     std::call_once(once[dev], ik_device_setup<F, DIM>, d, dev);
     if (d->rc != 0)
         return d->rc;
-    const bool wg = d->wgmma != 0;
+    if constexpr (DIM == 128 && F == DSV4_CUDA_IK_BF16)
+        if (ik_tm_shape<F, DIM>(d, rpp)) {
+            rc = ik_launch_tm<DIM>(d, rpp, pool, bt, scores, stream);
+            if (rc != -ENOTSUP)
+                return rc;
+        }
+    const bool wg = d->wgmma != 0 && ik_wg_format<F>();
     const ik_kernel_fn kernel = ik_kernel<F, DIM>(wg);
     const uint32_t threads = wg ? 128u : (uint32_t)fmt::threads;
     const uint32_t head = wg ? IK_FEED_BYTES + IK_WG_QUERY_BYTES : IK_HEAD_BYTES;
@@ -805,34 +1131,14 @@ static int ik_launch(uint32_t rpp, const void *pool, const dsv4_cuda_ik_batch *b
     if (stages < 2)
         return -ENOTSUP; /* two pages must fit: one read while the next one lands */
     const size_t smem = head + (size_t)stages * page_bytes;
-    int per_sm = d->per_sm[rpp / 8 - 1].load(std::memory_order_relaxed);
-    if (per_sm == 0) {
-        rc = dsv4_cuda_status(
-            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
-        if (rc != 0)
-            return rc;
-        if (per_sm < 1)
-            per_sm = 1;
-        d->per_sm[rpp / 8 - 1].store(per_sm, std::memory_order_relaxed);
-    }
-    /* At most one wave of blocks, the same whole number of them for every query (dividing
-     * the batch's pages by the wave could leave a second, short wave: bf16 128k x 64 read
-     * 70% of the ceiling that way, 78% this way, bench/results/2026-11-29-indexer-h200-f.md),
-     * at least two pages per block so the query is loaded for more than one page, at most
-     * IK_MAX_PPB: longer runs of pages were slower (a bf16 step of 1M x 32 read 73% of the
-     * ceiling at 497 pages a block, 83% at 124; bench/results/2026-11-29-indexer-h200-e.md). */
-    const uint64_t max_pages = (bt->max_rows + rpp - 1) / rpp;
-    const uint64_t wave = (uint64_t)per_sm * (uint64_t)d->sms;
-    const uint64_t per_query = wave / bt->n_queries > 0 ? wave / bt->n_queries : 1;
-    uint64_t ppb = (max_pages + per_query - 1) / per_query;
-    if (ppb < 2)
-        ppb = 2;
-    if (ppb > IK_MAX_PPB)
-        ppb = IK_MAX_PPB;
-    dim3 grid((unsigned)((max_pages + ppb - 1) / ppb), bt->n_queries);
-    kernel<<<grid, threads, smem, stream>>>((const uint8_t *)pool, page_bytes, rpp, stages,
-                                            (uint32_t)ppb, *bt, scores);
-    return dsv4_cuda_launch_status();
+    int per_sm;
+    rc = ik_per_sm(d, rpp, kernel, threads, smem, &per_sm);
+    if (rc != 0)
+        return rc;
+    uint32_t ppb;
+    const dim3 grid = ik_grid(d, per_sm, rpp, bt, &ppb);
+    return ik_start(kernel, grid, threads, smem, stream, (const uint8_t *)pool, page_bytes, rpp,
+                    stages, ppb, *bt, scores);
 }
 
 template <dsv4_cuda_ik_format F>

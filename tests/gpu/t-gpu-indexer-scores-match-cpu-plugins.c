@@ -8,7 +8,8 @@
  * the float sums. Scores do not depend on the batch (a query alone gives the same bits),
  * nothing is written past a query's rows, and the CPU ops are untouched by all this. Page
  * shapes: 64 and 32 rows (the plugins' defaults), 8 rows (one MMA tile), 24 rows (not a
- * power of two) and 256 rows (the largest pages the kernels take). */
+ * power of two) and 256 rows (the largest pages the kernels take); bf16 64 x 128 pages (the
+ * tensor-map kernel) with 64 heads and with 12 (heads past the query masked). */
 #include "config.h"
 
 #include "tests/gpu/gpu.h"
@@ -179,14 +180,21 @@ static void run(const variant *v)
 int main(void)
 {
     static const variant variants[] = {
-        {INDEXK_FP8, NULL, 64, 128, 64, 0x1p-11}, {INDEXK_FP8, "ue8m0", 64, 128, 64, 0x1p-11},
-        {INDEXK_BF16, NULL, 64, 128, 64, 0x1p-9}, {INDEXK_F32, NULL, 64, 128, 64, 0x1p-14},
-        {INDEXK_FP8, NULL, 32, 64, 8, 0x1p-11},   {INDEXK_BF16, NULL, 32, 64, 2, 0x1p-9},
+        {INDEXK_FP8, NULL, 64, 128, 64, 0x1p-11},
+        {INDEXK_FP8, "ue8m0", 64, 128, 64, 0x1p-11},
+        {INDEXK_BF16, NULL, 64, 128, 64, 0x1p-9},
+        {INDEXK_F32, NULL, 64, 128, 64, 0x1p-14},
+        {INDEXK_FP8, NULL, 32, 64, 8, 0x1p-11},
+        {INDEXK_BF16, NULL, 32, 64, 2, 0x1p-9},
         {INDEXK_F32, NULL, 32, 64, 8, 0x1p-14},
         /* one tile per page; a row count not a power of two (a warp without a tile); the
          * largest pages (64 KiB bf16, two pipeline stages) */
-        {INDEXK_FP8, NULL, 8, 128, 64, 0x1p-11},  {INDEXK_BF16, NULL, 24, 128, 64, 0x1p-9},
-        {INDEXK_BF16, NULL, 256, 128, 64, 0x1p-9}, {INDEXK_FP8, NULL, 256, 64, 64, 0x1p-11},
+        {INDEXK_FP8, NULL, 8, 128, 64, 0x1p-11},
+        {INDEXK_BF16, NULL, 24, 128, 64, 0x1p-9},
+        {INDEXK_BF16, NULL, 256, 128, 64, 0x1p-9},
+        {INDEXK_FP8, NULL, 256, 64, 64, 0x1p-11},
+        /* bf16 64 x 128 pages (the tensor-map kernel) with heads past the query's masked */
+        {INDEXK_BF16, NULL, 64, 128, 12, 0x1p-9},
     };
 
     gpu_require();
