@@ -40,12 +40,14 @@
 #define FC_WALIGN 256
 
 /* A layer's weights: the linear layers' in their checkpoint formats (fc_wup), the rest
- * f32 (the mHC projections too: dsv4_cuda_hc_pre multiplies them itself). */
+ * f32 (the mHC projections too: dsv4_cuda_hc_pre multiplies them itself). The linear
+ * layers that read the same input sit stacked in one weight, one GEMM launch for all
+ * (each output row is its own weight row's: the same values as apart): attn_in holds the
+ * rows of fc_attn_cols, ffn_in the router gate's, the shared expert's gate and up rows. */
 typedef struct fc_layer {
-    dsv4_cuda_weight wq_a, wq_b, wkv, wo_a, wo_b;
-    dsv4_cuda_weight c_wkv, c_wgate;                        /* main compressor */
-    dsv4_cuda_weight i_wkv, i_wgate, idx_wq_b, idx_weights; /* indexer */
-    dsv4_cuda_weight gate, exp_gate, exp_up, exp_down, sh_gate, sh_up, sh_down;
+    dsv4_cuda_weight attn_in, wq_b, wo_a, wo_b;
+    dsv4_cuda_weight idx_wq_b, idx_weights; /* indexer */
+    dsv4_cuda_weight ffn_in, exp_gate, exp_up, exp_down, sh_down;
     float *hc_attn_fn, *hc_attn_base, *hc_attn_scale, *hc_ffn_fn, *hc_ffn_base, *hc_ffn_scale;
     float *attn_norm, *ffn_norm, *q_norm, *kv_norm, *sinks;
     float *c_ape, *c_norm, *i_ape, *i_norm;
@@ -87,6 +89,9 @@ struct dsv4_fwd_cuda {
     size_t row_bytes;
     dsv4_cuda_dims dims;
     void *stream;
+    /* the mHC mix's Sinkhorn (dsv4_cuda_hc_mix) runs on side, forked from stream after each
+     * collapse (mix_fork) and joined before the expand that needs it (mix_join) */
+    void *side, *mix_fork, *mix_join;
     dsv4_cuda_blas *blas;
 
     fc_layer L[DSV4_MAX_LAYERS];
@@ -100,8 +105,10 @@ struct dsv4_fwd_cuda {
     uint32_t *wflag; /* upload: dsv4_cuda_weight_pack's scratch word */
 
     /* device workspace, per token of the step */
-    float *x, *pre, *post, *comb, *u, *cq, *q, *kv, *kc, *gc, *ikc, *igc, *iq, *iw;
-    float *ikrows, *scores, *o, *z, *y, *router, *rw, *sh_g, *sh_u, *sh_h, *sh_o;
+    float *x, *pre, *post, *comb, *hz, *u, *q, *iq, *iw;
+    float *ap; /* attn_in's outputs, fc_attn_cols */
+    float *fp; /* ffn_in's outputs: router logits, shared expert's gate and up (stride E + 2 I) */
+    float *ikrows, *scores, *o, *z, *y, *rw, *sh_h, *sh_o;
     float *xe, *ge, *ue, *he, *eo, *hu, *logits;
     void *attn_work; /* dsv4_cuda_attend's scratch */
     uint8_t *kvs, *ik_stage;
@@ -239,23 +246,63 @@ static bool fc_has(const dsv4_model_config *c, dsv4_layer_kind kind)
     return false;
 }
 
-/* A linear layer's weight (mats [out][in] f32 matrices at host) on the device in the
- * narrowest of MXFP4, FP8, BF16 and F32 that holds every value exactly: the format the
- * checkpoint stores it in, so a step reads the checkpoint's bytes and the GEMM's products
- * are those of the CPU's dequantised f32 values, bit for bit (model.h). A failed try hands
- * its bytes back. */
-static dsv4_cuda_weight fc_wup(dsv4_fwd_cuda *f, const float *host, size_t mats, size_t out,
-                               size_t in, bool *ok)
+/* Where attn_in's outputs sit in a row of f->ap (offsets in floats): q_lora, the latent
+ * kv, the compressor's kv and gate (not in sliding layers), the index compressor's kv and
+ * gate (CSA layers); width = the row. */
+typedef struct fc_cols {
+    size_t q, kv, ck, cg, ik, ig, width;
+} fc_cols;
+
+static fc_cols fc_attn_cols(const dsv4_model_config *c, uint8_t kind)
+{
+    size_t D = c->head_dim, cw = (kind == DSV4_LAYER_CSA ? 2 : 1) * D;
+    size_t ik = kind == DSV4_LAYER_CSA ? 2 * (size_t)c->index_dim : 0;
+    fc_cols k = {.q = 0, .kv = c->q_lora_rank};
+    k.ck = k.kv + D;
+    k.cg = k.ck + (kind == DSV4_LAYER_SLIDING ? 0 : cw);
+    k.ik = k.cg + (kind == DSV4_LAYER_SLIDING ? 0 : cw);
+    k.ig = k.ik + ik;
+    k.width = k.ig + ik;
+    return k;
+}
+
+/* The widest attn_in row of any layer kind (a CSA layer's, where the model has one). */
+static size_t fc_attn_width(const dsv4_model_config *c)
+{
+    size_t w = 0;
+    for (uint32_t l = 0; l < c->n_layers; l++) {
+        size_t x = fc_attn_cols(c, c->layer_kind[l]).width;
+        w = x > w ? x : w;
+    }
+    return w;
+}
+
+/* A linear layer's weight on the device in the narrowest of MXFP4, FP8, BF16 and F32 that
+ * holds every value exactly: the format the checkpoint stores it in, so a step reads the
+ * checkpoint's bytes and the GEMM's products are those of the CPU's dequantised f32 values,
+ * bit for bit (model.h). The weight is one part of mats [outs[0]][in] f32 matrices at
+ * parts[0], or (mats = 1) the n_parts matrices [outs[p]][in] stacked row on row: then the
+ * narrowest format that holds every part (FP8's 128-row blocks may straddle two parts
+ * where outs are not multiples of 128: a wider format then, never a wrong value). A failed
+ * try hands its bytes back. */
+static dsv4_cuda_weight fc_wup_stack(dsv4_fwd_cuda *f, const float *const *parts,
+                                     const size_t *outs, size_t n_parts, size_t mats, size_t in,
+                                     bool *ok)
 {
     static const dsv4_cuda_wfmt order[] = {DSV4_CUDA_W_FP4, DSV4_CUDA_W_FP8, DSV4_CUDA_W_BF16,
                                            DSV4_CUDA_W_F32};
     dsv4_cuda_weight w = {DSV4_CUDA_W_F32, NULL, NULL};
-    if (!host || !*ok)
-        return w;
-    if (dsv4_cuda_copy(f->wstage, host, mats * out * in * sizeof(float), f->stream) != 0) {
-        *ok = false;
-        return w;
+    size_t out = 0;
+    for (size_t p = 0; p < n_parts; p++) {
+        if (!parts[p] || (n_parts > 1 && mats != 1))
+            return w;
+        if (*ok && dsv4_cuda_copy(f->wstage + out * in, parts[p],
+                                  mats * outs[p] * in * sizeof(float), f->stream) != 0)
+            *ok = false;
+        out += outs[p];
     }
+    if (!*ok)
+        return w;
     for (size_t i = 0; i < sizeof(order) / sizeof(order[0]); i++) {
         size_t sb, db = dsv4_cuda_weight_bytes(order[i], mats, out, in, &sb);
         if (db == 0)
@@ -280,6 +327,13 @@ static dsv4_cuda_weight fc_wup(dsv4_fwd_cuda *f, const float *host, size_t mats,
     return w;
 }
 
+/* One linear layer of mats [out][in] matrices at host (fc_wup_stack's single part). */
+static dsv4_cuda_weight fc_wup(dsv4_fwd_cuda *f, const float *host, size_t mats, size_t out,
+                               size_t in, bool *ok)
+{
+    return fc_wup_stack(f, &host, &out, 1, mats, in, ok);
+}
+
 static size_t fc_max(const size_t *v, size_t n)
 {
     size_t m = 0;
@@ -299,9 +353,9 @@ static bool fc_upload_weights(dsv4_fwd_cuda *f)
     bool ok = true;
 
     /* the largest linear layer passes through the staging buffer */
-    const size_t sizes[] = {V * H,       qr * H,    QH * qr,    D * H,        G * orr * gin,
-                            H * G * orr, 2 * D * H, 2 * DI * H, NI * DI * qr, NI * H,
-                            E * H,       E * I * H, I * H};
+    const size_t sizes[] = {
+        V * H,  fc_attn_width(c) * H, QH * qr,   G * orr * gin, H * G * orr, NI * DI * qr,
+        NI * H, (E + 2 * I) * H,      E * I * H, I * H};
     f->wstage = dsv4_cuda_alloc(fc_max(sizes, sizeof(sizes) / sizeof(sizes[0])) * sizeof(float));
     f->wflag = fc_dev(f, 1, sizeof(uint32_t));
     if (!f->wstage || !f->wflag)
@@ -317,6 +371,13 @@ static bool fc_upload_weights(dsv4_fwd_cuda *f)
         uint8_t kind = c->layer_kind[l];
         uint32_t rate = kind == DSV4_LAYER_CSA ? c->rate_csa : c->rate_hca;
         size_t cw = (kind == DSV4_LAYER_CSA ? 2 : 1) * D;
+        /* attn_in: the parts fc_attn_cols lays out, in its order */
+        const float *ap[6] = {w->wq_a,       w->wkv,          w->comp.wkv,
+                              w->comp.wgate, w->idx_comp.wkv, w->idx_comp.wgate};
+        const size_t aout[6] = {qr, D, cw, cw, 2 * DI, 2 * DI};
+        size_t n_ap = kind == DSV4_LAYER_CSA ? 6 : kind == DSV4_LAYER_HCA ? 4 : 2;
+        const float *fp[3] = {w->gate, w->sh_gate, w->sh_up};
+        const size_t fout[3] = {E, I, I};
         d->hc_attn_fn = fc_up(f, w->hc_attn.fn, mix * N * H, sizeof(float), &ok);
         d->hc_attn_base = fc_up(f, w->hc_attn.base, mix, sizeof(float), &ok);
         d->hc_attn_scale = fc_up(f, w->hc_attn.scale, 3, sizeof(float), &ok);
@@ -325,36 +386,29 @@ static bool fc_upload_weights(dsv4_fwd_cuda *f)
         d->hc_ffn_scale = fc_up(f, w->hc_ffn.scale, 3, sizeof(float), &ok);
         d->attn_norm = fc_up(f, w->attn_norm, H, sizeof(float), &ok);
         d->ffn_norm = fc_up(f, w->ffn_norm, H, sizeof(float), &ok);
-        d->wq_a = fc_wup(f, w->wq_a, 1, qr, H, &ok);
+        d->attn_in = fc_wup_stack(f, ap, aout, n_ap, 1, H, &ok);
         d->q_norm = fc_up(f, w->q_norm, qr, sizeof(float), &ok);
         d->wq_b = fc_wup(f, w->wq_b, 1, QH, qr, &ok);
-        d->wkv = fc_wup(f, w->wkv, 1, D, H, &ok);
         d->kv_norm = fc_up(f, w->kv_norm, D, sizeof(float), &ok);
         d->wo_a = fc_wup(f, w->wo_a, G, orr, gin, &ok);
         d->wo_b = fc_wup(f, w->wo_b, 1, H, G * orr, &ok);
         d->sinks = fc_up(f, w->sinks, c->n_heads, sizeof(float), &ok);
         if (kind != DSV4_LAYER_SLIDING) {
-            d->c_wkv = fc_wup(f, w->comp.wkv, 1, cw, H, &ok);
-            d->c_wgate = fc_wup(f, w->comp.wgate, 1, cw, H, &ok);
             d->c_ape = fc_up(f, w->comp.ape, rate * cw, sizeof(float), &ok);
             d->c_norm = fc_up(f, w->comp.norm, D, sizeof(float), &ok);
         }
         if (kind == DSV4_LAYER_CSA) {
-            d->i_wkv = fc_wup(f, w->idx_comp.wkv, 1, 2 * DI, H, &ok);
-            d->i_wgate = fc_wup(f, w->idx_comp.wgate, 1, 2 * DI, H, &ok);
             d->i_ape = fc_up(f, w->idx_comp.ape, rate * 2 * DI, sizeof(float), &ok);
             d->i_norm = fc_up(f, w->idx_comp.norm, DI, sizeof(float), &ok);
             d->idx_wq_b = fc_wup(f, w->idx_wq_b, 1, NI * DI, qr, &ok);
             d->idx_weights = fc_wup(f, w->idx_weights, 1, NI, H, &ok);
         }
-        d->gate = fc_wup(f, w->gate, 1, E, H, &ok);
+        d->ffn_in = fc_wup_stack(f, fp, fout, 3, 1, H, &ok);
         d->gate_bias = c->hash_moe[l] ? NULL : fc_up(f, w->gate_bias, E, sizeof(float), &ok);
         d->tid2eid = c->hash_moe[l] ? fc_up(f, w->tid2eid, V * K, sizeof(int32_t), &ok) : NULL;
         d->exp_gate = fc_wup(f, w->exp_gate, E, I, H, &ok);
         d->exp_up = fc_wup(f, w->exp_up, E, I, H, &ok);
         d->exp_down = fc_wup(f, w->exp_down, E, H, I, &ok);
-        d->sh_gate = fc_wup(f, w->sh_gate, 1, I, H, &ok);
-        d->sh_up = fc_wup(f, w->sh_up, 1, I, H, &ok);
         d->sh_down = fc_wup(f, w->sh_down, 1, H, I, &ok);
     }
     /* the staging buffer is the size of the largest weight: give it back now */
@@ -385,15 +439,11 @@ static bool fc_alloc_workspace(dsv4_fwd_cuda *f)
     f->pre = fc_dev(f, B * N, sizeof(float));
     f->post = fc_dev(f, B * N, sizeof(float));
     f->comb = fc_dev(f, B * N * N, sizeof(float));
+    f->hz = fc_dev(f, B * (2 + N) * N, sizeof(float));
     f->u = fc_dev(f, B * H, sizeof(float));
-    f->cq = fc_dev(f, B * c->q_lora_rank, sizeof(float));
+    f->ap = fc_dev(f, B * fc_attn_width(c), sizeof(float));
     f->q = fc_dev(f, B * QH, sizeof(float));
-    f->kv = fc_dev(f, B * D, sizeof(float));
     f->kvs = fc_dev(f, B, f->row_bytes);
-    f->kc = fc_dev(f, B * 2 * D, sizeof(float));
-    f->gc = fc_dev(f, B * 2 * D, sizeof(float));
-    f->ikc = fc_dev(f, B * 2 * DI, sizeof(float));
-    f->igc = fc_dev(f, B * 2 * DI, sizeof(float));
     f->iq = fc_dev(f, B * NI * DI, sizeof(float));
     f->iw = fc_dev(f, B * NI, sizeof(float));
     f->ikrows = fc_dev(f, B * DI, sizeof(float));
@@ -409,14 +459,12 @@ static bool fc_alloc_workspace(dsv4_fwd_cuda *f)
     f->attn_work = fc_dev(f, dsv4_cuda_attend_work_bytes(&f->dims, (uint32_t)B), 1);
     f->z = fc_dev(f, B * c->o_groups * c->o_lora_rank, sizeof(float));
     f->y = fc_dev(f, B * H, sizeof(float));
-    f->router = fc_dev(f, B * E, sizeof(float));
+    f->fp = fc_dev(f, B * (E + 2 * I), sizeof(float));
     f->rw = fc_dev(f, B * K, sizeof(float));
     f->rid = fc_dev(f, B * K, sizeof(int32_t));
     f->off = fc_dev(f, E + 1, sizeof(uint32_t));
     f->assign = fc_dev(f, B * K, sizeof(uint32_t));
     f->epos = fc_dev(f, B * K, sizeof(uint32_t));
-    f->sh_g = fc_dev(f, B * I, sizeof(float));
-    f->sh_u = fc_dev(f, B * I, sizeof(float));
     f->sh_h = fc_dev(f, B * I, sizeof(float));
     f->sh_o = fc_dev(f, B * H, sizeof(float));
     f->xe = fc_dev(f, B * K * H, sizeof(float));
@@ -499,7 +547,8 @@ dsv4_fwd_cuda *dsv4_fwd_cuda_new(const dsv4_fwd_conf *conf, bool deterministic, 
                                .index_topk = c->index_topk,
                                .eps = (float)c->rms_eps,
                                .hc_eps = (float)c->hc_eps};
-    if (dsv4_cuda_stream_new(&f->stream) != 0 ||
+    if (dsv4_cuda_stream_new(&f->stream) != 0 || dsv4_cuda_stream_new(&f->side) != 0 ||
+        dsv4_cuda_event_new(&f->mix_fork) != 0 || dsv4_cuda_event_new(&f->mix_join) != 0 ||
         !(f->blas = dsv4_cuda_blas_new(f->stream, deterministic))) {
         snprintf(err, errlen, "forward (cuda): cannot start a stream and cuBLAS");
         goto fail;
@@ -565,6 +614,9 @@ void dsv4_fwd_cuda_free(dsv4_fwd_cuda *f)
         dsv4_cuda_graph_free(f->graphs[i].graph);
     dsv4_cuda_sampler_free(f->sampler);
     dsv4_cuda_blas_free(f->blas);
+    dsv4_cuda_event_free(f->mix_join);
+    dsv4_cuda_event_free(f->mix_fork);
+    dsv4_cuda_stream_free(f->side);
     dsv4_cuda_stream_free(f->stream);
     free(f);
 }
@@ -807,9 +859,6 @@ static int fc_ik_select_cuda(dsv4_fwd_cuda *f, const dsv4_kv_buffer *ik)
 static int fc_ik_select(dsv4_fwd_cuda *f, const dsv4_kv_buffer *ik)
 {
     const dsv4_model_config *c = f->c;
-    if (f->score_rows == 0) /* nobody chooses: every visible row */
-        return dsv4_cuda_index_select(&f->dims, &f->st, c->rate_csa, f->topk, f->sel, f->nsel,
-                                      f->stream);
     if (!f->ik_host_score) {
         int rc = fc_ik_select_cuda(f, ik);
         if (rc != -ENOTSUP)
@@ -828,8 +877,29 @@ static int fc_ik_select(dsv4_fwd_cuda *f, const dsv4_kv_buffer *ik)
 static int fc_hc_pre(dsv4_fwd_cuda *f, const float *fn, const float *base, const float *scale,
                      const float *norm)
 {
-    return dsv4_cuda_hc_pre(&f->dims, f->st.n_tok, f->x, fn, base, scale, norm, f->pre, f->post,
-                            f->comb, f->u, f->stream);
+    uint32_t n = f->st.n_tok;
+    int rc =
+        dsv4_cuda_hc_pre(&f->dims, n, f->x, fn, base, scale, norm, f->pre, f->hz, f->u, f->stream);
+    /* the Sinkhorn beside the block: its latency (one warp a token, ~20 us on an H200) sat
+     * between the collapse and the block's first GEMM */
+    if (rc == 0)
+        rc = dsv4_cuda_event_record(f->mix_fork, f->stream);
+    if (rc == 0)
+        rc = dsv4_cuda_stream_wait(f->side, f->mix_fork);
+    if (rc == 0)
+        rc = dsv4_cuda_hc_mix(&f->dims, n, f->hz, base, scale, f->post, f->comb, f->side);
+    if (rc == 0)
+        rc = dsv4_cuda_event_record(f->mix_join, f->side);
+    return rc;
+}
+
+/* The expand of the block whose collapse fc_hc_pre queued, once its mix is done. */
+static int fc_hc_post(dsv4_fwd_cuda *f, const dsv4_cuda_hc_src *src)
+{
+    int rc = dsv4_cuda_stream_wait(f->stream, f->mix_join);
+    if (rc == 0)
+        rc = dsv4_cuda_hc_post(&f->dims, f->st.n_tok, f->x, src, f->post, f->comb, f->stream);
+    return rc;
 }
 
 static int fc_attention(dsv4_fwd_cuda *f, uint32_t layer, const dsv4_kv_layer_view *v)
@@ -845,62 +915,70 @@ static int fc_attention(dsv4_fwd_cuda *f, uint32_t layer, const dsv4_kv_layer_vi
     uint32_t rope = kind == DSV4_LAYER_SLIDING ? c->rope_main.dims : c->rope_compress.dims;
     dsv4_cuda_blas *b = f->blas;
     void *s = f->stream;
-    int rc = dsv4_cuda_linear(b, &w->wq_a, qr, H, f->u, H, n, f->cq, qr);
+    fc_cols k = fc_attn_cols(c, kind);
+    size_t A = k.width;
+    float *cq = f->ap + k.q;
+    int rc = dsv4_cuda_linear(b, &w->attn_in, A, H, f->u, H, n, f->ap, A);
     if (rc == 0)
-        rc = dsv4_cuda_rmsnorm_rows((uint32_t)n, (uint32_t)qr, f->cq, w->q_norm, f->dims.eps, s);
+        rc = dsv4_cuda_rmsnorm_rows((uint32_t)n, (uint32_t)qr, A, cq, w->q_norm, f->dims.eps, s);
     if (rc == 0)
-        rc = dsv4_cuda_linear(b, &w->wq_b, QH, qr, f->cq, qr, n, f->q, QH);
+        rc = dsv4_cuda_linear(b, &w->wq_b, QH, qr, cq, A, n, f->q, QH);
+    /* the indexer's queries here, so that the q rotation takes theirs too (freq is the
+     * compressed layers' table in a CSA layer) */
+    if (rc == 0 && csa)
+        rc = dsv4_cuda_linear(b, &w->idx_wq_b, NI * DI, qr, cq, A, n, f->iq, NI * DI);
     if (rc == 0)
-        rc = dsv4_cuda_linear(b, &w->wkv, D, H, f->u, H, n, f->kv, D);
-    if (rc == 0)
-        rc =
-            dsv4_cuda_qkv(&f->dims, &f->st, f->q, f->kv, w->kv_norm, freq, rope, f->kvf, f->kvs, s);
+        rc = dsv4_cuda_qkv(&f->dims, &f->st, f->q, f->ap + k.kv, A, w->kv_norm, freq, rope, f->kvf,
+                           f->kvs, csa ? f->iq : NULL, s);
     if (rc != 0)
         return rc;
 
+    /* the compressors: the layer's, and in a CSA layer its indexer's, in one launch */
     dsv4_cuda_kvbuf win = fc_kvbuf(v->buf[DSV4_BUF_WINDOW]), rows = {0}, *rows_p = NULL;
     if (kind != DSV4_LAYER_SLIDING) {
-        size_t cw = (csa ? 2 : 1) * D;
-        uint32_t rate = csa ? c->rate_csa : c->rate_hca;
-        dsv4_cuda_kvbuf carry = fc_kvbuf(v->buf[csa ? DSV4_BUF_CSA_CARRY : DSV4_BUF_HCA_CARRY]);
         rows = fc_kvbuf(v->buf[csa ? DSV4_BUF_CSA_KV : DSV4_BUF_HCA_KV]);
         rows_p = &rows;
-        rc = dsv4_cuda_linear(b, &w->c_wkv, cw, H, f->u, H, n, f->kc, cw);
-        if (rc == 0)
-            rc = dsv4_cuda_linear(b, &w->c_wgate, cw, H, f->u, H, n, f->gc, cw);
-        if (rc == 0)
-            rc =
-                dsv4_cuda_compress(&f->dims, &f->st, csa, rate, (uint32_t)D, f->kc, f->gc, w->c_ape,
-                                   w->c_norm, f->freq_comp, &carry, &rows, f->kvf, NULL, s);
-        if (rc != 0)
-            return rc;
+        dsv4_cuda_compressor cs[2] = {
+            {.overlap = csa,
+             .rate = csa ? c->rate_csa : c->rate_hca,
+             .dim = (uint32_t)D,
+             .k = f->ap + k.ck,
+             .g = f->ap + k.cg,
+             .kg_stride = A,
+             .ape = w->c_ape,
+             .norm = w->c_norm,
+             .carry = fc_kvbuf(v->buf[csa ? DSV4_BUF_CSA_CARRY : DSV4_BUF_HCA_CARRY]),
+             .rows = rows},
+            {.overlap = true,
+             .rate = c->rate_csa,
+             .dim = (uint32_t)DI,
+             .k = f->ap + k.ik,
+             .g = f->ap + k.ig,
+             .kg_stride = A,
+             .ape = w->i_ape,
+             .norm = w->i_norm,
+             .carry = csa ? fc_kvbuf(v->buf[DSV4_BUF_INDEX_CARRY]) : (dsv4_cuda_kvbuf){0},
+             .out_rows = f->ikrows}};
+        rc = dsv4_cuda_compress(&f->dims, &f->st, cs, csa ? 2 : 1, f->freq_comp, f->kvf, s);
     }
-    if (csa) {
+    /* where no token of the step sees more than index_topk CSA rows (score_rows 0), each
+     * attends to all it sees, as an HCA layer does: no selection */
+    bool choose = csa && f->score_rows > 0;
+    if (rc == 0 && csa) {
         const dsv4_kv_buffer *ik = v->buf[DSV4_BUF_INDEXK];
-        dsv4_cuda_kvbuf icarry = fc_kvbuf(v->buf[DSV4_BUF_INDEX_CARRY]);
-        rc = dsv4_cuda_linear(b, &w->i_wkv, 2 * DI, H, f->u, H, n, f->ikc, 2 * DI);
-        if (rc == 0)
-            rc = dsv4_cuda_linear(b, &w->i_wgate, 2 * DI, H, f->u, H, n, f->igc, 2 * DI);
-        if (rc == 0)
-            rc = dsv4_cuda_linear(b, &w->idx_wq_b, NI * DI, qr, f->cq, qr, n, f->iq, NI * DI);
-        if (rc == 0)
-            rc = dsv4_cuda_linear(b, &w->idx_weights, NI, H, f->u, H, n, f->iw, NI);
-        if (rc == 0)
-            rc = dsv4_cuda_compress(&f->dims, &f->st, true, c->rate_csa, (uint32_t)DI, f->ikc,
-                                    f->igc, w->i_ape, w->i_norm, f->freq_comp, &icarry, NULL,
-                                    f->kvf, f->ikrows, s);
+        rc = dsv4_cuda_linear(b, &w->idx_weights, NI, H, f->u, H, n, f->iw, NI);
         if (rc == 0 && f->n_new > 0)
             rc = fc_ik_store(f, ik);
-        if (rc == 0)
-            rc = dsv4_cuda_index_rope(&f->dims, &f->st, f->iq, f->freq_comp, s);
-        if (rc == 0)
+        if (rc == 0 && choose)
             rc = fc_ik_select(f, ik);
-        if (rc != 0)
-            return rc;
     }
+    if (rc != 0)
+        return rc;
     rc = dsv4_cuda_attend(&f->dims, &f->st, f->q, f->kvs, &win, rows_p,
-                          kind == DSV4_LAYER_HCA ? c->rate_hca : 0, f->sel, f->nsel, w->sinks, freq,
-                          rope, f->kvf, f->o, f->attn_work, s);
+                          kind == DSV4_LAYER_HCA ? c->rate_hca
+                          : choose               ? 0
+                                                 : c->rate_csa,
+                          f->sel, f->nsel, w->sinks, freq, rope, f->kvf, f->o, f->attn_work, s);
     if (rc == 0)
         rc = dsv4_cuda_linear_batched(b, &w->wo_a, orr, gin, f->o, QH, gin, n, f->z, G * orr, orr,
                                       (uint32_t)G);
@@ -930,22 +1008,14 @@ static int fc_moe(dsv4_fwd_cuda *f, uint32_t layer)
     dsv4_cuda_blas *b = f->blas;
     void *s = f->stream;
     uint32_t pairs = (uint32_t)(n * K);
+    size_t F = E + 2 * I; /* ffn_in's row: router logits, shared gate, shared up */
 
-    int rc = dsv4_cuda_linear(b, &w->gate, E, H, f->u, H, n, f->router, E);
+    int rc = dsv4_cuda_linear(b, &w->ffn_in, F, H, f->u, H, n, f->fp, F);
     if (rc == 0)
-        rc = dsv4_cuda_route(&f->st, f->router, w->gate_bias, w->tid2eid, (uint32_t)E, (uint32_t)K,
+        rc = dsv4_cuda_route(&f->st, f->fp, F, w->gate_bias, w->tid2eid, (uint32_t)E, (uint32_t)K,
                              fc_scoring(c->scoring), (float)c->routed_scale, f->rid, f->rw, f->off,
                              f->assign, f->epos, s);
-    /* the shared expert */
-    if (rc == 0)
-        rc = dsv4_cuda_linear(b, &w->sh_gate, I, H, f->u, H, n, f->sh_g, I);
-    if (rc == 0)
-        rc = dsv4_cuda_linear(b, &w->sh_up, I, H, f->u, H, n, f->sh_u, I);
-    if (rc == 0)
-        rc = dsv4_cuda_swiglu(n * I, f->sh_g, f->sh_u, limit, act, f->sh_h, s);
-    if (rc == 0)
-        rc = dsv4_cuda_linear(b, &w->sh_down, H, I, f->sh_h, I, n, f->sh_o, H);
-    /* the routed experts over their grouped rows */
+    /* the routed experts over their grouped rows; the shared expert's SwiGLU in theirs' */
     if (rc == 0)
         rc = dsv4_cuda_moe_gather((uint32_t)n, (uint32_t)K, (uint32_t)H, f->u, f->assign, f->xe, s);
     if (rc == 0)
@@ -954,15 +1024,19 @@ static int fc_moe(dsv4_fwd_cuda *f, uint32_t layer)
     if (rc == 0)
         rc = dsv4_cuda_linear_grouped(b, &w->exp_up, I, H, f->xe, H, f->off, (uint32_t)E, pairs,
                                       f->ue, I);
+    const dsv4_cuda_swiglu_rows sw[2] = {{(uint32_t)n, F, f->fp + E, f->fp + E + I, f->sh_h},
+                                         {pairs, I, f->ge, f->ue, f->he}};
     if (rc == 0)
-        rc = dsv4_cuda_swiglu((size_t)pairs * I, f->ge, f->ue, limit, act, f->he, s);
+        rc = dsv4_cuda_swiglu(sw, 2, (uint32_t)I, limit, act, s);
+    if (rc == 0)
+        rc = dsv4_cuda_linear(b, &w->sh_down, H, I, f->sh_h, I, n, f->sh_o, H);
     if (rc == 0)
         rc = dsv4_cuda_linear_grouped(b, &w->exp_down, H, I, f->he, I, f->off, (uint32_t)E, pairs,
                                       f->eo, H);
     /* the combine, added to the streams */
     dsv4_cuda_hc_src moe = {f->sh_o, (uint32_t)K, f->rw, f->epos, f->eo};
     if (rc == 0)
-        rc = dsv4_cuda_hc_post(&f->dims, (uint32_t)n, f->x, &moe, f->post, f->comb, s);
+        rc = fc_hc_post(f, &moe);
     return rc;
 }
 
@@ -1033,7 +1107,6 @@ static int fc_layer_view(dsv4_fwd_cuda *f, uint32_t l, dsv4_kv_layer_view *view_
 static int fc_layers(dsv4_fwd_cuda *f, bool prefenced, dsv4_kv_layer_view *views)
 {
     const dsv4_model_config *c = f->c;
-    uint32_t t = f->st.n_tok;
     dsv4_cuda_hc_src attn = {.y = f->y};
     int rc = dsv4_cuda_embed(&f->dims, &f->st, f->embed, f->x, f->stream);
     for (uint32_t l = 0; rc == 0 && l < c->n_layers; l++) {
@@ -1047,7 +1120,7 @@ static int fc_layers(dsv4_fwd_cuda *f, bool prefenced, dsv4_kv_layer_view *views
         if (rc == 0)
             rc = fc_attention(f, l, &view);
         if (rc == 0)
-            rc = dsv4_cuda_hc_post(&f->dims, t, f->x, &attn, f->post, f->comb, f->stream);
+            rc = fc_hc_post(f, &attn);
         if (rc == 0)
             rc = fc_hc_pre(f, w->hc_ffn_fn, w->hc_ffn_base, w->hc_ffn_scale, w->ffn_norm);
         if (rc == 0)

@@ -35,6 +35,15 @@ void *dsv4_cuda_alloc(size_t bytes);
 void dsv4_cuda_free(void *dev);
 int dsv4_cuda_stream_new(void **stream_p);
 void dsv4_cuda_stream_free(void *stream);
+/* Events order work between streams (inside a CUDA graph capture too: a stream that waits
+ * for an event recorded in the capturing stream joins the capture, and must be waited for
+ * again by the capturing stream before the capture ends). */
+int dsv4_cuda_event_new(void **event_p);
+void dsv4_cuda_event_free(void *event);
+/* event marks what stream has queued so far */
+int dsv4_cuda_event_record(void *event, void *stream);
+/* stream's later work waits for event's work */
+int dsv4_cuda_stream_wait(void *stream, void *event);
 /* Queue a copy of n bytes between any two of host and device memory. */
 int dsv4_cuda_copy(void *dst, const void *src, size_t n, void *stream);
 /* Wait for everything queued on stream. */
@@ -177,40 +186,58 @@ typedef struct dsv4_cuda_hc_src {
 int dsv4_cuda_hc_post(const dsv4_cuda_dims *d, uint32_t n, float *x_dev,
                       const dsv4_cuda_hc_src *src, const float *post_dev, const float *comb_dev,
                       void *stream);
-/* For each token t < n: z = rms_scale(X[t]) (fn . X[t]) with fn f32 [(2 + hc_mult)
- * hc_mult][hc_mult hidden], pre, post, comb from z (dsv4_k_hc_mix), then
- * u[t] = rmsnorm(sum_j pre_j X[t][j]) * norm. Each token's bits depend on its own row only
- * (batch- and chunk-invariant in both modes). */
+/* For each token t < n: z[t] = rms_scale(X[t]) (fn . X[t]) with fn f32 [(2 + hc_mult)
+ * hc_mult][hc_mult hidden], pre[t] from z[t] (dsv4_k_hc_mix's pre), then
+ * u[t] = rmsnorm(sum_j pre_j X[t][j]) * norm. z ((2 + hc_mult) hc_mult values a token) is
+ * dsv4_cuda_hc_mix's input: the mix's Sinkhorn, which only the expand needs, runs apart
+ * (on a stream of its own beside the block), not between the collapse and u. Each token's
+ * bits depend on its own row only (batch- and chunk-invariant in both modes). */
 int dsv4_cuda_hc_pre(const dsv4_cuda_dims *d, uint32_t n, const float *x_dev, const float *fn_dev,
                      const float *base_dev, const float *scale_dev, const float *norm_dev,
-                     float *pre_dev, float *post_dev, float *comb_dev, float *u_dev, void *stream);
+                     float *pre_dev, float *z_dev, float *u_dev, void *stream);
+/* post[t] and comb[t] from z[t] (dsv4_k_hc_mix's), t < n, a warp a token. */
+int dsv4_cuda_hc_mix(const dsv4_cuda_dims *d, uint32_t n, const float *z_dev, const float *base_dev,
+                     const float *scale_dev, float *post_dev, float *comb_dev, void *stream);
 /* The head's collapse of rows rows[i] of X: u[i] = rmsnorm(sum_j pre_j X[j]) * norm with
  * pre from fn (dsv4_k_hc_head_pre), for i < n. */
 int dsv4_cuda_hc_head(const dsv4_cuda_dims *d, uint32_t n, const uint32_t *rows_dev,
                       const float *x_dev, const float *fn_dev, const float *base_dev, float scale,
                       const float *norm_dev, float *u_dev, void *stream);
-/* x[t] <- rmsnorm(x[t]) (* w when w_dev is not NULL) for n rows of len values. */
-int dsv4_cuda_rmsnorm_rows(uint32_t n, uint32_t len, float *x_dev, const float *w_dev, float eps,
-                           void *stream);
+/* x[t] <- rmsnorm(x[t]) (* w when w_dev is not NULL) for n rows of len values, row t at
+ * x + t stride. */
+int dsv4_cuda_rmsnorm_rows(uint32_t n, uint32_t len, size_t stride, float *x_dev,
+                           const float *w_dev, float eps, void *stream);
 
 /* ---- attention (model_attn.cu) ------------------------------------------------------------ */
-/* Per token: every head of q unweighted-normed and rotated at pos; kv normed with kv_norm,
- * rotated, and stored in fmt at kvs[t]. rope = the layer's rotary dims, freq its table. */
-int dsv4_cuda_qkv(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, float *q_dev, float *kv_dev,
-                  const float *kv_norm_dev, const float *freq_dev, uint32_t rope, dsv4_k_rowfmt fmt,
-                  uint8_t *kvs_dev, void *stream);
-/* One compressor over every token of the step, sequence by sequence (spec §3.4-3.5, the
- * carry of dsv4_kv_carry): k, g are [n_tok][c * dim] (c = 2 with overlap). A completed
- * window's row goes to the paged buffer rows in fmt (rows != NULL), or as floats to
- * out_rows[ik_out[t]] (the index-K compressor). */
-int dsv4_cuda_compress(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, bool overlap,
-                       uint32_t rate, uint32_t dim, const float *k_dev, const float *g_dev,
-                       const float *ape_dev, const float *norm_dev, const float *freq_dev,
-                       const dsv4_cuda_kvbuf *carry, const dsv4_cuda_kvbuf *rows, dsv4_k_rowfmt fmt,
-                       float *out_rows_dev, void *stream);
-/* Rotate the trailing rope_comp dims of every index head of iq[t] at pos[t]. */
-int dsv4_cuda_index_rope(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, float *iq_dev,
-                         const float *freq_dev, void *stream);
+/* Per token: every head of q unweighted-normed and rotated at pos; kv (row t at kv +
+ * t kv_stride) normed with kv_norm, rotated, and stored in fmt at kvs[t]. rope = the
+ * layer's rotary dims, freq its table. With iq_dev set (a compressed layer's indexer
+ * queries), the trailing rope_comp dims of every index head of iq[t] rotated at pos too,
+ * by the same table. */
+int dsv4_cuda_qkv(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, float *q_dev,
+                  const float *kv_dev, size_t kv_stride, const float *kv_norm_dev,
+                  const float *freq_dev, uint32_t rope, dsv4_k_rowfmt fmt, uint8_t *kvs_dev,
+                  float *iq_dev, void *stream);
+/* A compressor over every token of the step, sequence by sequence (spec §3.4-3.5, the
+ * carry of dsv4_kv_carry): token t's k and g are the c * dim values (c = 2 with overlap)
+ * at k + t kg_stride and g + t kg_stride. A completed window's row goes to the paged
+ * buffer rows in the KV format (rows.base set), or as floats to out_rows[ik_out[t]] (the
+ * index-K compressor). */
+typedef struct dsv4_cuda_compressor {
+    bool overlap;
+    uint32_t rate, dim;
+    const float *k, *g;
+    size_t kg_stride;
+    const float *ape, *norm;
+    dsv4_cuda_kvbuf carry, rows;
+    float *out_rows;
+} dsv4_cuda_compressor;
+/* n_cs compressors (at most 2: a CSA layer's and its indexer's) in one launch, rotating
+ * with freq (the compressed layers' table) and storing rows in fmt. */
+#define DSV4_CUDA_COMPRESSORS 2
+int dsv4_cuda_compress(const dsv4_cuda_dims *d, const dsv4_cuda_step *s,
+                       const dsv4_cuda_compressor *cs, uint32_t n_cs, const float *freq_dev,
+                       dsv4_k_rowfmt fmt, void *stream);
 /* Index-K rows per token for the scorer: n_rows[t] = (pos + 1) / rate when that exceeds
  * index_topk (the token must choose), else 0; page_start[t] = its sequence's page_off. */
 int dsv4_cuda_index_rows(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, uint32_t rate,
@@ -221,15 +248,16 @@ int dsv4_cuda_index_select(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, uin
                            const uint32_t *topk_dev, uint32_t *sel_dev, uint32_t *nsel_dev,
                            void *stream);
 /* Attention of every (token, head) with the sink over the window rows (this step's fresh
- * rows from kvs, older ones from the ring in win) and the compressed rows (rows: all
- * visible HCA rows when rate_hca, else the CSA rows sel[t][0..nsel[t]); neither when rows
- * is NULL), then the inverse rotation of the output; then the step's rows join the window
- * ring in win (the last window of each sequence only). s->pos_bound, when set, sizes the
+ * rows from kvs, older ones from the ring in win) and the compressed rows (rows: with
+ * rate_all set, every visible row, one per rate_all positions: an HCA layer's, or a CSA
+ * layer's where no token sees more than index_topk; else the CSA rows sel[t][0..nsel[t]);
+ * neither when rows is NULL), then the inverse rotation of the output; then the step's rows join
+ * the window ring in win (the last window of each sequence only). s->pos_bound, when set, sizes the
  * grid to the splits its positions allow. work_dev: scratch of dsv4_cuda_attend_work_bytes
  * for the most tokens a step will have. */
 int dsv4_cuda_attend(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, const float *q_dev,
                      const uint8_t *kvs_dev, const dsv4_cuda_kvbuf *win,
-                     const dsv4_cuda_kvbuf *rows, uint32_t rate_hca, const uint32_t *sel_dev,
+                     const dsv4_cuda_kvbuf *rows, uint32_t rate_all, const uint32_t *sel_dev,
                      const uint32_t *nsel_dev, const float *sinks_dev, const float *freq_dev,
                      uint32_t rope, dsv4_k_rowfmt fmt, float *o_dev, void *work_dev, void *stream);
 /* Bytes of dsv4_cuda_attend's scratch for steps of up to max_tokens tokens (bounded:
@@ -237,21 +265,33 @@ int dsv4_cuda_attend(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, const flo
 size_t dsv4_cuda_attend_work_bytes(const dsv4_cuda_dims *d, uint32_t max_tokens);
 
 /* ---- MoE (model_ffn.cu) ------------------------------------------------------------------- */
-/* dsv4_k_route for every token (hash ids from tid2eid[tok[t]] when tid2eid_dev is not
- * NULL), then the (token, choice) pairs grouped by expert: off[e] the first row of expert
- * e (E + 1 entries), assign[j] the pair of row j, epos[i] the row of pair i. The logits
- * are the routing's scratch: they hold the scores afterwards. One launch for steps of up
- * to 1024 tokens. */
-int dsv4_cuda_route(const dsv4_cuda_step *s, float *logits_dev, const float *bias_dev,
-                    const int32_t *tid2eid_dev, uint32_t n_experts, uint32_t k,
-                    dsv4_k_scoring scoring, float routed_scale, int32_t *ids_dev, float *w_dev,
-                    uint32_t *off_dev, uint32_t *assign_dev, uint32_t *epos_dev, void *stream);
+/* dsv4_k_route for every token (its logits at logits + t logits_stride; hash ids from
+ * tid2eid[tok[t]] when tid2eid_dev is not NULL), then the (token, choice) pairs grouped
+ * by expert: off[e] the first row of expert e (E + 1 entries), assign[j] the pair of row
+ * j, epos[i] the row of pair i. The logits are the routing's scratch: they hold the scores
+ * afterwards. One launch for steps of up to 1024 tokens. */
+int dsv4_cuda_route(const dsv4_cuda_step *s, float *logits_dev, size_t logits_stride,
+                    const float *bias_dev, const int32_t *tid2eid_dev, uint32_t n_experts,
+                    uint32_t k, dsv4_k_scoring scoring, float routed_scale, int32_t *ids_dev,
+                    float *w_dev, uint32_t *off_dev, uint32_t *assign_dev, uint32_t *epos_dev,
+                    void *stream);
 /* xe[j] = u[assign[j] / k] for j < n * k. */
 int dsv4_cuda_moe_gather(uint32_t n, uint32_t k, uint32_t hidden, const float *u_dev,
                          const uint32_t *assign_dev, float *xe_dev, void *stream);
-/* h = act(min(g, limit)) * clamp(u, -limit, limit) over n values (dsv4_k_swiglu). */
-int dsv4_cuda_swiglu(size_t n, const float *g_dev, const float *u_dev, float limit, dsv4_k_act act,
-                     float *h_dev, void *stream);
+/* n rows of a SwiGLU: row r's gate values at g + r stride, its up values at u + r stride,
+ * its output at h + r inter. */
+typedef struct dsv4_cuda_swiglu_rows {
+    uint32_t n;
+    size_t stride;
+    const float *g, *u;
+    float *h;
+} dsv4_cuda_swiglu_rows;
+/* h = act(min(g, limit)) * clamp(u, -limit, limit) (dsv4_k_swiglu) over inter values a
+ * row of each of the n_sets sets of rows (at most 2: the shared and the routed experts'),
+ * in one launch. */
+#define DSV4_CUDA_SWIGLU_SETS 2
+int dsv4_cuda_swiglu(const dsv4_cuda_swiglu_rows *sets, uint32_t n_sets, uint32_t inter,
+                     float limit, dsv4_k_act act, void *stream);
 
 #ifdef __cplusplus
 }

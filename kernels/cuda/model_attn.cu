@@ -28,27 +28,34 @@ __device__ static inline uint8_t *dsv4_paged_row(const dsv4_cuda_kvbuf &b, const
 __device__ static inline float dsv4_rope_lane(float a, float b, uint32_t dd, uint32_t rot0,
                                               const float *freq, float pos, bool inverse)
 {
-    float angle = pos * freq[(dd - rot0) / 2];
-    float c = cosf(angle), sn = sinf(angle);
-    if (inverse)
-        sn = -sn;
+    float c, sn;
+    dsv4_rope_cs(freq, (dd - rot0) / 2, pos, inverse, &c, &sn);
     return dd % 2 ? b * sn + a * c : a * c - b * sn;
 }
 
-/* Block (t, y < ceil(heads / WARP_HEADS)): q heads WARP_HEADS y + warp, each normed and
- * rotated by one warp in registers (lane l holds dims l + 32 i; a rotated pair's partner
- * is the neighbouring lane); block (t, last): the latent kv row, normed with kv_norm,
- * rotated and stored in fmt. Shared: head_dim. (A block a q head, with its block barriers,
- * took 65 blocks a token.) */
-__global__ static void dsv4_qkv_kernel(dsv4_cuda_dims d, dsv4_cuda_step s, float *q, float *kv,
-                                       const float *kv_norm, const float *freq, uint32_t rope,
-                                       dsv4_k_rowfmt fmt, size_t row_bytes, uint8_t *kvs)
+/* Block (t, y < nq = ceil(heads / WARP_HEADS)): q heads WARP_HEADS y + warp, each normed
+ * and rotated by one warp in registers (lane l holds dims l + 32 i; a rotated pair's
+ * partner is the neighbouring lane); block (t, nq): the latent kv row, normed with
+ * kv_norm, rotated and stored in fmt; block (t, nq + 1), where iq is set: the rotation of
+ * every index head (a launch of its own before). Shared: head_dim. (A block a q head, with
+ * its block barriers, took 65 blocks a token.) */
+__global__ static void dsv4_qkv_kernel(dsv4_cuda_dims d, dsv4_cuda_step s, float *q,
+                                       const float *kv, size_t kv_stride, const float *kv_norm,
+                                       const float *freq, uint32_t rope, dsv4_k_rowfmt fmt,
+                                       size_t row_bytes, uint8_t *kvs, float *iq)
 {
     extern __shared__ float sv[];
     __shared__ float red[32];
-    uint32_t t = blockIdx.x, D = d.head_dim;
+    uint32_t t = blockIdx.x, D = d.head_dim, nq = (d.heads + WARP_HEADS - 1) / WARP_HEADS;
     float pos = (float)s.pos[t];
-    if (blockIdx.y < gridDim.y - 1) {
+    if (blockIdx.y > nq) {
+        uint32_t DI = d.index_dim, R = d.rope_comp, half = R / 2;
+        for (uint32_t i = threadIdx.x; i < d.index_heads * half; i += blockDim.x)
+            dsv4_rope_pair(iq + ((size_t)t * d.index_heads + i / half) * DI + DI - R, freq,
+                           i % half, pos, false);
+        return;
+    }
+    if (blockIdx.y < nq) {
         uint32_t lane = threadIdx.x % 32, h = blockIdx.y * WARP_HEADS + threadIdx.x / 32;
         if (h >= d.heads)
             return;
@@ -75,7 +82,7 @@ __global__ static void dsv4_qkv_kernel(dsv4_cuda_dims d, dsv4_cuda_step s, float
         }
         return;
     }
-    float *x = kv + (size_t)t * D;
+    const float *x = kv + (size_t)t * kv_stride;
     float r = dsv4_block_rms_scale(x, D, d.eps, red);
     for (uint32_t i = threadIdx.x; i < D; i += blockDim.x)
         sv[i] = kv_norm[i] * (x[i] * r);
@@ -86,31 +93,43 @@ __global__ static void dsv4_qkv_kernel(dsv4_cuda_dims d, dsv4_cuda_step s, float
     dsv4_row_store_block(kvs + (size_t)t * row_bytes, sv, fmt, row_bytes);
 }
 
-int dsv4_cuda_qkv(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, float *q_dev, float *kv_dev,
-                  const float *kv_norm_dev, const float *freq_dev, uint32_t rope, dsv4_k_rowfmt fmt,
-                  uint8_t *kvs_dev, void *stream)
+int dsv4_cuda_qkv(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, float *q_dev,
+                  const float *kv_dev, size_t kv_stride, const float *kv_norm_dev,
+                  const float *freq_dev, uint32_t rope, dsv4_k_rowfmt fmt, uint8_t *kvs_dev,
+                  float *iq_dev, void *stream)
 {
     if (s->n_tok == 0)
         return 0;
     if (d->head_dim > 32 * LANE_DIMS || (d->head_dim - rope) % 2)
         return -EINVAL;
-    dim3 grid(s->n_tok, (d->heads + WARP_HEADS - 1) / WARP_HEADS + 1);
+    dim3 grid(s->n_tok, (d->heads + WARP_HEADS - 1) / WARP_HEADS + (iq_dev ? 2 : 1));
     dsv4_qkv_kernel<<<grid, DSV4_CUDA_BLOCK, d->head_dim * sizeof(float), (cudaStream_t)stream>>>(
-        *d, *s, q_dev, kv_dev, kv_norm_dev, freq_dev, rope, fmt, dsv4_k_row_bytes(&fmt), kvs_dev);
+        *d, *s, q_dev, kv_dev, kv_stride, kv_norm_dev, freq_dev, rope, fmt, dsv4_k_row_bytes(&fmt),
+        kvs_dev, iq_dev);
     return dsv4_cuda_launch_status();
 }
 
-/* One sequence per block, its tokens in order (the carry is sequential); threads split
- * the channels. Shared: dim floats (the pooled row). */
-__global__ static void dsv4_compress_kernel(dsv4_cuda_dims d, dsv4_cuda_step s, bool overlap,
-                                            uint32_t rate, uint32_t dim, const float *k,
-                                            const float *g, const float *ape, const float *norm,
-                                            const float *freq, dsv4_cuda_kvbuf carry,
-                                            dsv4_cuda_kvbuf rows, dsv4_k_rowfmt fmt,
-                                            float *out_rows)
+/* The compressors of one launch. */
+struct dsv4_compress_args {
+    dsv4_cuda_compressor c[DSV4_CUDA_COMPRESSORS];
+};
+
+/* Block (sequence, compressor y): the sequence's tokens in order (the carry is
+ * sequential); threads split the channels. Shared: the largest dim floats (the pooled
+ * row). */
+__global__ static void dsv4_compress_kernel(dsv4_cuda_dims d, dsv4_cuda_step s,
+                                            dsv4_compress_args a, const float *freq,
+                                            dsv4_k_rowfmt fmt)
 {
     extern __shared__ float out[];
     __shared__ float red[32];
+    const dsv4_cuda_compressor &cp = a.c[blockIdx.y];
+    bool overlap = cp.overlap;
+    uint32_t rate = cp.rate, dim = cp.dim;
+    const float *k = cp.k, *g = cp.g, *ape = cp.ape, *norm = cp.norm;
+    size_t kg_stride = cp.kg_stride;
+    const dsv4_cuda_kvbuf &carry = cp.carry, &rows = cp.rows;
+    float *out_rows = cp.out_rows;
     uint32_t sq = blockIdx.x, width = (overlap ? 2 : 1) * dim, R = d.rope_comp;
     float *pend_kv = (float *)(carry.base + (size_t)s.slot[sq] * carry.block_bytes);
     float *pend_lg = pend_kv + (size_t)rate * width;
@@ -119,8 +138,8 @@ __global__ static void dsv4_compress_kernel(dsv4_cuda_dims d, dsv4_cuda_step s, 
     for (uint32_t i = 0; i < s.count[sq]; i++) {
         uint32_t t = s.first[sq] + i, p = s.start[sq] + i, r = p % rate, w = p / rate;
         for (uint32_t c = threadIdx.x; c < width; c += blockDim.x) {
-            pend_kv[r * width + c] = k[(size_t)t * width + c];
-            pend_lg[r * width + c] = g[(size_t)t * width + c] + ape[r * width + c];
+            pend_kv[r * width + c] = k[(size_t)t * kg_stride + c];
+            pend_lg[r * width + c] = g[(size_t)t * kg_stride + c] + ape[r * width + c];
         }
         __syncthreads();
         if (r != rate - 1)
@@ -168,39 +187,24 @@ __global__ static void dsv4_compress_kernel(dsv4_cuda_dims d, dsv4_cuda_step s, 
     }
 }
 
-int dsv4_cuda_compress(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, bool overlap,
-                       uint32_t rate, uint32_t dim, const float *k_dev, const float *g_dev,
-                       const float *ape_dev, const float *norm_dev, const float *freq_dev,
-                       const dsv4_cuda_kvbuf *carry, const dsv4_cuda_kvbuf *rows, dsv4_k_rowfmt fmt,
-                       float *out_rows_dev, void *stream)
+int dsv4_cuda_compress(const dsv4_cuda_dims *d, const dsv4_cuda_step *s,
+                       const dsv4_cuda_compressor *cs, uint32_t n_cs, const float *freq_dev,
+                       dsv4_k_rowfmt fmt, void *stream)
 {
+    if (n_cs == 0 || n_cs > DSV4_CUDA_COMPRESSORS)
+        return -EINVAL;
+    dsv4_compress_args a = {};
+    uint32_t dim = 0;
+    for (uint32_t i = 0; i < n_cs; i++) {
+        if (cs[i].rate == 0 || (!cs[i].rows.base && !cs[i].out_rows))
+            return -EINVAL;
+        a.c[i] = cs[i];
+        dim = cs[i].dim > dim ? cs[i].dim : dim;
+    }
     if (s->n_seqs == 0)
         return 0;
-    if (rate == 0 || (!rows && !out_rows_dev))
-        return -EINVAL;
-    dsv4_cuda_kvbuf none = {};
-    dsv4_compress_kernel<<<s->n_seqs, DSV4_CUDA_BLOCK, dim * sizeof(float), (cudaStream_t)stream>>>(
-        *d, *s, overlap, rate, dim, k_dev, g_dev, ape_dev, norm_dev, freq_dev, *carry,
-        rows ? *rows : none, fmt, out_rows_dev);
-    return dsv4_cuda_launch_status();
-}
-
-__global__ static void dsv4_index_rope_kernel(dsv4_cuda_dims d, dsv4_cuda_step s, float *iq,
-                                              const float *freq)
-{
-    uint32_t t = blockIdx.x, h = blockIdx.y, DI = d.index_dim, R = d.rope_comp;
-    float *x = iq + ((size_t)t * d.index_heads + h) * DI + DI - R;
-    for (uint32_t i = threadIdx.x; i < R / 2; i += blockDim.x)
-        dsv4_rope_pair(x, freq, i, (float)s.pos[t], false);
-}
-
-int dsv4_cuda_index_rope(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, float *iq_dev,
-                         const float *freq_dev, void *stream)
-{
-    if (s->n_tok == 0)
-        return 0;
-    dim3 grid(s->n_tok, d->index_heads);
-    dsv4_index_rope_kernel<<<grid, 64, 0, (cudaStream_t)stream>>>(*d, *s, iq_dev, freq_dev);
+    dsv4_compress_kernel<<<dim3(s->n_seqs, n_cs), DSV4_CUDA_BLOCK, dim * sizeof(float),
+                           (cudaStream_t)stream>>>(*d, *s, a, freq_dev, fmt);
     return dsv4_cuda_launch_status();
 }
 
@@ -290,14 +294,14 @@ struct dsv4_att_keys {
 
 __device__ static inline dsv4_att_keys dsv4_att_keys_of(const dsv4_cuda_dims &d,
                                                         const dsv4_cuda_step &s, uint32_t t,
-                                                        bool comp, uint32_t rate_hca,
+                                                        bool comp, uint32_t rate_all,
                                                         const uint32_t *nsel)
 {
     uint32_t p = s.pos[t], W = d.window;
     dsv4_att_keys k;
     k.first = p + 1 > W ? p + 1 - W : 0;
     k.n_win = p + 1 - k.first;
-    k.n = k.n_win + (comp ? (rate_hca ? (p + 1) / rate_hca : nsel[t]) : 0);
+    k.n = k.n_win + (comp ? (rate_all ? (p + 1) / rate_all : nsel[t]) : 0);
     return k;
 }
 
@@ -315,7 +319,7 @@ __device__ static inline uint32_t dsv4_att_chunk(uint32_t n)
 __device__ static inline const uint8_t *
 dsv4_att_row(const dsv4_cuda_dims &d, const dsv4_cuda_step &s, uint32_t t, const dsv4_att_keys &k,
              uint32_t v, const uint8_t *kvs, const dsv4_cuda_kvbuf &win,
-             const dsv4_cuda_kvbuf &rows, uint32_t rate_hca, const uint32_t *sel)
+             const dsv4_cuda_kvbuf &rows, uint32_t rate_all, const uint32_t *sel)
 {
     uint32_t seq = s.tseq[t], p = s.pos[t], W = d.window;
     size_t rb = win.row_bytes;
@@ -326,7 +330,7 @@ dsv4_att_row(const dsv4_cuda_dims &d, const dsv4_cuda_step &s, uint32_t t, const
         return win.base + (size_t)s.slot[seq] * win.block_bytes + (size_t)(pp % W) * rb;
     }
     uint32_t w = v - k.n_win;
-    return dsv4_paged_row(rows, s, seq, rate_hca ? w : sel[(size_t)t * d.index_topk + w]);
+    return dsv4_paged_row(rows, s, seq, rate_all ? w : sel[(size_t)t * d.index_topk + w]);
 }
 
 /* 2^k for |k| <= 64 (a normal float). */
@@ -447,7 +451,7 @@ struct dsv4_att_block {
 
 __device__ static inline dsv4_att_block dsv4_att_block_of(const dsv4_cuda_dims &d,
                                                           const dsv4_cuda_step &s, uint32_t t0,
-                                                          bool comp, uint32_t rate_hca,
+                                                          bool comp, uint32_t rate_all,
                                                           const uint32_t *nsel)
 {
     dsv4_att_block b;
@@ -456,7 +460,7 @@ __device__ static inline dsv4_att_block dsv4_att_block_of(const dsv4_cuda_dims &
     b.split = blockIdx.y;
     b.h0 = blockIdx.x * ATT_HG;
     b.nh = d.heads - b.h0 < ATT_HG ? d.heads - b.h0 : ATT_HG;
-    b.k = dsv4_att_keys_of(d, s, b.t, comp, rate_hca, nsel);
+    b.k = dsv4_att_keys_of(d, s, b.t, comp, rate_all, nsel);
     uint32_t chunk = dsv4_att_chunk(b.k.n);
     b.v0 = b.split * chunk;
     b.v1 = b.v0 + chunk < b.k.n ? b.v0 + chunk : b.k.n;
@@ -480,12 +484,12 @@ __device__ static inline void dsv4_att_state_init(const dsv4_att_block &b, const
 __device__ static inline void dsv4_att_rows(const dsv4_cuda_dims &d, const dsv4_cuda_step &s,
                                             const dsv4_att_block &b, uint32_t vt, uint32_t n,
                                             const uint8_t *kvs, const dsv4_cuda_kvbuf &win,
-                                            const dsv4_cuda_kvbuf &rows, uint32_t rate_hca,
+                                            const dsv4_cuda_kvbuf &rows, uint32_t rate_all,
                                             const uint32_t *sel, const uint8_t **rowp)
 {
     if (threadIdx.x < n)
         rowp[threadIdx.x] =
-            dsv4_att_row(d, s, b.t, b.k, vt + threadIdx.x, kvs, win, rows, rate_hca, sel);
+            dsv4_att_row(d, s, b.t, b.k, vt + threadIdx.x, kvs, win, rows, rate_all, sel);
 }
 
 /* The online softmax over one tile: sc holds the group's scores (ATT_HG x ATT_TR, -inf
@@ -531,12 +535,12 @@ template <uint32_t P4>
 __global__ static void __launch_bounds__(ATT_THREADS, 2)
     dsv4_attend_f32_kernel(dsv4_cuda_dims d, dsv4_cuda_step s, uint32_t t0, const float *q,
                            const uint8_t *kvs, dsv4_cuda_kvbuf win, dsv4_cuda_kvbuf rows,
-                           uint32_t rate_hca, const uint32_t *sel, const uint32_t *nsel,
+                           uint32_t rate_all, const uint32_t *sel, const uint32_t *nsel,
                            const float *sinks, dsv4_k_rowfmt fmt, bool vec, float *work)
 {
     extern __shared__ float4 smem4[];
     __shared__ const uint8_t *rowp[ATT_ROWP];
-    dsv4_att_block b = dsv4_att_block_of(d, s, t0, rows.base != NULL, rate_hca, nsel);
+    dsv4_att_block b = dsv4_att_block_of(d, s, t0, rows.base != NULL, rate_all, nsel);
     if (b.v0 >= b.k.n)
         return;
     uint32_t D = d.head_dim, Dp = (D + 31) & ~31u, nh = b.nh;
@@ -563,7 +567,7 @@ __global__ static void __launch_bounds__(ATT_THREADS, 2)
         __syncthreads(); /* the previous tile's rows and weights are consumed */
         if ((vt - b.v0) % ATT_ROWP == 0) {
             uint32_t n = b.v1 - vt < ATT_ROWP ? b.v1 - vt : ATT_ROWP;
-            dsv4_att_rows(d, s, b, vt, n, kvs, win, rows, rate_hca, sel, rowp);
+            dsv4_att_rows(d, s, b, vt, n, kvs, win, rows, rate_all, sel, rowp);
         }
         const uint8_t *const *tp = rowp + (vt - b.v0) % ATT_ROWP;
         if (nr < ATT_TR)
@@ -696,7 +700,7 @@ template <uint32_t KS>
 __global__ static void __launch_bounds__(ATT_THREADS, 2)
     dsv4_attend_mma_kernel(dsv4_cuda_dims d, dsv4_cuda_step s, uint32_t t0, const float *q,
                            const uint8_t *kvs, dsv4_cuda_kvbuf win, dsv4_cuda_kvbuf rows,
-                           uint32_t rate_hca, const uint32_t *sel, const uint32_t *nsel,
+                           uint32_t rate_all, const uint32_t *sel, const uint32_t *nsel,
                            const float *sinks, dsv4_k_rowfmt fmt, bool vec, float *work)
 {
     extern __shared__ float4 smem4[];
@@ -721,7 +725,7 @@ __global__ static void __launch_bounds__(ATT_THREADS, 2)
             }
         }
     }
-    dsv4_att_block b = dsv4_att_block_of(d, s, t0, rows.base != NULL, rate_hca, nsel);
+    dsv4_att_block b = dsv4_att_block_of(d, s, t0, rows.base != NULL, rate_all, nsel);
     if (b.v0 >= b.k.n)
         return;
     uint32_t nh = b.nh;
@@ -751,7 +755,7 @@ __global__ static void __launch_bounds__(ATT_THREADS, 2)
         __syncthreads(); /* the previous tile's rows and weights are consumed */
         if ((vt - b.v0) % ATT_ROWP == 0) {
             uint32_t n = b.v1 - vt < ATT_ROWP ? b.v1 - vt : ATT_ROWP;
-            dsv4_att_rows(d, s, b, vt, n, kvs, win, rows, rate_hca, sel, rowp);
+            dsv4_att_rows(d, s, b, vt, n, kvs, win, rows, rate_all, sel, rowp);
         }
         const uint8_t *const *tp = rowp + (vt - b.v0) % ATT_ROWP;
         if (nr < ATT_TR)
@@ -861,6 +865,14 @@ __global__ static void __launch_bounds__(ATT_THREADS, 2)
     }
 }
 
+/* Where the combined output goes: o, after the inverse rotation by freq of the trailing
+ * rope dims. */
+struct dsv4_att_out {
+    const float *freq;
+    uint32_t rope;
+    float *o;
+};
+
 /* Token t's row joins its sequence's window ring, if it is among the sequence's last
  * window rows in the step: an earlier token of a long chunk would land on the same ring
  * row, and the later token must win. Done after the attention of the token's wave has read
@@ -879,74 +891,76 @@ __device__ static void dsv4_att_ring_write(const dsv4_cuda_dims &d, const dsv4_c
         dst[i] = kvs[(size_t)t * rb + i];
 }
 
-/* Block (token t0 + x, y): heads WARP_HEADS y + warp, a warp each, lane l holding dims
+/* Head h of token t (t0 + tl) from its split records, by one warp, lane l holding dims
  * l + 32 i: the token's splits merged in split order (split 0, with the sink, has a finite
  * max; empty splits were never written and are not read; every lane computes the same
- * weights), then the inverse rotation; block y = 0 also writes the token's ring row (one
- * launch a layer fewer than a kernel of its own). (A block a head, thread 0 weighing the
- * splits between barriers, took 64 blocks a token.) */
-__global__ static void dsv4_attend_combine_kernel(dsv4_cuda_dims d, dsv4_cuda_step s, uint32_t t0,
-                                                  bool comp, uint32_t rate_hca,
-                                                  const uint32_t *nsel, const float *freq,
-                                                  uint32_t rope, const float *work, float *o,
-                                                  const uint8_t *kvs, dsv4_cuda_kvbuf win)
+ * weights, split i's expf(m_i - M) wherever it is needed), then the inverse rotation. The
+ * loops run over the token's splits only: unrolled over every possible split and dim
+ * (16 x 32 guarded steps), the code ran once through and waited on instruction fetches
+ * (25-29 us a call under ncu on an H200, at batch 1 as at 64). */
+__device__ static void dsv4_att_combine_head(const dsv4_cuda_dims &d, const dsv4_cuda_step &s,
+                                             uint32_t t, uint32_t tl, uint32_t h,
+                                             const dsv4_att_keys &k, const dsv4_att_out &out,
+                                             const float *work)
 {
-    uint32_t tl = blockIdx.x, t = t0 + tl, D = d.head_dim, H = d.heads;
-    uint32_t lane = threadIdx.x % 32, h = blockIdx.y * WARP_HEADS + threadIdx.x / 32;
-    if (blockIdx.y == 0)
-        dsv4_att_ring_write(d, s, t, kvs, win);
-    if (h >= H)
-        return;
-    dsv4_att_keys k = dsv4_att_keys_of(d, s, t, comp, rate_hca, nsel);
+    uint32_t D = d.head_dim, H = d.heads, lane = threadIdx.x % 32, rope = out.rope;
     uint32_t chunk = dsv4_att_chunk(k.n), ns = (k.n + chunk - 1) / chunk;
     size_t rec = dsv4_att_rec(D);
     const float *base = work + (size_t)tl * ATT_MAX_SPLITS * H * rec + (size_t)h * rec;
     size_t stride = (size_t)H * rec;
-    float wk[ATT_MAX_SPLITS], M = base[0], L = 0.0f;
-#pragma unroll
-    for (uint32_t i = 1; i < ATT_MAX_SPLITS; i++)
-        if (i < ns)
-            M = fmaxf(M, base[i * stride]);
-#pragma unroll
-    for (uint32_t i = 0; i < ATT_MAX_SPLITS; i++)
-        if (i < ns) {
-            wk[i] = expf(base[i * stride] - M);
-            L = fmaf(base[i * stride + 1], wk[i], L);
-        }
+    float M = base[0], L = 0.0f;
+    for (uint32_t i = 1; i < ns; i++)
+        M = fmaxf(M, base[i * stride]);
+    for (uint32_t i = 0; i < ns; i++)
+        L = fmaf(base[i * stride + 1], expf(base[i * stride] - M), L);
     float inv_l = 1.0f / L, pos = (float)s.pos[t];
-    float *oh = o + ((size_t)t * H + h) * D;
-#pragma unroll
-    for (uint32_t j = 0; j < LANE_DIMS; j++) {
+    float *oh = out.o + ((size_t)t * H + h) * D;
+#pragma unroll 4
+    for (uint32_t j = 0; 32 * j < D; j++) { /* the same trips in every lane: the shuffle */
         uint32_t dd = lane + 32 * j;
-        if (32 * j >= D) /* the same in every lane: the shuffle below takes all 32 */
-            break;
         float a = 0.0f;
-        if (dd < D)
-#pragma unroll
-            for (uint32_t i = 0; i < ATT_MAX_SPLITS; i++)
-                if (i < ns)
-                    a = fmaf(base[i * stride + 2 + dd], wk[i], a);
+        for (uint32_t i = 0; dd < D && i < ns; i++)
+            a = fmaf(base[i * stride + 2 + dd], expf(base[i * stride] - M), a);
         a *= inv_l;
         float b = __shfl_xor_sync(0xffffffffu, a, 1);
         if (dd < D)
-            oh[dd] = dd >= D - rope ? dsv4_rope_lane(a, b, dd, D - rope, freq, pos, true) : a;
+            oh[dd] = dd >= D - rope ? dsv4_rope_lane(a, b, dd, D - rope, out.freq, pos, true) : a;
     }
+}
+
+/* Block (token t0 + x, y): heads WARP_HEADS y + warp, a warp each (dsv4_att_combine_head);
+ * block y = 0 also writes the token's ring row (one launch a layer fewer than a kernel of
+ * its own). (A block a head, thread 0 weighing the splits between barriers, took 64
+ * blocks a token.) */
+__global__ static void dsv4_attend_combine_kernel(dsv4_cuda_dims d, dsv4_cuda_step s, uint32_t t0,
+                                                  bool comp, uint32_t rate_all,
+                                                  const uint32_t *nsel, dsv4_att_out out,
+                                                  const float *work, const uint8_t *kvs,
+                                                  dsv4_cuda_kvbuf win)
+{
+    uint32_t tl = blockIdx.x, t = t0 + tl, h = blockIdx.y * WARP_HEADS + threadIdx.x / 32;
+    if (blockIdx.y == 0)
+        dsv4_att_ring_write(d, s, t, kvs, win);
+    if (h >= d.heads)
+        return;
+    dsv4_att_combine_head(d, s, t, tl, h, dsv4_att_keys_of(d, s, t, comp, rate_all, nsel), out,
+                          work);
 }
 
 /* The splits any token of a step may use (dsv4_att_chunk of its largest possible key
  * count): the grid's split dimension. Splits past a token's last are empty blocks that
  * still load its position before they leave; with every possible split launched (16) they
  * were 15 of 16 blocks of a short-context decode step. pos_bound bounds the window rows
- * and the compressed ones (HCA: one per rate_hca positions; CSA: at most index_topk, at
+ * and the compressed ones (rate_all: one per rate_all positions; else at most index_topk, at
  * most one per position). */
 static uint32_t dsv4_att_grid_splits(const dsv4_cuda_dims *d, uint32_t pos_bound, bool comp,
-                                     uint32_t rate_hca)
+                                     uint32_t rate_all)
 {
     if (pos_bound == 0)
         return ATT_MAX_SPLITS;
     uint64_t n = pos_bound < d->window ? pos_bound : d->window;
     if (comp)
-        n += rate_hca ? pos_bound / rate_hca
+        n += rate_all ? pos_bound / rate_all
                       : (pos_bound < d->index_topk ? pos_bound : d->index_topk);
     uint64_t splits = (n + ATT_SPLIT_ROWS - 1) / ATT_SPLIT_ROWS;
     return splits < 1 ? 1 : splits > ATT_MAX_SPLITS ? ATT_MAX_SPLITS : (uint32_t)splits;
@@ -965,7 +979,7 @@ typedef void (*dsv4_att_split_fn)(dsv4_cuda_dims, dsv4_cuda_step, uint32_t, cons
 
 int dsv4_cuda_attend(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, const float *q_dev,
                      const uint8_t *kvs_dev, const dsv4_cuda_kvbuf *win,
-                     const dsv4_cuda_kvbuf *rows, uint32_t rate_hca, const uint32_t *sel_dev,
+                     const dsv4_cuda_kvbuf *rows, uint32_t rate_all, const uint32_t *sel_dev,
                      const uint32_t *nsel_dev, const float *sinks_dev, const float *freq_dev,
                      uint32_t rope, dsv4_k_rowfmt fmt, float *o_dev, void *work_dev, void *stream)
 {
@@ -1005,19 +1019,20 @@ int dsv4_cuda_attend(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, const flo
     if (rows)
         at |= (uintptr_t)rows->base | rows->block_bytes | rows->row_bytes;
     bool vec = at % (fmt.dtype == DSV4_K_FP8 ? 8 : 16) == 0;
-    uint32_t splits = dsv4_att_grid_splits(d, s->pos_bound, rows && rows->base, rate_hca);
+    uint32_t splits = dsv4_att_grid_splits(d, s->pos_bound, rows && rows->base, rate_all);
+    dsv4_att_out out = {freq_dev, rope, o_dev};
     for (uint32_t t0 = 0; t0 < s->n_tok; t0 += ATT_WAVE) {
         uint32_t n = s->n_tok - t0 < ATT_WAVE ? s->n_tok - t0 : ATT_WAVE;
         /* the head groups of one (token, split) side by side: they run together, and
          * all but the first read of each row hit L2 */
         dim3 grid((d->heads + ATT_HG - 1) / ATT_HG, splits, n);
         kern<<<grid, ATT_THREADS, smem, st>>>(*d, *s, t0, q_dev, kvs_dev, *win, rows ? *rows : none,
-                                              rate_hca, sel_dev, nsel_dev, sinks_dev, fmt, vec,
+                                              rate_all, sel_dev, nsel_dev, sinks_dev, fmt, vec,
                                               (float *)work_dev);
         dsv4_attend_combine_kernel<<<dim3(n, (d->heads + WARP_HEADS - 1) / WARP_HEADS),
                                      DSV4_CUDA_BLOCK, 0, st>>>(
-            *d, *s, t0, rows && rows->base, rate_hca, nsel_dev, freq_dev, rope, (float *)work_dev,
-            o_dev, kvs_dev, *win);
+            *d, *s, t0, rows && rows->base, rate_all, nsel_dev, out, (const float *)work_dev,
+            kvs_dev, *win);
     }
     return dsv4_cuda_launch_status();
 }

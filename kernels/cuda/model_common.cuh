@@ -42,14 +42,22 @@ __device__ static inline float dsv4_block_rms_scale(const float *x, uint32_t n, 
     return 1.0f / sqrtf(ss / (float)n + eps);
 }
 
+/* The cosine and sine of rotary pair i at pos (the sine negated when inverse): every
+ * rotation's angle, so a pair rotated by a thread or by two lanes gets the same bits. */
+__device__ static inline void dsv4_rope_cs(const float *freq, uint32_t i, float pos, bool inverse,
+                                           float *c_p, float *s_p)
+{
+    float angle = pos * freq[i];
+    *c_p = cosf(angle);
+    *s_p = inverse ? -sinf(angle) : sinf(angle);
+}
+
 /* Rotate pair i of x (the trailing rope slice) by pos * freq[i] (negated when inverse). */
 __device__ static inline void dsv4_rope_pair(float *x, const float *freq, uint32_t i, float pos,
                                              bool inverse)
 {
-    float angle = pos * freq[i];
-    float c = cosf(angle), s = sinf(angle);
-    if (inverse)
-        s = -s;
+    float c, s;
+    dsv4_rope_cs(freq, i, pos, inverse, &c, &s);
     float a = x[2 * i], b = x[2 * i + 1];
     x[2 * i] = a * c - b * s;
     x[2 * i + 1] = a * s + b * c;

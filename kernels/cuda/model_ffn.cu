@@ -37,8 +37,16 @@ int dsv4_cuda_embed(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, const floa
     return dsv4_cuda_launch_status();
 }
 
-/* dsv4_k_hc_mix of one token by one warp: lane i < n writes pre_i and post_i and keeps row
- * i of comb in registers; a row sum is the lane's own, a column sum takes the rows from
+/* dsv4_k_hc_mix's pre_i = sigmoid(scale z_i + base_i) + eps of z, i < n (also the head's,
+ * dsv4_k_hc_head_pre, with its scale). */
+__device__ static inline float dsv4_hc_pre_of(const float *z, const float *base, float scale,
+                                              uint32_t i, float eps)
+{
+    return dsv4_sigmoid(scale * z[i] + base[i]) + eps;
+}
+
+/* dsv4_k_hc_mix's post and comb of one token by one warp: lane i < n writes post_i and keeps
+ * row i of comb in registers; a row sum is the lane's own, a column sum takes the rows from
  * their lanes by shuffles. Every sum is the CPU's, over the same values in the same order,
  * so every value has the bits of one thread doing it all. All 32 lanes of the warp call it.
  * (A thread per comb value with barriers between passes took 3 block barriers a pass, 40
@@ -47,14 +55,12 @@ int dsv4_cuda_embed(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, const floa
  * loop unrolled to 16 still cost its instructions, 20 passes over. */
 template <uint32_t NM>
 __device__ static void dsv4_hc_mix_warp(const float *z, const float *base, const float *scale,
-                                        uint32_t n, uint32_t iters, float eps, float *pre,
-                                        float *post, float *comb)
+                                        uint32_t n, uint32_t iters, float eps, float *post,
+                                        float *comb)
 {
     uint32_t lane = threadIdx.x % 32, i = lane < n ? lane : 0;
-    if (lane < n) {
-        pre[lane] = dsv4_sigmoid(scale[0] * z[lane] + base[lane]) + eps;
+    if (lane < n)
         post[lane] = 2.0f * dsv4_sigmoid(scale[1] * z[n + lane] + base[n + lane]);
-    }
     const float *zc = z + 2 * n + i * n, *bc = base + 2 * n + i * n;
     float row[NM], m = -INFINITY, sum = 0;
 #pragma unroll
@@ -255,13 +261,14 @@ template <uint32_t K> __device__ static float dsv4_hc_block_sums(const float (&v
 
 /* What a collapse reads and writes: the streams of token t are X[rows ? rows[t] : t]; the
  * head's (head set) pre comes from fn alone (dsv4_k_hc_head_pre, scale hscale) and stays
- * in the kernel, the layers' pre, post and comb (dsv4_k_hc_mix, scale[3]) are written. */
+ * in the kernel, the layers' pre (dsv4_k_hc_mix's, scale[0]) and z, the mix's input, are
+ * written. */
 struct dsv4_hc_args {
     const float *x;
     const uint32_t *rows;
     const float *fn, *base, *scale, *norm;
     float hscale;
-    float *pre, *post, *comb, *u;
+    float *pre, *z, *u;
 };
 
 /* Cluster y takes tokens [tpc y, tpc y + tpc) (tpc <= TOK), block b the hidden columns
@@ -281,7 +288,7 @@ __global__ static void __cluster_dims__(HC_SLICES, 1, 1) __launch_bounds__(DSV4_
     const uint32_t MG = HC_MIXG(TOK);
     __shared__ float wbuf[HC_WARPS * TOK * MG], part[2][TOK];
     __shared__ float zpart[TOK][(2 + NM) * NM], sz[TOK][(2 + NM) * NM];
-    __shared__ float spre[TOK][NM], spost[TOK][NM], scomb[TOK][NM * NM];
+    __shared__ float spre[TOK][NM];
     cg::cluster_group cl = cg::this_cluster();
     uint32_t b = cl.block_rank(), t0 = blockIdx.y * tpc, tt = min(tpc, n - t0);
     uint32_t N = d.hc_mult, H = d.hidden, NH = N * H, mix = HEAD ? N : (2 + N) * N;
@@ -336,26 +343,16 @@ __global__ static void __cluster_dims__(HC_SLICES, 1, 1) __launch_bounds__(DSV4_
         sz[k][m] = dsv4_cluster_sum(cl, &zpart[k][m]) * r;
     }
     __syncthreads();
-    if (HEAD) {
-        for (uint32_t i = tid; i < tt * N; i += nt)
-            spre[i / N][i % N] =
-                dsv4_sigmoid(a.hscale * sz[i / N][i % N] + a.base[i % N]) + d.hc_eps;
-    } else if (tid / 32 < tt) {
-        uint32_t k = tid / 32;
-        dsv4_hc_mix_warp<NM>(sz[k], a.base, a.scale, N, d.hc_iters, d.hc_eps, spre[k], spost[k],
-                             scomb[k]);
-    }
+    float pscale = HEAD ? a.hscale : a.scale[0];
+    for (uint32_t i = tid; i < tt * N; i += nt)
+        spre[i / N][i % N] = dsv4_hc_pre_of(sz[i / N], a.base, pscale, i % N, d.hc_eps);
+    if (!HEAD && b == 0)
+        for (uint32_t i = tid; i < tt * mix; i += nt)
+            a.z[(size_t)(t0 + i / mix) * mix + i % mix] = sz[i / mix][i % mix];
     __syncthreads();
     if (!HEAD && b == 0)
-        for (uint32_t k = 0; k < tt; k++) {
-            size_t t = t0 + k;
-            for (uint32_t i = tid; i < N * N; i += nt)
-                a.comb[t * N * N + i] = scomb[k][i];
-            for (uint32_t j = tid; j < N; j += nt) {
-                a.pre[t * N + j] = spre[k][j];
-                a.post[t * N + j] = spost[k][j];
-            }
-        }
+        for (uint32_t i = tid; i < tt * N; i += nt)
+            a.pre[(size_t)(t0 + i / N) * N + i % N] = spre[i / N][i % N];
 
     float us[TOK] = {};
     for (uint32_t h = h0 + tid; h < h1; h += nt)
@@ -419,10 +416,10 @@ static int dsv4_hc_collapse_launch(const dsv4_cuda_dims *d, uint32_t n, bool hea
 
 int dsv4_cuda_hc_pre(const dsv4_cuda_dims *d, uint32_t n, const float *x_dev, const float *fn_dev,
                      const float *base_dev, const float *scale_dev, const float *norm_dev,
-                     float *pre_dev, float *post_dev, float *comb_dev, float *u_dev, void *stream)
+                     float *pre_dev, float *z_dev, float *u_dev, void *stream)
 {
-    dsv4_hc_args a = {x_dev, NULL,    fn_dev,   base_dev, scale_dev, norm_dev,
-                      0.0f,  pre_dev, post_dev, comb_dev, u_dev};
+    dsv4_hc_args a = {x_dev,    NULL, fn_dev,  base_dev, scale_dev,
+                      norm_dev, 0.0f, pre_dev, z_dev,    u_dev};
     return dsv4_hc_collapse_launch(d, n, false, a, stream);
 }
 
@@ -430,26 +427,58 @@ int dsv4_cuda_hc_head(const dsv4_cuda_dims *d, uint32_t n, const uint32_t *rows_
                       const float *x_dev, const float *fn_dev, const float *base_dev, float scale,
                       const float *norm_dev, float *u_dev, void *stream)
 {
-    dsv4_hc_args a = {x_dev, rows_dev, fn_dev, base_dev, NULL, norm_dev,
-                      scale, NULL,     NULL,   NULL,     u_dev};
+    dsv4_hc_args a = {x_dev, rows_dev, fn_dev, base_dev, NULL, norm_dev, scale, NULL, NULL, u_dev};
     return dsv4_hc_collapse_launch(d, n, true, a, stream);
 }
 
-__global__ static void dsv4_rmsnorm_kernel(uint32_t len, float *x, const float *w, float eps)
+/* Token t by warp t % 8 of block t / 8 (dsv4_hc_mix_warp). */
+template <uint32_t NM>
+__global__ static void dsv4_hc_mix_kernel(dsv4_cuda_dims d, uint32_t n, const float *z,
+                                          const float *base, const float *scale, float *post,
+                                          float *comb)
+{
+    uint32_t t = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, N = d.hc_mult;
+    if (t >= n)
+        return;
+    dsv4_hc_mix_warp<NM>(z + (size_t)t * (2 + N) * N, base, scale, N, d.hc_iters, d.hc_eps,
+                         post + (size_t)t * N, comb + (size_t)t * N * N);
+}
+
+int dsv4_cuda_hc_mix(const dsv4_cuda_dims *d, uint32_t n, const float *z_dev, const float *base_dev,
+                     const float *scale_dev, float *post_dev, float *comb_dev, void *stream)
+{
+    if (n == 0)
+        return 0;
+    if (d->hc_mult > HC_MAX)
+        return -EINVAL;
+    unsigned blocks = (n + HC_WARPS - 1) / HC_WARPS;
+    cudaStream_t st = (cudaStream_t)stream;
+    if (d->hc_mult <= 4)
+        dsv4_hc_mix_kernel<4><<<blocks, DSV4_CUDA_BLOCK, 0, st>>>(*d, n, z_dev, base_dev, scale_dev,
+                                                                  post_dev, comb_dev);
+    else
+        dsv4_hc_mix_kernel<HC_MAX><<<blocks, DSV4_CUDA_BLOCK, 0, st>>>(
+            *d, n, z_dev, base_dev, scale_dev, post_dev, comb_dev);
+    return dsv4_cuda_launch_status();
+}
+
+__global__ static void dsv4_rmsnorm_kernel(uint32_t len, size_t stride, float *x, const float *w,
+                                           float eps)
 {
     __shared__ float red[32];
-    float *row = x + (size_t)blockIdx.x * len;
+    float *row = x + (size_t)blockIdx.x * stride;
     float r = dsv4_block_rms_scale(row, len, eps, red);
     for (uint32_t i = threadIdx.x; i < len; i += blockDim.x)
         row[i] = w ? w[i] * (row[i] * r) : row[i] * r;
 }
 
-int dsv4_cuda_rmsnorm_rows(uint32_t n, uint32_t len, float *x_dev, const float *w_dev, float eps,
-                           void *stream)
+int dsv4_cuda_rmsnorm_rows(uint32_t n, uint32_t len, size_t stride, float *x_dev,
+                           const float *w_dev, float eps, void *stream)
 {
     if (n == 0)
         return 0;
-    dsv4_rmsnorm_kernel<<<n, DSV4_CUDA_BLOCK, 0, (cudaStream_t)stream>>>(len, x_dev, w_dev, eps);
+    dsv4_rmsnorm_kernel<<<n, DSV4_CUDA_BLOCK, 0, (cudaStream_t)stream>>>(len, stride, x_dev, w_dev,
+                                                                         eps);
     return dsv4_cuda_launch_status();
 }
 
@@ -525,6 +554,7 @@ __device__ static void dsv4_route_token(uint32_t t, const int32_t *tok, float *s
 struct dsv4_route_args {
     const int32_t *tok;
     float *logits;
+    size_t stride; /* of the logits' rows */
     const float *bias;
     const int32_t *tid2eid;
     uint32_t E, k;
@@ -538,8 +568,8 @@ struct dsv4_route_args {
 __global__ static void dsv4_route_kernel(dsv4_route_args a)
 {
     uint32_t t = blockIdx.x;
-    dsv4_route_token(t, a.tok, a.logits + (size_t)t * a.E, a.bias, a.tid2eid, a.E, a.k, a.scoring,
-                     a.routed_scale, a.ids, a.w);
+    dsv4_route_token(t, a.tok, a.logits + (size_t)t * a.stride, a.bias, a.tid2eid, a.E, a.k,
+                     a.scoring, a.routed_scale, a.ids, a.w);
 }
 
 /* The pairs grouped by expert in pair order, by one block of DSV4_GROUP_THREADS; shared
@@ -559,7 +589,7 @@ __global__ static void dsv4_group_kernel(dsv4_route_args a, uint32_t n, bool rou
     uint32_t *cnt = gsh, *next = gsh + E, *chunk = gsh + 2 * E, tid = threadIdx.x;
     if (route)
         for (uint32_t t = tid; t < n; t += blockDim.x)
-            dsv4_route_token(t, a.tok, a.logits + (size_t)t * E, a.bias, a.tid2eid, E, a.k,
+            dsv4_route_token(t, a.tok, a.logits + (size_t)t * a.stride, a.bias, a.tid2eid, E, a.k,
                              a.scoring, a.routed_scale, a.ids, a.w);
     for (uint32_t e = tid; e < E; e += blockDim.x)
         cnt[e] = 0;
@@ -597,10 +627,11 @@ __global__ static void dsv4_group_kernel(dsv4_route_args a, uint32_t n, bool rou
     }
 }
 
-int dsv4_cuda_route(const dsv4_cuda_step *s, float *logits_dev, const float *bias_dev,
-                    const int32_t *tid2eid_dev, uint32_t n_experts, uint32_t k,
-                    dsv4_k_scoring scoring, float routed_scale, int32_t *ids_dev, float *w_dev,
-                    uint32_t *off_dev, uint32_t *assign_dev, uint32_t *epos_dev, void *stream)
+int dsv4_cuda_route(const dsv4_cuda_step *s, float *logits_dev, size_t logits_stride,
+                    const float *bias_dev, const int32_t *tid2eid_dev, uint32_t n_experts,
+                    uint32_t k, dsv4_k_scoring scoring, float routed_scale, int32_t *ids_dev,
+                    float *w_dev, uint32_t *off_dev, uint32_t *assign_dev, uint32_t *epos_dev,
+                    void *stream)
 {
     cudaStream_t st = (cudaStream_t)stream;
     uint32_t n = s->n_tok;
@@ -608,9 +639,9 @@ int dsv4_cuda_route(const dsv4_cuda_step *s, float *logits_dev, const float *bia
         return 0;
     if (k == 0 || k > n_experts)
         return -EINVAL;
-    dsv4_route_args a = {s->tok,  logits_dev, bias_dev,     tid2eid_dev, n_experts,
-                         k,       scoring,    routed_scale, ids_dev,     w_dev,
-                         off_dev, assign_dev, epos_dev};
+    dsv4_route_args a = {s->tok,    logits_dev, logits_stride, bias_dev,     tid2eid_dev,
+                         n_experts, k,          scoring,       routed_scale, ids_dev,
+                         w_dev,     off_dev,    assign_dev,    epos_dev};
     bool fused = n <= DSV4_GROUP_THREADS;
     if (!fused) {
         dsv4_route_kernel<<<n, 1, 0, st>>>(a);
@@ -642,28 +673,49 @@ int dsv4_cuda_moe_gather(uint32_t n, uint32_t k, uint32_t hidden, const float *u
     return dsv4_cuda_launch_status();
 }
 
-__global__ static void dsv4_swiglu_kernel(size_t n, const float *gate, const float *up, float limit,
-                                          dsv4_k_act act, float *h)
+/* What one SwiGLU launch covers: its sets of rows, set j's values numbered from first[j]
+ * (first[n_sets] = all of them). */
+struct dsv4_swiglu_args {
+    dsv4_cuda_swiglu_rows set[DSV4_CUDA_SWIGLU_SETS];
+    size_t first[DSV4_CUDA_SWIGLU_SETS + 1];
+    uint32_t n_sets, inter;
+    float limit;
+    dsv4_k_act act;
+};
+
+/* A thread a value: set j, row r, column c of value i. */
+__global__ static void dsv4_swiglu_kernel(dsv4_swiglu_args a)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n)
+    if (i >= a.first[a.n_sets])
         return;
-    float g = gate[i], u = up[i];
+    uint32_t j = a.n_sets > 1 && i >= a.first[1];
+    size_t v = i - a.first[j], r = v / a.inter, c = v % a.inter;
+    const dsv4_cuda_swiglu_rows &q = a.set[j];
+    float g = q.g[r * q.stride + c], u = q.u[r * q.stride + c], limit = a.limit;
     if (limit > 0) {
         g = fminf(g, limit);
         u = fminf(fmaxf(u, -limit), limit);
     }
-    float a =
-        act == DSV4_K_GELU ? 0.5f * g * (1.0f + erff(g * (float)M_SQRT1_2)) : g / (1.0f + expf(-g));
-    h[i] = a * u;
+    float act = a.act == DSV4_K_GELU ? 0.5f * g * (1.0f + erff(g * (float)M_SQRT1_2))
+                                     : g / (1.0f + expf(-g));
+    q.h[v] = act * u;
 }
 
-int dsv4_cuda_swiglu(size_t n, const float *g_dev, const float *u_dev, float limit, dsv4_k_act act,
-                     float *h_dev, void *stream)
+int dsv4_cuda_swiglu(const dsv4_cuda_swiglu_rows *sets, uint32_t n_sets, uint32_t inter,
+                     float limit, dsv4_k_act act, void *stream)
 {
+    if (n_sets > DSV4_CUDA_SWIGLU_SETS || (n_sets > 0 && inter == 0))
+        return -EINVAL;
+    dsv4_swiglu_args a = {};
+    for (uint32_t j = 0; j < n_sets; j++) {
+        a.set[j] = sets[j];
+        a.first[j + 1] = a.first[j] + (size_t)sets[j].n * inter;
+    }
+    a.n_sets = n_sets, a.inter = inter, a.limit = limit, a.act = act;
+    size_t n = a.first[n_sets];
     if (n == 0)
         return 0;
-    dsv4_swiglu_kernel<<<(unsigned)((n + 255) / 256), 256, 0, (cudaStream_t)stream>>>(
-        n, g_dev, u_dev, limit, act, h_dev);
+    dsv4_swiglu_kernel<<<(unsigned)((n + 255) / 256), 256, 0, (cudaStream_t)stream>>>(a);
     return dsv4_cuda_launch_status();
 }

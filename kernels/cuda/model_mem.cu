@@ -1,4 +1,4 @@
-/* model_mem.cu: devices, device memory, streams, copies, the one-launch block copy, the
+/* model_mem.cu: devices, device memory, streams and events, copies, the one-launch block copy, the
  * CUDA graphs of the CUDA forward and the device KV pool, and the profiler range (model.h). */
 #include "kernels/cuda/model.h"
 #include "kernels/cuda/status.cuh"
@@ -59,6 +59,31 @@ void dsv4_cuda_stream_free(void *stream)
 {
     if (stream)
         cudaStreamDestroy((cudaStream_t)stream);
+}
+
+int dsv4_cuda_event_new(void **event_p)
+{
+    cudaEvent_t e;
+    int rc = dsv4_cuda_status(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    if (rc == 0)
+        *event_p = e;
+    return rc;
+}
+
+void dsv4_cuda_event_free(void *event)
+{
+    if (event)
+        cudaEventDestroy((cudaEvent_t)event);
+}
+
+int dsv4_cuda_event_record(void *event, void *stream)
+{
+    return dsv4_cuda_status(cudaEventRecord((cudaEvent_t)event, (cudaStream_t)stream));
+}
+
+int dsv4_cuda_stream_wait(void *stream, void *event)
+{
+    return dsv4_cuda_status(cudaStreamWaitEvent((cudaStream_t)stream, (cudaEvent_t)event, 0));
 }
 
 int dsv4_cuda_copy(void *dst, const void *src, size_t n, void *stream)
