@@ -990,6 +990,8 @@ template <uint32_t NT, uint32_t WGS> struct dsv4_wg_shape {
     static constexpr uint32_t smem = 1024 + stages * stage_bytes + stages * 16;
 };
 
+/* the device helpers of the wgmma kernel, compiled where its body is (sm_90a) */
+#if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
 __device__ static inline uint32_t dsv4_wg_addr(const void *p)
 {
     return (uint32_t)__cvta_generic_to_shared(p);
@@ -1106,6 +1108,7 @@ __device__ static inline void dsv4_wg_split(uint32_t s, uint32_t ksplit, size_t 
     *kbeg_p = s * kbs / ksplit;
     *kend_p = (s + 1) * kbs / ksplit;
 }
+#endif
 
 /* The tensor maps of a wgmma launch: the weights [mats out][in] in boxes of WG_OUT rows x
  * WG_KB inputs (128-byte swizzle); the inputs as 3-D (input, row, problem) or, where the
