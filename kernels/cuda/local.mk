@@ -27,11 +27,13 @@ CLEANFILES += kernels/cuda/*.lo kernels/cuda/*.o
 # The CUDA forward's kernels (kernels/cuda/model.h), with cuBLAS: linked into the core
 # only, never into a plugin (configure.ac says why cuBLAS stays out of dlclose'd objects).
 CUDA_MODEL_OBJECTS = kernels/cuda/model_mem.lo kernels/cuda/model_gemm.lo \
-	kernels/cuda/model_ffn.lo kernels/cuda/model_attn.lo kernels/cuda/sample.lo
+	kernels/cuda/model_gemm_wgmma.lo kernels/cuda/model_ffn.lo kernels/cuda/model_attn.lo \
+	kernels/cuda/sample.lo
 CUDA_MODEL_INCS = kernels/cuda/model.h kernels/cuda/model_common.cuh kernels/kernels.h \
-	kernels/cuda/sample.h
-EXTRA_DIST += kernels/cuda/model_mem.cu kernels/cuda/model_gemm.cu kernels/cuda/model_ffn.cu \
-	kernels/cuda/model_attn.cu kernels/cuda/sample.cu $(CUDA_MODEL_INCS)
+	kernels/cuda/sample.h kernels/cuda/model_gemm.cuh
+EXTRA_DIST += kernels/cuda/model_mem.cu kernels/cuda/model_gemm.cu \
+	kernels/cuda/model_gemm_wgmma.cu kernels/cuda/model_ffn.cu kernels/cuda/model_attn.cu \
+	kernels/cuda/sample.cu $(CUDA_MODEL_INCS)
 $(CUDA_MODEL_OBJECTS): $(CUDA_KERNEL_INCS) $(CUDA_MODEL_INCS)
 # the row store shares the forward's bf16 rounding (model_common.cuh)
 kernels/cuda/indexk_store.lo: $(CUDA_MODEL_INCS)

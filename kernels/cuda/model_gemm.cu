@@ -20,26 +20,21 @@
  * row count, with a k split fixed by the weight's shape and the splits added in order
  * (batch-invariant by construction, like the streaming kernel, though not its bits); in
  * fast mode when a group has more than one row, split-K by the grid with atomics. BF16
- * weights take wgmma where the device code is built for sm_90a (weights streamed into
- * shared memory by TMA), the other formats, and BF16 elsewhere, mma.sync. Fast
+ * weights take wgmma where the device code is built for sm_90a (model_gemm_wgmma.cu: weights
+ * streamed into shared memory by TMA), the other formats, and BF16 elsewhere, mma.sync. Fast
  * mode hands long steps (prefill) of f32 weights to cuBLAS (fp32 SGEMM, pedantic math),
  * which picks its kernel, tile and split-K by the problem size: in fast mode a token's
  * output may change with the number of tokens in the step.
  */
-#include "kernels/cuda/model.h"
+#include "kernels/cuda/model_gemm.cuh"
 #include "kernels/cuda/status.cuh"
 
-#include <cublas_v2.h>
-#include <cuda.h>
-#include <cudaTypedefs.h>
-#include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <stdlib.h>
 
 #define GEMM_WARPS 8                 /* warps per block */
 #define GEMM_SLICE 16                /* consecutive inputs a lane takes per chunk */
 #define GEMM_CHUNK (32 * GEMM_SLICE) /* inputs a warp covers per step of its walk */
-#define GEMM_ROW_SPLIT 64            /* blocks sharing one output tile's rows */
 #define GEMM_WIDE_OUTPUTS 16384      /* outputs (all groups) from which a warp takes four */
 #define FP8_BLOCK 128                /* FP8 scale block (rows and inputs) */
 #define FP4_GROUP 32                 /* MXFP4 scale group (inputs) */
@@ -50,23 +45,6 @@
 /* the deterministic tensor-core splits' sums (floats, 64 MiB): a step with more rows than
  * it holds runs in windows of rows, each window's splits added before the next starts */
 #define MMA_PART_FLOATS ((size_t)16 << 20)
-
-/* 1 in device code built with wgmma (sm_90a): dsv4_cuda_blas_new reads it */
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-__device__ int dsv4_wg_built = 1;
-#else
-__device__ int dsv4_wg_built = 0;
-#endif
-
-struct dsv4_cuda_blas {
-    cublasHandle_t handle;
-    cudaStream_t stream;
-    void *workspace;
-    float *part; /* deterministic mode: the tensor-core splits' sums (MMA_PART_FLOATS) */
-    bool deterministic;
-    /* the device code has the wgmma kernel (sm_90a) and the driver encodes tensor maps */
-    PFN_cuTensorMapEncodeTiled_v12000 encode;
-};
 
 dsv4_cuda_blas *dsv4_cuda_blas_new(void *stream, bool deterministic)
 {
@@ -92,15 +70,7 @@ dsv4_cuda_blas *dsv4_cuda_blas_new(void *stream, bool deterministic)
     }
     /* the wgmma kernel where the device code has it and the driver hands out the tensor-map
      * encoder (queried here, never while a step is being captured) */
-    int built = 0;
-    cudaDriverEntryPointQueryResult q;
-    void *fn = NULL;
-    if (cudaMemcpyFromSymbol(&built, dsv4_wg_built, sizeof(built)) == cudaSuccess && built &&
-        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
-                                         &q) == cudaSuccess &&
-        q == cudaDriverEntryPointSuccess)
-        b->encode = (PFN_cuTensorMapEncodeTiled_v12000)fn;
-    cudaGetLastError();
+    b->encode = dsv4_wg_encoder();
     return b;
 }
 
@@ -443,27 +413,6 @@ static int dsv4_gemm_format(cudaStream_t st, dsv4_wdev W, size_t out, size_t in,
  * to: DeepSeek-V4 takes 6) */
 #define MMA_GROUPS_RUN 8
 
-__device__ static inline uint32_t dsv4_bf16x2(float lo, float hi)
-{
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *(uint32_t *)&v;
-}
-
-/* Four inputs as bf16 pairs: hi[0..1], hi[2..3], lo[0..1], lo[2..3] (hi + lo = v to 16
- * significant bits). */
-__device__ static inline uint4 dsv4_mma_split(float4 v)
-{
-    float h[4] = {v.x, v.y, v.z, v.w}, l[4];
-#pragma unroll
-    for (int e = 0; e < 4; e++) {
-        float hb = __bfloat162float(__float2bfloat16_rn(h[e]));
-        l[e] = h[e] - hb;
-        h[e] = hb;
-    }
-    return make_uint4(dsv4_bf16x2(h[0], h[1]), dsv4_bf16x2(h[2], h[3]), dsv4_bf16x2(l[0], l[1]),
-                      dsv4_bf16x2(l[2], l[3]));
-}
-
 /* The 16 weights of a row that dsv4_wq_load read raw, as 8 bf16 pairs (exact). */
 template <int F> __device__ static inline void dsv4_mma_pairs(const dsv4_wq<F> &r, uint32_t (&a)[8])
 {
@@ -524,18 +473,6 @@ __device__ static inline void dsv4_mma_xload(const float *__restrict__ x, size_t
                        : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
 }
-
-/* The rows a tensor-core launch covers and where its sums go. */
-struct dsv4_mma_rows {
-    const uint32_t *off; /* grouped: group g's rows [off[g], off[g + 1]); NULL: dense, batched */
-    uint32_t w0, w1;     /* the rows of this launch (grouped: of all groups together) */
-    uint32_t ksplit;
-    uint32_t kgrid; /* blocks a row tile's splits take: ksplit (one split each) or 1 (every
-                       split in turn, added in split order in registers: the same bits) */
-    float *part;    /* ksplit > 1: each split's sums, [split][problem][w1 - w0][out]
-                       (dsv4_mma_sum_kernel adds them); NULL: added to Y (zeroed before) with
-                       atomics */
-};
 
 /* Where quarter j (inputs 4 j .. 4 j + 3 of thread t's 16, MMA j's k slots) sits in a k
  * block: BF16 as two runs of 8 inputs (inputs 8 t .. and 32 + 8 t ..: each 16-byte load of
@@ -942,424 +879,6 @@ static int dsv4_mma_run(cudaStream_t st, dsv4_wdev W, size_t out, size_t in, con
         return dsv4_mma_run_tiles<F, 2>(st, W, out, in, x, xs, xz, R, groups, rows_each, y, ys, yz);
     default:
         return dsv4_mma_run_tiles<F, 0>(st, W, out, in, x, xs, xz, R, groups, rows_each, y, ys, yz);
-    }
-}
-
-/* ---- wgmma (sm_90a) for BF16 weights -------------------------------------------------------
- *
- * A block is one or two warpgroups of four consumer warps and a producer warp. A warpgroup
- * owns WG_OUT = 64 outputs (wgmma's M: the weights are A), the block a tile of NT rows; the
- * producer streams each k block of 64 inputs of the weight tile (8 KiB a warpgroup, one
- * 128-byte row a weight row, in the 128-byte swizzle wgmma reads) and of the rows' inputs
- * (f32) from memory into a ring of shared-memory stages by TMA tensor-map copies that
- * complete on the stage's mbarrier, so a block keeps the whole ring in flight without
- * registers or load latency on the consumers' path. The consumers split a stage's inputs
- * into bf16 hi and lo (as the mma.sync kernel does) and store them as B, hi as columns
- * 0 .. NT - 1 and lo as columns NT .. 2 NT - 1 of one m64n(2 NT)k16 MMA per 16 inputs, so
- * a row's hi and lo sums build in separate accumulators over the k blocks of its split in
- * ascending order and are added (hi + lo) at the split's end; the splits' sums are then
- * added in split order as the mma.sync kernel adds them (in registers, or by
- * dsv4_mma_sum_kernel). An output's bits therefore depend on its weight row, its input row
- * and the split (fixed by the weight's shape in deterministic mode), provided a wgmma
- * column's sums do not depend on N, on the column or on the warpgroup: the GEMM test checks
- * that bitwise (rows at every position of tiles of 8 .. 64, one and two warpgroups). */
-#define WG_OUT 64 /* outputs a block (wgmma's M) */
-#define WG_KB 64  /* inputs a stage: one 128-byte swizzle row of bf16 */
-/* warpgroups a block from tiles of 32 rows: two share the inputs' tile, so the block reads
- * 4 bytes of inputs per 4 of weights where one would read 8 */
-#define WG_WIDE 2
-#define WG_A_BYTES (WG_OUT * WG_KB * 2) /* a warpgroup's weights of a stage */
-
-/* A block of WGS warpgroups (WGS x 64 outputs sharing the inputs' tile of NT rows) and the
- * producer warp. A stage holds the weights (A), the inputs as loaded (f32, NT rows of
- * WG_KB) and as B (hi and lo bf16). One warpgroup: about 80-100 KiB of ring a block, two
- * blocks a multiprocessor; two (their accumulators take the registers of two blocks):
- * about 192 KiB, one block. */
-template <uint32_t NT, uint32_t WGS> struct dsv4_wg_shape {
-    static constexpr uint32_t threads = 128 * WGS + 32;
-    static constexpr uint32_t a_bytes = WGS * WG_A_BYTES;
-    static constexpr uint32_t b_bytes = 2 * NT * WG_KB * 2;
-    static constexpr uint32_t x_bytes = NT * WG_KB * 4;
-    static constexpr uint32_t stage_bytes = a_bytes + b_bytes + x_bytes;
-    static constexpr uint32_t ring = (WGS == 1 ? 96 : 192) * 1024;
-    static constexpr uint32_t stages = ring / stage_bytes > 8 ? 8 : ring / stage_bytes;
-    /* a slot's B is stored while the two stages before it may still be read */
-    static_assert(stages >= 3, "the wgmma ring needs three stages");
-    static_assert(stage_bytes % 1024 == 0, "stages keep the swizzle's 1024-byte alignment");
-    /* the ring (1024-byte aligned for the swizzle), then 2 mbarriers a stage */
-    static constexpr uint32_t smem = 1024 + stages * stage_bytes + stages * 16;
-};
-
-/* the device helpers of the wgmma kernel, compiled where its body is (sm_90a) */
-#if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
-__device__ static inline uint32_t dsv4_wg_addr(const void *p)
-{
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-__device__ static inline void dsv4_wg_wait(uint32_t bar, uint32_t parity)
-{
-    uint32_t done;
-    do {
-        asm volatile("{\n.reg .pred p;\n"
-                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                     "selp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(done)
-                     : "r"(bar), "r"(parity)
-                     : "memory");
-    } while (!done);
-}
-
-/* A K-major operand of rows of 64 bf16 in 128-byte swizzle (8-row atoms of 1024 bytes,
- * the next atom along M or N 1024 bytes on); the k-th 16 inputs start 32 k bytes in. */
-__device__ static inline uint64_t dsv4_wg_desc(uint32_t addr)
-{
-    return (uint64_t)((addr >> 4) & 0x3fffu) | (uint64_t)1 << 16 | (uint64_t)(1024 >> 4) << 32 |
-           (uint64_t)1 << 62;
-}
-
-__device__ static inline void dsv4_wg_mma16(float (&d)[8], uint64_t a, uint64_t b)
-{
-    asm volatile("{\n.reg .pred p;\nsetp.eq.u32 p, 1, 1;\n"
-                 "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {"
-                 "%0, %1, %2, %3, %4, %5, %6, %7}, "
-                 "%8, %9, p, 1, 1, 0, 0;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
-                   "+f"(d[6]), "+f"(d[7])
-                 : "l"(a), "l"(b));
-}
-
-__device__ static inline void dsv4_wg_mma32(float (&d)[16], uint64_t a, uint64_t b)
-{
-    asm volatile("{\n.reg .pred p;\nsetp.eq.u32 p, 1, 1;\n"
-                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
-                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
-                 "%16, %17, p, 1, 1, 0, 0;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
-                   "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
-                   "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-                 : "l"(a), "l"(b));
-}
-
-__device__ static inline void dsv4_wg_mma64(float (&d)[32], uint64_t a, uint64_t b)
-{
-    asm volatile("{\n.reg .pred p;\nsetp.eq.u32 p, 1, 1;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
-                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-                 "%32, %33, p, 1, 1, 0, 0;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
-                   "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
-                   "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
-                   "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
-                   "+f"(d[30]), "+f"(d[31])
-                 : "l"(a), "l"(b));
-}
-
-__device__ static inline void dsv4_wg_mma128(float (&d)[64], uint64_t a, uint64_t b)
-{
-    asm volatile("{\n.reg .pred p;\nsetp.eq.u32 p, 1, 1;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
-                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-                 "%64, %65, p, 1, 1, 0, 0;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
-                   "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
-                   "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
-                   "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
-                   "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
-                   "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
-                   "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
-                   "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
-                   "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-                 : "l"(a), "l"(b));
-}
-
-template <uint32_t NT>
-__device__ static inline void dsv4_wg_mma(float (&d)[NT], uint64_t a, uint64_t b)
-{
-    if constexpr (NT == 8)
-        dsv4_wg_mma16(d, a, b);
-    else if constexpr (NT == 16)
-        dsv4_wg_mma32(d, a, b);
-    else if constexpr (NT == 32)
-        dsv4_wg_mma64(d, a, b);
-    else
-        dsv4_wg_mma128(d, a, b);
-}
-
-/* Keeps the compiler from moving accumulator uses across the asynchronous MMAs. */
-template <uint32_t N> __device__ static inline void dsv4_wg_fence(float (&d)[N])
-{
-#pragma unroll
-    for (uint32_t i = 0; i < N; i++)
-        asm volatile("" : "+f"(d[i])::"memory");
-}
-
-/* The k blocks [kbeg, kend) of split s of a weight of kbs k blocks. */
-__device__ static inline void dsv4_wg_split(uint32_t s, uint32_t ksplit, size_t kbs, size_t *kbeg_p,
-                                            size_t *kend_p)
-{
-    *kbeg_p = s * kbs / ksplit;
-    *kend_p = (s + 1) * kbs / ksplit;
-}
-#endif
-
-/* The tensor maps of a wgmma launch: the weights [mats out][in] in boxes of WG_OUT rows x
- * WG_KB inputs (128-byte swizzle); the inputs as 3-D (input, row, problem) or, where the
- * problems interleave rows (x_batch < x_stride), (input, problem, row), in boxes of NT rows
- * x WG_KB inputs (rows past the last read as zeros). */
-struct dsv4_wg_maps {
-    CUtensorMap w, x;
-    uint32_t x_rows_inner; /* the inputs' dims: 0 (input, row, problem), 1 (input, problem, row) */
-};
-
-/* Y = W X for BF16 weights, laid out as dsv4_mma_kernel's launch (block x: split x % kgrid
- * and row tiles x / kgrid, ...; y: output tiles of WGS x WG_OUT; z: groups), the same sums
- * written the same ways. */
-template <uint32_t NT, uint32_t WGS, bool WHOLE>
-__global__ static void __launch_bounds__(128 * WGS + 32, WGS == 1 ? 2 : 1)
-    dsv4_wg_kernel(const __grid_constant__ dsv4_wg_maps tm, size_t out, size_t in, dsv4_mma_rows R,
-                   float *__restrict__ y, size_t ys, size_t yz)
-{
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    using S = dsv4_wg_shape<NT, WGS>;
-    constexpr uint32_t CT = 128 * WGS; /* consumer threads */
-    extern __shared__ uint8_t dsv4_wg_smem[];
-    uint8_t *ring = (uint8_t *)(((uintptr_t)dsv4_wg_smem + 1023) & ~(uintptr_t)1023);
-    uint32_t ring_addr = dsv4_wg_addr(ring);
-    uint32_t full0 = ring_addr + S::stages * S::stage_bytes, empty0 = full0 + 8 * S::stages;
-    uint32_t g = blockIdx.z, tid = threadIdx.x;
-    if (tid == 0) {
-        for (uint32_t s = 0; s < S::stages; s++) {
-            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(full0 + 8 * s)
-                         : "memory");
-            asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(empty0 + 8 * s),
-                         "r"(4 * WGS)
-                         : "memory");
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
-    __syncthreads();
-    uint32_t lo = R.w0, hi = R.w1;
-    if (R.off) {
-        lo = R.off[g] > lo ? R.off[g] : lo;
-        hi = R.off[g + 1] < hi ? R.off[g + 1] : hi;
-    } else {
-        y += (size_t)g * yz;
-    }
-    size_t o0 = (size_t)blockIdx.y * WGS * WG_OUT, kbs = in / WG_KB;
-    uint32_t s0 = blockIdx.x % R.kgrid, sn = WHOLE ? R.ksplit : 1;
-    uint32_t tstep = gridDim.x / R.kgrid * NT;
-    if (tid >= CT) {
-        /* the producer: one lane walks the same tiles, splits and k blocks as the consumers,
-         * each stage's weights and inputs completing on its full barrier */
-        if (tid != CT)
-            return;
-        uint32_t it = 0;
-        int row = (int)(g * out + o0), xg = R.off ? 0 : (int)g;
-        for (uint32_t tr = lo + blockIdx.x / R.kgrid * NT; tr < hi; tr += tstep)
-            for (uint32_t si = 0; si < sn; si++) {
-                size_t kbeg, kend;
-                dsv4_wg_split(WHOLE ? si : s0, R.ksplit, kbs, &kbeg, &kend);
-                for (size_t kb = kbeg; kb < kend; kb++, it++) {
-                    uint32_t st = it % S::stages, full = full0 + 8 * st;
-                    uint32_t a = ring_addr + st * S::stage_bytes;
-                    if (it >= S::stages)
-                        dsv4_wg_wait(empty0 + 8 * st, (it / S::stages - 1) & 1u);
-                    asm volatile(
-                        "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(full),
-                        "r"(S::a_bytes + S::x_bytes)
-                        : "memory");
-#pragma unroll
-                    for (uint32_t w = 0; w < WGS; w++)
-                        asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::"
-                                     "complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
-                                         a + w * WG_A_BYTES),
-                                     "l"((uint64_t)&tm.w), "r"((int)(kb * WG_KB)),
-                                     "r"(row + (int)(w * WG_OUT)), "r"(full)
-                                     : "memory");
-                    int c1 = tm.x_rows_inner ? xg : (int)tr, c2 = tm.x_rows_inner ? (int)tr : xg;
-                    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::"
-                                 "complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(
-                                     a + S::a_bytes + S::b_bytes),
-                                 "l"((uint64_t)&tm.x), "r"((int)(kb * WG_KB)), "r"(c1), "r"(c2),
-                                 "r"(full)
-                                 : "memory");
-                }
-            }
-        return;
-    }
-    uint32_t warp = tid / 32, wg = tid / 128, gi = tid % 32 / 4, t = tid % 4;
-    uint32_t it = 0;
-    for (uint32_t tr = lo + blockIdx.x / R.kgrid * NT; tr < hi; tr += tstep) {
-        uint32_t nr = hi - tr < NT ? hi - tr : NT;
-        float tot[NT / 2];
-        float d[NT];
-        for (uint32_t si = 0; si < sn; si++) {
-            size_t kbeg, kend;
-            dsv4_wg_split(WHOLE ? si : s0, R.ksplit, kbs, &kbeg, &kend);
-#pragma unroll
-            for (uint32_t i = 0; i < NT; i++)
-                d[i] = 0.0f;
-            for (size_t kb = kbeg; kb < kend; kb++, it++) {
-                uint32_t st = it % S::stages;
-                uint8_t *a = ring + st * S::stage_bytes, *b = a + S::a_bytes;
-                const float4 *xt = (const float4 *)(b + S::b_bytes);
-                dsv4_wg_wait(full0 + 8 * st, (it / S::stages) & 1u);
-                /* B: row r's inputs 4 q .. 4 q + 3 (record r * 16 + q of the inputs as loaded)
-                 * as hi (row r) and lo (row NT + r), in the 16-byte chunk q / 2 of the row,
-                 * swizzled by the row within its 8-row atom */
-#pragma unroll
-                for (uint32_t rec = tid; rec < NT * WG_KB / 4; rec += CT) {
-                    uint32_t r = rec / (WG_KB / 4), q = rec % (WG_KB / 4);
-                    uint4 v = dsv4_mma_split(xt[rec]);
-                    uint32_t c = ((q / 2) ^ (r % 8)) * 16 + (q % 2) * 8;
-                    *(uint2 *)(b + r * 128 + c) = make_uint2(v.x, v.y);
-                    *(uint2 *)(b + (NT + r) * 128 + c) = make_uint2(v.z, v.w);
-                }
-                asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-                asm volatile("bar.sync 1, %0;\n" ::"r"(CT) : "memory");
-                uint32_t a_addr = dsv4_wg_addr(a) + wg * WG_A_BYTES, b_addr = dsv4_wg_addr(b);
-                dsv4_wg_fence(d);
-                asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-                for (uint32_t k = 0; k < WG_KB / 16; k++)
-                    dsv4_wg_mma<NT>(d, dsv4_wg_desc(a_addr + 32 * k),
-                                    dsv4_wg_desc(b_addr + 32 * k));
-                asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-                /* the previous stage's MMAs have read their A and B: the warp hands the slot
-                 * back (this stage's run on while the next B is stored, in another slot: a
-                 * slot's B is rewritten stages on) */
-                asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
-                dsv4_wg_fence(d);
-                if (kb > kbeg && tid % 32 == 0)
-                    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(
-                                     empty0 + 8 * ((it - 1) % S::stages))
-                                 : "memory");
-            }
-            asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-            dsv4_wg_fence(d);
-            if (kend > kbeg && tid % 32 == 0)
-                asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(
-                                 empty0 + 8 * ((it - 1) % S::stages))
-                             : "memory");
-                /* d[i]: output row 16 warp + gi (+ 8 from (i / 2) odd), column 8 (i / 4) + 2 t +
-                 * (i % 2); row r's hi is column r, its lo column NT + r: d[i + NT / 2] */
-#pragma unroll
-            for (uint32_t i = 0; i < NT / 2; i++) {
-                float v = d[i] + d[i + NT / 2];
-                tot[i] = si ? tot[i] + v : v;
-            }
-        }
-#pragma unroll
-        for (uint32_t i = 0; i < NT / 2; i++) {
-            size_t o = o0 + 16 * warp + gi + ((i / 2) % 2 ? 8 : 0);
-            uint32_t r = 8 * (i / 4) + 2 * t + i % 2;
-            if (o >= out || r >= nr)
-                continue;
-            if (R.part) {
-                size_t wn = R.w1 - R.w0, pstride = (size_t)(R.off ? 1 : gridDim.z) * wn * out;
-                float *part = R.part + (R.off ? 0 : (size_t)g * wn * out);
-                part[s0 * pstride + (size_t)(tr + r - R.w0) * out + o] = tot[i];
-            } else if (R.kgrid > 1) {
-                atomicAdd(&y[(size_t)(tr + r) * ys + o], tot[i]);
-            } else {
-                y[(size_t)(tr + r) * ys + o] = tot[i];
-            }
-        }
-    }
-#endif
-}
-
-/* The wgmma launch's tensor maps (dsv4_wg_maps): a BF16 weight of `mats` [out][in]
- * matrices and the inputs of `probs` problems of n rows (strides in elements). */
-static int dsv4_wg_maps_make(const dsv4_cuda_blas *b, const void *w, size_t mats, size_t out,
-                             size_t in, const float *x, size_t xs, size_t xz, uint32_t probs,
-                             size_t n, uint32_t nt, dsv4_wg_maps *m_p)
-{
-    cuuint64_t wdims[2] = {in, mats * out}, wstrides[1] = {in * 2};
-    cuuint32_t wbox[2] = {WG_KB, WG_OUT}, step[3] = {1, 1, 1};
-    CUresult r = b->encode(&m_p->w, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)w, wdims, wstrides,
-                           wbox, step, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                           CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS)
-        return -EINVAL;
-    /* one problem: a third dimension of one, past the n rows */
-    bool inner = probs > 1 && xz < xs;
-    size_t zs = probs > 1 ? xz : xs * n;
-    cuuint64_t xdims[3] = {in, inner ? probs : n, inner ? n : probs};
-    cuuint64_t xstrides[2] = {(inner ? zs : xs) * 4, (inner ? xs : zs) * 4};
-    cuuint32_t xbox[3] = {WG_KB, inner ? 1 : nt, inner ? nt : 1};
-    r = b->encode(&m_p->x, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, (void *)x, xdims, xstrides, xbox,
-                  step, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
-                  CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    m_p->x_rows_inner = inner;
-    return r == CUDA_SUCCESS ? 0 : -EINVAL;
-}
-
-/* The launch shape by the rows a group holds (rows_each: the row count, or a grouped step's
- * average doubled; rows: the launch's): tiles of 8 .. 64 rows, two warpgroups a block from
- * 32 rows. */
-static uint32_t dsv4_wg_tile(uint32_t rows_each, uint32_t rows)
-{
-    return rows_each <= 8 || rows <= 8 ? 8 : rows_each <= 16 ? 16 : rows_each <= 32 ? 32 : 64;
-}
-
-/* The weights and inputs that the wgmma kernel takes, where the device code has it. */
-struct dsv4_wg_call {
-    const dsv4_cuda_blas *b;
-    const void *w;
-    const float *x;
-    size_t xs, xz;
-};
-
-template <uint32_t NT, uint32_t WGS>
-static int dsv4_wg_run_tiles(cudaStream_t st, const dsv4_wg_call &c, size_t out, size_t in,
-                             const dsv4_mma_rows &R, uint32_t groups, uint32_t rows_each, float *y,
-                             size_t ys, size_t yz)
-{
-    uint32_t tiles = (rows_each + NT - 1) / NT;
-    dim3 grid((tiles < GEMM_ROW_SPLIT ? tiles : GEMM_ROW_SPLIT) * R.kgrid,
-              (unsigned)((out + WGS * WG_OUT - 1) / (WGS * WG_OUT)), groups);
-    if (grid.y > 65535 || grid.z > 65535)
-        return -EINVAL;
-    dsv4_wg_maps m;
-    int rc = dsv4_wg_maps_make(c.b, c.w, groups, out, in, c.x, c.xs, c.xz, R.off ? 1 : groups, R.w1,
-                               NT, &m);
-    if (rc != 0)
-        return rc;
-    using S = dsv4_wg_shape<NT, WGS>;
-    static bool opted;
-    if (!opted && (cudaFuncSetAttribute(dsv4_wg_kernel<NT, WGS, false>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        (int)S::smem) != cudaSuccess ||
-                   cudaFuncSetAttribute(dsv4_wg_kernel<NT, WGS, true>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        (int)S::smem) != cudaSuccess))
-        return dsv4_cuda_launch_status();
-    opted = true;
-    if (R.kgrid == 1 && R.ksplit > 1)
-        dsv4_wg_kernel<NT, WGS, true><<<grid, S::threads, S::smem, st>>>(m, out, in, R, y, ys, yz);
-    else
-        dsv4_wg_kernel<NT, WGS, false><<<grid, S::threads, S::smem, st>>>(m, out, in, R, y, ys, yz);
-    return dsv4_cuda_launch_status();
-}
-
-static int dsv4_wg_run(cudaStream_t st, const dsv4_wg_call &c, size_t out, size_t in,
-                       const dsv4_mma_rows &R, uint32_t groups, uint32_t rows_each, float *y,
-                       size_t ys, size_t yz)
-{
-    switch (dsv4_wg_tile(rows_each, R.w1 - R.w0)) {
-    case 8: return dsv4_wg_run_tiles<8, 1>(st, c, out, in, R, groups, rows_each, y, ys, yz);
-    case 16: return dsv4_wg_run_tiles<16, 1>(st, c, out, in, R, groups, rows_each, y, ys, yz);
-    case 32: return dsv4_wg_run_tiles<32, WG_WIDE>(st, c, out, in, R, groups, rows_each, y, ys, yz);
-    default: return dsv4_wg_run_tiles<64, WG_WIDE>(st, c, out, in, R, groups, rows_each, y, ys, yz);
     }
 }
 

@@ -1,0 +1,78 @@
+/* model_gemm.cuh: what the GEMMs of model_gemm.cu and the wgmma kernel of
+ * model_gemm_wgmma.cu share (nvcc only, internal to the two): the handle, the rows a
+ * tensor-core launch covers, the inputs' bf16 hi/lo split and the wgmma launch. */
+#ifndef DSV4_KERNELS_CUDA_MODEL_GEMM_CUH
+#define DSV4_KERNELS_CUDA_MODEL_GEMM_CUH
+
+#include "kernels/cuda/model.h"
+
+#include <cublas_v2.h>
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_bf16.h>
+
+#define GEMM_ROW_SPLIT 64 /* blocks sharing one output tile's rows */
+#define WG_OUT 64         /* outputs a block (wgmma's M) */
+
+struct dsv4_cuda_blas {
+    cublasHandle_t handle;
+    cudaStream_t stream;
+    void *workspace;
+    float *part; /* deterministic mode: the tensor-core splits' sums (MMA_PART_FLOATS) */
+    bool deterministic;
+    /* the device code has the wgmma kernel (sm_90a) and the driver encodes tensor maps */
+    PFN_cuTensorMapEncodeTiled_v12000 encode;
+};
+
+__device__ static inline uint32_t dsv4_bf16x2(float lo, float hi)
+{
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *(uint32_t *)&v;
+}
+
+/* Four inputs as bf16 pairs: hi[0..1], hi[2..3], lo[0..1], lo[2..3] (hi + lo = v to 16
+ * significant bits). */
+__device__ static inline uint4 dsv4_mma_split(float4 v)
+{
+    float h[4] = {v.x, v.y, v.z, v.w}, l[4];
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        float hb = __bfloat162float(__float2bfloat16_rn(h[e]));
+        l[e] = h[e] - hb;
+        h[e] = hb;
+    }
+    return make_uint4(dsv4_bf16x2(h[0], h[1]), dsv4_bf16x2(h[2], h[3]), dsv4_bf16x2(l[0], l[1]),
+                      dsv4_bf16x2(l[2], l[3]));
+}
+
+/* The rows a tensor-core launch covers and where its sums go. */
+struct dsv4_mma_rows {
+    const uint32_t *off; /* grouped: group g's rows [off[g], off[g + 1]); NULL: dense, batched */
+    uint32_t w0, w1;     /* the rows of this launch (grouped: of all groups together) */
+    uint32_t ksplit;
+    uint32_t kgrid; /* blocks a row tile's splits take: ksplit (one split each) or 1 (every
+                       split in turn, added in split order in registers: the same bits) */
+    float *part;    /* ksplit > 1: each split's sums, [split][problem][w1 - w0][out]
+                       (dsv4_mma_sum_kernel adds them); NULL: added to Y (zeroed before) with
+                       atomics */
+};
+
+/* The weights and inputs that the wgmma kernel takes, where the device code has it. */
+struct dsv4_wg_call {
+    const dsv4_cuda_blas *b;
+    const void *w;
+    const float *x;
+    size_t xs, xz;
+};
+
+/* The tensor-map encoder where the device code has the wgmma kernel (sm_90a) and the driver
+ * hands it out, else NULL (dsv4_cuda_blas_new, never while a step is being captured). */
+PFN_cuTensorMapEncodeTiled_v12000 dsv4_wg_encoder(void);
+
+/* Y = W X for BF16 weights on wgmma (c.b->encode set), with dsv4_mma_kernel's rows, splits
+ * and sums. */
+int dsv4_wg_run(cudaStream_t st, const dsv4_wg_call &c, size_t out, size_t in,
+                const dsv4_mma_rows &R, uint32_t groups, uint32_t rows_each, float *y, size_t ys,
+                size_t yz);
+
+#endif
