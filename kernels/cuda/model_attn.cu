@@ -116,10 +116,11 @@ struct dsv4_compress_args {
 
 /* Block (sequence, compressor y): the sequence's tokens in order (the carry is
  * sequential); threads split the channels. Shared: the largest dim floats (the pooled
- * row). */
+ * row). a is __grid_constant__, so that picking compressor y reads it in place rather than
+ * from a copy in local memory. */
 __global__ static void dsv4_compress_kernel(dsv4_cuda_dims d, dsv4_cuda_step s,
-                                            dsv4_compress_args a, const float *freq,
-                                            dsv4_k_rowfmt fmt)
+                                            const __grid_constant__ dsv4_compress_args a,
+                                            const float *freq, dsv4_k_rowfmt fmt)
 {
     extern __shared__ float out[];
     __shared__ float red[32];
