@@ -31,18 +31,15 @@ __device__ static inline uint32_t dsv4_bf16x2(float lo, float hi)
 }
 
 /* Four inputs as bf16 pairs: hi[0..1], hi[2..3], lo[0..1], lo[2..3] (hi + lo = v to 16
- * significant bits). */
+ * significant bits). One rounding a value, each pair's two in one conversion: hi = v
+ * rounded to bf16, lo = v - hi rounded to bf16. */
 __device__ static inline uint4 dsv4_mma_split(float4 v)
 {
-    float h[4] = {v.x, v.y, v.z, v.w}, l[4];
-#pragma unroll
-    for (int e = 0; e < 4; e++) {
-        float hb = __bfloat162float(__float2bfloat16_rn(h[e]));
-        l[e] = h[e] - hb;
-        h[e] = hb;
-    }
-    return make_uint4(dsv4_bf16x2(h[0], h[1]), dsv4_bf16x2(h[2], h[3]), dsv4_bf16x2(l[0], l[1]),
-                      dsv4_bf16x2(l[2], l[3]));
+    __nv_bfloat162 h01 = __floats2bfloat162_rn(v.x, v.y), h23 = __floats2bfloat162_rn(v.z, v.w);
+    float2 f01 = __bfloat1622float2(h01), f23 = __bfloat1622float2(h23);
+    __nv_bfloat162 l01 = __floats2bfloat162_rn(v.x - f01.x, v.y - f01.y);
+    __nv_bfloat162 l23 = __floats2bfloat162_rn(v.z - f23.x, v.w - f23.y);
+    return make_uint4(*(uint32_t *)&h01, *(uint32_t *)&h23, *(uint32_t *)&l01, *(uint32_t *)&l23);
 }
 
 /* The rows a tensor-core launch covers and where its sums go. */
