@@ -563,22 +563,31 @@ __device__ static inline uint64_t ik_wg_desc(uint32_t addr)
            (uint64_t)(128u >> 4) << 32;
 }
 
-/* d (64 rows x 64 heads of the warpgroup) += a (this warp's 16 rows x 16 dims, f16) x b (the
- * query, f16); acc = 0 overwrites d. */
-__device__ static inline void ik_wg_mma(float (&d)[32], const uint32_t (&a)[4], uint64_t b, int acc)
+/* d (64 x 64) += a (this warp's 16 rows x 16 k of A, element type T: "f16" or "bf16", in
+ * registers) x b (B in shared memory, by descriptor); acc = 0 overwrites d. Both wgmma kernels
+ * issue it: the register-keys one with keys as A and the query as B (f16), the tensor-map one
+ * with the query as A and keys as B (bf16). */
+#define IK_MMA_RS(T)                                                                               \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                      \
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32." T "." T " "                         \
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, "    \
+                 "%17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "    \
+                 "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"                                     \
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),         \
+                   "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),       \
+                   "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),   \
+                   "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),   \
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),   \
+                   "+f"(d[30]), "+f"(d[31])                                                        \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(acc))
+
+template <bool BF16>
+__device__ static inline void ik_mma_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t b, int acc)
 {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, "
-                 "%17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-                 "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
-                   "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
-                   "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
-                   "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
-                   "+f"(d[30]), "+f"(d[31])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(acc));
+    if constexpr (BF16)
+        IK_MMA_RS("bf16");
+    else
+        IK_MMA_RS("f16");
 }
 
 /* Keeps the compiler from moving accumulator uses across the asynchronous MMAs. */
@@ -734,7 +743,7 @@ __global__ void __launch_bounds__(128, IK_WG_BLOCKS)
         asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
         for (int s = 0; s < KS; s++)
-            ik_wg_mma(d, x.a[s], ik_wg_desc(qaddr + 2u * s * 1024u), s > 0);
+            ik_mma_rs<false>(d, x.a[s], ik_wg_desc(qaddr + 2u * s * 1024u), s > 0);
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
     };
     /* once tile x's MMAs have completed: its scores */
@@ -780,24 +789,6 @@ __global__ void __launch_bounds__(128, IK_WG_BLOCKS)
 #define IK_TM_PART_BYTES (2u * 4u * 64u * 4u)
 
 #if IK_WGMMA
-/* d (64 heads x 64 rows) += a (this warp's 16 heads x 16 dims, bf16) x b (64 rows of bf16
- * keys in shared memory, K-major, 128-byte swizzle); acc = 0 overwrites d. */
-__device__ static inline void ik_tm_mma(float (&d)[32], const uint32_t (&a)[4], uint64_t b, int acc)
-{
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, "
-                 "%17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-                 "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
-                   "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
-                   "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
-                   "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
-                   "+f"(d[30]), "+f"(d[31])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(acc));
-}
-
 /* A descriptor for 64 rows of keys at addr (a 1024-aligned box of 64 rows x 128 bytes plus
  * the k-step's 32-byte offset): K-major, 128-byte swizzle, 8-row groups 1024 bytes apart. */
 __device__ static inline uint64_t ik_tm_desc(uint32_t addr)
@@ -900,7 +891,7 @@ __global__ void __launch_bounds__(128, IK_TM_BLOCKS)
         asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
         for (int s = 0; s < KS; s++)
-            ik_tm_mma(d, qa[s], ik_tm_desc(box + (s / 4) * 8192u + (s % 4) * 32u), s > 0);
+            ik_mma_rs<true>(d, qa[s], ik_tm_desc(box + (s / 4) * 8192u + (s % 4) * 32u), s > 0);
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
     };
     /* once tile k's MMAs have completed: its page released after its last tile, its row
