@@ -60,6 +60,7 @@
  * bf16 for bf16 keys; f32 keys and queries are split as hi + lo bf16 pairs and multiplied as
  * hi*hi + hi*lo + lo*hi. */
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/mbarrier.cuh"
 #include "kernels/cuda/status.cuh"
 
 #include <cuda_bf16.h>
@@ -115,17 +116,12 @@ template <> struct ik_fmt<DSV4_CUDA_IK_F32> {
     static constexpr bool split = true;
 };
 
-__device__ static inline uint32_t ik_smem_addr(const void *p)
-{
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-
 /* One thread: the stage barriers, each completed by one arrival plus its copy's bytes, made
  * visible to the copy engine before any copy is issued. */
 __device__ static inline void ik_bars_init(uint64_t *bars, uint32_t n)
 {
     for (uint32_t s = 0; s < n; s++)
-        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(ik_smem_addr(&bars[s]))
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(dsv4_smem_addr(&bars[s]))
                      : "memory");
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
@@ -135,7 +131,7 @@ __device__ static inline void ik_bars_init(uint64_t *bars, uint32_t n)
 __device__ static inline void ik_bar_expect(uint64_t *bar, uint32_t bytes)
 {
     asm volatile(
-        "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(ik_smem_addr(bar)),
+        "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(dsv4_smem_addr(bar)),
         "r"(bytes)
         : "memory");
 }
@@ -147,23 +143,9 @@ __device__ static inline void ik_bulk_load(void *dst, const void *src, uint32_t 
 {
     ik_bar_expect(bar, bytes);
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
-                 "%2, [%3];\n" ::"r"(ik_smem_addr(dst)),
-                 "l"(src), "r"(bytes), "r"(ik_smem_addr(bar))
+                 "%2, [%3];\n" ::"r"(dsv4_smem_addr(dst)),
+                 "l"(src), "r"(bytes), "r"(dsv4_smem_addr(bar))
                  : "memory");
-}
-
-/* Until the phase of bar with this parity has completed. */
-__device__ static inline void ik_bar_wait(uint64_t *bar, uint32_t parity)
-{
-    uint32_t done;
-    do {
-        asm volatile("{\n.reg .pred p;\n"
-                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                     "selp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(done)
-                     : "r"(ik_smem_addr(bar)), "r"(parity)
-                     : "memory");
-    } while (!done);
 }
 
 __device__ static inline void ik_mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
@@ -361,7 +343,7 @@ __global__ void __launch_bounds__(ik_fmt<F>::threads, ik_fmt<F>::blocks)
     const uint32_t ku = (g >> 2) & 1u, kj = (g >> 1) & 1u;
     uint32_t stage = 0, parity = 0;
     for (uint32_t i = p0; i < p1; i++) {
-        ik_bar_wait(&full[stage], parity);
+        dsv4_mbar_wait(dsv4_smem_addr(&full[stage]), parity);
         __syncthreads(); /* every warp is done with page i - 1: its stage may be refilled */
         if (tid == 0)
             issue();
@@ -471,9 +453,9 @@ struct ik_feed {
             for (uint32_t h = 0; h < row_bytes; h += 128, dst += 8192)
                 asm volatile(
                     "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::"
-                    "bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(ik_smem_addr(dst)),
+                    "bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dsv4_smem_addr(dst)),
                     "l"(tmap), "r"(h / 2), "r"(m), "r"(ids[page - p0]),
-                    "r"(ik_smem_addr(&full[stage]))
+                    "r"(dsv4_smem_addr(&full[stage]))
                     : "memory");
     }
 
@@ -496,7 +478,7 @@ struct ik_feed {
     /* Every thread of a warp, in page order: page i once it has landed. */
     __device__ const uint8_t *wait(uint32_t i) const
     {
-        ik_bar_wait(&full[(i - p0) % stages], (i - p0) / stages & 1u);
+        dsv4_mbar_wait(dsv4_smem_addr(&full[(i - p0) % stages]), (i - p0) / stages & 1u);
         __syncwarp(); /* the MMAs need the warp converged after its spin */
         return stage0 + (size_t)((i - p0) % stages) * page_bytes;
     }
@@ -513,7 +495,7 @@ struct ik_feed {
         if (lane == 0)
             asm volatile("atom.acq_rel.cta.shared::cta.add.u32 %0, [%1], 1;\n"
                          : "=r"(seen)
-                         : "r"(ik_smem_addr(&released[stage]))
+                         : "r"(dsv4_smem_addr(&released[stage]))
                          : "memory");
         seen = __shfl_sync(0xffffffffu, seen, 0);
         if (seen + 1 == uses * warps && i + stages < p1) /* the stage's count only grows */
@@ -715,7 +697,7 @@ __global__ void __launch_bounds__(128, IK_WG_BLOCKS)
         wq[2 * j] = wh[8 * j + 2 * t4];
         wq[2 * j + 1] = wh[8 * j + 2 * t4 + 1];
     }
-    const uint32_t qaddr = ik_smem_addr(qs);
+    const uint32_t qaddr = dsv4_smem_addr(qs);
     const uint32_t tiles = (rpp + 63) / 64; /* 64-row tiles per page */
 
     /* The tiles in page order, software-pipelined: while the MMAs of one tile run, the warp
@@ -886,7 +868,7 @@ __global__ void __launch_bounds__(128, IK_TM_BLOCKS)
     /* the MMAs of tile k (page p0 + k / tiles, its rows 64 (k % tiles) ..) into d */
     auto issue = [&](uint32_t k, float(&d)[32]) {
         const uint8_t *pg = feed.wait(p0 + k / tiles);
-        const uint32_t box = ik_smem_addr(pg) + (k % tiles) * (DIM / 64) * 8192u;
+        const uint32_t box = dsv4_smem_addr(pg) + (k % tiles) * (DIM / 64) * 8192u;
         ik_wg_fence(d);
         asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll

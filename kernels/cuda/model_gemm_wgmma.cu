@@ -2,6 +2,7 @@
  * streamed into shared memory by TMA tensor-map copies, for the linear layers of
  * model_gemm.cu; its rows, k splits and sums are the mma.sync kernel's (model_gemm.cuh). */
 #include "kernels/cuda/model_gemm.cuh"
+#include "kernels/cuda/mbarrier.cuh"
 #include "kernels/cuda/status.cuh"
 
 /* 1 in device code built with wgmma (sm_90a): dsv4_wg_encoder reads it */
@@ -72,24 +73,6 @@ template <uint32_t NT, uint32_t WGS> struct dsv4_wg_shape {
 
 /* the device helpers of the wgmma kernel, compiled where its body is (sm_90a) */
 #if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
-__device__ static inline uint32_t dsv4_wg_addr(const void *p)
-{
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-__device__ static inline void dsv4_wg_wait(uint32_t bar, uint32_t parity)
-{
-    uint32_t done;
-    do {
-        asm volatile("{\n.reg .pred p;\n"
-                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                     "selp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(done)
-                     : "r"(bar), "r"(parity)
-                     : "memory");
-    } while (!done);
-}
-
 /* A K-major operand of rows of 64 bf16 in 128-byte swizzle (8-row atoms of 1024 bytes,
  * the next atom along M or N 1024 bytes on); the k-th 16 inputs start 32 k bytes in. */
 __device__ static inline uint64_t dsv4_wg_desc(uint32_t addr)
@@ -212,7 +195,7 @@ __global__ static void __launch_bounds__(128 * WGS + 32, WGS == 1 ? 2 : 1)
     constexpr uint32_t CT = 128 * WGS; /* consumer threads */
     extern __shared__ uint8_t dsv4_wg_smem[];
     uint8_t *ring = (uint8_t *)(((uintptr_t)dsv4_wg_smem + 1023) & ~(uintptr_t)1023);
-    uint32_t ring_addr = dsv4_wg_addr(ring);
+    uint32_t ring_addr = dsv4_smem_addr(ring);
     uint32_t full0 = ring_addr + S::stages * S::stage_bytes, empty0 = full0 + 8 * S::stages;
     uint32_t g = blockIdx.z, tid = threadIdx.x;
     if (tid == 0) {
@@ -251,7 +234,7 @@ __global__ static void __launch_bounds__(128 * WGS + 32, WGS == 1 ? 2 : 1)
                     uint32_t st = it % S::stages, full = full0 + 8 * st;
                     uint32_t a = ring_addr + st * S::stage_bytes;
                     if (it >= S::stages)
-                        dsv4_wg_wait(empty0 + 8 * st, (it / S::stages - 1) & 1u);
+                        dsv4_mbar_wait(empty0 + 8 * st, (it / S::stages - 1) & 1u);
                     asm volatile(
                         "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(full),
                         "r"(S::a_bytes + S::x_bytes)
@@ -291,7 +274,7 @@ __global__ static void __launch_bounds__(128 * WGS + 32, WGS == 1 ? 2 : 1)
                 uint32_t st = it % S::stages;
                 uint8_t *a = ring + st * S::stage_bytes, *b = a + S::a_bytes;
                 const float4 *xt = (const float4 *)(b + S::b_bytes);
-                dsv4_wg_wait(full0 + 8 * st, (it / S::stages) & 1u);
+                dsv4_mbar_wait(full0 + 8 * st, (it / S::stages) & 1u);
                 /* B: row r's inputs 4 q .. 4 q + 3 (record r * 16 + q of the inputs as loaded)
                  * as hi (row r) and lo (row NT + r), in the 16-byte chunk q / 2 of the row,
                  * swizzled by the row within its 8-row atom */
@@ -305,7 +288,7 @@ __global__ static void __launch_bounds__(128 * WGS + 32, WGS == 1 ? 2 : 1)
                 }
                 asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
                 asm volatile("bar.sync 1, %0;\n" ::"r"(CT) : "memory");
-                uint32_t a_addr = dsv4_wg_addr(a) + wg * WG_A_BYTES, b_addr = dsv4_wg_addr(b);
+                uint32_t a_addr = dsv4_smem_addr(a) + wg * WG_A_BYTES, b_addr = dsv4_smem_addr(b);
                 dsv4_wg_fence(d);
                 asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll

@@ -44,6 +44,7 @@
  * order in which the lists were filled: histograms are counts and every place is a count
  * over distinct items. */
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/mbarrier.cuh"
 #include "kernels/cuda/status.cuh"
 
 #include <cooperative_groups.h>
@@ -90,19 +91,14 @@ typedef struct tk_shared {
 /* The slice's copy in shared memory starts here (16-byte aligned, as bulk copies need). */
 #define TK_SLICE_OFF ((sizeof(tk_shared) + 15u) & ~(size_t)15u)
 
-__device__ static inline uint32_t tk_smem_addr(const void *p)
-{
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-
 /* One thread: bytes (a multiple of 16, both addresses 16-byte aligned) from global src to
  * shared dst on the copy engine, counted on bar. */
 __device__ static inline void tk_bulk_load(void *dst, const void *src, uint32_t bytes,
                                            uint64_t *bar)
 {
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
-                 "%2, [%3];\n" ::"r"(tk_smem_addr(dst)),
-                 "l"(src), "r"(bytes), "r"(tk_smem_addr(bar))
+                 "%2, [%3];\n" ::"r"(dsv4_smem_addr(dst)),
+                 "l"(src), "r"(bytes), "r"(dsv4_smem_addr(bar))
                  : "memory");
 }
 
@@ -117,7 +113,7 @@ __device__ static inline void tk_bar_wait(uint64_t *bar)
                      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], 0;\n"
                      "selp.u32 %0, 1, 0, p;\n}\n"
                      : "=r"(done)
-                     : "r"(tk_smem_addr(bar))
+                     : "r"(dsv4_smem_addr(bar))
                      : "memory");
     } while (!done);
 }
@@ -152,14 +148,15 @@ __device__ static void tk_slice_stage(tk_shared *sh, const float *g, uint32_t le
     float *words = (float *)((uint8_t *)sh + TK_SLICE_OFF), *copy = words + pad;
     if (tid == 0 && body > 0) {
         for (uint32_t c = 0; c < chunks; c++)
-            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(tk_smem_addr(&sh->bar[c]))
-                         : "memory");
+            asm volatile(
+                "mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(dsv4_smem_addr(&sh->bar[c]))
+                : "memory");
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         for (uint32_t c = 0; c < chunks; c++) {
             const uint32_t off = c * TK_CHUNK, n = body - off < TK_CHUNK ? body - off : TK_CHUNK;
             asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(
-                             tk_smem_addr(&sh->bar[c])),
+                             dsv4_smem_addr(&sh->bar[c])),
                          "r"(n * 4u)
                          : "memory");
             tk_bulk_load(copy + head + off, g + head + off, n * 4u, &sh->bar[c]);
@@ -356,7 +353,7 @@ template <int CL> __device__ static void tk_cluster_done(uint64_t *bar)
         asm volatile("{\n.reg .b32 r;\n"
                      "mapa.shared::cluster.u32 r, %0, %1;\n"
                      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [r];\n}\n" ::"r"(
-                         tk_smem_addr(bar)),
+                         dsv4_smem_addr(bar)),
                      "r"(threadIdx.x)
                      : "memory");
     }
@@ -434,7 +431,7 @@ __global__ void __launch_bounds__(TK_THREADS, 1)
         sh->span = 0;
         for (uint32_t i = 0; i <= TK_MAX_PASSES; i++)
             asm volatile(
-                "mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(tk_smem_addr(&sh->cbar[i])),
+                "mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(dsv4_smem_addr(&sh->cbar[i])),
                 "r"((uint32_t)CL)
                 : "memory");
         /* before any block's arrival: those come after the cluster barrier below */
