@@ -22,6 +22,13 @@ __device__ static inline uint8_t *dsv4_paged_row(const dsv4_cuda_kvbuf &b, const
 /* Values of a head a lane holds (dims lane + 32 i): head_dim up to 1024 (ATT_MAX_DIMS). */
 #define LANE_DIMS (1024 / 32)
 
+/* dsv4_rope_pair's rotation by cosine c and sine sn of dim dd, its value a, its pair's other
+ * value b. */
+__device__ static inline float dsv4_rope_dim(float a, float b, uint32_t dd, float c, float sn)
+{
+    return dd % 2 ? b * sn + a * c : a * c - b * sn;
+}
+
 /* dsv4_rope_pair's rotation (inverse: backwards) of dim dd, this lane's value a, its pair's
  * other value b (held by the neighbouring lane), dims from rot0 on rotating; both lanes of
  * a pair take the same angle. */
@@ -30,7 +37,7 @@ __device__ static inline float dsv4_rope_lane(float a, float b, uint32_t dd, uin
 {
     float c, sn;
     dsv4_rope_cs(freq, (dd - rot0) / 2, pos, inverse, &c, &sn);
-    return dd % 2 ? b * sn + a * c : a * c - b * sn;
+    return dsv4_rope_dim(a, b, dd, c, sn);
 }
 
 /* Block (t, y < nq = ceil(heads / WARP_HEADS)): q heads WARP_HEADS y + warp, each normed
@@ -275,17 +282,23 @@ int dsv4_cuda_index_select(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, uin
  * group of ATT_HG heads), decodes each of its rows once into shared memory, ATT_TR rows at
  * a time, and scores every head of its group against them; an online softmax per head
  * carries (max, sum, accumulator) across the tiles, and dsv4_attend_combine_kernel merges
- * the splits of a token in split order. The splits depend only on the token's own key
- * count (dsv4_att_chunk) and every sum's order only on the thread layout, so a token's
- * output is the same bits whatever else the step holds: batch and chunk invariant. The
- * step runs in waves of at most ATT_WAVE tokens over the caller's scratch (per token, split
- * and head: max, sum and head_dim accumulator floats). */
+ * the splits of a token in split order; a token of one split has its output written by the
+ * split kernel (the combine's arithmetic, the same bits). The splits depend only on the
+ * token's own key count (dsv4_att_chunk) and every sum's order only on the thread layout,
+ * so a token's output is the same bits whatever else the step holds: batch and chunk
+ * invariant. A step that needs the combine runs in waves of at most ATT_WAVE tokens over
+ * the caller's scratch (per token, split and head: max, sum and head_dim accumulator
+ * floats). */
 #define ATT_MAX_DIMS 1024  /* head_dim the attention kernels take */
 #define ATT_HG 16          /* heads per block, each decoded row serving all of them */
 #define ATT_TR 32          /* key rows per shared-memory tile */
 #define ATT_THREADS 256    /* the layouts below assume 8 warps */
 #define ATT_SPLIT_ROWS 128 /* keys per split, short of ATT_MAX_SPLITS splits */
 #define ATT_MAX_SPLITS 16
+/* Keys one split takes whole: a window of 128 and its 32 CSA rows (rate 4), the most a
+ * token below position 128 sees, so that a decode step's position bound (rounded up to 128
+ * by the forward) keeps its grid at one split and the combine is not launched. */
+#define ATT_ONE_SPLIT 160
 #define ATT_WAVE 64 /* tokens per launch: the scratch holds this many */
 
 /* A token's keys: window rows [first, p] and n_comp compressed ones. */
@@ -306,12 +319,20 @@ __device__ static inline dsv4_att_keys dsv4_att_keys_of(const dsv4_cuda_dims &d,
     return k;
 }
 
+/* Splits for a token of n keys. */
+__host__ __device__ static inline uint32_t dsv4_att_splits(uint64_t n)
+{
+    if (n <= ATT_ONE_SPLIT)
+        return 1;
+    uint64_t splits = (n + ATT_SPLIT_ROWS - 1) / ATT_SPLIT_ROWS;
+    return splits > ATT_MAX_SPLITS ? ATT_MAX_SPLITS : (uint32_t)splits;
+}
+
 /* Keys per split for a token of n keys (a whole number of tiles); splits past the last
  * key are empty. A function of n alone. */
 __device__ static inline uint32_t dsv4_att_chunk(uint32_t n)
 {
-    uint32_t splits = (n + ATT_SPLIT_ROWS - 1) / ATT_SPLIT_ROWS;
-    splits = splits < 1 ? 1 : splits > ATT_MAX_SPLITS ? ATT_MAX_SPLITS : splits;
+    uint32_t splits = dsv4_att_splits(n);
     uint32_t chunk = (n + splits - 1) / splits;
     return (chunk + ATT_TR - 1) / ATT_TR * ATT_TR;
 }
@@ -526,6 +547,96 @@ __device__ static inline float *dsv4_att_record(const dsv4_cuda_dims &d, const d
     return work + (((size_t)b.tl * ATT_MAX_SPLITS + b.split) * d.heads + b.h0 + h) * rec;
 }
 
+/* Where the normalised output goes: o, after the inverse rotation by freq of the trailing
+ * rope dims. */
+struct dsv4_att_out {
+    const float *freq;
+    uint32_t rope;
+    float *o;
+};
+
+/* Token t's row joins its sequence's window ring, if it is among the sequence's last
+ * window rows in the step: an earlier token of a long chunk would land on the same ring
+ * row, and the later token must win. Done after the attention of the token's wave has read
+ * the ring (a later wave's tokens never read a ring row this one replaces: it holds a
+ * position a window before this token's). */
+__device__ static void dsv4_att_ring_write(const dsv4_cuda_dims &d, const dsv4_cuda_step &s,
+                                           uint32_t t, const uint8_t *kvs,
+                                           const dsv4_cuda_kvbuf &win)
+{
+    uint32_t seq = s.tseq[t], p = s.pos[t], W = d.window;
+    if (p + W < s.start[seq] + s.count[seq])
+        return;
+    size_t rb = win.row_bytes;
+    uint8_t *dst = win.base + (size_t)s.slot[seq] * win.block_bytes + (size_t)(p % W) * rb;
+    for (size_t i = threadIdx.x; i < rb; i += blockDim.x)
+        dst[i] = kvs[(size_t)t * rb + i];
+}
+
+/* The block's end, every thread of it: its heads' accumulators staged in ob (ATT_HG rows
+ * os floats apart, shared, complete); cs: shared room for out.rope floats. Where
+ * the block holds all of its token's keys (one split), the output: each head normalised
+ * with the combine's arithmetic for one split (weight expf(m - m) = 1, the same bits), the
+ * rope dims rotated back with the combine's rotation (their cosines and sines computed once
+ * for the block), pairs of dims a thread, consecutive threads on consecutive pairs; else
+ * the heads' records for the combine. Where ring is set (every sequence has one token in
+ * the step: no other token reads the ring row this one replaces, so no combine needs to
+ * wait for the step's reads), block (0, 0) of the token writes its ring row. (A call a
+ * pair of dims from the mma fragments, each loading freq and rotating, added 9.5 us to
+ * the kernel's 21 at batch 1 on an H200.) */
+__device__ static void dsv4_att_end(const dsv4_cuda_dims &d, const dsv4_cuda_step &s,
+                                    const dsv4_att_block &b, const dsv4_att_out &out, float *work,
+                                    const float *hm, const float *hl, const float *ob, uint32_t os,
+                                    float *cs, bool ring, const uint8_t *kvs,
+                                    const dsv4_cuda_kvbuf &win)
+{
+    uint32_t D = d.head_dim, tid = threadIdx.x;
+    if (b.v0 != 0 || b.v1 != b.k.n) {
+        for (uint32_t e = tid; e < b.nh * D; e += ATT_THREADS) {
+            uint32_t h = e / D, dd = e - h * D;
+            dsv4_att_record(d, b, work, h)[2 + dd] = ob[h * os + dd];
+        }
+        if (tid < b.nh) {
+            float *rec = dsv4_att_record(d, b, work, tid);
+            rec[0] = hm[tid];
+            rec[1] = hl[tid];
+        }
+    } else {
+        uint32_t P = (D + 1) / 2, rot0 = D - out.rope;
+        float pos = (float)s.pos[b.t];
+        for (uint32_t i = tid; i < out.rope / 2; i += ATT_THREADS)
+            dsv4_rope_cs(out.freq, i, pos, true, &cs[2 * i], &cs[2 * i + 1]);
+        __syncthreads();
+        for (uint32_t e = tid; e < b.nh * P; e += ATT_THREADS) {
+            uint32_t h = e / P, dd = 2 * (e - h * P);
+            float w = expf(hm[h] - hm[h]), inv_l = 1.0f / fmaf(hl[h], w, 0.0f);
+            float a0 = fmaf(ob[h * os + dd], w, 0.0f) * inv_l;
+            float a1 = fmaf(ob[h * os + dd + 1], w, 0.0f) * inv_l;
+            if (dd >= rot0) {
+                float c = cs[dd - rot0], sn = cs[dd - rot0 + 1];
+                float r0 = dsv4_rope_dim(a0, a1, dd, c, sn);
+                a1 = dsv4_rope_dim(a1, a0, dd + 1, c, sn);
+                a0 = r0;
+            }
+            float *oh = out.o + ((size_t)b.t * d.heads + b.h0 + h) * D;
+            oh[dd] = a0;
+            if (dd + 1 < D)
+                oh[dd + 1] = a1;
+        }
+    }
+    if (ring && blockIdx.x == 0 && b.split == 0)
+        dsv4_att_ring_write(d, s, b.t, kvs, win);
+}
+
+/* The rows past a tile's last (nr of ATT_TR, row_bytes apart, a multiple of 16) zeroed,
+ * 16 bytes a store: their weights are 0, and 0 x 0 adds nothing. */
+__device__ static inline void dsv4_att_zero_tail(void *tile, uint32_t nr, uint32_t row_bytes)
+{
+    uint4 *p = (uint4 *)((uint8_t *)tile + (size_t)nr * row_bytes);
+    for (uint32_t e = threadIdx.x; e < (ATT_TR - nr) * row_bytes / 16; e += ATT_THREADS)
+        p[e] = make_uint4(0, 0, 0, 0);
+}
+
 /* f32 rows: FMA on rows decoded to f32. Shared, Dp = head_dim rounded up to 32: the
  * group's q (ATT_HG x Dp), the tile's rows (ATT_TR x Dp), scores then weights (ATT_HG x
  * ATT_TR), and per head m, l, f. Scores: thread (warp, lane) takes heads 4 (warp / 2) + i
@@ -537,7 +648,8 @@ __global__ static void __launch_bounds__(ATT_THREADS, 2)
     dsv4_attend_f32_kernel(dsv4_cuda_dims d, dsv4_cuda_step s, uint32_t t0, const float *q,
                            const uint8_t *kvs, dsv4_cuda_kvbuf win, dsv4_cuda_kvbuf rows,
                            uint32_t rate_all, const uint32_t *sel, const uint32_t *nsel,
-                           const float *sinks, dsv4_k_rowfmt fmt, bool vec, float *work)
+                           const float *sinks, dsv4_k_rowfmt fmt, bool vec, dsv4_att_out out,
+                           bool ring, float *work)
 {
     extern __shared__ float4 smem4[];
     __shared__ const uint8_t *rowp[ATT_ROWP];
@@ -572,8 +684,7 @@ __global__ static void __launch_bounds__(ATT_THREADS, 2)
         }
         const uint8_t *const *tp = rowp + (vt - b.v0) % ATT_ROWP;
         if (nr < ATT_TR)
-            for (uint32_t e = nr * Dp + tid; e < ATT_TR * Dp; e += ATT_THREADS)
-                ks[e] = 0.0f;
+            dsv4_att_zero_tail(ks, nr, Dp * sizeof(float));
         __syncthreads();
         dsv4_att_tile_decode(tp, nr, fmt, vec, [&](uint32_t r, uint32_t dd, float4 v, uint32_t n) {
             float *o = ks + r * Dp + dd;
@@ -647,21 +758,20 @@ __global__ static void __launch_bounds__(ATT_THREADS, 2)
         }
     }
 
-    for (uint32_t i = 0; i < 4 && 4 * ph + i < nh; i++) {
-        float *out = dsv4_att_record(d, b, work, 4 * ph + i) + 2;
+    /* the accumulators staged over the tile (the last one consumed), q's room for the
+     * rope's cosines and sines */
+    __syncthreads();
+    uint32_t os = Dp + 8; /* 16 rows of it fit in the tile's 32 of Dp */
+#pragma unroll
+    for (uint32_t i = 0; i < 4; i++)
+#pragma unroll
         for (uint32_t c = 0; c < P4; c++) {
             uint32_t dd = 4 * (dl + 64 * c);
-            float vals[4] = {acc[i][c].x, acc[i][c].y, acc[i][c].z, acc[i][c].w};
-            for (uint32_t e = 0; e < 4; e++)
-                if (dd + e < D)
-                    out[dd + e] = vals[e];
+            if (dd < Dp)
+                *(float4 *)(ks + (4 * ph + i) * os + dd) = acc[i][c];
         }
-    }
-    if (tid < nh) {
-        float *rec = dsv4_att_record(d, b, work, tid);
-        rec[0] = hm[tid];
-        rec[1] = hl[tid];
-    }
+    __syncthreads();
+    dsv4_att_end(d, s, b, out, work, hm, hl, ks, os, qs, ring, kvs, win);
 }
 
 /* x as a bf16 pair: hi = x rounded, lo = the rest rounded, so hi + lo holds 16 of x's
@@ -702,7 +812,8 @@ __global__ static void __launch_bounds__(ATT_THREADS, 2)
     dsv4_attend_mma_kernel(dsv4_cuda_dims d, dsv4_cuda_step s, uint32_t t0, const float *q,
                            const uint8_t *kvs, dsv4_cuda_kvbuf win, dsv4_cuda_kvbuf rows,
                            uint32_t rate_all, const uint32_t *sel, const uint32_t *nsel,
-                           const float *sinks, dsv4_k_rowfmt fmt, bool vec, float *work)
+                           const float *sinks, dsv4_k_rowfmt fmt, bool vec, dsv4_att_out out,
+                           bool ring, float *work)
 {
     extern __shared__ float4 smem4[];
     __shared__ const uint8_t *rowp[ATT_ROWP];
@@ -721,8 +832,15 @@ __global__ static void __launch_bounds__(ATT_THREADS, 2)
 #pragma unroll
             for (uint32_t i = 0; i < 4; i++) {
                 uint32_t h = g + 8 * (i % 2), dd = kb + 2 * c + 8 * (i / 2);
-                qx[j][i][0] = h < nq && dd < D ? qb[(size_t)h * D + dd] : 0.0f;
-                qx[j][i][1] = h < nq && dd + 1 < D ? qb[(size_t)h * D + dd + 1] : 0.0f;
+                const float *qp = qb + (size_t)h * D + dd;
+                if (h < nq && dd + 1 < D && D % 2 == 0) { /* one 8-byte load */
+                    float2 v = *(const float2 *)qp;
+                    qx[j][i][0] = v.x;
+                    qx[j][i][1] = v.y;
+                } else {
+                    qx[j][i][0] = h < nq && dd < D ? qp[0] : 0.0f;
+                    qx[j][i][1] = h < nq && dd + 1 < D ? qp[1] : 0.0f;
+                }
             }
         }
     }
@@ -730,6 +848,9 @@ __global__ static void __launch_bounds__(ATT_THREADS, 2)
     if (b.v0 >= b.k.n)
         return;
     uint32_t nh = b.nh;
+    /* the first keys' row pointers: their dependent loads run beside q's */
+    dsv4_att_rows(d, s, b, b.v0, b.v1 - b.v0 < ATT_ROWP ? b.v1 - b.v0 : ATT_ROWP, kvs, win, rows,
+                  rate_all, sel, rowp);
     __nv_bfloat16 *kr = (__nv_bfloat16 *)smem4;
     float *part = (float *)(kr + ATT_TR * DPP), *sc = part + 8 * ATT_HG * ATT_TR;
     float *hm = sc + ATT_HG * ATT_TR, *hl = hm + ATT_HG, *hf = hl + ATT_HG;
@@ -754,14 +875,13 @@ __global__ static void __launch_bounds__(ATT_THREADS, 2)
     for (uint32_t vt = b.v0; vt < b.v1; vt += ATT_TR) {
         uint32_t nr = b.v1 - vt < ATT_TR ? b.v1 - vt : ATT_TR;
         __syncthreads(); /* the previous tile's rows and weights are consumed */
-        if ((vt - b.v0) % ATT_ROWP == 0) {
+        if (vt != b.v0 && (vt - b.v0) % ATT_ROWP == 0) {
             uint32_t n = b.v1 - vt < ATT_ROWP ? b.v1 - vt : ATT_ROWP;
             dsv4_att_rows(d, s, b, vt, n, kvs, win, rows, rate_all, sel, rowp);
         }
         const uint8_t *const *tp = rowp + (vt - b.v0) % ATT_ROWP;
         if (nr < ATT_TR)
-            for (uint32_t e = nr * DPP + tid; e < ATT_TR * DPP; e += ATT_THREADS)
-                kr[e] = __float2bfloat16_rn(0.0f);
+            dsv4_att_zero_tail(kr, nr, DPP * 2);
         __syncthreads();
         /* bf16 holds every value of these rows exactly */
         dsv4_att_tile_decode(tp, nr, fmt, vec, [&](uint32_t r, uint32_t dd, float4 v, uint32_t n) {
@@ -846,50 +966,20 @@ __global__ static void __launch_bounds__(ATT_THREADS, 2)
         }
     }
 
+    /* the accumulators staged over the tile (the last one consumed), the partial scores'
+     * room for the rope's cosines and sines */
+    __syncthreads();
+    float *ob = (float *)smem4;
+    /* 16 rows of DPP floats: the tile's 32 rows of DPP bf16; the padding spreads the
+     * fragments' stores over the banks */
+#pragma unroll
     for (uint32_t n = 0; n < NT; n++) {
         uint32_t dd = 8 * (NT * warp + n) + 2 * c;
-        for (uint32_t i = 0; i < 2; i++) {
-            uint32_t h = g + 8 * i;
-            if (h >= nh)
-                continue;
-            float *out = dsv4_att_record(d, b, work, h) + 2;
-            if (dd < D)
-                out[dd] = o[n][2 * i];
-            if (dd + 1 < D)
-                out[dd + 1] = o[n][2 * i + 1];
-        }
+        *(float2 *)(ob + g * DPP + dd) = make_float2(o[n][0], o[n][1]);
+        *(float2 *)(ob + (g + 8) * DPP + dd) = make_float2(o[n][2], o[n][3]);
     }
-    if (tid < nh) {
-        float *rec = dsv4_att_record(d, b, work, tid);
-        rec[0] = hm[tid];
-        rec[1] = hl[tid];
-    }
-}
-
-/* Where the combined output goes: o, after the inverse rotation by freq of the trailing
- * rope dims. */
-struct dsv4_att_out {
-    const float *freq;
-    uint32_t rope;
-    float *o;
-};
-
-/* Token t's row joins its sequence's window ring, if it is among the sequence's last
- * window rows in the step: an earlier token of a long chunk would land on the same ring
- * row, and the later token must win. Done after the attention of the token's wave has read
- * the ring (a later wave's tokens never read a ring row this one replaces: it holds a
- * position a window before this token's). */
-__device__ static void dsv4_att_ring_write(const dsv4_cuda_dims &d, const dsv4_cuda_step &s,
-                                           uint32_t t, const uint8_t *kvs,
-                                           const dsv4_cuda_kvbuf &win)
-{
-    uint32_t seq = s.tseq[t], p = s.pos[t], W = d.window;
-    if (p + W < s.start[seq] + s.count[seq])
-        return;
-    size_t rb = win.row_bytes;
-    uint8_t *dst = win.base + (size_t)s.slot[seq] * win.block_bytes + (size_t)(p % W) * rb;
-    for (size_t i = threadIdx.x; i < rb; i += blockDim.x)
-        dst[i] = kvs[(size_t)t * rb + i];
+    __syncthreads();
+    dsv4_att_end(d, s, b, out, work, hm, hl, ob, DPP, part, ring, kvs, win);
 }
 
 /* Head h of token t (t0 + tl) from its split records, by one warp, lane l holding dims
@@ -929,10 +1019,11 @@ __device__ static void dsv4_att_combine_head(const dsv4_cuda_dims &d, const dsv4
     }
 }
 
-/* Block (token t0 + x, y): heads WARP_HEADS y + warp, a warp each (dsv4_att_combine_head);
- * block y = 0 also writes the token's ring row (one launch a layer fewer than a kernel of
- * its own). (A block a head, thread 0 weighing the splits between barriers, took 64
- * blocks a token.) */
+/* Block (token t0 + x, y): heads WARP_HEADS y + warp, a warp each (dsv4_att_combine_head),
+ * of a token of more than one split (the split kernel wrote the others' output); block y =
+ * 0 also writes the token's ring row (one launch a layer fewer than a kernel of its own).
+ * (A block a head, thread 0 weighing the splits between barriers, took 64 blocks a
+ * token.) */
 __global__ static void dsv4_attend_combine_kernel(dsv4_cuda_dims d, dsv4_cuda_step s, uint32_t t0,
                                                   bool comp, uint32_t rate_all,
                                                   const uint32_t *nsel, dsv4_att_out out,
@@ -942,10 +1033,10 @@ __global__ static void dsv4_attend_combine_kernel(dsv4_cuda_dims d, dsv4_cuda_st
     uint32_t tl = blockIdx.x, t = t0 + tl, h = blockIdx.y * WARP_HEADS + threadIdx.x / 32;
     if (blockIdx.y == 0)
         dsv4_att_ring_write(d, s, t, kvs, win);
-    if (h >= d.heads)
+    dsv4_att_keys k = dsv4_att_keys_of(d, s, t, comp, rate_all, nsel);
+    if (h >= d.heads || dsv4_att_chunk(k.n) >= k.n)
         return;
-    dsv4_att_combine_head(d, s, t, tl, h, dsv4_att_keys_of(d, s, t, comp, rate_all, nsel), out,
-                          work);
+    dsv4_att_combine_head(d, s, t, tl, h, k, out, work);
 }
 
 /* The splits any token of a step may use (dsv4_att_chunk of its largest possible key
@@ -963,8 +1054,7 @@ static uint32_t dsv4_att_grid_splits(const dsv4_cuda_dims *d, uint32_t pos_bound
     if (comp)
         n += rate_all ? pos_bound / rate_all
                       : (pos_bound < d->index_topk ? pos_bound : d->index_topk);
-    uint64_t splits = (n + ATT_SPLIT_ROWS - 1) / ATT_SPLIT_ROWS;
-    return splits < 1 ? 1 : splits > ATT_MAX_SPLITS ? ATT_MAX_SPLITS : (uint32_t)splits;
+    return dsv4_att_splits(n);
 }
 
 size_t dsv4_cuda_attend_work_bytes(const dsv4_cuda_dims *d, uint32_t max_tokens)
@@ -976,7 +1066,7 @@ size_t dsv4_cuda_attend_work_bytes(const dsv4_cuda_dims *d, uint32_t max_tokens)
 typedef void (*dsv4_att_split_fn)(dsv4_cuda_dims, dsv4_cuda_step, uint32_t, const float *,
                                   const uint8_t *, dsv4_cuda_kvbuf, dsv4_cuda_kvbuf, uint32_t,
                                   const uint32_t *, const uint32_t *, const float *, dsv4_k_rowfmt,
-                                  bool, float *);
+                                  bool, dsv4_att_out, bool, float *);
 
 int dsv4_cuda_attend(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, const float *q_dev,
                      const uint8_t *kvs_dev, const dsv4_cuda_kvbuf *win,
@@ -1022,18 +1112,24 @@ int dsv4_cuda_attend(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, const flo
     bool vec = at % (fmt.dtype == DSV4_K_FP8 ? 8 : 16) == 0;
     uint32_t splits = dsv4_att_grid_splits(d, s->pos_bound, rows && rows->base, rate_all);
     dsv4_att_out out = {freq_dev, rope, o_dev};
-    for (uint32_t t0 = 0; t0 < s->n_tok; t0 += ATT_WAVE) {
-        uint32_t n = s->n_tok - t0 < ATT_WAVE ? s->n_tok - t0 : ATT_WAVE;
+    /* one split a token, one token a sequence: the split kernel writes every output and
+     * ring row, no combine is launched, and no scratch bounds the launch's tokens (up to the
+     * grid's 65535) */
+    bool combine = splits > 1 || s->n_tok != s->n_seqs;
+    uint32_t wave = combine ? ATT_WAVE : 65535;
+    for (uint32_t t0 = 0; t0 < s->n_tok; t0 += wave) {
+        uint32_t n = s->n_tok - t0 < wave ? s->n_tok - t0 : wave;
         /* the head groups of one (token, split) side by side: they run together, and
          * all but the first read of each row hit L2 */
         dim3 grid((d->heads + ATT_HG - 1) / ATT_HG, splits, n);
         kern<<<grid, ATT_THREADS, smem, st>>>(*d, *s, t0, q_dev, kvs_dev, *win, rows ? *rows : none,
-                                              rate_all, sel_dev, nsel_dev, sinks_dev, fmt, vec,
-                                              (float *)work_dev);
-        dsv4_attend_combine_kernel<<<dim3(n, (d->heads + WARP_HEADS - 1) / WARP_HEADS),
-                                     DSV4_CUDA_BLOCK, 0, st>>>(
-            *d, *s, t0, rows && rows->base, rate_all, nsel_dev, out, (const float *)work_dev,
-            kvs_dev, *win);
+                                              rate_all, sel_dev, nsel_dev, sinks_dev, fmt, vec, out,
+                                              !combine, (float *)work_dev);
+        if (combine)
+            dsv4_attend_combine_kernel<<<dim3(n, (d->heads + WARP_HEADS - 1) / WARP_HEADS),
+                                         DSV4_CUDA_BLOCK, 0, st>>>(
+                *d, *s, t0, rows && rows->base, rate_all, nsel_dev, out, (const float *)work_dev,
+                kvs_dev, *win);
     }
     return dsv4_cuda_launch_status();
 }
