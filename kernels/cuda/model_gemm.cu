@@ -71,6 +71,10 @@ dsv4_cuda_blas *dsv4_cuda_blas_new(void *stream, bool deterministic)
     /* the wgmma kernel where the device code has it and the driver hands out the tensor-map
      * encoder (queried here, never while a step is being captured) */
     b->encode = dsv4_wg_encoder();
+    if (b->encode && cudaMalloc(&b->split, WG_SPLIT_BYTES) != cudaSuccess) {
+        dsv4_cuda_blas_free(b);
+        return NULL;
+    }
     return b;
 }
 
@@ -81,6 +85,7 @@ void dsv4_cuda_blas_free(dsv4_cuda_blas *b)
     cublasDestroy(b->handle);
     cudaFree(b->workspace);
     cudaFree(b->part);
+    cudaFree(b->split);
     free(b);
 }
 

@@ -11,14 +11,18 @@
 #include <cudaTypedefs.h>
 #include <cuda_bf16.h>
 
-#define GEMM_ROW_SPLIT 64 /* blocks sharing one output tile's rows */
-#define WG_OUT 64         /* outputs a block (wgmma's M) */
+#define GEMM_ROW_SPLIT 64                 /* blocks sharing one output tile's rows */
+#define WG_OUT 64                         /* outputs a block (wgmma's M) */
+#define WG_SPLIT_BYTES ((size_t)64 << 20) /* the inputs split once (dsv4_cuda_blas split) */
 
 struct dsv4_cuda_blas {
     cublasHandle_t handle;
     cudaStream_t stream;
     void *workspace;
     float *part; /* deterministic mode: the tensor-core splits' sums (MMA_PART_FLOATS) */
+    /* the wgmma launch's inputs split once into bf16 hi and lo (WG_SPLIT_BYTES): a launch
+     * whose rows' split fits reads its B from here rather than splitting per output tile */
+    void *split;
     bool deterministic;
     /* the device code has the wgmma kernel (sm_90a) and the driver encodes tensor maps */
     PFN_cuTensorMapEncodeTiled_v12000 encode;

@@ -36,15 +36,19 @@ PFN_cuTensorMapEncodeTiled_v12000 dsv4_wg_encoder(void)
  * (f32) from memory into a ring of shared-memory stages by TMA tensor-map copies that
  * complete on the stage's mbarrier, so a block keeps the whole ring in flight without
  * registers or load latency on the consumers' path. The consumers split a stage's inputs
- * into bf16 hi and lo (as the mma.sync kernel does) and store them as B, hi as columns
- * 0 .. NT - 1 and lo as columns NT .. 2 NT - 1 of one m64n(2 NT)k16 MMA per 16 inputs, so
- * a row's hi and lo sums build in separate accumulators over the k blocks of its split in
- * ascending order and are added (hi + lo) at the split's end; the splits' sums are then
- * added in split order as the mma.sync kernel adds them (in registers, or by
- * dsv4_mma_sum_kernel). An output's bits therefore depend on its weight row, its input row
- * and the split (fixed by the weight's shape in deterministic mode), provided a wgmma
- * column's sums do not depend on N, on the column or on the warpgroup: the GEMM test checks
- * that bitwise (rows at every position of tiles of 8 .. 64, one and two warpgroups). */
+ * into bf16 hi and lo (as the mma.sync kernel does) and store them as B, hi as columns 0 ..
+ * NT - 1 and lo as columns NT .. 2 NT - 1 of one m64n(2 NT)k16 MMA per 16 inputs, so a
+ * row's hi and lo sums build in separate accumulators over the k blocks of its split in
+ * ascending order and are added (hi + lo) at the split's end. A launch of enough rows
+ * (dsv4_wg_split_once) splits its inputs once instead (dsv4_wg_split_kernel, the same bits,
+ * into the handle's split buffer), and the producer loads each stage's B as it is, in the
+ * swizzle, so the consumers only wait for a stage and run its MMAs; every output tile would
+ * otherwise split the same inputs again. The splits' sums are then added in split order as
+ * the mma.sync kernel adds them (in registers, or by dsv4_mma_sum_kernel). An output's bits
+ * therefore depend on its weight row, its input row and the split (fixed by the weight's
+ * shape in deterministic mode), provided a wgmma column's sums do not depend on N, on the
+ * column or on the warpgroup: the GEMM test checks that bitwise (rows at every position of
+ * tiles of 8 .. 64, one and two warpgroups). */
 #define WG_KB 64 /* inputs a stage: one 128-byte swizzle row of bf16 */
 /* warpgroups a block from tiles of 32 rows: two share the inputs' tile, so the block reads
  * 4 bytes of inputs per 4 of weights where one would read 8 */
@@ -53,14 +57,14 @@ PFN_cuTensorMapEncodeTiled_v12000 dsv4_wg_encoder(void)
 
 /* A block of WGS warpgroups (WGS x 64 outputs sharing the inputs' tile of NT rows) and the
  * producer warp. A stage holds the weights (A), the inputs as loaded (f32, NT rows of
- * WG_KB) and as B (hi and lo bf16). One warpgroup: about 80-100 KiB of ring a block, two
- * blocks a multiprocessor; two (their accumulators take the registers of two blocks):
- * about 192 KiB, one block. */
-template <uint32_t NT, uint32_t WGS> struct dsv4_wg_shape {
+ * WG_KB; none where they come split, PRE) and as B (hi and lo bf16). One warpgroup: about 80-100
+ * KiB of ring a block, two blocks a multiprocessor; two (their accumulators take the registers of
+ * two blocks): about 192 KiB, one block. */
+template <uint32_t NT, uint32_t WGS, bool PRE> struct dsv4_wg_shape {
     static constexpr uint32_t threads = 128 * WGS + 32;
     static constexpr uint32_t a_bytes = WGS * WG_A_BYTES;
     static constexpr uint32_t b_bytes = 2 * NT * WG_KB * 2;
-    static constexpr uint32_t x_bytes = NT * WG_KB * 4;
+    static constexpr uint32_t x_bytes = PRE ? 0 : NT * WG_KB * 4;
     static constexpr uint32_t stage_bytes = a_bytes + b_bytes + x_bytes;
     static constexpr uint32_t ring = (WGS == 1 ? 96 : 192) * 1024;
     static constexpr uint32_t stages = ring / stage_bytes > 8 ? 8 : ring / stage_bytes;
@@ -164,6 +168,17 @@ template <uint32_t N> __device__ static inline void dsv4_wg_fence(float (&d)[N])
         asm volatile("" : "+f"(d[i])::"memory");
 }
 
+/* A stage's B from the split inputs (dsv4_wg_split_kernel): k block kb of the NT rows from
+ * row tr (of the launch's) of problem xg, hi then lo, on the stage's full barrier. */
+__device__ static inline void dsv4_wg_load_hl(const CUtensorMap *m, uint32_t dst, uint32_t kb,
+                                              uint32_t tr, int xg, uint32_t full)
+{
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes "
+                 "[%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
+                 "l"((uint64_t)m), "r"((int)(kb * WG_KB)), "r"((int)tr), "r"(0), "r"(xg), "r"(full)
+                 : "memory");
+}
+
 /* The k blocks [kbeg, kend) of split s of a weight of kbs k blocks. */
 __device__ static inline void dsv4_wg_split(uint32_t s, uint32_t ksplit, size_t kbs, size_t *kbeg_p,
                                             size_t *kend_p)
@@ -182,16 +197,34 @@ struct dsv4_wg_maps {
     uint32_t x_rows_inner; /* the inputs' dims: 0 (input, row, problem), 1 (input, problem, row) */
 };
 
+/* Split once (PRE): the inputs of rows w0 .. w1 as [problem][hi, lo][w1 - w0][in] bf16
+ * (dsv4_mma_split's bits), read as (input, row, hi|lo, problem) in boxes of WG_KB inputs x
+ * NT rows x both halves in the 128-byte swizzle: a stage's B as the consumers would store
+ * it, hi as columns 0 .. NT - 1 and lo as NT .. 2 NT - 1. */
+__global__ static void dsv4_wg_split_kernel(const float *__restrict__ x, size_t xs, size_t xz,
+                                            size_t in, uint32_t w0, uint32_t rows,
+                                            uint2 *__restrict__ hl)
+{
+    size_t recs = (size_t)rows * (in / 4), p = blockIdx.y;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < recs;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t r = i / (in / 4), q = i % (in / 4);
+        uint4 v = dsv4_mma_split(*(const float4 *)(x + p * xz + (w0 + r) * xs + 4 * q));
+        hl[2 * p * recs + i] = make_uint2(v.x, v.y);
+        hl[(2 * p + 1) * recs + i] = make_uint2(v.z, v.w);
+    }
+}
+
 /* Y = W X for BF16 weights, laid out as dsv4_mma_kernel's launch (block x: split x % kgrid
  * and row tiles x / kgrid, ...; y: output tiles of WGS x WG_OUT; z: groups), the same sums
  * written the same ways. */
-template <uint32_t NT, uint32_t WGS, bool WHOLE>
+template <uint32_t NT, uint32_t WGS, bool WHOLE, bool PRE>
 __global__ static void __launch_bounds__(128 * WGS + 32, WGS == 1 ? 2 : 1)
     dsv4_wg_kernel(const __grid_constant__ dsv4_wg_maps tm, size_t out, size_t in, dsv4_mma_rows R,
                    float *__restrict__ y, size_t ys, size_t yz)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    using S = dsv4_wg_shape<NT, WGS>;
+    using S = dsv4_wg_shape<NT, WGS, PRE>;
     constexpr uint32_t CT = 128 * WGS; /* consumer threads */
     extern __shared__ uint8_t dsv4_wg_smem[];
     uint8_t *ring = (uint8_t *)(((uintptr_t)dsv4_wg_smem + 1023) & ~(uintptr_t)1023);
@@ -237,7 +270,7 @@ __global__ static void __launch_bounds__(128 * WGS + 32, WGS == 1 ? 2 : 1)
                         dsv4_mbar_wait(empty0 + 8 * st, (it / S::stages - 1) & 1u);
                     asm volatile(
                         "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(full),
-                        "r"(S::a_bytes + S::x_bytes)
+                        "r"(S::a_bytes + (PRE ? S::b_bytes : S::x_bytes))
                         : "memory");
 #pragma unroll
                     for (uint32_t w = 0; w < WGS; w++)
@@ -247,13 +280,18 @@ __global__ static void __launch_bounds__(128 * WGS + 32, WGS == 1 ? 2 : 1)
                                      "l"((uint64_t)&tm.w), "r"((int)(kb * WG_KB)),
                                      "r"(row + (int)(w * WG_OUT)), "r"(full)
                                      : "memory");
-                    int c1 = tm.x_rows_inner ? xg : (int)tr, c2 = tm.x_rows_inner ? (int)tr : xg;
-                    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::"
-                                 "complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(
-                                     a + S::a_bytes + S::b_bytes),
-                                 "l"((uint64_t)&tm.x), "r"((int)(kb * WG_KB)), "r"(c1), "r"(c2),
-                                 "r"(full)
-                                 : "memory");
+                    if constexpr (PRE) {
+                        dsv4_wg_load_hl(&tm.x, a + S::a_bytes, (uint32_t)kb, tr - R.w0, xg, full);
+                    } else {
+                        int c1 = tm.x_rows_inner ? xg : (int)tr;
+                        int c2 = tm.x_rows_inner ? (int)tr : xg;
+                        asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::"
+                                     "complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(
+                                         a + S::a_bytes + S::b_bytes),
+                                     "l"((uint64_t)&tm.x), "r"((int)(kb * WG_KB)), "r"(c1), "r"(c2),
+                                     "r"(full)
+                                     : "memory");
+                    }
                 }
             }
         return;
@@ -273,21 +311,23 @@ __global__ static void __launch_bounds__(128 * WGS + 32, WGS == 1 ? 2 : 1)
             for (size_t kb = kbeg; kb < kend; kb++, it++) {
                 uint32_t st = it % S::stages;
                 uint8_t *a = ring + st * S::stage_bytes, *b = a + S::a_bytes;
-                const float4 *xt = (const float4 *)(b + S::b_bytes);
                 dsv4_mbar_wait(full0 + 8 * st, (it / S::stages) & 1u);
-                /* B: row r's inputs 4 q .. 4 q + 3 (record r * 16 + q of the inputs as loaded)
-                 * as hi (row r) and lo (row NT + r), in the 16-byte chunk q / 2 of the row,
-                 * swizzled by the row within its 8-row atom */
+                if constexpr (!PRE) {
+                    /* B: row r's inputs 4 q .. 4 q + 3 (record r * 16 + q of the inputs as
+                     * loaded) as hi (row r) and lo (row NT + r), in the 16-byte chunk q / 2 of
+                     * the row, swizzled by the row within its 8-row atom */
+                    const float4 *xt = (const float4 *)(b + S::b_bytes);
 #pragma unroll
-                for (uint32_t rec = tid; rec < NT * WG_KB / 4; rec += CT) {
-                    uint32_t r = rec / (WG_KB / 4), q = rec % (WG_KB / 4);
-                    uint4 v = dsv4_mma_split(xt[rec]);
-                    uint32_t c = ((q / 2) ^ (r % 8)) * 16 + (q % 2) * 8;
-                    *(uint2 *)(b + r * 128 + c) = make_uint2(v.x, v.y);
-                    *(uint2 *)(b + (NT + r) * 128 + c) = make_uint2(v.z, v.w);
+                    for (uint32_t rec = tid; rec < NT * WG_KB / 4; rec += CT) {
+                        uint32_t r = rec / (WG_KB / 4), q = rec % (WG_KB / 4);
+                        uint4 v = dsv4_mma_split(xt[rec]);
+                        uint32_t c = ((q / 2) ^ (r % 8)) * 16 + (q % 2) * 8;
+                        *(uint2 *)(b + r * 128 + c) = make_uint2(v.x, v.y);
+                        *(uint2 *)(b + (NT + r) * 128 + c) = make_uint2(v.z, v.w);
+                    }
+                    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+                    asm volatile("bar.sync 1, %0;\n" ::"r"(CT) : "memory");
                 }
-                asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-                asm volatile("bar.sync 1, %0;\n" ::"r"(CT) : "memory");
                 uint32_t a_addr = dsv4_smem_addr(a) + wg * WG_A_BYTES, b_addr = dsv4_smem_addr(b);
                 dsv4_wg_fence(d);
                 asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
@@ -341,18 +381,31 @@ __global__ static void __launch_bounds__(128 * WGS + 32, WGS == 1 ? 2 : 1)
 }
 
 /* The wgmma launch's tensor maps (dsv4_wg_maps): a BF16 weight of `mats` [out][in]
- * matrices and the inputs of `probs` problems of n rows (strides in elements). */
+ * matrices and the inputs of `probs` problems of n rows (strides in elements), as f32 or,
+ * split (hl set), as dsv4_wg_split_kernel wrote rows w0 .. n to hl. */
 static int dsv4_wg_maps_make(const dsv4_cuda_blas *b, const void *w, size_t mats, size_t out,
                              size_t in, const float *x, size_t xs, size_t xz, uint32_t probs,
-                             size_t n, uint32_t nt, dsv4_wg_maps *m_p)
+                             size_t w0, size_t n, const void *hl, uint32_t nt, dsv4_wg_maps *m_p)
 {
     cuuint64_t wdims[2] = {in, mats * out}, wstrides[1] = {in * 2};
-    cuuint32_t wbox[2] = {WG_KB, WG_OUT}, step[3] = {1, 1, 1};
+    cuuint32_t wbox[2] = {WG_KB, WG_OUT}, step[4] = {1, 1, 1, 1};
     CUresult r = b->encode(&m_p->w, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)w, wdims, wstrides,
                            wbox, step, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS)
         return -EINVAL;
+    m_p->x_rows_inner = 0;
+    if (hl) {
+        /* rows past n read as zeros, as the f32 map's do */
+        size_t rows = n - w0;
+        cuuint64_t hdims[4] = {in, rows, 2, probs};
+        cuuint64_t hstrides[3] = {in * 2, rows * in * 2, 2 * rows * in * 2};
+        cuuint32_t hbox[4] = {WG_KB, nt, 2, 1};
+        r = b->encode(&m_p->x, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, (void *)hl, hdims, hstrides,
+                      hbox, step, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+        return r == CUDA_SUCCESS ? 0 : -EINVAL;
+    }
     /* one problem: a third dimension of one, past the n rows */
     bool inner = probs > 1 && xz < xs;
     size_t zs = probs > 1 ? xz : xs * n;
@@ -374,7 +427,19 @@ static uint32_t dsv4_wg_tile(uint32_t rows_each, uint32_t rows)
     return rows_each <= 8 || rows <= 8 ? 8 : rows_each <= 16 ? 16 : rows_each <= 32 ? 32 : 64;
 }
 
-template <uint32_t NT, uint32_t WGS>
+/* Whether a launch splits its inputs once (dsv4_wg_split_kernel) rather than by each output
+ * tile: from tiles of 64 rows where 2048 outputs or more (16 tiles of 128) would each split
+ * them again, and past 64 rows a group at any width, where the split bounds a stage. H200,
+ * same run: 64 rows, head 360 -> 286 us, wq_b 33 -> 30, wo_b 38 -> 34-36, experts 60 -> 59
+ * (deterministic); 128 and 256 rows 0.64-0.88x the time (wq_a 0.94-1.07x). A split of its
+ * own cost 1-3 us more at 1 and 16 rows, 1-3 us at 64 rows of 1024 outputs (wq_a, wo_a)
+ * and up to 1 us at tiles of 32 rows but the head's. */
+static bool dsv4_wg_split_once(uint32_t rows_each, size_t out)
+{
+    return rows_each > 32 && (out >= 2048 || rows_each > 64);
+}
+
+template <uint32_t NT, uint32_t WGS, bool PRE>
 static int dsv4_wg_run_tiles(cudaStream_t st, const dsv4_wg_call &c, size_t out, size_t in,
                              const dsv4_mma_rows &R, uint32_t groups, uint32_t rows_each, float *y,
                              size_t ys, size_t yz)
@@ -385,35 +450,54 @@ static int dsv4_wg_run_tiles(cudaStream_t st, const dsv4_wg_call &c, size_t out,
     if (grid.y > 65535 || grid.z > 65535)
         return -EINVAL;
     dsv4_wg_maps m;
-    int rc = dsv4_wg_maps_make(c.b, c.w, groups, out, in, c.x, c.xs, c.xz, R.off ? 1 : groups, R.w1,
-                               NT, &m);
+    int rc = dsv4_wg_maps_make(c.b, c.w, groups, out, in, c.x, c.xs, c.xz, R.off ? 1 : groups, R.w0,
+                               R.w1, PRE ? c.b->split : NULL, NT, &m);
     if (rc != 0)
         return rc;
-    using S = dsv4_wg_shape<NT, WGS>;
+    using S = dsv4_wg_shape<NT, WGS, PRE>;
     static bool opted;
-    if (!opted && (cudaFuncSetAttribute(dsv4_wg_kernel<NT, WGS, false>,
+    if (!opted && (cudaFuncSetAttribute(dsv4_wg_kernel<NT, WGS, false, PRE>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)S::smem) != cudaSuccess ||
-                   cudaFuncSetAttribute(dsv4_wg_kernel<NT, WGS, true>,
+                   cudaFuncSetAttribute(dsv4_wg_kernel<NT, WGS, true, PRE>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)S::smem) != cudaSuccess))
         return dsv4_cuda_launch_status();
     opted = true;
     if (R.kgrid == 1 && R.ksplit > 1)
-        dsv4_wg_kernel<NT, WGS, true><<<grid, S::threads, S::smem, st>>>(m, out, in, R, y, ys, yz);
+        dsv4_wg_kernel<NT, WGS, true, PRE>
+            <<<grid, S::threads, S::smem, st>>>(m, out, in, R, y, ys, yz);
     else
-        dsv4_wg_kernel<NT, WGS, false><<<grid, S::threads, S::smem, st>>>(m, out, in, R, y, ys, yz);
+        dsv4_wg_kernel<NT, WGS, false, PRE>
+            <<<grid, S::threads, S::smem, st>>>(m, out, in, R, y, ys, yz);
     return dsv4_cuda_launch_status();
+}
+
+template <bool PRE>
+static int dsv4_wg_run_split(cudaStream_t st, const dsv4_wg_call &c, size_t out, size_t in,
+                             const dsv4_mma_rows &R, uint32_t groups, uint32_t rows_each, float *y,
+                             size_t ys, size_t yz)
+{
+    switch (dsv4_wg_tile(rows_each, R.w1 - R.w0)) {
+    case 8: return dsv4_wg_run_tiles<8, 1, PRE>(st, c, out, in, R, groups, rows_each, y, ys, yz);
+    case 16: return dsv4_wg_run_tiles<16, 1, PRE>(st, c, out, in, R, groups, rows_each, y, ys, yz);
+    case 32:
+        return dsv4_wg_run_tiles<32, WG_WIDE, PRE>(st, c, out, in, R, groups, rows_each, y, ys, yz);
+    default:
+        return dsv4_wg_run_tiles<64, WG_WIDE, PRE>(st, c, out, in, R, groups, rows_each, y, ys, yz);
+    }
 }
 
 int dsv4_wg_run(cudaStream_t st, const dsv4_wg_call &c, size_t out, size_t in,
                 const dsv4_mma_rows &R, uint32_t groups, uint32_t rows_each, float *y, size_t ys,
                 size_t yz)
 {
-    switch (dsv4_wg_tile(rows_each, R.w1 - R.w0)) {
-    case 8: return dsv4_wg_run_tiles<8, 1>(st, c, out, in, R, groups, rows_each, y, ys, yz);
-    case 16: return dsv4_wg_run_tiles<16, 1>(st, c, out, in, R, groups, rows_each, y, ys, yz);
-    case 32: return dsv4_wg_run_tiles<32, WG_WIDE>(st, c, out, in, R, groups, rows_each, y, ys, yz);
-    default: return dsv4_wg_run_tiles<64, WG_WIDE>(st, c, out, in, R, groups, rows_each, y, ys, yz);
-    }
+    size_t probs = R.off ? 1 : groups, rows = R.w1 - R.w0, recs = rows * (in / 4);
+    if (!dsv4_wg_split_once(rows_each, out) || probs * 2 * rows * in * 2 > WG_SPLIT_BYTES)
+        return dsv4_wg_run_split<false>(st, c, out, in, R, groups, rows_each, y, ys, yz);
+    dim3 sg((unsigned)((recs + 255) / 256 < 1024 ? (recs + 255) / 256 : 1024), (unsigned)probs);
+    dsv4_wg_split_kernel<<<sg, 256, 0, st>>>(c.x, c.xs, c.xz, in, R.w0, (uint32_t)rows,
+                                             (uint2 *)c.b->split);
+    int rc = dsv4_cuda_launch_status();
+    return rc != 0 ? rc : dsv4_wg_run_split<true>(st, c, out, in, R, groups, rows_each, y, ys, yz);
 }
