@@ -592,9 +592,10 @@ __device__ static void dsv4_att_end(const dsv4_cuda_dims &d, const dsv4_cuda_ste
 {
     uint32_t D = d.head_dim, tid = threadIdx.x;
     if (b.v0 != 0 || b.v1 != b.k.n) {
-        for (uint32_t e = tid; e < b.nh * D; e += ATT_THREADS) {
-            uint32_t h = e / D, dd = e - h * D;
-            dsv4_att_record(d, b, work, h)[2 + dd] = ob[h * os + dd];
+        for (uint32_t h = 0; h < b.nh; h++) {
+            float *rec = dsv4_att_record(d, b, work, h) + 2;
+            for (uint32_t dd = tid; dd < D; dd += ATT_THREADS)
+                rec[dd] = ob[h * os + dd];
         }
         if (tid < b.nh) {
             float *rec = dsv4_att_record(d, b, work, tid);
@@ -607,21 +608,22 @@ __device__ static void dsv4_att_end(const dsv4_cuda_dims &d, const dsv4_cuda_ste
         for (uint32_t i = tid; i < out.rope / 2; i += ATT_THREADS)
             dsv4_rope_cs(out.freq, i, pos, true, &cs[2 * i], &cs[2 * i + 1]);
         __syncthreads();
-        for (uint32_t e = tid; e < b.nh * P; e += ATT_THREADS) {
-            uint32_t h = e / P, dd = 2 * (e - h * P);
+        for (uint32_t h = 0; h < b.nh; h++) {
             float w = expf(hm[h] - hm[h]), inv_l = 1.0f / fmaf(hl[h], w, 0.0f);
-            float a0 = fmaf(ob[h * os + dd], w, 0.0f) * inv_l;
-            float a1 = fmaf(ob[h * os + dd + 1], w, 0.0f) * inv_l;
-            if (dd >= rot0) {
-                float c = cs[dd - rot0], sn = cs[dd - rot0 + 1];
-                float r0 = dsv4_rope_dim(a0, a1, dd, c, sn);
-                a1 = dsv4_rope_dim(a1, a0, dd + 1, c, sn);
-                a0 = r0;
-            }
             float *oh = out.o + ((size_t)b.t * d.heads + b.h0 + h) * D;
-            oh[dd] = a0;
-            if (dd + 1 < D)
-                oh[dd + 1] = a1;
+            for (uint32_t dd = 2 * tid; dd < 2 * P; dd += 2 * ATT_THREADS) {
+                float a0 = fmaf(ob[h * os + dd], w, 0.0f) * inv_l;
+                float a1 = fmaf(ob[h * os + dd + 1], w, 0.0f) * inv_l;
+                if (dd >= rot0) {
+                    float c = cs[dd - rot0], sn = cs[dd - rot0 + 1];
+                    float r0 = dsv4_rope_dim(a0, a1, dd, c, sn);
+                    a1 = dsv4_rope_dim(a1, a0, dd + 1, c, sn);
+                    a0 = r0;
+                }
+                oh[dd] = a0;
+                if (dd + 1 < D)
+                    oh[dd + 1] = a1;
+            }
         }
     }
     if (ring && blockIdx.x == 0 && b.split == 0)
