@@ -1,7 +1,7 @@
 /* indexer-decode.cu: decode-time lightning indexer on one GPU, against the memory ceiling
  * measured in the same run.
  *
- *   bench/indexer-decode [--profile] [--only indexer|topk] [commit]
+ *   bench/indexer-decode [--profile] [--only indexer|topk] [--step FMT/CTX/BATCH] [commit]
  *
  * 1. HBM read ceiling: a streaming read of a 4 GiB buffer (16-byte loads, grid-stride).
  * 2. dsv4_cuda_indexer_score for fp8 and bf16 index-K pages (64 heads x 128 dims, 64 rows
@@ -27,7 +27,8 @@
  * ones). With --profile only the small steps run (batch 1 up to 32k context, top-k at
  * batch 1), once each with no warm-up and no timing, for a profiler (ncu) to pick the
  * kernels out. --only runs the indexer steps or the top-k alone (the ceiling and the launch
- * floor are measured either way). */
+ * floor are measured either way). --step runs one indexer step alone, as its table row names
+ * it (fp8/128k/64, bf16/one page/1), with --profile too: one launch of a large step for ncu. */
 #include "kernels/cuda/cuda_kernels.h"
 
 #include <cuda_runtime.h>
@@ -82,6 +83,7 @@ __global__ void __launch_bounds__(256)
 
 static bool profiling;   /* --profile: one untimed run of each case */
 static const char *only; /* --only: "indexer" or "topk"; NULL runs both */
+static const char *one;  /* --step: the one indexer step to run ("fp8/128k/64"); NULL runs all */
 
 /* Median time in microseconds of REPS runs of fn(rep) (after 3 warm-up runs), and in
  * *host_us the median time the host spent inside fn. */
@@ -193,6 +195,8 @@ int main(int argc, char **argv)
             profiling = true;
         else if (!strcmp(argv[i], "--only") && i + 1 < argc)
             only = argv[++i];
+        else if (!strcmp(argv[i], "--step") && i + 1 < argc)
+            one = argv[++i];
         else
             commit = argv[i];
     }
@@ -200,6 +204,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "indexer-decode: --only takes indexer or topk (not %s)\n", only);
         return 2;
     }
+    if (one)
+        only = "indexer";
     check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
     printf("# indexer decode on %s (%d SMs), commit %s\n\n", prop.name, prop.multiProcessorCount,
            commit);
@@ -274,8 +280,11 @@ int main(int argc, char **argv)
             for (uint32_t B : batches) {
                 uint32_t rows = ck ? ck * 1024 / 4 : RPP, pages = rows / RPP;
                 size_t step_pages = (size_t)B * pages;
+                char ctx[16], name[48];
+                snprintf(ctx, sizeof ctx, ck ? "%uk" : "one page", ck);
+                snprintf(name, sizeof name, "%s/%s/%u", f.name, ctx, B);
                 if (step_pages > pool_pages || (ck == 0 && B > 1) ||
-                    (profiling && (B > 1 || ck > 32)))
+                    (one ? strcmp(one, name) != 0 : profiling && (B > 1 || ck > 32)))
                     continue;
                 /* as many disjoint page sets as fit, one per repetition in turn */
                 size_t sets = std::min<size_t>(pool_pages / step_pages, 16);
@@ -313,8 +322,6 @@ int main(int argc, char **argv)
                         (uint32_t)page_bytes, sink);
                 });
                 double bytes = (double)step_pages * page_bytes;
-                char ctx[16];
-                snprintf(ctx, sizeof ctx, ck ? "%uk" : "one page", ck);
                 printf("| %s | %s | %u | %.2f MB | %.1f | %.0f | %.0f%% | %.1f | %.0f | %.0f%% | "
                        "%.1f | %.0f%% | %.1f | %.1f | %.0f%% |\n",
                        f.name, ctx, B, bytes / 1e6, us, bytes / us / 1e3,

@@ -435,6 +435,10 @@ struct ik_feed {
     uint64_t *full;
     uint32_t *released, *ids;
     uint32_t page_bytes, stages, p0, p1, rpp, row_bytes;
+    /* ceil(2^32 / stages): for the n < 2^16 a block counts its pages by, n / stages is the
+     * high word of n x stage_div (a division by a runtime value costs some 20 instructions,
+     * and wait and release each took two a page) */
+    uint32_t stage_div;
 
     /* One lane: the page by one bulk copy, or with a tensor map, by one copy a box of 64 rows
      * x 128 bytes (64 values, stored in the wgmma 128-byte swizzled layout), boxes of a page
@@ -478,9 +482,10 @@ struct ik_feed {
     /* Every thread of a warp, in page order: page i once it has landed. */
     __device__ const uint8_t *wait(uint32_t i) const
     {
-        dsv4_mbar_wait(dsv4_smem_addr(&full[(i - p0) % stages]), (i - p0) / stages & 1u);
+        const uint32_t round = __umulhi(i - p0, stage_div), stage = i - p0 - round * stages;
+        dsv4_mbar_wait(dsv4_smem_addr(&full[stage]), round & 1u);
         __syncwarp(); /* the MMAs need the warp converged after its spin */
-        return stage0 + (size_t)((i - p0) % stages) * page_bytes;
+        return stage0 + (size_t)stage * page_bytes;
     }
 
     /* Every thread of a warp, once the warp has read what it needs of page i: the warp's
@@ -489,7 +494,8 @@ struct ik_feed {
      * copy after it). */
     __device__ void release(uint32_t i, uint32_t warps, uint32_t lane) const
     {
-        const uint32_t stage = (i - p0) % stages, uses = (i - p0) / stages + 1;
+        const uint32_t round = __umulhi(i - p0, stage_div), stage = i - p0 - round * stages;
+        const uint32_t uses = round + 1;
         uint32_t seen = 0;
         __syncwarp();
         if (lane == 0)
@@ -520,6 +526,7 @@ __device__ static inline ik_feed ik_feed_at(uint8_t *smem, const uint8_t *pool, 
     f.row_bytes = 0;
     f.page_bytes = page_bytes;
     f.stages = stages;
+    f.stage_div = 0xffffffffu / stages + 1u;
     f.p0 = p0;
     f.p1 = p1;
     return f;

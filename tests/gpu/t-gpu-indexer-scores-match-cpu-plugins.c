@@ -8,8 +8,9 @@
  * the float sums. Scores do not depend on the batch (a query alone gives the same bits),
  * nothing is written past a query's rows, and the CPU ops are untouched by all this. Page
  * shapes: 64 and 32 rows (the plugins' defaults), 8 rows (one MMA tile), 24 rows (not a
- * power of two) and 256 rows (the largest pages the kernels take); bf16 64 x 128 pages (the
- * tensor-map kernel) with 64 heads and with 12 (heads past the query masked). */
+ * power of two) and 256 rows (the largest pages the kernels take); bf16 and fp8 64 x 128
+ * pages with 64 heads and with 12 (heads past the query masked), fp8 128 x 128 pages (two
+ * 64-row tiles a page). */
 #include "config.h"
 
 #include "tests/gpu/gpu.h"
@@ -193,8 +194,11 @@ int main(void)
         {INDEXK_BF16, NULL, 24, 128, 64, 0x1p-9},
         {INDEXK_BF16, NULL, 256, 128, 64, 0x1p-9},
         {INDEXK_FP8, NULL, 256, 64, 64, 0x1p-11},
-        /* bf16 64 x 128 pages (the tensor-map kernel) with heads past the query's masked */
+        /* 64 x 128 pages (bf16: the tensor-map kernel, fp8: the wgmma kernel) with heads
+         * past the query's masked; fp8 128 x 128 pages (two 64-row tiles a page) */
         {INDEXK_BF16, NULL, 64, 128, 12, 0x1p-9},
+        {INDEXK_FP8, NULL, 64, 128, 12, 0x1p-11},
+        {INDEXK_FP8, NULL, 128, 128, 64, 0x1p-11},
     };
 
     gpu_require();
