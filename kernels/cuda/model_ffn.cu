@@ -134,8 +134,6 @@ template <uint32_t V> __device__ static inline void dsv4_vst(float *p, const dsv
         *p = r.v[0];
 }
 
-#define HC_EGROUP 8 /* routed choices dsv4_hc_post_kernel loads together */
-
 /* Thread i: columns [V i, V i + V) of the step's token rows (V = 4 when the hidden size
  * allows 16-byte accesses). Every load comes before the first store (the streams are
  * overwritten in place, so loads after a store would wait for it), and the loops run over
@@ -156,29 +154,13 @@ __global__ static void dsv4_hc_post_kernel(dsv4_cuda_dims d, uint32_t n, float *
     const float *pt = post + t * N, *ct = comb + t * N * N;
     dsv4_vec<V> y = dsv4_vld<V>(src.y + t * H + h), col[NM];
     if (src.eo) {
-        /* HC_EGROUP choices at a time: their weights and rows, then their outputs, each
-         * round of loads together (a choice a step waited on two load rounds a choice) */
         float acc[V] = {};
-        for (uint32_t c0 = 0; c0 < src.k; c0 += HC_EGROUP) {
-            float wc[HC_EGROUP];
-            uint32_t pos[HC_EGROUP];
-            dsv4_vec<V> e[HC_EGROUP];
+        for (uint32_t c = 0; c < src.k; c++) {
+            float wc = src.w[t * src.k + c];
+            dsv4_vec<V> e = dsv4_vld<V>(src.eo + (size_t)src.epos[t * src.k + c] * H + h);
 #pragma unroll
-            for (uint32_t c = 0; c < HC_EGROUP; c++)
-                if (c0 + c < src.k) {
-                    wc[c] = src.w[t * src.k + c0 + c];
-                    pos[c] = src.epos[t * src.k + c0 + c];
-                }
-#pragma unroll
-            for (uint32_t c = 0; c < HC_EGROUP; c++)
-                if (c0 + c < src.k)
-                    e[c] = dsv4_vld<V>(src.eo + (size_t)pos[c] * H + h);
-#pragma unroll
-            for (uint32_t c = 0; c < HC_EGROUP; c++)
-                if (c0 + c < src.k)
-#pragma unroll
-                    for (uint32_t v = 0; v < V; v++)
-                        acc[v] += wc[c] * e[c].v[v];
+            for (uint32_t v = 0; v < V; v++)
+                acc[v] += wc * e.v[v];
         }
 #pragma unroll
         for (uint32_t v = 0; v < V; v++)
@@ -626,6 +608,7 @@ struct dsv4_route_args {
 /* Experts a route may have: a lane marks the ones it chose in 64 bits (2048 a warp), and
  * the group kernel's counts fit 48 KiB of shared memory */
 #define DSV4_ROUTE_MAX_E 1024
+#define DSV4_ROUTE_REGS 8 /* choice values a lane keeps in registers (256 experts a warp) */
 
 /* sum + the values of lanes 0, 1, ..., min(n, 32) - 1, added one by one in lane order (a
  * thread's sum over them, the same bits), in every lane. */
@@ -674,12 +657,30 @@ __device__ static void dsv4_route_warp(const dsv4_route_args &a, uint32_t t)
         for (uint32_t i = lane; i < k; i += 32)
             id[i] = a.tid2eid[(size_t)a.tok[t] * k + i];
     } else {
-        /* the bias steers the choice only; the weights use the unbiased scores */
+        /* the bias steers the choice only; the weights use the unbiased scores. A lane's
+         * first DSV4_ROUTE_REGS choice values stay in registers for the k rounds (loaded
+         * each round, every round waited on the loads) */
+        float cr[DSV4_ROUTE_REGS];
+#pragma unroll
+        for (uint32_t j = 0; j < DSV4_ROUTE_REGS; j++) {
+            uint32_t e = lane + 32 * j;
+            cr[j] = e < E ? (a.bias ? score[e] + a.bias[e] : score[e]) : 0.0f;
+        }
         uint64_t taken = 0; /* bit j: expert lane + 32 j chosen */
         for (uint32_t i = 0; i < k; i++) {
             uint32_t best = UINT32_MAX;
             float cb = 0.0f;
-            for (uint32_t e = lane, j = 0; e < E; e += 32, j++) {
+#pragma unroll
+            for (uint32_t j = 0; j < DSV4_ROUTE_REGS; j++) {
+                uint32_t e = lane + 32 * j;
+                if (e < E && !(taken >> j & 1) &&
+                    (best == UINT32_MAX || dsv4_better(cr[j], cb, e, best))) {
+                    best = e;
+                    cb = cr[j];
+                }
+            }
+            for (uint32_t e = lane + 32 * DSV4_ROUTE_REGS, j = DSV4_ROUTE_REGS; e < E;
+                 e += 32, j++) {
                 float ce = a.bias ? score[e] + a.bias[e] : score[e];
                 if (!(taken >> j & 1) && (best == UINT32_MAX || dsv4_better(ce, cb, e, best))) {
                     best = e;
@@ -898,13 +899,11 @@ int dsv4_cuda_swiglu(const dsv4_cuda_swiglu_rows *sets, uint32_t n_sets, uint32_
     for (uint32_t j = 0; j < n_sets; j++)
         vec = vec && sets[j].stride % 4 == 0 &&
               (((uintptr_t)sets[j].g | (uintptr_t)sets[j].u | (uintptr_t)sets[j].h) & 15) == 0;
-    /* the vector kernel's blocks take 64 threads: as many blocks as the scalar kernel's (a
-     * few rows at batch 1 kept on fewer SMs took longer, 3.4 us a call against 3.0) */
-    uint32_t nt = vec ? 64 : 256, ry = a.rows < 65535 ? a.rows : 65535;
-    dim3 grid((inter / (vec ? 4 : 1) + nt - 1) / nt, ry);
+    uint32_t ry = a.rows < 65535 ? a.rows : 65535;
+    dim3 grid((inter / (vec ? 4 : 1) + 255) / 256, ry);
     if (vec)
-        dsv4_swiglu_kernel<4><<<grid, nt, 0, (cudaStream_t)stream>>>(a);
+        dsv4_swiglu_kernel<4><<<grid, 256, 0, (cudaStream_t)stream>>>(a);
     else
-        dsv4_swiglu_kernel<1><<<grid, nt, 0, (cudaStream_t)stream>>>(a);
+        dsv4_swiglu_kernel<1><<<grid, 256, 0, (cudaStream_t)stream>>>(a);
     return dsv4_cuda_launch_status();
 }
