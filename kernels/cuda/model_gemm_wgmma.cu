@@ -427,16 +427,18 @@ static uint32_t dsv4_wg_tile(uint32_t rows_each, uint32_t rows)
     return rows_each <= 8 || rows <= 8 ? 8 : rows_each <= 16 ? 16 : rows_each <= 32 ? 32 : 64;
 }
 
-/* Whether a launch splits its inputs once (dsv4_wg_split_kernel) rather than by each output
- * tile: from tiles of 64 rows where 2048 outputs or more (16 tiles of 128) would each split
- * them again, and past 64 rows a group at any width, where the split bounds a stage. H200,
- * same run: 64 rows, head 360 -> 286 us, wq_b 33 -> 30, wo_b 38 -> 34-36, experts 60 -> 59
- * (deterministic); 128 and 256 rows 0.64-0.88x the time (wq_a 0.94-1.07x). A split of its
- * own cost 1-3 us more at 1 and 16 rows, 1-3 us at 64 rows of 1024 outputs (wq_a, wo_a)
- * and up to 1 us at tiles of 32 rows but the head's. */
-static bool dsv4_wg_split_once(uint32_t rows_each, size_t out)
+/* Whether a launch of `groups` problems or matrices of `out` outputs splits its inputs once
+ * (dsv4_wg_split_kernel) rather than by each output tile: from tiles of 64 rows where 2048
+ * outputs or more (16 tiles of 128) would each split them again, and past 64 rows a group
+ * where the launch has 2048 outputs or more, the split bounding a stage. H200, same run:
+ * 64 rows, head 362 -> 290 us, wq_b 33 -> 31, wo_b 38 -> 35-37, experts 61 -> 59
+ * (deterministic); 128 and 256 rows 0.68-0.89x the time (8 wo_a 0.86-0.97x). A split of its
+ * own cost 1-3 us more at 1 and 16 rows, at 64 rows of 1024 outputs (wq_a, wo_a), up to
+ * 1 us at tiles of 32 rows but the head's and up to 2 us for wq_a's 1024 outputs at 128
+ * and 256 rows. */
+static bool dsv4_wg_split_once(uint32_t rows_each, size_t out, uint32_t groups)
 {
-    return rows_each > 32 && (out >= 2048 || rows_each > 64);
+    return rows_each > 32 && (out >= 2048 || (rows_each > 64 && out * groups >= 2048));
 }
 
 template <uint32_t NT, uint32_t WGS, bool PRE>
@@ -493,7 +495,7 @@ int dsv4_wg_run(cudaStream_t st, const dsv4_wg_call &c, size_t out, size_t in,
                 size_t yz)
 {
     size_t probs = R.off ? 1 : groups, rows = R.w1 - R.w0, recs = rows * (in / 4);
-    if (!dsv4_wg_split_once(rows_each, out) || probs * 2 * rows * in * 2 > WG_SPLIT_BYTES)
+    if (!dsv4_wg_split_once(rows_each, out, groups) || probs * 2 * rows * in * 2 > WG_SPLIT_BYTES)
         return dsv4_wg_run_split<false>(st, c, out, in, R, groups, rows_each, y, ys, yz);
     dim3 sg((unsigned)((recs + 255) / 256 < 1024 ? (recs + 255) / 256 : 1024), (unsigned)probs);
     dsv4_wg_split_kernel<<<sg, 256, 0, st>>>(c.x, c.xs, c.xz, in, R.w0, (uint32_t)rows,

@@ -14,13 +14,14 @@
  * BF16 takes wgmma where the device code has it (sm_90a): the steps of 31 rows and the
  * [200][1088] experts add its tiles of 32 rows (two warpgroups) and output tiles that cross
  * a matrix's end, so a row's bits are checked at every tile height and column it can take.
- * Its inputs are split into bf16 hi and lo once per launch from more than 64 rows a group
- * (from 33 where a matrix has 2048 outputs or more) where the launch's rows fit the split
- * buffer, else by each output tile, with the same bits: the row-count check compares both
- * (256 rows split once, the shorter steps by tile; wq_b's shape splits once from 64 rows),
- * grouped rows and batched problems of 70 rows (wo_a's interleaved inputs) take it too, and
- * a step of LONG_ROWS rows of [24][2048] (too many for the buffer) gives each row the bits
- * of the 256-row step.
+ * Its inputs are split into bf16 hi and lo once per launch from tiles of 64 rows where a
+ * matrix has 2048 outputs or more, or past 64 rows a group where the launch has (where the
+ * launch's rows fit the split buffer), else by each output tile, with the same bits: wq_b's
+ * row-count check compares both (64 and 256 rows split once, 1 .. 31 by tile), and a
+ * 3 x [2048][1024] weight adds a step of LONG_ROWS rows (too many for the buffer: split by
+ * tile) whose rows have the bits of the 256-row step (split once), grouped rows (70, 0, 160)
+ * and batched problems of 70 rows with wo_a's interleaved inputs (split once) bitwise each
+ * matrix's dense GEMM, and the batched problems' row 0 that of a one-row call (by tile).
  * Shapes take the tensor cores (inputs a multiple of 64) and the streaming kernel's
  * vector path (f32) and element path (1000 inputs), a tail chunk (1088 = 2 x 512 + 64),
  * partial output tiles and scale blocks, a layer of 16384 outputs (fast mode's one-row
@@ -48,10 +49,12 @@
  * block at every row count, one row included */
 #define WHOLE_OUT 32768
 #define WHOLE_IN 1024
-/* a BF16 step of more rows than the GEMM's split buffer (64 MiB of bf16 hi and lo) holds at
- * 2048 inputs */
-#define LONG_ROWS 8448
-#define LONG_IN 2048
+/* the weight whose launches split their inputs once (2048 outputs a matrix), and a step of
+ * more rows than the GEMM's split buffer (64 MiB of bf16 hi and lo) holds at SPLIT_IN */
+#define SPLIT_MATS 3
+#define SPLIT_OUT 2048
+#define SPLIT_IN 1024
+#define LONG_ROWS 16640
 /* rows checked against the double reference: all of them, or 8 of a wide layer's */
 #define REF_ROWS(n, out) ((out) > 1024 && (n) > 8 ? 8 : (n))
 /* deterministic mode's narrow formats (tensor cores, each input the sum of two bf16)
@@ -221,34 +224,6 @@ static double rel_diff(const float *a, const float *b, size_t n)
     return maxr > 0 ? maxd / maxr : maxd;
 }
 
-/* A deterministic step of LONG_ROWS rows (row r the inputs of row r % MAX_ROWS) of a BF16
- * weight: each row bitwise the 256-row step's (y256, of the env's inputs). */
-static void check_long(gemm_env *e, const packed *q, size_t out, const float *y256)
-{
-    float *x_dev = gpu_alloc((size_t)LONG_ROWS * LONG_IN * sizeof(float));
-    float *y_dev = gpu_alloc((size_t)LONG_ROWS * out * sizeof(float));
-    float *y = malloc((size_t)LONG_ROWS * out * sizeof(float));
-    if (!y)
-        bail_out("out of memory");
-    for (size_t r = 0; r < LONG_ROWS; r += MAX_ROWS)
-        gpu_put(x_dev + r * LONG_IN, e->x, MAX_ROWS * LONG_IN * sizeof(float));
-    if (dsv4_cuda_linear(e->blas, &q->w, out, LONG_IN, x_dev, LONG_IN, LONG_ROWS, y_dev, out) !=
-            0 ||
-        dsv4_cuda_sync(e->stream) != 0)
-        bail_out("dsv4_cuda_linear failed (%d rows)", LONG_ROWS);
-    gpu_get(y, y_dev, (size_t)LONG_ROWS * out * sizeof(float));
-    size_t differ = 0;
-    for (size_t r = 0; r < LONG_ROWS; r++)
-        differ += bits_differ(y + r * out, y256 + r % MAX_ROWS * out, out);
-    is_int(differ, 0,
-           "bf16 [%zu][%d]: a step of %d rows (inputs split by each tile) bitwise the "
-           "256-row step's rows",
-           out, LONG_IN, LONG_ROWS);
-    gpu_free(x_dev);
-    gpu_free(y_dev);
-    free(y);
-}
-
 /* One weight of format fmt (mats matrices): its format is found, and its dense GEMM
  * (matrix 0) is batch-invariant and close to the f32 one. */
 static void check_dense(gemm_env *e, dsv4_cuda_wfmt fmt, size_t mats, size_t out, size_t in,
@@ -308,8 +283,6 @@ static void check_dense(gemm_env *e, dsv4_cuda_wfmt fmt, size_t mats, size_t out
         ok(fast < 1e-4, "%s [%zu][%zu]: fast mode within 1e-4 of the double reference (%.2e)",
            fmt_names[fmt], out, in, fast);
     }
-    if (fmt == DSV4_CUDA_W_BF16 && in == LONG_IN)
-        check_long(e, q_p, out, yq);
     free(yq);
     free(yf);
     free(yn);
@@ -413,43 +386,77 @@ static void check_groups(gemm_env *e, const packed *q, const packed *f, size_t m
     free(yf);
 }
 
-/* BF16 launches of more than 64 rows a group split their inputs once: grouped rows (70, 0
- * and 160) are bitwise the dense GEMM of each matrix, and batched problems of 70 rows with
- * interleaved inputs (wo_a's layout: problem g's row r at r * mats * in + g * in) bitwise
- * each matrix's dense GEMM of those rows and, for row 0, a one-row batched call (split by
- * each tile). */
-static void check_split_once(gemm_env *e, const packed *q, size_t mats, size_t out, size_t in)
+/* Y of the env's inputs in a deterministic step of n rows of w (row r the inputs of row
+ * r % MAX_ROWS, in widths of in), back on the host in y. */
+static void linear_long(gemm_env *e, const dsv4_cuda_weight *w, size_t out, size_t in, size_t n,
+                        float *y)
 {
+    float *x_dev = gpu_alloc(n * in * sizeof(float)), *y_dev = gpu_alloc(n * out * sizeof(float));
+    for (size_t r = 0; r < n; r += MAX_ROWS)
+        gpu_put(x_dev + r * in, e->x, (n - r < MAX_ROWS ? n - r : MAX_ROWS) * in * sizeof(float));
+    if (dsv4_cuda_linear(e->blas, w, out, in, x_dev, in, n, y_dev, out) != 0 ||
+        dsv4_cuda_sync(e->stream) != 0)
+        bail_out("dsv4_cuda_linear failed (%zu rows)", n);
+    gpu_get(y, y_dev, n * out * sizeof(float));
+    gpu_free(x_dev);
+    gpu_free(y_dev);
+}
+
+/* The launches that split their inputs once against those that split them by tile, bitwise
+ * (the env's inputs in widths of SPLIT_IN): a 3 x [2048][1024] BF16 weight's step of
+ * LONG_ROWS rows against its 256-row step, grouped rows (70, 0, 160) against the dense GEMM
+ * of each matrix, batched problems of 70 rows with interleaved inputs (wo_a's layout:
+ * problem g's row r at r * mats * in + g * in) against each matrix's dense GEMM and, for
+ * row 0, a one-row batched call. */
+static void check_split_once(gemm_env *e, float *w, float *src_dev)
+{
+    size_t mats = SPLIT_MATS, out = SPLIT_OUT, in = SPLIT_IN, per = 70;
     static const uint32_t off[4] = {0, 70, 70, 230};
-    size_t per = 70, n = off[3];
+    size_t n = off[3];
+    fill(DSV4_CUDA_W_BF16, mats, out, in, w);
+    gpu_put(src_dev, w, mats * out * in * sizeof(float));
+    packed q;
+    if (!pack(src_dev, mats, out, in, DSV4_CUDA_W_BF16, e->flag, e->stream, &q))
+        bail_out("bf16: packing in its own format was not exact");
+    float *yl = malloc((size_t)LONG_ROWS * out * sizeof(float));
+    float *y256 = malloc(MAX_ROWS * out * sizeof(float));
     float *yg = malloc(n * out * sizeof(float)), *yd = malloc(n * out * sizeof(float));
-    float *yb = malloc(per * mats * out * sizeof(float));
-    float *y1 = malloc(mats * out * sizeof(float));
-    if (!yg || !yd || !yb || !y1)
+    float *yb = malloc(per * mats * out * sizeof(float)), *y1 = malloc(mats * out * sizeof(float));
+    if (!yl || !y256 || !yg || !yd || !yb || !y1)
         bail_out("out of memory");
-    grouped(e, e->blas, q, off, mats, out, in, yg);
+    dsv4_cuda_weight m0 = matrix_of(&q, 0, out, in);
+    linear_long(e, &m0, out, in, LONG_ROWS, yl);
+    linear(e, &m0, out, in, 0, MAX_ROWS, y256);
+    size_t differ = 0;
+    for (size_t r = 0; r < LONG_ROWS; r++)
+        differ += bits_differ(yl + r * out, y256 + r % MAX_ROWS * out, out);
+    is_int(differ, 0,
+           "bf16 [%zu][%zu]: a step of %d rows (inputs split by tile) bitwise the 256-row step's "
+           "rows (split once)",
+           out, in, LONG_ROWS);
+    grouped(e, e->blas, &q, off, mats, out, in, yg);
     for (size_t g = 0; g < mats; g++) {
-        dsv4_cuda_weight m = matrix_of(q, g, out, in);
+        dsv4_cuda_weight m = matrix_of(&q, g, out, in);
         if (off[g + 1] > off[g])
             linear(e, &m, out, in, off[g], off[g + 1] - off[g], yd + off[g] * out);
     }
     is_int(bits_differ(yg, yd, n * out), 0,
-           "bf16 [%zu][%zu] grouped (70, 0, 160 rows: split once): bitwise the dense GEMM of each "
-           "matrix",
-           out, in);
-    size_t differ = 0;
+           "bf16 %zux[%zu][%zu] grouped (70, 0, 160 rows: split once): bitwise the dense GEMM of "
+           "each matrix",
+           mats, out, in);
     static const size_t steps[2] = {1, 70};
     for (size_t i = 0; i < 2; i++) {
         size_t rows = steps[i];
         float *y = i ? yb : y1;
-        if (dsv4_cuda_linear_batched(e->blas, &q->w, out, in, e->x_dev, mats * in, in, rows,
+        if (dsv4_cuda_linear_batched(e->blas, &q.w, out, in, e->x_dev, mats * in, in, rows,
                                      e->y_dev, mats * out, out, (uint32_t)mats) != 0 ||
             dsv4_cuda_sync(e->stream) != 0)
             bail_out("dsv4_cuda_linear_batched failed");
         gpu_get(y, e->y_dev, rows * mats * out * sizeof(float));
     }
+    differ = 0;
     for (size_t g = 0; g < mats; g++) {
-        dsv4_cuda_weight m = matrix_of(q, g, out, in);
+        dsv4_cuda_weight m = matrix_of(&q, g, out, in);
         if (dsv4_cuda_linear(e->blas, &m, out, in, e->x_dev + g * in, mats * in, per, e->y_dev,
                              out) != 0 ||
             dsv4_cuda_sync(e->stream) != 0)
@@ -460,9 +467,12 @@ static void check_split_once(gemm_env *e, const packed *q, size_t mats, size_t o
         differ += bits_differ(y1 + g * out, yd, out);
     }
     is_int(differ, 0,
-           "bf16 [%zu][%zu] batched, interleaved, 70 rows a problem (split once): bitwise each "
-           "matrix's dense GEMM and the one-row call",
-           out, in);
+           "bf16 %zux[%zu][%zu] batched, interleaved, 70 rows a problem (split once): bitwise "
+           "each matrix's dense GEMM and row 0 the one-row call's (split by tile)",
+           mats, out, in);
+    packed_free(&q);
+    free(yl);
+    free(y256);
     free(yg);
     free(yd);
     free(yb);
@@ -499,7 +509,7 @@ int main(void)
         bail_out("out of memory");
     for (size_t i = 0; i < MAX_ROWS * in_max; i++)
         e.x[i] = uniform();
-    plan(8 * 4 + 7 + 5 * 3 + 4 + 1 + 2 * 2);
+    plan(8 * 4 + 7 + 5 * 3 + 4 + 3);
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         size_t in = cases[i].in, out = cases[i].out, mats = cases[i].mats;
         /* the inputs packed for this width: row r at r * in */
@@ -514,13 +524,14 @@ int main(void)
         check_dense(&e, cases[i].fmt, mats, out, in, w, src_dev, &q, &f);
         if (mats > 1)
             check_groups(&e, &q, &f, mats, out, in);
-        if (mats > 1 && cases[i].fmt == DSV4_CUDA_W_BF16)
-            check_split_once(&e, &q, mats, out, in);
         packed_free(&q);
         packed_free(&f);
         e.x = keep;
         free(xr);
     }
+    /* the inputs in widths of SPLIT_IN, as the loop lays them out for each case */
+    gpu_put(e.x_dev, e.x, MAX_ROWS * SPLIT_IN * sizeof(float));
+    check_split_once(&e, w, src_dev);
     gpu_free(e.flag);
     gpu_free(src_dev);
     gpu_free(e.x_dev);
