@@ -514,21 +514,22 @@ __device__ static inline void dsv4_att_rows(const dsv4_cuda_dims &d, const dsv4_
             dsv4_att_row(d, s, b.t, b.k, vt + threadIdx.x, kvs, win, rows, rate_all, sel);
 }
 
-/* The online softmax over one tile: sc holds the group's scores (ATT_HG x ATT_TR, -inf
- * past the split) and gets their weights; one warp per head, one lane per row. */
-__device__ static inline void dsv4_att_softmax(float *sc, float *hm, float *hl, float *hf,
-                                               uint32_t nh)
+/* The online softmax over one tile: sc holds the group's scores (ATT_HG rows of ATT_TR,
+ * ss floats apart, -inf past the split) and gets their weights; one warp per head, one lane
+ * per row. */
+__device__ static inline void dsv4_att_softmax(float *sc, uint32_t ss, float *hm, float *hl,
+                                               float *hf, uint32_t nh)
 {
     uint32_t lane = threadIdx.x % 32;
     for (uint32_t h = threadIdx.x / 32; h < nh; h += ATT_THREADS / 32) {
-        float sv = sc[h * ATT_TR + lane], mx = sv;
+        float sv = sc[h * ss + lane], mx = sv;
         for (int off = 16; off > 0; off >>= 1)
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
         float m_old = hm[h], m_new = fmaxf(m_old, mx);
         float w = expf(sv - m_new), sum = w; /* 0 for a row past the split */
         for (int off = 16; off > 0; off >>= 1)
             sum += __shfl_xor_sync(0xffffffffu, sum, off);
-        sc[h * ATT_TR + lane] = w;
+        sc[h * ss + lane] = w;
         __syncwarp();
         if (lane == 0) {
             float f = expf(m_old - m_new); /* 0 from a split's -inf start */
@@ -574,7 +575,8 @@ __device__ static void dsv4_att_ring_write(const dsv4_cuda_dims &d, const dsv4_c
 }
 
 /* The block's end, every thread of it: its heads' accumulators staged in ob (ATT_HG rows
- * os floats apart, shared, complete); cs: shared room for out.rope floats. Where
+ * os floats apart, shared, complete; NULL: a block of more than one split whose caller
+ * wrote the records' values); cs: shared room for out.rope floats. Where
  * the block holds all of its token's keys (one split), the output: each head normalised
  * with the combine's arithmetic for one split (weight expf(m - m) = 1, the same bits), the
  * rope dims rotated back with the combine's rotation (their cosines and sines computed once
@@ -592,7 +594,7 @@ __device__ static void dsv4_att_end(const dsv4_cuda_dims &d, const dsv4_cuda_ste
 {
     uint32_t D = d.head_dim, tid = threadIdx.x;
     if (b.v0 != 0 || b.v1 != b.k.n) {
-        for (uint32_t h = 0; h < b.nh; h++) {
+        for (uint32_t h = 0; ob && h < b.nh; h++) {
             float *rec = dsv4_att_record(d, b, work, h) + 2;
             for (uint32_t dd = tid; dd < D; dd += ATT_THREADS)
                 rec[dd] = ob[h * os + dd];
@@ -605,6 +607,8 @@ __device__ static void dsv4_att_end(const dsv4_cuda_dims &d, const dsv4_cuda_ste
     } else {
         uint32_t P = (D + 1) / 2, rot0 = D - out.rope;
         float pos = (float)s.pos[b.t];
+        /* a pair in one 8-byte store (two 4-byte ones took two sectors for each one's data) */
+        bool pairs = D % 2 == 0 && (uintptr_t)out.o % 8 == 0;
         for (uint32_t i = tid; i < out.rope / 2; i += ATT_THREADS)
             dsv4_rope_cs(out.freq, i, pos, true, &cs[2 * i], &cs[2 * i + 1]);
         __syncthreads();
@@ -620,9 +624,13 @@ __device__ static void dsv4_att_end(const dsv4_cuda_dims &d, const dsv4_cuda_ste
                     a1 = dsv4_rope_dim(a1, a0, dd + 1, c, sn);
                     a0 = r0;
                 }
-                oh[dd] = a0;
-                if (dd + 1 < D)
-                    oh[dd + 1] = a1;
+                if (pairs) {
+                    *(float2 *)(oh + dd) = make_float2(a0, a1);
+                } else {
+                    oh[dd] = a0;
+                    if (dd + 1 < D)
+                        oh[dd + 1] = a1;
+                }
             }
         }
     }
@@ -728,7 +736,7 @@ __global__ static void __launch_bounds__(ATT_THREADS, 2)
                     sc[(4 * hq + i) * ATT_TR + 4 * rq + r] =
                         4 * rq + r < nr ? a[i][r] * scale : -INFINITY;
         __syncthreads();
-        dsv4_att_softmax(sc, hm, hl, hf, nh);
+        dsv4_att_softmax(sc, ATT_TR, hm, hl, hf, nh);
         __syncthreads();
 
         float w[4];
@@ -760,20 +768,38 @@ __global__ static void __launch_bounds__(ATT_THREADS, 2)
         }
     }
 
-    /* the accumulators staged over the tile (the last one consumed), q's room for the
-     * rope's cosines and sines */
-    __syncthreads();
+    /* a split's records straight from the registers (consecutive threads hold consecutive
+     * dims: staged, they cost up to 5% at long contexts); a token's output from the
+     * accumulators staged over the tile (the last one consumed), q's room for the rope's
+     * cosines and sines */
+    bool whole = b.v0 == 0 && b.v1 == b.k.n;
     uint32_t os = Dp + 8; /* 16 rows of it fit in the tile's 32 of Dp */
+    if (!whole) {
 #pragma unroll
-    for (uint32_t i = 0; i < 4; i++)
+        for (uint32_t i = 0; i < 4; i++)
 #pragma unroll
-        for (uint32_t c = 0; c < P4; c++) {
-            uint32_t dd = 4 * (dl + 64 * c);
-            if (dd < Dp)
-                *(float4 *)(ks + (4 * ph + i) * os + dd) = acc[i][c];
-        }
-    __syncthreads();
-    dsv4_att_end(d, s, b, out, work, hm, hl, ks, os, qs, ring, kvs, win);
+            for (uint32_t c = 0; c < P4; c++) {
+                uint32_t dd = 4 * (dl + 64 * c);
+                float *rec = dsv4_att_record(d, b, work, 4 * ph + i) + 2;
+                float vals[4] = {acc[i][c].x, acc[i][c].y, acc[i][c].z, acc[i][c].w};
+#pragma unroll
+                for (uint32_t e = 0; e < 4; e++)
+                    if (4 * ph + i < nh && dd + e < D)
+                        rec[dd + e] = vals[e];
+            }
+    } else {
+        __syncthreads();
+#pragma unroll
+        for (uint32_t i = 0; i < 4; i++)
+#pragma unroll
+            for (uint32_t c = 0; c < P4; c++) {
+                uint32_t dd = 4 * (dl + 64 * c);
+                if (dd < Dp)
+                    *(float4 *)(ks + (4 * ph + i) * os + dd) = acc[i][c];
+            }
+        __syncthreads();
+    }
+    dsv4_att_end(d, s, b, out, work, hm, hl, whole ? ks : NULL, os, qs, ring, kvs, win);
 }
 
 /* x as a bf16 pair: hi = x rounded, lo = the rest rounded, so hi + lo holds 16 of x's
@@ -797,13 +823,18 @@ __device__ static inline void dsv4_att_mma(float *c, const uint32_t *a, uint32_t
 }
 
 #define ATT_KPAD 8 /* bf16 padding of a shared row: conflict-free fragment loads */
+/* Row stride (floats) of the mma kernel's partial scores and weights: the fragments' pairs
+ * of a half-warp, eight rows apart, land on distinct banks (32 floats a row put them on one,
+ * 8-way conflicts) */
+#define ATT_SS (ATT_TR + 8)
 
 /* bf16 and fp8 rows: their values are exact in bf16, so tensor cores multiply them
  * against q and the weights each split in two bf16 halves (hi + lo, 16 significant bits;
  * two products, f32 accumulation), as close to f32 FMA as the tolerances need. Dp =
  * head_dim rounded up to 128. Shared: the tile's rows (ATT_TR x Dp + ATT_KPAD bf16: the
  * score product's B operand, and the weighted sum's through a transposing load), each
- * warp's partial scores (8 x ATT_HG x ATT_TR), scores then weights, per head m, l, f.
+ * warp's partial scores (8 x ATT_HG rows of ATT_SS), scores then weights (ATT_HG rows of
+ * ATT_SS), per head m, l, f.
  * mma fragments (g = lane / 4, c = lane % 4): A rows g, g + 8, columns 2c, 2c + 1 (+8); B
  * column g, rows 2c, 2c + 1 (+8); C rows g, g + 8, columns 2c, 2c + 1. Scores: warp w
  * takes the dims [16 KS w, 16 KS (w + 1)) of every head and row (q's fragments stay in
@@ -854,8 +885,8 @@ __global__ static void __launch_bounds__(ATT_THREADS, 2)
     dsv4_att_rows(d, s, b, b.v0, b.v1 - b.v0 < ATT_ROWP ? b.v1 - b.v0 : ATT_ROWP, kvs, win, rows,
                   rate_all, sel, rowp);
     __nv_bfloat16 *kr = (__nv_bfloat16 *)smem4;
-    float *part = (float *)(kr + ATT_TR * DPP), *sc = part + 8 * ATT_HG * ATT_TR;
-    float *hm = sc + ATT_HG * ATT_TR, *hl = hm + ATT_HG, *hf = hl + ATT_HG;
+    float *part = (float *)(kr + ATT_TR * DPP), *sc = part + 8 * ATT_HG * ATT_SS;
+    float *hm = sc + ATT_HG * ATT_SS, *hl = hm + ATT_HG, *hf = hl + ATT_HG;
     /* the dims past D stay 0 (rows past the split are zeroed tile by tile; the ATT_KPAD
      * dims past Dp are never read) */
     for (uint32_t e = tid; e < ATT_TR * (Dp - D); e += ATT_THREADS)
@@ -912,22 +943,21 @@ __global__ static void __launch_bounds__(ATT_THREADS, 2)
                 dsv4_att_mma(sp[n], ql[j], b0, b1);
             }
         }
-        float *pw = part + warp * ATT_HG * ATT_TR;
+        float *pw = part + warp * ATT_HG * ATT_SS;
         for (uint32_t n = 0; n < 4; n++) {
-            pw[g * ATT_TR + 8 * n + 2 * c] = sp[n][0];
-            pw[g * ATT_TR + 8 * n + 2 * c + 1] = sp[n][1];
-            pw[(g + 8) * ATT_TR + 8 * n + 2 * c] = sp[n][2];
-            pw[(g + 8) * ATT_TR + 8 * n + 2 * c + 1] = sp[n][3];
+            *(float2 *)(pw + g * ATT_SS + 8 * n + 2 * c) = make_float2(sp[n][0], sp[n][1]);
+            *(float2 *)(pw + (g + 8) * ATT_SS + 8 * n + 2 * c) = make_float2(sp[n][2], sp[n][3]);
         }
         __syncthreads();
         for (uint32_t e = tid; e < ATT_HG * ATT_TR; e += ATT_THREADS) {
+            uint32_t i = e / ATT_TR * ATT_SS + e % ATT_TR;
             float v = 0.0f;
             for (uint32_t w = 0; w < 8; w++)
-                v += part[w * ATT_HG * ATT_TR + e];
-            sc[e] = e % ATT_TR < nr ? v * scale : -INFINITY;
+                v += part[w * ATT_HG * ATT_SS + i];
+            sc[i] = e % ATT_TR < nr ? v * scale : -INFINITY;
         }
         __syncthreads();
-        dsv4_att_softmax(sc, hm, hl, hf, nh);
+        dsv4_att_softmax(sc, ATT_SS, hm, hl, hf, nh);
         __syncthreads();
 
         float f0 = g < nh ? hf[g] : 0.0f, f1 = g + 8 < nh ? hf[g + 8] : 0.0f;
@@ -944,9 +974,9 @@ __global__ static void __launch_bounds__(ATT_THREADS, 2)
 #pragma unroll
             for (uint32_t i = 0; i < 4; i++) {
                 uint32_t h = g + 8 * (i % 2), r = 16 * kk + 2 * c + 8 * (i / 2);
-                float x0 = h < nh ? sc[h * ATT_TR + r] : 0.0f;
-                float x1 = h < nh ? sc[h * ATT_TR + r + 1] : 0.0f;
-                dsv4_att_split2(x0, x1, &ph[kk][i], &pl[kk][i]);
+                float2 x =
+                    h < nh ? *(const float2 *)(sc + h * ATT_SS + r) : make_float2(0.0f, 0.0f);
+                dsv4_att_split2(x.x, x.y, &ph[kk][i], &pl[kk][i]);
             }
 #pragma unroll
         for (uint32_t n = 0; n < NT; n++) {
@@ -1095,7 +1125,7 @@ int dsv4_cuda_attend(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, const flo
     } else {
         uint32_t Dp = (D + 127) & ~127u;
         smem = (size_t)ATT_TR * (Dp + ATT_KPAD) * 2 +
-               ((size_t)9 * ATT_HG * ATT_TR + 3 * ATT_HG) * sizeof(float);
+               ((size_t)9 * ATT_HG * ATT_SS + 3 * ATT_HG) * sizeof(float);
         /* q fragments and accumulators per warp: the head's dims in 128-wide slices */
         kern = Dp <= 128   ? dsv4_attend_mma_kernel<1>
                : Dp <= 256 ? dsv4_attend_mma_kernel<2>
