@@ -17,7 +17,10 @@
  * (median of 5 such streams). Before the timings at 1M and batch 64, each layer and format
  * is checked against kernels/cpu's dsv4_k_attend and for batch invariance (token 0 alone
  * against token 0 of the batch, bit for bit); a failed check fails the run (exit 1).
- * Prints markdown tables. */
+ * Then short contexts, the flash-shape decode step at prompt 32 (position 47, under the
+ * forward's position bound of 128: one split a token), bf16 rows: timed, checked the same
+ * way at batch 64, and the batch-64 output's FNV-1a hash printed, so that two builds can
+ * be compared bit for bit. Prints markdown tables. */
 #include "kernels/cuda/model.h"
 
 #include <cuda_runtime.h>
@@ -40,8 +43,10 @@
 #define TOPK 512
 #define PAGE_TOKENS 256
 #define MAX_B 64
-#define SETS 8         /* rings and page sets the repetitions rotate through */
-#define CHECK_TOL 1e-4 /* f32 arithmetic on both sides, in different orders */
+#define SETS 8          /* rings and page sets the repetitions rotate through */
+#define CHECK_TOL 1e-4  /* f32 arithmetic on both sides, in different orders */
+#define SHORT_POS 47    /* decode position of the short contexts: prompt 32 + 16 steps */
+#define SHORT_BOUND 128 /* the forward's position bound there (FC_POS_BOUND_STEP) */
 
 /* Median microseconds of REPS launches of fn(rep) timed one by one with events, and in
  * *b2b_us the per-launch time of REPS back-to-back launches (the median of 5 streams). */
@@ -87,7 +92,7 @@ struct bench_layout {
     const uint8_t *kvs, *rings, *pool;
     size_t rb, ring_bytes, page_bytes;
     uint32_t rpp, pages, pos, n_comp;
-    bool hca;
+    bool every; /* every compressed row (HCA, or CSA without selection), else host_sel's */
     const std::vector<uint32_t> *host_pages, *host_sel;
 };
 
@@ -95,17 +100,18 @@ struct bench_layout {
  * rows), copied to the host. */
 static std::vector<uint8_t> bench_rows(const bench_layout &L, uint32_t t, uint32_t *n_p)
 {
-    uint32_t first = L.pos + 1 - WINDOW, n = WINDOW + L.n_comp;
+    uint32_t first = L.pos + 1 > WINDOW ? L.pos + 1 - WINDOW : 0, n_win = L.pos + 1 - first;
+    uint32_t n = n_win + L.n_comp;
     std::vector<uint8_t> rows((size_t)n * L.rb);
     for (uint32_t v = 0; v < n; v++) {
         const uint8_t *src;
-        if (v < WINDOW) {
+        if (v < n_win) {
             uint32_t pp = first + v; /* only the newest row is the step's own */
             src = pp == L.pos ? L.kvs + (size_t)t * L.rb
                               : L.rings + (size_t)t * L.ring_bytes + (size_t)(pp % WINDOW) * L.rb;
         } else {
-            uint32_t w = v - WINDOW;
-            if (!L.hca)
+            uint32_t w = v - n_win;
+            if (!L.every)
                 w = (*L.host_sel)[(size_t)t * TOPK + w];
             uint32_t page = (*L.host_pages)[(size_t)t * L.pages + w / L.rpp];
             src = L.pool + (size_t)page * L.page_bytes + (size_t)(w % L.rpp) * L.rb;
@@ -346,6 +352,87 @@ int main(int argc, char **argv)
             }
         }
     }
+
+    /* short contexts: HCA (no compressed row before position 127) and CSA attending to every
+     * compressed row (rate 4: what the forward does below index_topk x 4 positions) */
+    printf("\nShort contexts (bf16 rows, position %u, position bound %u):\n\n"
+           "| layer | kv | position | batch | rows/token | time (us) | back-to-back (us) |\n"
+           "|---|---|---|---|---|---|---|\n",
+           SHORT_POS, SHORT_BOUND);
+    struct bench_short {
+        const char *layer;
+        double err;
+        bool same;
+        uint64_t hash;
+    };
+    std::vector<bench_short> shorts;
+    {
+        dsv4_k_rowfmt fmt = {DSV4_K_BF16, DIM, ROPE};
+        size_t rb = dsv4_k_row_bytes(&fmt);
+        fill_kernel<<<4096, 256>>>((uint32_t *)pool, POOL_BYTES / 4, 0xbfffbfffu, 6);
+        fill_kernel<<<4096, 256>>>((uint32_t *)rings, (size_t)SETS * MAX_B * ring_bytes / 4,
+                                   0xbfffbfffu, 7);
+        fill_kernel<<<64, 256>>>((uint32_t *)kvs, (size_t)MAX_B * max_rb / 4, 0xbfffbfffu, 8);
+        std::vector<uint32_t> pos_v(MAX_B, SHORT_POS), idx(MAX_B), host_pages(MAX_B);
+        for (uint32_t t = 0; t < MAX_B; t++) {
+            idx[t] = t;
+            host_pages[t] = (uint32_t)((t * 2654435761ull) % (POOL_BYTES / (PAGE_TOKENS * rb)));
+        }
+        uint32_t *pos_dev = upload(pos_v), *idx_dev = upload(idx), *pages_dev = upload(host_pages);
+        for (int csa = 0; csa < 2; csa++) {
+            const char *layer = csa ? "CSA, every row" : "HCA";
+            uint32_t rate = csa ? 4 : 128, rpp = PAGE_TOKENS / rate,
+                     n_comp = (SHORT_POS + 1) / rate;
+            dsv4_cuda_kvbuf rows = {pool, rpp * rb, rb, rpp};
+            dsv4_cuda_kvbuf win = {rings, WINDOW * rb, rb, WINDOW};
+            auto attend = [&](uint32_t n_tok, uint32_t rope, float *out) {
+                dsv4_cuda_step s = {};
+                s.n_tok = n_tok;
+                s.n_seqs = n_tok;
+                s.pos_bound = SHORT_BOUND;
+                s.pos = pos_dev;
+                s.tseq = idx_dev;
+                s.slot = idx_dev;
+                s.start = pos_dev;
+                s.count = count_dev;
+                s.first = idx_dev;
+                s.page_off = idx_dev;
+                s.pages = pages_dev;
+                check_rc(dsv4_cuda_attend(&d, &s, q, kvs, &win, &rows, rate, NULL, NULL, sinks,
+                                          freq, rope, fmt, out, work, NULL),
+                         "dsv4_cuda_attend");
+            };
+            for (uint32_t B : batches) {
+                double us = time_us([&](int) { attend(B, ROPE, o); }, &b2b);
+                printf("| %s | bf16 | %u | %u | %u | %.1f | %.1f |\n", layer, SHORT_POS, B,
+                       SHORT_POS + 1 + n_comp, us, b2b);
+            }
+            bench_layout L = {kvs, rings, pool,      rb,     WINDOW * rb, rows.block_bytes,
+                              rpp, 1,     SHORT_POS, n_comp, true,        &host_pages,
+                              NULL};
+            bench_short r = {layer, 0.0, false, 0xcbf29ce484222325ull};
+            r.err = bench_check(
+                L, fmt, MAX_B, q, o,
+                [&](uint32_t n_tok, float *out) {
+                    attend(n_tok, 0, out);
+                    check(cudaDeviceSynchronize(), "dsv4_cuda_attend");
+                },
+                &r.same);
+            std::vector<uint8_t> bits((size_t)MAX_B * HEADS * DIM * 4);
+            attend(MAX_B, ROPE, o);
+            check(cudaMemcpy(bits.data(), o, bits.size(), cudaMemcpyDeviceToHost), "cudaMemcpy o");
+            for (uint8_t byte : bits)
+                r.hash = (r.hash ^ byte) * 0x100000001b3ull;
+            fprintf(stderr, "check %s bf16 position %u b%u: max rel err %.3g, alone = batched %s\n",
+                    layer, SHORT_POS, MAX_B, r.err, r.same ? "yes" : "NO");
+            if (r.err > CHECK_TOL || !r.same)
+                failed = true;
+            shorts.push_back(r);
+        }
+        check(cudaFree(pos_dev), "cudaFree");
+        check(cudaFree(idx_dev), "cudaFree");
+        check(cudaFree(pages_dev), "cudaFree");
+    }
     check(cudaDeviceSynchronize(), "the benchmark");
     printf("\nGB/s counts the KV bytes above plus q and o (f32, 256 KiB per token).\n\n"
            "Check against kernels/cpu's dsv4_k_attend (tokens 0 and %u, heads 0, 17 and 63; "
@@ -356,6 +443,13 @@ int main(int argc, char **argv)
     for (auto &c : checks)
         printf("| %s | %s | %uk | %u | %.3g | %s |\n", c.layer, c.kv, c.ctx_k, c.batch, c.err,
                c.same ? "yes" : "NO");
+    printf("\nShort contexts, the same checks at batch %u, and the FNV-1a hash of the batch's "
+           "output (with the rope's inverse rotation):\n\n"
+           "| layer | max rel err | alone = batched | output hash |\n|---|---|---|---|\n",
+           MAX_B);
+    for (auto &r : shorts)
+        printf("| %s | %.3g | %s | %016llx |\n", r.layer, r.err, r.same ? "yes" : "NO",
+               (unsigned long long)r.hash);
     if (failed)
         fprintf(stderr,
                 "attention-decode: the kernel disagrees with the cpu (over %.0e or not "
