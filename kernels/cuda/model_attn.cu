@@ -607,8 +607,6 @@ __device__ static void dsv4_att_end(const dsv4_cuda_dims &d, const dsv4_cuda_ste
     } else {
         uint32_t P = (D + 1) / 2, rot0 = D - out.rope;
         float pos = (float)s.pos[b.t];
-        /* a pair in one 8-byte store (two 4-byte ones took two sectors for each one's data) */
-        bool pairs = D % 2 == 0 && (uintptr_t)out.o % 8 == 0;
         for (uint32_t i = tid; i < out.rope / 2; i += ATT_THREADS)
             dsv4_rope_cs(out.freq, i, pos, true, &cs[2 * i], &cs[2 * i + 1]);
         __syncthreads();
@@ -624,13 +622,9 @@ __device__ static void dsv4_att_end(const dsv4_cuda_dims &d, const dsv4_cuda_ste
                     a1 = dsv4_rope_dim(a1, a0, dd + 1, c, sn);
                     a0 = r0;
                 }
-                if (pairs) {
-                    *(float2 *)(oh + dd) = make_float2(a0, a1);
-                } else {
-                    oh[dd] = a0;
-                    if (dd + 1 < D)
-                        oh[dd + 1] = a1;
-                }
+                oh[dd] = a0;
+                if (dd + 1 < D)
+                    oh[dd + 1] = a1;
             }
         }
     }
