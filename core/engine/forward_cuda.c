@@ -513,6 +513,11 @@ dsv4_fwd_cuda *dsv4_fwd_cuda_new(const dsv4_fwd_conf *conf, bool deterministic, 
                  c->head_dim);
         return NULL;
     }
+    if (c->n_experts > DSV4_CUDA_ROUTE_MAX_EXPERTS) {
+        snprintf(err, errlen, "forward (cuda): n_routed_experts %u not taken (at most %u)",
+                 c->n_experts, DSV4_CUDA_ROUTE_MAX_EXPERTS);
+        return NULL;
+    }
     dsv4_fwd_cuda *f = calloc(1, sizeof(*f));
     if (!f) {
         snprintf(err, errlen, "forward (cuda): out of memory");

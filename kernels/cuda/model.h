@@ -269,7 +269,10 @@ size_t dsv4_cuda_attend_work_bytes(const dsv4_cuda_dims *d, uint32_t max_tokens)
  * tid2eid[tok[t]] when tid2eid_dev is not NULL), then the (token, choice) pairs grouped
  * by expert: off[e] the first row of expert e (E + 1 entries), assign[j] the pair of row
  * j, epos[i] the row of pair i. The logits are the routing's scratch: they hold the scores
- * afterwards. One launch for steps of up to 1024 tokens. */
+ * afterwards. One launch for steps of up to 1024 tokens. n_experts at most
+ * DSV4_CUDA_ROUTE_MAX_EXPERTS (a lane keeps its experts' scores in registers, the grouping
+ * counts them in 48 KiB of shared memory), else -EINVAL. */
+#define DSV4_CUDA_ROUTE_MAX_EXPERTS 1024
 int dsv4_cuda_route(const dsv4_cuda_step *s, float *logits_dev, size_t logits_stride,
                     const float *bias_dev, const int32_t *tid2eid_dev, uint32_t n_experts,
                     uint32_t k, dsv4_k_scoring scoring, float routed_scale, int32_t *ids_dev,

@@ -610,10 +610,6 @@ struct dsv4_route_args {
     uint32_t *off, *assign, *epos;
 };
 
-/* Experts a route may have: the group kernel's counts fit 48 KiB of shared memory, a lane
- * keeps its experts' scores in registers */
-#define DSV4_ROUTE_MAX_E 1024
-
 /* sum + the values of lanes 0, 1, ..., min(n, 32) - 1, added one by one in lane order (a
  * thread's sum over them, the same bits), in every lane. */
 __device__ static inline float dsv4_warp_sum_in_order(float v, uint32_t n, float sum)
@@ -838,7 +834,7 @@ int dsv4_cuda_route(const dsv4_cuda_step *s, float *logits_dev, size_t logits_st
     uint32_t n = s->n_tok;
     if (n == 0)
         return 0;
-    if (k == 0 || k > n_experts || n_experts > DSV4_ROUTE_MAX_E)
+    if (k == 0 || k > n_experts || n_experts > DSV4_CUDA_ROUTE_MAX_EXPERTS)
         return -EINVAL;
     dsv4_route_args a = {s->tok,    logits_dev, logits_stride, bias_dev,     tid2eid_dev,
                          n_experts, k,          scoring,       routed_scale, ids_dev,
@@ -848,7 +844,7 @@ int dsv4_cuda_route(const dsv4_cuda_step *s, float *logits_dev, size_t logits_st
         return dsv4_route_go<1>(a, n, st);
     if (n_experts <= 8 * 32)
         return dsv4_route_go<8>(a, n, st);
-    return dsv4_route_go<DSV4_ROUTE_MAX_E / 32>(a, n, st);
+    return dsv4_route_go<DSV4_CUDA_ROUTE_MAX_EXPERTS / 32>(a, n, st);
 }
 
 /* Row j of xe by block j, V columns a thread a step (V = 4: 16-byte copies). */
