@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "tests/tap.h"
+#include "tests/unit/engine-testmodel.h"
 
 dsv4_engine *gpu_engine(const dsv4_model *m, const dsv4_plugin_desc *ik, const gpu_engine_conf *c)
 {
@@ -69,4 +70,41 @@ double gpu_rel_err(const float *got, const float *ref, size_t n)
         r = fabs((double)ref[i]) > r ? fabs((double)ref[i]) : r;
     }
     return r > 0 ? d / r : d;
+}
+
+#define CMP_T0 44
+#define CMP_T1 37
+#define CMP_DEC 4
+
+double gpu_err_against_cpu(const dsv4_model *m, const dsv4_plugin_desc *ik,
+                           const gpu_engine_conf *c)
+{
+    size_t V = m->cfg.vocab_size;
+    int32_t a[CMP_T0 + CMP_DEC], b[CMP_T1 + CMP_DEC];
+    dsv4_test_tokens(a, CMP_T0 + CMP_DEC, m->cfg.vocab_size, 11);
+    dsv4_test_tokens(b, CMP_T1 + CMP_DEC, m->cfg.vocab_size, 12);
+    const int32_t *toks[2] = {a, b}, *dec[2] = {a + CMP_T0, b + CMP_T1};
+    uint32_t lens[2] = {CMP_T0, CMP_T1};
+    float *cpu[2], *gpu[2];
+    for (int i = 0; i < 2; i++) {
+        cpu[i] = calloc((size_t)(CMP_T0 + CMP_DEC) * V, sizeof(float));
+        gpu[i] = calloc((size_t)(CMP_T0 + CMP_DEC) * V, sizeof(float));
+        if (!cpu[i] || !gpu[i])
+            bail_out("out of memory");
+    }
+    gpu_engine_conf cc = *c;
+    cc.backend = DSV4_BACKEND_CPU;
+    dsv4_engine *e = gpu_engine(m, ik, &cc);
+    gpu_run(e, 2, toks, lens, dec, CMP_DEC, cpu);
+    dsv4_engine_free(e);
+    e = gpu_engine(m, ik, c);
+    gpu_run(e, 2, toks, lens, dec, CMP_DEC, gpu);
+    dsv4_engine_free(e);
+    double e0 = gpu_rel_err(gpu[0], cpu[0], (size_t)(CMP_T0 + CMP_DEC) * V);
+    double e1 = gpu_rel_err(gpu[1], cpu[1], (size_t)(CMP_T1 + CMP_DEC) * V);
+    for (int i = 0; i < 2; i++) {
+        free(cpu[i]);
+        free(gpu[i]);
+    }
+    return e0 > e1 ? e0 : e1;
 }

@@ -25,5 +25,10 @@ void gpu_run(dsv4_engine *eng, uint32_t n, const int32_t *const *toks, const uin
              const int32_t *const *dec, uint32_t decode, float *const *out);
 /* max |got - ref| / max |ref| over n values. */
 double gpu_rel_err(const float *got, const float *ref, size_t n);
+/* The worst gpu_rel_err, over two sequences run together (prompts of 44 and 37 tokens from
+ * dsv4_test_tokens seeds 11 and 12, then 4 decode steps; every token's logits), of an
+ * engine made by c against the same engine on the CPU backend. */
+double gpu_err_against_cpu(const dsv4_model *m, const dsv4_plugin_desc *ik,
+                           const gpu_engine_conf *c);
 
 #endif

@@ -10,51 +10,18 @@
  * (cuda_kernels.h), so only sums differ, never the graph. */
 #include "config.h"
 
-#include <stdlib.h>
-
 #include "tests/gpu/gpu-engine.h"
 #include "tests/gpu/gpu.h"
 #include "tests/tap.h"
 #include "tests/unit/engine-testmodel.h"
-
-#define T0 44
-#define T1 37
-#define DEC 4
 
 static const char *const kv_names[] = {"f32", "bf16", "fp8"};
 static const double kv_tol[] = {2e-3, 2e-2, 5e-2};
 
 static double compare(const dsv4_model *m, const dsv4_plugin_desc *ik, dsv4_kv_dtype kv, bool fast)
 {
-    size_t V = m->cfg.vocab_size;
-    int32_t a[T0 + DEC], b[T1 + DEC];
-    dsv4_test_tokens(a, T0 + DEC, m->cfg.vocab_size, 11);
-    dsv4_test_tokens(b, T1 + DEC, m->cfg.vocab_size, 12);
-    const int32_t *toks[2] = {a, b}, *dec[2] = {a + T0, b + T1};
-    uint32_t lens[2] = {T0, T1};
-    float *cpu[2], *gpu[2];
-    for (int i = 0; i < 2; i++) {
-        cpu[i] = calloc((T0 + DEC) * V, sizeof(float));
-        gpu[i] = calloc((T0 + DEC) * V, sizeof(float));
-        if (!cpu[i] || !gpu[i])
-            bail_out("out of memory");
-    }
-    gpu_engine_conf c = {DSV4_BACKEND_CPU, false, kv, 32, 24, 4};
-    dsv4_engine *e = gpu_engine(m, ik, &c);
-    gpu_run(e, 2, toks, lens, dec, DEC, cpu);
-    dsv4_engine_free(e);
-    c.backend = DSV4_BACKEND_CUDA;
-    c.fast = fast;
-    e = gpu_engine(m, ik, &c);
-    gpu_run(e, 2, toks, lens, dec, DEC, gpu);
-    dsv4_engine_free(e);
-    double e0 = gpu_rel_err(gpu[0], cpu[0], (T0 + DEC) * V);
-    double e1 = gpu_rel_err(gpu[1], cpu[1], (T1 + DEC) * V);
-    for (int i = 0; i < 2; i++) {
-        free(cpu[i]);
-        free(gpu[i]);
-    }
-    return e0 > e1 ? e0 : e1;
+    gpu_engine_conf c = {DSV4_BACKEND_CUDA, fast, kv, 32, 24, 4};
+    return gpu_err_against_cpu(m, ik, &c);
 }
 
 int main(void)

@@ -12,16 +12,12 @@
 #include "tests/tap.h"
 
 #ifdef HAVE_CUDA
-#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cuda/model.h"
 #include "tests/gpu/gpu-engine.h"
 #include "tests/unit/engine-testmodel.h"
 
-#define T0 44
-#define T1 37
-#define DEC 3
 #define TOL 2e-3
 
 typedef struct route_case {
@@ -29,39 +25,6 @@ typedef struct route_case {
     dsv4_scoring scoring;
     const char *scoring_name;
 } route_case;
-
-static double compare(const dsv4_model *m, const dsv4_plugin_desc *ik)
-{
-    size_t V = m->cfg.vocab_size;
-    int32_t a[T0 + DEC], b[T1 + DEC];
-    dsv4_test_tokens(a, T0 + DEC, m->cfg.vocab_size, 21);
-    dsv4_test_tokens(b, T1 + DEC, m->cfg.vocab_size, 22);
-    const int32_t *toks[2] = {a, b}, *dec[2] = {a + T0, b + T1};
-    uint32_t lens[2] = {T0, T1};
-    float *cpu[2], *gpu[2];
-    for (int i = 0; i < 2; i++) {
-        cpu[i] = calloc((T0 + DEC) * V, sizeof(float));
-        gpu[i] = calloc((T0 + DEC) * V, sizeof(float));
-        if (!cpu[i] || !gpu[i])
-            bail_out("out of memory");
-    }
-    /* a prefill step of 48 tokens: more than the 32 the grouping kernel routes itself */
-    gpu_engine_conf c = {DSV4_BACKEND_CPU, false, DSV4_KV_F32, 32, 48, 4};
-    dsv4_engine *e = gpu_engine(m, ik, &c);
-    gpu_run(e, 2, toks, lens, dec, DEC, cpu);
-    dsv4_engine_free(e);
-    c.backend = DSV4_BACKEND_CUDA;
-    e = gpu_engine(m, ik, &c);
-    gpu_run(e, 2, toks, lens, dec, DEC, gpu);
-    dsv4_engine_free(e);
-    double e0 = gpu_rel_err(gpu[0], cpu[0], (T0 + DEC) * V);
-    double e1 = gpu_rel_err(gpu[1], cpu[1], (T1 + DEC) * V);
-    for (int i = 0; i < 2; i++) {
-        free(cpu[i]);
-        free(gpu[i]);
-    }
-    return e0 > e1 ? e0 : e1;
-}
 
 int main(void)
 {
@@ -82,7 +45,9 @@ int main(void)
         shape.top_k = cases[i].top_k;
         shape.scoring = cases[i].scoring;
         dsv4_model *m = dsv4_test_model_new(&shape, 40 + i);
-        double err = compare(m, ik);
+        /* a prefill step of 48 tokens: more than the 32 the grouping kernel routes itself */
+        gpu_engine_conf c = {DSV4_BACKEND_CUDA, false, DSV4_KV_F32, 32, 48, 4};
+        double err = gpu_err_against_cpu(m, ik, &c);
         ok(err <= TOL, "%u experts, top %u, %s: gpu within %.0e of cpu (max rel %.3g)",
            cases[i].experts, cases[i].top_k, cases[i].scoring_name, TOL, err);
         dsv4_test_model_free(m);
