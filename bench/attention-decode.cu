@@ -7,16 +7,19 @@
  * Shape: 64 heads, head_dim 512, 64 rope dims, window 128, with the sink. A CSA layer
  * attends to the window plus the index top-k 512 selected compressed rows; an HCA layer to
  * the window plus every HCA row (context / 128). Contexts 32k, 128k and 1M, batch 1 to 64
- * (one decode token per sequence), kv rows f32 / bf16 / fp8. Every sequence has its own
- * pages and window ring, drawn from a 4 GiB pool and rotated between repetitions so that
- * small steps are not served from L2. KV bytes per step counts each distinct key row once
- * (the 64 heads of a token read the same rows: the kernel decodes a row once per group of
- * 16 heads, the groups side by side, so all but the first read of a row may hit L2); GB/s
- * counts those bytes plus q and o in f32. Times are the median of 30 launches between CUDA
- * events (after 3 untimed ones) and the per-launch time of 30 back-to-back launches
- * (median of 5 such streams). Before the timings at 1M and batch 64, each layer and format
- * is checked against kernels/cpu's dsv4_k_attend and for batch invariance (token 0 alone
- * against token 0 of the batch, bit for bit); a failed check fails the run (exit 1).
+ * (one decode token per sequence, position context - 1 under the forward's position bound,
+ * the context: the grid has the splits the token uses), kv rows f32 / bf16 / fp8. Every
+ * sequence has its own pages and window ring, drawn from a 4 GiB pool and rotated between
+ * repetitions so that small steps are not served from L2. KV bytes per step counts each
+ * distinct key row once (the 64 heads of a token read the same rows: the kernel decodes a
+ * row once per group of 16 heads, the groups side by side, so all but the first read of a
+ * row may hit L2); GB/s counts those bytes plus q and o in f32. Times are the median of 30
+ * launches between CUDA events (after 3 untimed ones) and the per-launch time of 30
+ * back-to-back launches (median of 5 such streams). Before the timings at 1M and batch 64,
+ * each layer and format is checked against kernels/cpu's dsv4_k_attend and for batch
+ * invariance (token 0 alone against token 0 of the batch, bit for bit), and the batch's
+ * output (with the rope's inverse rotation: the combine's) hashed; a failed check fails
+ * the run (exit 1).
  * Then short contexts, the flash-shape decode step at prompt 32 (position 47, under the
  * forward's position bound of 128: one split a token), bf16 rows: timed, checked the same
  * way at batch 64, and the batch-64 output's FNV-1a hash printed, so that two builds can
@@ -164,6 +167,17 @@ static double bench_check(const bench_layout &L, const dsv4_k_rowfmt &fmt, uint3
     return worst;
 }
 
+/* FNV-1a of the first n floats at o_dev: two builds' outputs compared bit for bit. */
+static uint64_t output_hash(const float *o_dev, size_t n)
+{
+    std::vector<uint8_t> bits(n * 4);
+    check(cudaMemcpy(bits.data(), o_dev, bits.size(), cudaMemcpyDeviceToHost), "cudaMemcpy o");
+    uint64_t hash = 0xcbf29ce484222325ull;
+    for (uint8_t byte : bits)
+        hash = (hash ^ byte) * 0x100000001b3ull;
+    return hash;
+}
+
 template <typename T> static T *upload(const std::vector<T> &v)
 {
     T *d;
@@ -244,6 +258,7 @@ int main(int argc, char **argv)
         uint32_t ctx_k, batch;
         double err;
         bool same;
+        uint64_t hash;
     };
     std::vector<bench_checked> checks;
     bool failed = false;
@@ -292,6 +307,7 @@ int main(int argc, char **argv)
                         dsv4_cuda_step s = {};
                         s.n_tok = B;
                         s.n_seqs = B;
+                        s.pos_bound = ctx;
                         s.pos = pos_dev;
                         s.tseq = tseq_dev;
                         s.slot = slot_dev + (size_t)set * B;
@@ -308,10 +324,11 @@ int main(int argc, char **argv)
                         bench_layout L = {
                             kvs,   rings, pool,   rb,       WINDOW * rb, rows.block_bytes, rpp,
                             pages, pos,   n_comp, hca != 0, &host_pages, &host_sel};
-                        auto attend = [&](uint32_t n_tok, float *out) {
+                        auto attend = [&](uint32_t n_tok, uint32_t rope, float *out) {
                             dsv4_cuda_step s = {};
                             s.n_tok = n_tok;
                             s.n_seqs = n_tok;
+                            s.pos_bound = ctx;
                             s.pos = pos_dev;
                             s.tseq = tseq_dev;
                             s.slot = slot_dev;
@@ -321,17 +338,23 @@ int main(int argc, char **argv)
                             s.page_off = off_dev;
                             s.pages = pages_dev;
                             check_rc(dsv4_cuda_attend(&d, &s, q, kvs, &win, &rows, hca ? rate : 0,
-                                                      sel, nsel, sinks, freq, 0, fmt, out, work,
+                                                      sel, nsel, sinks, freq, rope, fmt, out, work,
                                                       NULL),
                                      "dsv4_cuda_attend");
                             check(cudaDeviceSynchronize(), "dsv4_cuda_attend");
                         };
                         bool same;
-                        double err = bench_check(L, fmt, B, q, o, attend, &same);
-                        checks.push_back({hca ? "HCA" : "CSA", f.name, ck, B, err, same});
+                        double err = bench_check(
+                            L, fmt, B, q, o,
+                            [&](uint32_t n_tok, float *out) { attend(n_tok, 0, out); }, &same);
+                        attend(B, ROPE, o);
+                        uint64_t hash = output_hash(o, (size_t)B * HEADS * DIM);
+                        checks.push_back({hca ? "HCA" : "CSA", f.name, ck, B, err, same, hash});
                         fprintf(stderr,
-                                "check %s %s %uk b%u: max rel err %.3g, alone = batched %s\n",
-                                hca ? "HCA" : "CSA", f.name, ck, B, err, same ? "yes" : "NO");
+                                "check %s %s %uk b%u: max rel err %.3g, alone = batched %s, "
+                                "hash %016llx\n",
+                                hca ? "HCA" : "CSA", f.name, ck, B, err, same ? "yes" : "NO",
+                                (unsigned long long)hash);
                         if (err > CHECK_TOL || !same)
                             failed = true;
                     }
@@ -410,7 +433,7 @@ int main(int argc, char **argv)
             bench_layout L = {kvs, rings, pool,      rb,     WINDOW * rb, rows.block_bytes,
                               rpp, 1,     SHORT_POS, n_comp, true,        &host_pages,
                               NULL};
-            bench_short r = {layer, 0.0, false, 0xcbf29ce484222325ull};
+            bench_short r = {layer, 0.0, false, 0};
             r.err = bench_check(
                 L, fmt, MAX_B, q, o,
                 [&](uint32_t n_tok, float *out) {
@@ -418,13 +441,13 @@ int main(int argc, char **argv)
                     check(cudaDeviceSynchronize(), "dsv4_cuda_attend");
                 },
                 &r.same);
-            std::vector<uint8_t> bits((size_t)MAX_B * HEADS * DIM * 4);
             attend(MAX_B, ROPE, o);
-            check(cudaMemcpy(bits.data(), o, bits.size(), cudaMemcpyDeviceToHost), "cudaMemcpy o");
-            for (uint8_t byte : bits)
-                r.hash = (r.hash ^ byte) * 0x100000001b3ull;
-            fprintf(stderr, "check %s bf16 position %u b%u: max rel err %.3g, alone = batched %s\n",
-                    layer, SHORT_POS, MAX_B, r.err, r.same ? "yes" : "NO");
+            r.hash = output_hash(o, (size_t)MAX_B * HEADS * DIM);
+            fprintf(stderr,
+                    "check %s bf16 position %u b%u: max rel err %.3g, alone = batched %s, hash "
+                    "%016llx\n",
+                    layer, SHORT_POS, MAX_B, r.err, r.same ? "yes" : "NO",
+                    (unsigned long long)r.hash);
             if (r.err > CHECK_TOL || !r.same)
                 failed = true;
             shorts.push_back(r);
@@ -436,13 +459,14 @@ int main(int argc, char **argv)
     check(cudaDeviceSynchronize(), "the benchmark");
     printf("\nGB/s counts the KV bytes above plus q and o (f32, 256 KiB per token).\n\n"
            "Check against kernels/cpu's dsv4_k_attend (tokens 0 and %u, heads 0, 17 and 63; "
-           "max |gpu - cpu| / max |cpu| per head) and token 0 alone = token 0 of the batch:\n\n"
-           "| layer | kv | context | batch | max rel err | alone = batched |\n"
-           "|---|---|---|---|---|---|\n",
+           "max |gpu - cpu| / max |cpu| per head), token 0 alone = token 0 of the batch, and the "
+           "FNV-1a hash of the batch's output (with the rope's inverse rotation):\n\n"
+           "| layer | kv | context | batch | max rel err | alone = batched | output hash |\n"
+           "|---|---|---|---|---|---|---|\n",
            MAX_B - 1);
     for (auto &c : checks)
-        printf("| %s | %s | %uk | %u | %.3g | %s |\n", c.layer, c.kv, c.ctx_k, c.batch, c.err,
-               c.same ? "yes" : "NO");
+        printf("| %s | %s | %uk | %u | %.3g | %s | %016llx |\n", c.layer, c.kv, c.ctx_k, c.batch,
+               c.err, c.same ? "yes" : "NO", (unsigned long long)c.hash);
     printf("\nShort contexts, the same checks at batch %u, and the FNV-1a hash of the batch's "
            "output (with the rope's inverse rotation):\n\n"
            "| layer | max rel err | alone = batched | output hash |\n|---|---|---|---|\n",

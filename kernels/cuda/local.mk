@@ -57,6 +57,7 @@ GPU_TESTS = tests/gpu/t-gpu-xxh64-matches-libxxhash \
 	tests/gpu/t-gpu-indexer-scores-match-cpu-plugins \
 	tests/gpu/t-gpu-topk-matches-cpu-order \
 	tests/gpu/t-gpu-forward-matches-cpu-per-dtype \
+	tests/gpu/t-gpu-forward-long-context-matches-cpu \
 	tests/gpu/t-gpu-forward-routes-many-experts-like-cpu \
 	tests/gpu/t-gpu-forward-deterministic-is-batch-invariant \
 	tests/gpu/t-gpu-forward-matches-hf-fixtures \
@@ -117,6 +118,10 @@ tests_gpu_t_gpu_forward_matches_cpu_per_dtype_SOURCES = \
 	tests/gpu/t-gpu-forward-matches-cpu-per-dtype.c $(GPU_FORWARD_SRC)
 tests_gpu_t_gpu_forward_matches_cpu_per_dtype_CPPFLAGS = $(GPU_TEST_FLAGS)
 tests_gpu_t_gpu_forward_matches_cpu_per_dtype_LDADD = $(TEST_CORE_LIBS) $(CUDA_TEST_LIBS) -lm
+tests_gpu_t_gpu_forward_long_context_matches_cpu_SOURCES = \
+	tests/gpu/t-gpu-forward-long-context-matches-cpu.c $(GPU_FORWARD_SRC)
+tests_gpu_t_gpu_forward_long_context_matches_cpu_CPPFLAGS = $(GPU_TEST_FLAGS)
+tests_gpu_t_gpu_forward_long_context_matches_cpu_LDADD = $(TEST_CORE_LIBS) $(CUDA_TEST_LIBS) -lm
 tests_gpu_t_gpu_forward_routes_many_experts_like_cpu_SOURCES = \
 	tests/gpu/t-gpu-forward-routes-many-experts-like-cpu.c $(GPU_FORWARD_SRC)
 tests_gpu_t_gpu_forward_routes_many_experts_like_cpu_CPPFLAGS = $(GPU_TEST_FLAGS)

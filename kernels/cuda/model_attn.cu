@@ -8,6 +8,8 @@
  * KV dtype) and reach the ring only after attention, so chunking never changes a result. */
 #include "kernels/cuda/model_common.cuh"
 
+#include <cub/block/block_radix_sort.cuh>
+
 /* Address of compressed row w of sequence s in a paged buffer. */
 __device__ static inline uint8_t *dsv4_paged_row(const dsv4_cuda_kvbuf &b, const dsv4_cuda_step &s,
                                                  uint32_t seq, uint32_t w)
@@ -237,12 +239,18 @@ int dsv4_cuda_index_rows(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, uint3
     return dsv4_cuda_launch_status();
 }
 
-/* One token per block: its selection in ascending row order (the rank of each chosen row
- * among the others; the rows are distinct). Shared: index_topk ids. */
+/* One token per block, ITEMS chosen rows a thread (index_topk <= DSV4_CUDA_BLOCK x
+ * ITEMS): its selection in ascending row order, sorted by cub's block radix sort over the
+ * bits a visible row has (rows < valid: 10 bits at 4096 positions, 18 at 1M); the slots
+ * past index_topk hold UINT32_MAX, whose low bits sort last (after an equal row: the sort
+ * is stable) and are not written. (Each row ranked against every other, index_topk^2
+ * compares a token, took 11.5 us a call at batch 16 under ncu on an H200.) */
+template <uint32_t ITEMS>
 __global__ static void dsv4_index_select_kernel(dsv4_cuda_dims d, dsv4_cuda_step s, uint32_t rate,
                                                 const uint32_t *topk, uint32_t *sel, uint32_t *nsel)
 {
-    extern __shared__ uint32_t ids[];
+    using sort_t = cub::BlockRadixSort<uint32_t, DSV4_CUDA_BLOCK, ITEMS>;
+    __shared__ typename sort_t::TempStorage tmp;
     uint32_t t = blockIdx.x, K = d.index_topk, valid = (s.pos[t] + 1) / rate;
     uint32_t *out = sel + (size_t)t * K;
     if (valid <= K) {
@@ -252,14 +260,18 @@ __global__ static void dsv4_index_select_kernel(dsv4_cuda_dims d, dsv4_cuda_step
             nsel[t] = valid;
         return;
     }
-    for (uint32_t i = threadIdx.x; i < K; i += blockDim.x)
-        ids[i] = topk[(size_t)t * K + i];
-    __syncthreads();
-    for (uint32_t i = threadIdx.x; i < K; i += blockDim.x) {
-        uint32_t v = ids[i], rank = 0;
-        for (uint32_t j = 0; j < K; j++)
-            rank += ids[j] < v;
-        out[rank] = v;
+    uint32_t keys[ITEMS];
+#pragma unroll
+    for (uint32_t i = 0; i < ITEMS; i++) {
+        uint32_t e = threadIdx.x * ITEMS + i;
+        keys[i] = e < K ? topk[(size_t)t * K + e] : UINT32_MAX;
+    }
+    sort_t(tmp).SortBlockedToStriped(keys, 0, 32 - __clz(valid - 1));
+#pragma unroll
+    for (uint32_t i = 0; i < ITEMS; i++) {
+        uint32_t e = i * DSV4_CUDA_BLOCK + threadIdx.x;
+        if (e < K)
+            out[e] = keys[i];
     }
     if (threadIdx.x == 0)
         nsel[t] = K;
@@ -271,8 +283,18 @@ int dsv4_cuda_index_select(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, uin
 {
     if (s->n_tok == 0)
         return 0;
-    dsv4_index_select_kernel<<<s->n_tok, DSV4_CUDA_BLOCK, d->index_topk * sizeof(uint32_t),
-                               (cudaStream_t)stream>>>(*d, *s, rate, topk_dev, sel_dev, nsel_dev);
+    uint32_t K = d->index_topk;
+    void (*kern)(dsv4_cuda_dims, dsv4_cuda_step, uint32_t, const uint32_t *, uint32_t *,
+                 uint32_t *) = K <= DSV4_CUDA_BLOCK        ? dsv4_index_select_kernel<1>
+                               : K <= 2 * DSV4_CUDA_BLOCK  ? dsv4_index_select_kernel<2>
+                               : K <= 4 * DSV4_CUDA_BLOCK  ? dsv4_index_select_kernel<4>
+                               : K <= 8 * DSV4_CUDA_BLOCK  ? dsv4_index_select_kernel<8>
+                               : K <= 16 * DSV4_CUDA_BLOCK ? dsv4_index_select_kernel<16>
+                                                           : NULL;
+    if (!kern)
+        return -EINVAL; /* index_topk past 4096 */
+    kern<<<s->n_tok, DSV4_CUDA_BLOCK, 0, (cudaStream_t)stream>>>(*d, *s, rate, topk_dev, sel_dev,
+                                                                 nsel_dev);
     return dsv4_cuda_launch_status();
 }
 
@@ -456,10 +478,13 @@ __device__ static inline void dsv4_att_tile_decode(const uint8_t *const *rowp, u
     }
 }
 
-/* Scratch floats per (token, split, head): max, sum, then the head_dim accumulator. */
+/* Scratch floats per (token, split, head): max, sum, two unused, then the head_dim
+ * accumulator rounded up to 4 floats: every record and its accumulator start on 16 bytes,
+ * so the combine reads them 16 bytes a load. */
+#define ATT_REC_HEAD 4
 __host__ __device__ static inline size_t dsv4_att_rec(uint32_t head_dim)
 {
-    return (size_t)head_dim + 2;
+    return ((size_t)head_dim + 3) / 4 * 4 + ATT_REC_HEAD;
 }
 
 /* What both split kernels share: block (head group x, split y, token t0 + z), its keys
@@ -595,7 +620,7 @@ __device__ static void dsv4_att_end(const dsv4_cuda_dims &d, const dsv4_cuda_ste
     uint32_t D = d.head_dim, tid = threadIdx.x;
     if (b.v0 != 0 || b.v1 != b.k.n) {
         for (uint32_t h = 0; ob && h < b.nh; h++) {
-            float *rec = dsv4_att_record(d, b, work, h) + 2;
+            float *rec = dsv4_att_record(d, b, work, h) + ATT_REC_HEAD;
             for (uint32_t dd = tid; dd < D; dd += ATT_THREADS)
                 rec[dd] = ob[h * os + dd];
         }
@@ -774,7 +799,7 @@ __global__ static void __launch_bounds__(ATT_THREADS, 2)
 #pragma unroll
             for (uint32_t c = 0; c < P4; c++) {
                 uint32_t dd = 4 * (dl + 64 * c);
-                float *rec = dsv4_att_record(d, b, work, 4 * ph + i) + 2;
+                float *rec = dsv4_att_record(d, b, work, 4 * ph + i) + ATT_REC_HEAD;
                 float vals[4] = {acc[i][c].x, acc[i][c].y, acc[i][c].z, acc[i][c].w};
 #pragma unroll
                 for (uint32_t e = 0; e < 4; e++)
@@ -817,6 +842,43 @@ __device__ static inline void dsv4_att_mma(float *c, const uint32_t *a, uint32_t
 }
 
 #define ATT_KPAD 8 /* bf16 padding of a shared row: conflict-free fragment loads */
+/* Whether the mma kernel copies rows by cp.async: bf16 rows, as stored, 16 bytes a copy. */
+__host__ __device__ static inline bool dsv4_att_mma_async(dsv4_k_rowfmt f, uint32_t D, bool vec)
+{
+    return vec && f.dtype == DSV4_K_BF16 && D % 8 == 0;
+}
+
+/* Tile buffers of the mma kernel, Dp = head_dim rounded up to 128: two (the next tile's
+ * rows arrive while this one's are used) where rows are copied by cp.async and two blocks
+ * an SM still fit (Dp up to 512); else one. (Rows decoded in registers gain nothing from a
+ * second buffer, and its shared memory cost them L1: fp8 HCA rows at 1M, batch 64, 1.18x
+ * the time on an H200.) */
+__host__ __device__ static inline uint32_t dsv4_att_mma_bufs(dsv4_k_rowfmt f, uint32_t D,
+                                                             uint32_t Dp, bool vec)
+{
+    return dsv4_att_mma_async(f, D, vec) && Dp <= 512 ? 2 : 1;
+}
+
+/* 16 bytes from global to shared memory without a register (cp.async), and its groups. */
+__device__ static inline void dsv4_att_cp16(void *dst, const void *src)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(
+                     (uint32_t)__cvta_generic_to_shared(dst)),
+                 "l"(src)
+                 : "memory");
+}
+__device__ static inline void dsv4_att_cp_commit()
+{
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+/* Wait until at most `pending` of this thread's groups are in flight (0 or 1). */
+__device__ static inline void dsv4_att_cp_wait(bool pending)
+{
+    if (pending)
+        asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+    else
+        asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
 /* Row stride (floats) of the mma kernel's partial scores and weights: the fragments' pairs
  * of a half-warp, eight rows apart, land on distinct banks (32 floats a row put them on one,
  * 8-way conflicts) */
@@ -825,8 +887,11 @@ __device__ static inline void dsv4_att_mma(float *c, const uint32_t *a, uint32_t
 /* bf16 and fp8 rows: their values are exact in bf16, so tensor cores multiply them
  * against q and the weights each split in two bf16 halves (hi + lo, 16 significant bits;
  * two products, f32 accumulation), as close to f32 FMA as the tolerances need. Dp =
- * head_dim rounded up to 128. Shared: the tile's rows (ATT_TR x Dp + ATT_KPAD bf16: the
- * score product's B operand, and the weighted sum's through a transposing load), each
+ * head_dim rounded up to 128. Shared: dsv4_att_mma_bufs tiles' rows (ATT_TR x Dp +
+ * ATT_KPAD bf16 each: the score product's B operand, and the weighted sum's through a
+ * transposing load; with two, tile i + 1 is fetched before tile i is used: bf16 rows by
+ * cp.async, so that their loads run beside tile i's products, where each tile waited out
+ * its loads' latency with nothing else to do), each
  * warp's partial scores (8 x ATT_HG rows of ATT_SS), scores then weights (ATT_HG rows of
  * ATT_SS), per head m, l, f.
  * mma fragments (g = lane / 4, c = lane % 4): A rows g, g + 8, columns 2c, 2c + 1 (+8); B
@@ -878,14 +943,54 @@ __global__ static void __launch_bounds__(ATT_THREADS, 2)
     /* the first keys' row pointers: their dependent loads run beside q's */
     dsv4_att_rows(d, s, b, b.v0, b.v1 - b.v0 < ATT_ROWP ? b.v1 - b.v0 : ATT_ROWP, kvs, win, rows,
                   rate_all, sel, rowp);
-    __nv_bfloat16 *kr = (__nv_bfloat16 *)smem4;
-    float *part = (float *)(kr + ATT_TR * DPP), *sc = part + 8 * ATT_HG * ATT_SS;
+    const uint32_t NB = dsv4_att_mma_bufs(fmt, D, Dp, vec);
+    __nv_bfloat16 *kbuf = (__nv_bfloat16 *)smem4;
+    float *part = (float *)(kbuf + NB * ATT_TR * DPP), *sc = part + 8 * ATT_HG * ATT_SS;
     float *hm = sc + ATT_HG * ATT_SS, *hl = hm + ATT_HG, *hf = hl + ATT_HG;
     /* the dims past D stay 0 (rows past the split are zeroed tile by tile; the ATT_KPAD
      * dims past Dp are never read) */
-    for (uint32_t e = tid; e < ATT_TR * (Dp - D); e += ATT_THREADS)
-        kr[e / (Dp - D) * DPP + D + e % (Dp - D)] = __float2bfloat16_rn(0.0f);
+    for (uint32_t e = tid; e < NB * ATT_TR * (Dp - D); e += ATT_THREADS)
+        kbuf[e / (Dp - D) * DPP + D + e % (Dp - D)] = __float2bfloat16_rn(0.0f);
     dsv4_att_state_init(b, sinks, hm, hl);
+    /* keys [vf, vf + ATT_TR) of the split into tile buffer kb, one cp.async group a thread:
+     * bf16 rows copied as they are stored (in flight until waited for), other formats
+     * decoded here; the row pointers of the next ATT_ROWP keys where vf starts them (every
+     * thread is past the previous fetch, which read them: the caller's barrier) */
+    bool async = dsv4_att_mma_async(fmt, D, vec);
+    auto fetch = [&](uint32_t vf, __nv_bfloat16 *kb) {
+        uint32_t nr = b.v1 - vf < ATT_TR ? b.v1 - vf : ATT_TR;
+        if (vf != b.v0 && (vf - b.v0) % ATT_ROWP == 0) {
+            uint32_t n = b.v1 - vf < ATT_ROWP ? b.v1 - vf : ATT_ROWP;
+            dsv4_att_rows(d, s, b, vf, n, kvs, win, rows, rate_all, sel, rowp);
+            __syncthreads();
+        }
+        const uint8_t *const *tp = rowp + (vf - b.v0) % ATT_ROWP;
+        if (nr < ATT_TR)
+            dsv4_att_zero_tail(kb, nr, DPP * 2);
+        if (async) {
+            uint32_t U = D / 8;
+            for (uint32_t e = tid; e < nr * U; e += ATT_THREADS) {
+                uint32_t r = e / U, u = e - r * U;
+                dsv4_att_cp16(kb + r * DPP + 8 * u, tp[r] + 16 * u);
+            }
+        } else {
+            /* bf16 holds every value of these rows exactly */
+            dsv4_att_tile_decode(
+                tp, nr, fmt, vec, [&](uint32_t r, uint32_t dd, float4 v, uint32_t n) {
+                    __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y);
+                    __nv_bfloat162 hi = __floats2bfloat162_rn(v.z, v.w);
+                    __nv_bfloat16 *o = kb + r * DPP + dd;
+                    if (n == 4) {
+                        *(uint2 *)o = make_uint2(*(const uint32_t *)&lo, *(const uint32_t *)&hi);
+                    } else {
+                        o[0] = lo.x;
+                        if (n > 1)
+                            o[1] = lo.y;
+                    }
+                });
+        }
+        dsv4_att_cp_commit();
+    };
 
     /* q's A fragments (hi, lo) for this warp's KS k-steps */
     uint32_t qh[KS][4], ql[KS][4];
@@ -899,31 +1004,20 @@ __global__ static void __launch_bounds__(ATT_THREADS, 2)
     for (uint32_t n = 0; n < NT; n++)
         o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
 
-    for (uint32_t vt = b.v0; vt < b.v1; vt += ATT_TR) {
+    /* three barriers a tile: this tile's rows are in (and the previous tile is consumed,
+     * so the next one may land in its buffer), the partial scores, the weights */
+    for (uint32_t vt = b.v0, it = 0; vt < b.v1; vt += ATT_TR, it++) {
         uint32_t nr = b.v1 - vt < ATT_TR ? b.v1 - vt : ATT_TR;
-        __syncthreads(); /* the previous tile's rows and weights are consumed */
-        if (vt != b.v0 && (vt - b.v0) % ATT_ROWP == 0) {
-            uint32_t n = b.v1 - vt < ATT_ROWP ? b.v1 - vt : ATT_ROWP;
-            dsv4_att_rows(d, s, b, vt, n, kvs, win, rows, rate_all, sel, rowp);
+        const __nv_bfloat16 *kr = kbuf + it % NB * ATT_TR * DPP;
+        if (NB == 1 || vt == b.v0) {
+            __syncthreads(); /* the row pointers are in; one buffer: the previous tile is consumed
+                              */
+            fetch(vt, kbuf);
         }
-        const uint8_t *const *tp = rowp + (vt - b.v0) % ATT_ROWP;
-        if (nr < ATT_TR)
-            dsv4_att_zero_tail(kr, nr, DPP * 2);
+        dsv4_att_cp_wait(false); /* this thread's copies of this tile are done */
         __syncthreads();
-        /* bf16 holds every value of these rows exactly */
-        dsv4_att_tile_decode(tp, nr, fmt, vec, [&](uint32_t r, uint32_t dd, float4 v, uint32_t n) {
-            __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y);
-            __nv_bfloat162 hi = __floats2bfloat162_rn(v.z, v.w);
-            __nv_bfloat16 *o = kr + r * DPP + dd;
-            if (n == 4) {
-                *(uint2 *)o = make_uint2(*(const uint32_t *)&lo, *(const uint32_t *)&hi);
-            } else {
-                o[0] = lo.x;
-                if (n > 1)
-                    o[1] = lo.y;
-            }
-        });
-        __syncthreads();
+        if (NB == 2 && vt + ATT_TR < b.v1)
+            fetch(vt + ATT_TR, kbuf + (it + 1) % NB * ATT_TR * DPP);
 
         float sp[4][4] = {};
 #pragma unroll
@@ -943,6 +1037,8 @@ __global__ static void __launch_bounds__(ATT_THREADS, 2)
             *(float2 *)(pw + (g + 8) * ATT_SS + 8 * n + 2 * c) = make_float2(sp[n][2], sp[n][3]);
         }
         __syncthreads();
+        /* thread (warp w, lane l) sums the scores of heads w and w + 8 at row l, the ones
+         * its softmax reads: no barrier between the two */
         for (uint32_t e = tid; e < ATT_HG * ATT_TR; e += ATT_THREADS) {
             uint32_t i = e / ATT_TR * ATT_SS + e % ATT_TR;
             float v = 0.0f;
@@ -950,7 +1046,6 @@ __global__ static void __launch_bounds__(ATT_THREADS, 2)
                 v += part[w * ATT_HG * ATT_SS + i];
             sc[i] = e % ATT_TR < nr ? v * scale : -INFINITY;
         }
-        __syncthreads();
         dsv4_att_softmax(sc, ATT_SS, hm, hl, hf, nh);
         __syncthreads();
 
@@ -1009,12 +1104,14 @@ __global__ static void __launch_bounds__(ATT_THREADS, 2)
 }
 
 /* Head h of token t (t0 + tl) from its split records, by one warp, lane l holding dims
- * l + 32 i: the token's splits merged in split order (split 0, with the sink, has a finite
- * max; empty splits were never written and are not read; every lane computes the same
- * weights, split i's expf(m_i - M) wherever it is needed), then the inverse rotation. The
- * loops run over the token's splits only: unrolled over every possible split and dim
- * (16 x 32 guarded steps), the code ran once through and waited on instruction fetches
- * (25-29 us a call under ncu on an H200, at batch 1 as at 64). */
+ * 4 l + 128 i .. + 3 (16-byte loads; a rotated pair's two dims in one lane): the token's
+ * splits merged in split order (split 0, with the sink, has a finite max; empty splits
+ * were never written and are not read; every lane computes the same weights, split i's
+ * expf(m_i - M) wherever it is needed), then the inverse rotation. The loops run over the
+ * token's splits only: unrolled over every possible split and dim (16 x 32 guarded steps),
+ * the code ran once through and waited on instruction fetches (25-29 us a call under ncu
+ * on an H200, at batch 1 as at 64). The dims past D that a lane reads (D not a multiple
+ * of 4) are the record's padding: read, never written out. */
 __device__ static void dsv4_att_combine_head(const dsv4_cuda_dims &d, const dsv4_cuda_step &s,
                                              uint32_t t, uint32_t tl, uint32_t h,
                                              const dsv4_att_keys &k, const dsv4_att_out &out,
@@ -1032,16 +1129,53 @@ __device__ static void dsv4_att_combine_head(const dsv4_cuda_dims &d, const dsv4
         L = fmaf(base[i * stride + 1], expf(base[i * stride] - M), L);
     float inv_l = 1.0f / L, pos = (float)s.pos[t];
     float *oh = out.o + ((size_t)t * H + h) * D;
-#pragma unroll 4
-    for (uint32_t j = 0; 32 * j < D; j++) { /* the same trips in every lane: the shuffle */
-        uint32_t dd = lane + 32 * j;
-        float a = 0.0f;
-        for (uint32_t i = 0; dd < D && i < ns; i++)
-            a = fmaf(base[i * stride + 2 + dd], expf(base[i * stride] - M), a);
-        a *= inv_l;
-        float b = __shfl_xor_sync(0xffffffffu, a, 1);
-        if (dd < D)
-            oh[dd] = dd >= D - rope ? dsv4_rope_lane(a, b, dd, D - rope, out.freq, pos, true) : a;
+    uint32_t rot0 = D - rope;
+    /* a split's 16-byte loads of every dim issued together (up to ATT_MAX_DIMS / 128 in
+     * flight), not one dim's splits at a time */
+    float4 acc[ATT_MAX_DIMS / 128];
+#pragma unroll
+    for (uint32_t j = 0; j < ATT_MAX_DIMS / 128; j++)
+        acc[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (uint32_t i = 0; i < ns; i++) {
+        float w = expf(base[i * stride] - M);
+        const float *ri = base + i * stride + ATT_REC_HEAD;
+#pragma unroll
+        for (uint32_t j = 0; j < ATT_MAX_DIMS / 128; j++) {
+            uint32_t dd = 4 * lane + 128 * j;
+            if (dd < D) {
+                float4 x = *(const float4 *)(ri + dd);
+                acc[j].x = fmaf(x.x, w, acc[j].x);
+                acc[j].y = fmaf(x.y, w, acc[j].y);
+                acc[j].z = fmaf(x.z, w, acc[j].z);
+                acc[j].w = fmaf(x.w, w, acc[j].w);
+            }
+        }
+    }
+#pragma unroll
+    for (uint32_t j = 0; j < ATT_MAX_DIMS / 128; j++) {
+        uint32_t dd = 4 * lane + 128 * j;
+        if (dd >= D)
+            break;
+        float a[4] = {acc[j].x, acc[j].y, acc[j].z, acc[j].w};
+#pragma unroll
+        for (uint32_t e = 0; e < 4; e += 2) {
+            float a0 = a[e] * inv_l, a1 = dd + e + 1 < D ? a[e + 1] * inv_l : 0.0f;
+            if (dd + e >= rot0) { /* rot0 is even: dims dd + e, dd + e + 1 are a pair */
+                float c, sn;
+                dsv4_rope_cs(out.freq, (dd + e - rot0) / 2, pos, true, &c, &sn);
+                float r0 = dsv4_rope_dim(a0, a1, dd + e, c, sn);
+                a1 = dsv4_rope_dim(a1, a0, dd + e + 1, c, sn);
+                a0 = r0;
+            }
+            a[e] = a0;
+            a[e + 1] = a1;
+        }
+        if (D % 4 == 0) {
+            *(float4 *)(oh + dd) = make_float4(a[0], a[1], a[2], a[3]);
+        } else {
+            for (uint32_t e = 0; e < 4 && dd + e < D; e++)
+                oh[dd + e] = a[e];
+        }
     }
 }
 
@@ -1107,6 +1241,12 @@ int dsv4_cuda_attend(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, const flo
         return -EINVAL;
     dsv4_cuda_kvbuf none = {};
     cudaStream_t st = (cudaStream_t)stream;
+    /* the widest loads every row allows: 16 bytes (8 for fp8 rows, whose width is a
+     * multiple of 8) when every base and stride is a multiple of it */
+    uintptr_t at = (uintptr_t)kvs_dev | (uintptr_t)win->base | win->block_bytes | win->row_bytes;
+    if (rows)
+        at |= (uintptr_t)rows->base | rows->block_bytes | rows->row_bytes;
+    bool vec = at % (fmt.dtype == DSV4_K_FP8 ? 8 : 16) == 0;
     dsv4_att_split_fn kern;
     size_t smem;
     if (fmt.dtype == DSV4_K_F32) {
@@ -1118,7 +1258,7 @@ int dsv4_cuda_attend(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, const flo
                            : dsv4_attend_f32_kernel<4>;
     } else {
         uint32_t Dp = (D + 127) & ~127u;
-        smem = (size_t)ATT_TR * (Dp + ATT_KPAD) * 2 +
+        smem = (size_t)dsv4_att_mma_bufs(fmt, D, Dp, vec) * ATT_TR * (Dp + ATT_KPAD) * 2 +
                ((size_t)9 * ATT_HG * ATT_SS + 3 * ATT_HG) * sizeof(float);
         /* q fragments and accumulators per warp: the head's dims in 128-wide slices */
         kern = Dp <= 128   ? dsv4_attend_mma_kernel<1>
@@ -1130,12 +1270,6 @@ int dsv4_cuda_attend(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, const flo
         cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess)
         return dsv4_cuda_status(e);
-    /* the widest loads every row allows: 16 bytes (8 for fp8 rows, whose width is a
-     * multiple of 8) when every base and stride is a multiple of it */
-    uintptr_t at = (uintptr_t)kvs_dev | (uintptr_t)win->base | win->block_bytes | win->row_bytes;
-    if (rows)
-        at |= (uintptr_t)rows->base | rows->block_bytes | rows->row_bytes;
-    bool vec = at % (fmt.dtype == DSV4_K_FP8 ? 8 : 16) == 0;
     uint32_t splits = dsv4_att_grid_splits(d, s->pos_bound, rows && rows->base, rate_all);
     dsv4_att_out out = {freq_dev, rope, o_dev};
     /* one split a token, one token a sequence: the split kernel writes every output and
