@@ -104,8 +104,11 @@ struct dsv4_fwd_cuda {
     float *wstage;   /* upload: one f32 weight on its way to its format */
     uint32_t *wflag; /* upload: dsv4_cuda_weight_pack's scratch word */
 
-    /* device workspace, per token of the step */
-    float *x, *pre, *post, *comb, *hz, *u, *q, *iq, *iw;
+    /* device workspace, per token of the step; the streams X in x at a block's attention
+     * (the embedding's and the attention's collapse write it) and in xf at its MoE (the
+     * MoE's collapse writes it): a collapse that applies the expand of the block before
+     * writes the other buffer, since the blocks of its other row groups still read it */
+    float *x, *xf, *pre, *post, *comb, *hz, *u, *q, *iq, *iw;
     float *ap; /* attn_in's outputs, fc_attn_cols */
     float *fp; /* ffn_in's outputs: router logits, shared expert's gate and up (stride E + 2 I) */
     float *ikrows, *scores, *o, *z, *y, *rw, *sh_h, *sh_o;
@@ -115,7 +118,8 @@ struct dsv4_fwd_cuda {
     uint32_t *ik_refused; /* store_cuda's refusal flag, read after the step */
     int32_t *rid;
     uint32_t *n_rows, *page_start, *topk, *sel, *nsel, *off, *assign, *epos;
-    uint32_t *desc; /* the step's layout (dsv4_cuda_step points into it) */
+    uint32_t *route_done; /* dsv4_cuda_route's block count */
+    uint32_t *desc;       /* the step's layout (dsv4_cuda_step points into it) */
     size_t desc_words;
     fc_grow pages;      /* device: the step's pages; host: their list */
     fc_grow host_pages; /* fallback scorer: the step's index-K pages */
@@ -436,6 +440,7 @@ static bool fc_alloc_workspace(dsv4_fwd_cuda *f)
         scores = rows;
 
     f->x = fc_dev(f, B * N * H, sizeof(float));
+    f->xf = fc_dev(f, B * N * H, sizeof(float));
     f->pre = fc_dev(f, B * N, sizeof(float));
     f->post = fc_dev(f, B * N, sizeof(float));
     f->comb = fc_dev(f, B * N * N, sizeof(float));
@@ -465,6 +470,7 @@ static bool fc_alloc_workspace(dsv4_fwd_cuda *f)
     f->off = fc_dev(f, E + 1, sizeof(uint32_t));
     f->assign = fc_dev(f, B * K, sizeof(uint32_t));
     f->epos = fc_dev(f, B * K, sizeof(uint32_t));
+    f->route_done = fc_dev(f, 1, sizeof(uint32_t));
     f->sh_h = fc_dev(f, B * I, sizeof(float));
     f->sh_o = fc_dev(f, B * H, sizeof(float));
     f->xe = fc_dev(f, B * K * H, sizeof(float));
@@ -879,12 +885,16 @@ static int fc_ik_select(dsv4_fwd_cuda *f, const dsv4_kv_buffer *ik)
 
 /* ---- layers ------------------------------------------------------------------------------- */
 
-static int fc_hc_pre(dsv4_fwd_cuda *f, const float *fn, const float *base, const float *scale,
-                     const float *norm)
+/* The collapse of X (in x) into u, with ex set the block before's expand applied first,
+ * once its mix is done (the expanded X written to xo), then the mix of this block forked. */
+static int fc_hc_pre(dsv4_fwd_cuda *f, const float *x, const dsv4_cuda_hc_expand *ex, float *xo,
+                     const float *fn, const float *base, const float *scale, const float *norm)
 {
     uint32_t n = f->st.n_tok;
-    int rc =
-        dsv4_cuda_hc_pre(&f->dims, n, f->x, fn, base, scale, norm, f->pre, f->hz, f->u, f->stream);
+    int rc = ex ? dsv4_cuda_stream_wait(f->stream, f->mix_join) : 0;
+    if (rc == 0)
+        rc = dsv4_cuda_hc_pre(&f->dims, n, x, ex, xo, fn, base, scale, norm, f->pre, f->hz, f->u,
+                              f->stream);
     /* the Sinkhorn beside the block: its latency (one warp a token, ~20 us on an H200) sat
      * between the collapse and the block's first GEMM */
     if (rc == 0)
@@ -898,13 +908,16 @@ static int fc_hc_pre(dsv4_fwd_cuda *f, const float *fn, const float *base, const
     return rc;
 }
 
-/* The expand of the block whose collapse fc_hc_pre queued, once its mix is done. */
-static int fc_hc_post(dsv4_fwd_cuda *f, const dsv4_cuda_hc_src *src)
+/* The expand of an attention block (its output y) and of a MoE block (the shared expert's
+ * output plus the routed experts' weighted rows), with the mix that fc_hc_pre forked. */
+static dsv4_cuda_hc_expand fc_attn_expand(const dsv4_fwd_cuda *f)
 {
-    int rc = dsv4_cuda_stream_wait(f->stream, f->mix_join);
-    if (rc == 0)
-        rc = dsv4_cuda_hc_post(&f->dims, f->st.n_tok, f->x, src, f->post, f->comb, f->stream);
-    return rc;
+    return (dsv4_cuda_hc_expand){{.y = f->y}, f->post, f->comb};
+}
+
+static dsv4_cuda_hc_expand fc_moe_expand(const dsv4_fwd_cuda *f)
+{
+    return (dsv4_cuda_hc_expand){{f->sh_o, f->c->top_k, f->rw, f->epos, f->eo}, f->post, f->comb};
 }
 
 static int fc_attention(dsv4_fwd_cuda *f, uint32_t layer, const dsv4_kv_layer_view *v)
@@ -1002,7 +1015,8 @@ static dsv4_k_scoring fc_scoring(dsv4_scoring s)
     return DSV4_K_SQRTSOFTPLUS;
 }
 
-/* Layer l's MoE over u, its output added to the streams (the combine inside the expand). */
+/* Layer l's MoE over u (its output added to the streams by the next collapse's expand,
+ * the combine inside it). */
 static int fc_moe(dsv4_fwd_cuda *f, uint32_t layer)
 {
     const dsv4_model_config *c = f->c;
@@ -1019,7 +1033,7 @@ static int fc_moe(dsv4_fwd_cuda *f, uint32_t layer)
     if (rc == 0)
         rc = dsv4_cuda_route(&f->st, f->fp, F, w->gate_bias, w->tid2eid, (uint32_t)E, (uint32_t)K,
                              fc_scoring(c->scoring), (float)c->routed_scale, f->rid, f->rw, f->off,
-                             f->assign, f->epos, s);
+                             f->assign, f->epos, f->route_done, s);
     /* the routed experts over their grouped rows; the shared expert's SwiGLU in theirs' */
     if (rc == 0)
         rc = dsv4_cuda_moe_gather((uint32_t)n, (uint32_t)K, (uint32_t)H, f->u, f->assign, f->xe, s);
@@ -1038,10 +1052,6 @@ static int fc_moe(dsv4_fwd_cuda *f, uint32_t layer)
     if (rc == 0)
         rc = dsv4_cuda_linear_grouped(b, &w->exp_down, H, I, f->he, I, f->off, (uint32_t)E, pairs,
                                       f->eo, H);
-    /* the combine, added to the streams */
-    dsv4_cuda_hc_src moe = {f->sh_o, (uint32_t)K, f->rw, f->epos, f->eo};
-    if (rc == 0)
-        rc = fc_hc_post(f, &moe);
     return rc;
 }
 
@@ -1071,6 +1081,8 @@ static int fc_head(dsv4_fwd_cuda *f)
     const dsv4_model_config *c = f->c;
     size_t V = c->vocab_size, H = c->hidden;
     const uint32_t *rows = f->desc + FD_HEAD * f->max_tokens;
+    const dsv4_cuda_hc_expand ex = fc_moe_expand(f); /* the last layer's, fc_layers */
+    bool layers = c->n_layers > 0;
     int rc = 0;
     for (uint32_t first = 0; rc == 0 && first < f->n_head; first += FC_HEAD_ROWS) {
         uint32_t n = f->n_head - first < FC_HEAD_ROWS ? f->n_head - first : FC_HEAD_ROWS;
@@ -1079,8 +1091,9 @@ static int fc_head(dsv4_fwd_cuda *f)
             logits = logits || f->head_out[first + i];
             pick = pick || f->head_sample[first + i];
         }
-        rc = dsv4_cuda_hc_head(&f->dims, n, rows + first, f->x, f->hch_fn, f->hch_base,
-                               f->m->hc_head.scale[0], f->norm, f->hu, f->stream);
+        rc = dsv4_cuda_hc_head(&f->dims, n, rows + first, layers ? f->xf : f->x,
+                               layers ? &ex : NULL, f->hch_fn, f->hch_base, f->m->hc_head.scale[0],
+                               f->norm, f->hu, f->stream);
         if (rc == 0)
             rc = dsv4_cuda_linear(f->blas, &f->head, V, H, f->hu, H, n, f->logits, V);
         if (rc == 0 && pick)
@@ -1112,7 +1125,7 @@ static int fc_layer_view(dsv4_fwd_cuda *f, uint32_t l, dsv4_kv_layer_view *view_
 static int fc_layers(dsv4_fwd_cuda *f, bool prefenced, dsv4_kv_layer_view *views)
 {
     const dsv4_model_config *c = f->c;
-    dsv4_cuda_hc_src attn = {.y = f->y};
+    const dsv4_cuda_hc_expand attn = fc_attn_expand(f), moe = fc_moe_expand(f);
     int rc = dsv4_cuda_embed(&f->dims, &f->st, f->embed, f->x, f->stream);
     for (uint32_t l = 0; rc == 0 && l < c->n_layers; l++) {
         const fc_layer *w = &f->L[l];
@@ -1121,16 +1134,23 @@ static int fc_layers(dsv4_fwd_cuda *f, bool prefenced, dsv4_kv_layer_view *views
             view = views[l];
         else if ((rc = fc_layer_view(f, l, &view)) != 0)
             break;
-        rc = fc_hc_pre(f, w->hc_attn_fn, w->hc_attn_base, w->hc_attn_scale, w->attn_norm);
+        /* each collapse applies the block before's expand (none before the first) */
+        rc = l == 0 ? fc_hc_pre(f, f->x, NULL, NULL, w->hc_attn_fn, w->hc_attn_base,
+                                w->hc_attn_scale, w->attn_norm)
+                    : fc_hc_pre(f, f->xf, &moe, f->x, w->hc_attn_fn, w->hc_attn_base,
+                                w->hc_attn_scale, w->attn_norm);
         if (rc == 0)
             rc = fc_attention(f, l, &view);
         if (rc == 0)
-            rc = fc_hc_post(f, &attn);
-        if (rc == 0)
-            rc = fc_hc_pre(f, w->hc_ffn_fn, w->hc_ffn_base, w->hc_ffn_scale, w->ffn_norm);
+            rc = fc_hc_pre(f, f->x, &attn, f->xf, w->hc_ffn_fn, w->hc_ffn_base, w->hc_ffn_scale,
+                           w->ffn_norm);
         if (rc == 0)
             rc = fc_moe(f, l);
     }
+    /* the last mix joins the stream (a graph's capture must end joined); the head's
+     * collapse applies the last expand (fc_head) */
+    if (rc == 0 && c->n_layers > 0)
+        rc = dsv4_cuda_stream_wait(f->stream, f->mix_join);
     return rc;
 }
 

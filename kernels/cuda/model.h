@@ -182,27 +182,35 @@ typedef struct dsv4_cuda_hc_src {
     const uint32_t *epos;
     const float *eo;
 } dsv4_cuda_hc_src;
-/* X[t] <- post[t] y[t] + comb[t]^T X[t] (dsv4_k_hc_expand), y from src. */
-int dsv4_cuda_hc_post(const dsv4_cuda_dims *d, uint32_t n, float *x_dev,
-                      const dsv4_cuda_hc_src *src, const float *post_dev, const float *comb_dev,
-                      void *stream);
-/* For each token t < n: z[t] = rms_scale(X[t]) (fn . X[t]) with fn f32 [(2 + hc_mult)
- * hc_mult][hc_mult hidden], pre[t] from z[t] (dsv4_k_hc_mix's pre), then
+/* The expand of a block (dsv4_k_hc_expand): X[t] <- post[t] y[t] + comb[t]^T X[t], y from
+ * src, post and comb from dsv4_cuda_hc_mix. The collapse that follows the block applies it
+ * to the rows it reads (its own launch and round trip over X before). */
+typedef struct dsv4_cuda_hc_expand {
+    dsv4_cuda_hc_src src;
+    const float *post, *comb;
+} dsv4_cuda_hc_expand;
+/* For each token t < n: X[t] expanded by ex first where ex is set (the expanded rows
+ * written to xo, not over x), then z[t] = rms_scale(X[t]) (fn . X[t]) with fn f32
+ * [(2 + hc_mult) hc_mult][hc_mult hidden], pre[t] from z[t] (dsv4_k_hc_mix's pre), then
  * u[t] = rmsnorm(sum_j pre_j X[t][j]) * norm. z ((2 + hc_mult) hc_mult values a token) is
  * dsv4_cuda_hc_mix's input: the mix's Sinkhorn, which only the expand needs, runs apart
  * (on a stream of its own beside the block), not between the collapse and u. Each token's
- * bits depend on its own row only (batch- and chunk-invariant in both modes). */
-int dsv4_cuda_hc_pre(const dsv4_cuda_dims *d, uint32_t n, const float *x_dev, const float *fn_dev,
+ * bits depend on its own row only (batch- and chunk-invariant in both modes). -EINVAL
+ * where hc_mult + 1 rows of hidden / 8 floats do not fit a block's shared memory. */
+int dsv4_cuda_hc_pre(const dsv4_cuda_dims *d, uint32_t n, const float *x_dev,
+                     const dsv4_cuda_hc_expand *ex, float *xo_dev, const float *fn_dev,
                      const float *base_dev, const float *scale_dev, const float *norm_dev,
                      float *pre_dev, float *z_dev, float *u_dev, void *stream);
 /* post[t] and comb[t] from z[t] (dsv4_k_hc_mix's), t < n, a warp a token. */
 int dsv4_cuda_hc_mix(const dsv4_cuda_dims *d, uint32_t n, const float *z_dev, const float *base_dev,
                      const float *scale_dev, float *post_dev, float *comb_dev, void *stream);
-/* The head's collapse of rows rows[i] of X: u[i] = rmsnorm(sum_j pre_j X[j]) * norm with
- * pre from fn (dsv4_k_hc_head_pre), for i < n. */
+/* The head's collapse of rows rows[i] of X, expanded by ex first where ex is set (X is
+ * not written): u[i] = rmsnorm(sum_j pre_j X[j]) * norm with pre from fn
+ * (dsv4_k_hc_head_pre), for i < n. */
 int dsv4_cuda_hc_head(const dsv4_cuda_dims *d, uint32_t n, const uint32_t *rows_dev,
-                      const float *x_dev, const float *fn_dev, const float *base_dev, float scale,
-                      const float *norm_dev, float *u_dev, void *stream);
+                      const float *x_dev, const dsv4_cuda_hc_expand *ex, const float *fn_dev,
+                      const float *base_dev, float scale, const float *norm_dev, float *u_dev,
+                      void *stream);
 /* x[t] <- rmsnorm(x[t]) (* w when w_dev is not NULL) for n rows of len values, row t at
  * x + t stride. */
 int dsv4_cuda_rmsnorm_rows(uint32_t n, uint32_t len, size_t stride, float *x_dev,
@@ -269,7 +277,9 @@ size_t dsv4_cuda_attend_work_bytes(const dsv4_cuda_dims *d, uint32_t max_tokens)
  * tid2eid[tok[t]] when tid2eid_dev is not NULL), then the (token, choice) pairs grouped
  * by expert: off[e] the first row of expert e (E + 1 entries), assign[j] the pair of row
  * j, epos[i] the row of pair i. The logits are the routing's scratch: they hold the scores
- * afterwards. One launch for steps of up to 1024 tokens. n_experts at most
+ * afterwards. One launch; done is a word of device memory, 0 before the first call, that
+ * every call leaves 0 (its blocks count themselves in it: a word a stream that routes,
+ * calls on one stream in turn). n_experts at most
  * DSV4_CUDA_ROUTE_MAX_EXPERTS (a lane keeps its experts' scores in registers, the grouping
  * counts them in 48 KiB of shared memory), else -EINVAL. */
 #define DSV4_CUDA_ROUTE_MAX_EXPERTS 1024
@@ -277,7 +287,7 @@ int dsv4_cuda_route(const dsv4_cuda_step *s, float *logits_dev, size_t logits_st
                     const float *bias_dev, const int32_t *tid2eid_dev, uint32_t n_experts,
                     uint32_t k, dsv4_k_scoring scoring, float routed_scale, int32_t *ids_dev,
                     float *w_dev, uint32_t *off_dev, uint32_t *assign_dev, uint32_t *epos_dev,
-                    void *stream);
+                    uint32_t *done_dev, void *stream);
 /* xe[j] = u[assign[j] / k] for j < n * k. */
 int dsv4_cuda_moe_gather(uint32_t n, uint32_t k, uint32_t hidden, const float *u_dev,
                          const uint32_t *assign_dev, float *xe_dev, void *stream);

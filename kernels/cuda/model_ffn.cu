@@ -2,6 +2,9 @@
  * embedding, mHC collapse/expand and the head's collapse (spec §3.2), row RMSNorm, MoE
  * routing with the expert grouping, the clamped SwiGLU and the combine (spec §3.8). Each
  * follows its CPU twin in kernels/cpu (hc.c, moe.c, linalg.c) step for step. */
+#include <atomic>
+#include <mutex>
+
 #include <cooperative_groups.h>
 
 #include "kernels/cuda/model_common.cuh"
@@ -126,88 +129,25 @@ template <uint32_t V> __device__ static inline dsv4_vec<V> dsv4_vld(const float 
     }
     return r;
 }
+/* dsv4_vld through the read-only path (ld.global.nc): for data the kernel never writes, so
+ * that loads may be issued ahead of the kernel's stores. */
+template <uint32_t V> __device__ static inline dsv4_vec<V> dsv4_vldg(const float *p)
+{
+    dsv4_vec<V> r;
+    if constexpr (V == 4) {
+        float4 q = __ldg((const float4 *)p);
+        r.v[0] = q.x, r.v[1] = q.y, r.v[2] = q.z, r.v[3] = q.w;
+    } else {
+        r.v[0] = __ldg(p);
+    }
+    return r;
+}
 template <uint32_t V> __device__ static inline void dsv4_vst(float *p, const dsv4_vec<V> &r)
 {
     if constexpr (V == 4)
         *(float4 *)p = make_float4(r.v[0], r.v[1], r.v[2], r.v[3]);
     else
         *p = r.v[0];
-}
-
-/* Thread i: columns [V i, V i + V) of the step's token rows (V = 4 when the hidden size
- * allows 16-byte accesses). Every load comes before the first store (the streams are
- * overwritten in place, so loads after a store would wait for it), and the loops run over
- * NM >= hc_mult streams with those past hc_mult skipped, so col stays in registers (a
- * loop over hc_mult kept it in local memory; NM = 4 where it is enough keeps the
- * registers few). Each column's arithmetic is the scalar one. */
-template <uint32_t V, uint32_t NM>
-__global__ static void dsv4_hc_post_kernel(dsv4_cuda_dims d, uint32_t n, float *x,
-                                           dsv4_cuda_hc_src src, const float *post,
-                                           const float *comb)
-{
-    uint32_t N = d.hc_mult, H = d.hidden;
-    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * V;
-    if (i >= (size_t)n * H)
-        return;
-    size_t t = i / H, h = i % H;
-    float *xt = x + t * N * H;
-    const float *pt = post + t * N, *ct = comb + t * N * N;
-    dsv4_vec<V> y = dsv4_vld<V>(src.y + t * H + h), col[NM];
-    if (src.eo) {
-        float acc[V] = {};
-        for (uint32_t c = 0; c < src.k; c++) {
-            float wc = src.w[t * src.k + c];
-            dsv4_vec<V> e = dsv4_vld<V>(src.eo + (size_t)src.epos[t * src.k + c] * H + h);
-#pragma unroll
-            for (uint32_t v = 0; v < V; v++)
-                acc[v] += wc * e.v[v];
-        }
-#pragma unroll
-        for (uint32_t v = 0; v < V; v++)
-            y.v[v] = acc[v] + y.v[v];
-    }
-#pragma unroll
-    for (uint32_t j = 0; j < NM; j++)
-        if (j < N)
-            col[j] = dsv4_vld<V>(xt + j * H + h);
-#pragma unroll
-    for (uint32_t k = 0; k < NM; k++)
-        if (k < N) {
-            dsv4_vec<V> o;
-#pragma unroll
-            for (uint32_t v = 0; v < V; v++) {
-                float s = pt[k] * y.v[v];
-#pragma unroll
-                for (uint32_t j = 0; j < NM; j++)
-                    if (j < N)
-                        s += ct[j * N + k] * col[j].v[v];
-                o.v[v] = s;
-            }
-            dsv4_vst<V>(xt + k * H + h, o);
-        }
-}
-
-int dsv4_cuda_hc_post(const dsv4_cuda_dims *d, uint32_t n, float *x_dev,
-                      const dsv4_cuda_hc_src *src, const float *post_dev, const float *comb_dev,
-                      void *stream)
-{
-    size_t total = (size_t)n * d->hidden;
-    if (total == 0)
-        return 0;
-    if (d->hc_mult > HC_MAX)
-        return -EINVAL;
-    cudaStream_t st = (cudaStream_t)stream;
-    unsigned blocks4 = (unsigned)((total / 4 + 255) / 256),
-             blocks1 = (unsigned)((total + 255) / 256);
-    if (d->hidden % 4 == 0 && d->hc_mult <= 4)
-        dsv4_hc_post_kernel<4, 4><<<blocks4, 256, 0, st>>>(*d, n, x_dev, *src, post_dev, comb_dev);
-    else if (d->hidden % 4 == 0)
-        dsv4_hc_post_kernel<4, HC_MAX>
-            <<<blocks4, 256, 0, st>>>(*d, n, x_dev, *src, post_dev, comb_dev);
-    else
-        dsv4_hc_post_kernel<1, HC_MAX>
-            <<<blocks1, 256, 0, st>>>(*d, n, x_dev, *src, post_dev, comb_dev);
-    return dsv4_cuda_launch_status();
 }
 
 /* dsv4_hc_collapse_kernel: the blocks of a cluster each own a slice of the hidden columns
@@ -288,74 +228,176 @@ template <uint32_t K> __device__ static float dsv4_hc_block_sums(const float (&v
     return s;
 }
 
-/* What a collapse reads and writes: the streams of token t are X[rows ? rows[t] : t]; the
- * head's (head set) pre comes from fn alone (dsv4_k_hc_head_pre, scale hscale) and stays
- * in the kernel, the layers' pre (dsv4_k_hc_mix's, scale[0]) and z, the mix's input, are
- * written. */
+/* What a collapse reads and writes: the streams of token t are X[r], r = rows ? rows[t] :
+ * t; with ex.post set, the expand of the block before (dsv4_k_hc_expand with ex's y, post
+ * and comb of row r) is applied to them first, and xo (where set) gets the expanded rows.
+ * The head's (head set) pre comes from fn alone (dsv4_k_hc_head_pre, scale hscale) and
+ * stays in the kernel, the layers' pre (dsv4_k_hc_mix's, scale[0]) and z, the mix's
+ * input, are written. */
 struct dsv4_hc_args {
     const float *x;
     const uint32_t *rows;
+    dsv4_cuda_hc_expand ex;
+    float *xo;
     const float *fn, *base, *scale, *norm;
     float hscale;
     float *pre, *z, *u;
 };
 
+/* The MoE choices a collapse block keeps in shared memory for each token (more are read
+ * from global memory) */
+#define HC_KMAX 16
+
+/* The expand of V columns at h of row r (dsv4_k_hc_expand; the arithmetic of the expand
+ * kernel this replaced, so the same bits), with the row's post pt, comb ct, MoE weights tw
+ * and expert rows te: stream j's values col[j] in, stream k's out at out + k ostride (and
+ * at xo's row when xo is set). */
+template <uint32_t V, uint32_t NM>
+__device__ static void
+dsv4_hc_expand_cols(const dsv4_cuda_hc_src &src, uint32_t N, uint32_t H, size_t r, size_t h,
+                    const float *pt, const float *ct, const float *tw, const uint32_t *te,
+                    const dsv4_vec<V> (&col)[NM], float *out, uint32_t ostride, float *xo)
+{
+    dsv4_vec<V> y = dsv4_vldg<V>(src.y + r * H + h);
+    if (src.eo) {
+        float acc[V] = {};
+#pragma unroll 4
+        for (uint32_t c = 0; c < src.k; c++) {
+            float wc = tw[c];
+            dsv4_vec<V> e = dsv4_vldg<V>(src.eo + (size_t)te[c] * H + h);
+#pragma unroll
+            for (uint32_t v = 0; v < V; v++)
+                acc[v] += wc * e.v[v];
+        }
+#pragma unroll
+        for (uint32_t v = 0; v < V; v++)
+            y.v[v] = acc[v] + y.v[v];
+    }
+#pragma unroll
+    for (uint32_t k = 0; k < NM; k++)
+        if (k < N) {
+            dsv4_vec<V> o;
+#pragma unroll
+            for (uint32_t v = 0; v < V; v++) {
+                float s = pt[k] * y.v[v];
+#pragma unroll
+                for (uint32_t j = 0; j < NM; j++)
+                    if (j < N)
+                        s += ct[j * N + k] * col[j].v[v];
+                o.v[v] = s;
+            }
+            dsv4_vst<V>(out + k * ostride, o);
+            if (xo)
+                dsv4_vst<V>(xo + r * N * H + k * H + h, o);
+        }
+}
+
 /* Cluster (y, z) takes tokens [tpc y, tpc y + tpc) (tpc <= TOK) and group z of the mix
  * rows: group 0 rows [0, g0) (g0 >= N, pre's among them), group g > 0 rows [g0 + (g - 1)
  * gr, g0 + g gr), the mix kernel's input; block b the hidden columns [b w, b w + w) of the
- * tokens' streams, w = ceil(H / HC_SLICES); dynamic shared memory: TOK x w floats. A chunk
- * is V consecutive columns of one stream (V = 4: 16-byte loads, where H is a multiple of 4
- * HC_SLICES and the rows 16-byte aligned). For its rows, thread i takes chunks i, i + 256,
- * ... of the slice's streams, stream after stream, and for each loads the chunk of every
- * token and of MG = HC_MIXG(TOK) rows of fn together (a pass; passes until the group's
- * rows are done), then sums the squares and the products with fn; the block adds the
- * threads' sums in a fixed order, the cluster the blocks' in block order. Group 0's blocks
- * then take the same pre (the same inputs, so the same bits), collapse and normalise their
- * own columns (thread i: column chunks i, i + 256, ... of every token), the norm's sum
- * again over the cluster. Which thread sums which columns never depends on TOK, the groups
- * or the other tokens of the cluster (absent ones repeat the last token and are not
- * written), so a token's bits are its row's alone. (All rows in one group: 8 blocks at
- * batch 1, the collapse waiting on the mix rows it does not need.) */
+ * tokens' streams, w = ceil(H / HC_SLICES); dynamic shared memory: TOK (N + 1) w floats,
+ * the slice's streams (expanded where ex is set: every group expands them, group 0 writes
+ * them to xo) and the collapsed row. A chunk is V consecutive columns of one stream (V =
+ * 4: 16-byte loads, where H is a multiple of 4 HC_SLICES and the rows 16-byte aligned).
+ * The slice comes to shared memory first, once (the passes below read it there: a pass
+ * over global memory each, four at batch 64, and the expand's own launch and round trip
+ * before). For its rows, thread i takes chunks i, i + 256, ... of the slice's streams,
+ * stream after stream, and for each reads the chunk of every token and loads that of MG =
+ * HC_MIXG(TOK) rows of fn together (a pass; passes until the group's rows are done), then
+ * sums the squares and the products with fn; the block adds the threads' sums in a fixed
+ * order, the cluster the blocks' in block order. Group 0's blocks then take the same pre
+ * (the same inputs, so the same bits), collapse and normalise their own columns (thread
+ * i: column chunks i, i + 256, ... of every token), the norm's sum again over the
+ * cluster. Which thread sums which columns never depends on TOK, the groups or the other
+ * tokens of the cluster (absent ones repeat the last token and are not written), so a
+ * token's bits are its row's alone. (All rows in one group: 8 blocks at batch 1, the
+ * collapse waiting on the mix rows it does not need.) */
 template <bool HEAD, uint32_t TOK, uint32_t NM, uint32_t V>
 __global__ static void __cluster_dims__(HC_SLICES, 1, 1) __launch_bounds__(HC_THREADS, 2)
     dsv4_hc_collapse_kernel(dsv4_cuda_dims d, uint32_t n, uint32_t tpc, uint32_t g0, uint32_t gr,
-                            dsv4_hc_args a)
+                            const __grid_constant__ dsv4_hc_args a)
 {
-    extern __shared__ __align__(16) float su[]; /* 16-byte stores */
+    extern __shared__ __align__(16) float su[]; /* 16-byte stores; then sx */
     const uint32_t MG = HC_MIXG(TOK);
     __shared__ float wbuf[HC_WARPS * TOK * MG], part[2][TOK], sru[TOK];
     __shared__ float zpart[TOK][(2 + NM) * NM], sz[TOK][(2 + NM) * NM];
-    __shared__ float spre[TOK][NM];
+    __shared__ float spre[TOK][NM], tpost[TOK][NM], tcomb[TOK][NM * NM], tw[TOK][HC_KMAX];
+    __shared__ uint32_t te[TOK][HC_KMAX], trow[TOK];
     cg::cluster_group cl = cg::this_cluster();
     uint32_t b = cl.block_rank(), t0 = blockIdx.y * tpc, tt = min(tpc, n - t0);
     uint32_t N = d.hc_mult, H = d.hidden, NH = N * H, mix = HEAD ? N : (2 + N) * N;
     uint32_t tid = threadIdx.x, nt = blockDim.x;
     uint32_t w = (H + HC_SLICES - 1) / HC_SLICES, h0 = b * w, h1 = min(H, h0 + w);
     uint32_t wv = (h1 > h0 ? h1 - h0 : 0) / V; /* chunks a stream in the slice */
-    const float *xt[TOK];
-#pragma unroll
-    for (uint32_t k = 0; k < TOK; k++) {
-        uint32_t t = t0 + min(k, tt - 1);
-        xt[k] = a.x + (size_t)(a.rows ? a.rows[t] : t) * NH;
+    uint32_t grp = blockIdx.z;
+    float *sx = su + TOK * w; /* [TOK][N][w]: stream j of token k at sx + (k N + j) w */
+
+    /* each token's row, and its expand's values (in shared memory: a column chunk's loads
+     * then wait on nothing but the chunk's addresses) */
+    const dsv4_cuda_hc_src &src = a.ex.src;
+    uint32_t K = a.ex.post && src.eo ? src.k : 0, KS = K <= HC_KMAX ? K : 0;
+    if (tid < TOK) {
+        uint32_t t = t0 + min(tid, tt - 1);
+        trow[tid] = a.rows ? a.rows[t] : t;
+    }
+    __syncthreads();
+    if (a.ex.post) {
+        uint32_t per = N + N * N + 2 * KS;
+        for (uint32_t i = tid; i < TOK * per; i += nt) {
+            uint32_t k = i / per, m = i - k * per;
+            size_t r = trow[k];
+            if (m < N)
+                tpost[k][m] = a.ex.post[r * N + m];
+            else if ((m -= N) < N * N)
+                tcomb[k][m] = a.ex.comb[r * N * N + m];
+            else if ((m -= N * N) < KS)
+                tw[k][m] = src.w[r * K + m];
+            else
+                te[k][m - KS] = src.epos[r * K + m - KS];
+        }
+        __syncthreads();
     }
 
+    /* the slice of each token's streams, expanded where ex is set */
+    for (uint32_t q = tid; q < TOK * wv; q += nt) {
+        uint32_t k = q / wv, c = q - k * wv;
+        size_t r = trow[k], hv = h0 + c * V;
+        dsv4_vec<V> col[NM];
+#pragma unroll
+        for (uint32_t j = 0; j < NM; j++) /* the loads together, not one by one */
+            if (j < N)
+                col[j] = dsv4_vldg<V>(a.x + r * NH + j * H + hv);
+        float *out = sx + k * N * w + c * V;
+        if (a.ex.post)
+            dsv4_hc_expand_cols<V, NM>(src, N, H, r, hv, tpost[k], tcomb[k],
+                                       KS ? tw[k] : src.w + r * K, KS ? te[k] : src.epos + r * K,
+                                       col, out, w, grp == 0 && k < tt ? a.xo : NULL);
+        else
+#pragma unroll
+            for (uint32_t j = 0; j < NM; j++)
+                if (j < N)
+                    dsv4_vst<V>(out + j * w, col[j]);
+    }
+    __syncthreads();
+
     /* the mix rows [r0, r1) of the block's group */
-    uint32_t grp = blockIdx.z, r0 = grp == 0 ? 0 : g0 + (grp - 1) * gr;
+    uint32_t r0 = grp == 0 ? 0 : g0 + (grp - 1) * gr;
     uint32_t r1 = grp == 0 ? g0 : min(mix, r0 + gr), rows = r1 - r0;
     float ss[TOK] = {};
     for (uint32_t i0 = r0; i0 < r1; i0 += MG) {
         float acc[TOK * MG] = {};
         for (uint32_t q = tid; q < N * wv; q += nt) {
             uint32_t j = q / wv;
+            uint32_t so = j * w + (q - j * wv) * V;
             size_t off = (size_t)j * H + h0 + (q - j * wv) * V;
             dsv4_vec<V> xv[TOK], fv[MG];
 #pragma unroll
             for (uint32_t k = 0; k < TOK; k++)
-                xv[k] = dsv4_vld<V>(xt[k] + off);
+                xv[k] = dsv4_vld<V>(sx + k * N * w + so);
 #pragma unroll
             for (uint32_t g = 0; g < MG; g++)
                 fv[g] =
-                    i0 + g < r1 ? dsv4_vld<V>(a.fn + (size_t)(i0 + g) * NH + off) : dsv4_vec<V>{};
+                    i0 + g < r1 ? dsv4_vldg<V>(a.fn + (size_t)(i0 + g) * NH + off) : dsv4_vec<V>{};
 #pragma unroll
             for (uint32_t v = 0; v < V; v++)
 #pragma unroll
@@ -398,14 +440,13 @@ __global__ static void __cluster_dims__(HC_SLICES, 1, 1) __launch_bounds__(HC_TH
 
     float us[TOK] = {};
     for (uint32_t c = tid; c < wv; c += nt) {
-        size_t hv = h0 + c * V;
 #pragma unroll
         for (uint32_t k = 0; k < TOK; k++) {
             dsv4_vec<V> col[NM], s;
 #pragma unroll
-            for (uint32_t j = 0; j < NM; j++) /* the loads together, not one by one */
+            for (uint32_t j = 0; j < NM; j++)
                 if (j < N)
-                    col[j] = dsv4_vld<V>(xt[k] + j * H + hv);
+                    col[j] = dsv4_vld<V>(sx + (k * N + j) * w + c * V);
 #pragma unroll
             for (uint32_t v = 0; v < V; v++) {
                 float sv = 0;
@@ -441,36 +482,117 @@ __global__ static void __cluster_dims__(HC_SLICES, 1, 1) __launch_bounds__(HC_TH
     cl.barrier_wait();
 }
 
+/* The dynamic shared memory of a collapse block: TOK (N + 1) w floats (above). */
+static size_t dsv4_hc_smem(const dsv4_cuda_dims *d, uint32_t tok)
+{
+    return (size_t)tok * (d->hc_mult + 1) * ((d->hidden + HC_SLICES - 1) / HC_SLICES) *
+           sizeof(float);
+}
+
+#define HC_DEVICES 64 /* device ordinals whose launch facts the collapse keeps */
+
+/* What a collapse launch needs from its device, read once per device: the most dynamic
+ * shared memory a block may have. */
+typedef struct dsv4_hc_device {
+    int rc, smem_max;
+} dsv4_hc_device;
+
+static void dsv4_hc_device_setup(dsv4_hc_device *dv, int dev)
+{
+    dv->rc = dsv4_cuda_status(
+        cudaDeviceGetAttribute(&dv->smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+}
+
+/* The current device's ordinal and facts. */
+static int dsv4_hc_device_get(int *dev_p, const dsv4_hc_device **dv_p)
+{
+    static std::once_flag once[HC_DEVICES];
+    static dsv4_hc_device devices[HC_DEVICES];
+    int dev, rc = dsv4_cuda_status(cudaGetDevice(&dev));
+    if (rc != 0)
+        return rc;
+    if (dev < 0 || dev >= HC_DEVICES)
+        return -ENOTSUP;
+    std::call_once(once[dev], dsv4_hc_device_setup, &devices[dev], dev);
+    *dev_p = dev;
+    *dv_p = &devices[dev];
+    return devices[dev].rc;
+}
+
+/* A collapse kernel's clusters that fit the GPU at once, for one device: its shared-memory
+ * limit raised once, the occupancy API asked once per dynamic shared-memory size (the last
+ * size and its count kept, packed as size << 32 | count + 1; engines on one device share
+ * them, engines on others have their own). Asked at every launch, it cost prefill a host
+ * query twice a layer a step. */
+typedef struct dsv4_hc_fit {
+    std::once_flag once;
+    int rc;
+    std::atomic<uint64_t> last;
+} dsv4_hc_fit;
+
+template <typename K>
+static void dsv4_hc_fit_setup(dsv4_hc_fit *f, K kern, const dsv4_hc_device *dv)
+{
+    cudaFuncAttributes fa;
+    f->rc = dsv4_cuda_status(cudaFuncGetAttributes(&fa, kern));
+    if (f->rc == 0)
+        f->rc =
+            dsv4_cuda_status(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                  dv->smem_max - (int)fa.sharedSizeBytes));
+}
+
+template <typename K>
+static int dsv4_hc_fit_get(dsv4_hc_fit *f, K kern, const dsv4_hc_device *dv,
+                           const cudaLaunchConfig_t *cfg, uint32_t *fit_p)
+{
+    std::call_once(f->once, dsv4_hc_fit_setup<K>, f, kern, dv);
+    if (f->rc != 0)
+        return f->rc;
+    uint64_t last = f->last.load(std::memory_order_relaxed);
+    if (last >> 32 != cfg->dynamicSmemBytes || last == 0) {
+        int fitc = 0;
+        int rc = dsv4_cuda_status(cudaOccupancyMaxActiveClusters(&fitc, kern, cfg));
+        if (rc != 0)
+            return rc;
+        last = (uint64_t)cfg->dynamicSmemBytes << 32 | (uint32_t)(fitc + 1);
+        f->last.store(last, std::memory_order_relaxed);
+    }
+    *fit_p = (uint32_t)last - 1;
+    return 0;
+}
+
 /* Tokens a cluster takes: one while there are at most 16 (16 clusters, 128 blocks, fill
- * the GPU better than fewer, fuller ones), up to HC_TOK beyond. The groups of mix rows:
- * the pre's alone in group 0 and MG rows a group after it where that many clusters fit
- * the GPU at once (cudaOccupancyMaxActiveClusters: 30 of 8 blocks on an H200, not the
- * 33 its SMs would hold), else two (group 0 the first max(N, MG) rows), else one; the
- * collapse (group 0) then waits on the fewest rows. Every layout sums a token's values in
- * the same order: the same bits. NM: the streams the loops run over; V: the columns a
+ * the GPU better than fewer, fuller ones), up to HC_TOK beyond where their slices fit a
+ * block's shared memory. The groups of mix rows: the pre's alone in group 0 and MG rows a
+ * group after it where that many clusters fit the GPU at once (30 of 8 blocks on an H200,
+ * not the 33 its SMs would hold), else two (group 0 the first max(N, MG) rows), else one;
+ * the collapse (group 0) then waits on the fewest rows. Every layout sums a token's values
+ * in the same order: the same bits. NM: the streams the loops run over; V: the columns a
  * load takes. */
 template <bool HEAD, uint32_t TOK, uint32_t NM, uint32_t V>
 static int dsv4_hc_collapse_go(const dsv4_cuda_dims *d, uint32_t n, uint32_t tpc,
-                               const dsv4_hc_args &a, cudaStream_t st)
+                               const dsv4_hc_args &a, const dsv4_hc_device *dv, int dev,
+                               cudaStream_t st)
 {
+    static dsv4_hc_fit fits[HC_DEVICES];
     auto kern = dsv4_hc_collapse_kernel<HEAD, TOK, NM, V>;
-    size_t smem = TOK * ((d->hidden + HC_SLICES - 1) / HC_SLICES) * sizeof(float);
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(HC_SLICES, 1, 1);
     cfg.blockDim = dim3(HC_THREADS, 1, 1);
-    cfg.dynamicSmemBytes = smem;
-    int fitc = 0;
-    int rc = dsv4_cuda_status(cudaOccupancyMaxActiveClusters(&fitc, kern, &cfg));
+    cfg.dynamicSmemBytes = dsv4_hc_smem(d, TOK);
+    uint32_t fitc;
+    int rc = dsv4_hc_fit_get(&fits[dev], kern, dv, &cfg, &fitc);
     if (rc != 0)
         return rc;
-    uint32_t clusters = (n + tpc - 1) / tpc, fit = (uint32_t)fitc / clusters; /* groups */
+    uint32_t clusters = (n + tpc - 1) / tpc, fit = fitc / clusters; /* groups */
     uint32_t N = d->hc_mult, mix = HEAD ? N : (2 + N) * N, mg = HC_MIXG(TOK);
     uint32_t g0 = mix, gr = mix, groups = 1;
     if (mix > N && 1 + (mix - N + mg - 1) / mg <= fit)
         g0 = N, gr = mg, groups = 1 + (mix - N + mg - 1) / mg;
     else if (mix > (N > mg ? N : mg) && fit >= 2)
         g0 = N > mg ? N : mg, gr = mix - g0, groups = 2;
-    kern<<<dim3(HC_SLICES, clusters, groups), HC_THREADS, smem, st>>>(*d, n, tpc, g0, gr, a);
+    kern<<<dim3(HC_SLICES, clusters, groups), HC_THREADS, cfg.dynamicSmemBytes, st>>>(*d, n, tpc,
+                                                                                      g0, gr, a);
     return 0;
 }
 
@@ -478,9 +600,17 @@ template <bool HEAD, uint32_t NM, uint32_t V>
 static int dsv4_hc_collapse_tok(const dsv4_cuda_dims *d, uint32_t n, const dsv4_hc_args &a,
                                 cudaStream_t st)
 {
+    int dev;
+    const dsv4_hc_device *dv;
+    int rc = dsv4_hc_device_get(&dev, &dv);
+    if (rc != 0)
+        return rc;
+    if (dsv4_hc_smem(d, 1) > (size_t)dv->smem_max)
+        return -EINVAL; /* hc_mult + 1 rows of a slice do not fit a block */
     uint32_t tpc = (n + 15) / 16 < HC_TOK ? (n + 15) / 16 : HC_TOK;
-    return tpc == 1 ? dsv4_hc_collapse_go<HEAD, 1, NM, V>(d, n, 1, a, st)
-                    : dsv4_hc_collapse_go<HEAD, HC_TOK, NM, V>(d, n, tpc, a, st);
+    if (tpc == 1 || dsv4_hc_smem(d, HC_TOK) > (size_t)dv->smem_max)
+        return dsv4_hc_collapse_go<HEAD, 1, NM, V>(d, n, 1, a, dv, dev, st);
+    return dsv4_hc_collapse_go<HEAD, HC_TOK, NM, V>(d, n, tpc, a, dv, dev, st);
 }
 
 template <bool HEAD>
@@ -489,8 +619,9 @@ static int dsv4_hc_collapse_pick(const dsv4_cuda_dims *d, uint32_t n, const dsv4
 {
     /* 16-byte loads and stores: every slice a whole number of 4-column chunks, every row
      * 16-byte aligned */
-    bool vec = d->hidden % (4 * HC_SLICES) == 0 &&
-               (((uintptr_t)a.x | (uintptr_t)a.fn | (uintptr_t)a.norm | (uintptr_t)a.u) & 15) == 0;
+    uintptr_t rows = (uintptr_t)a.x | (uintptr_t)a.fn | (uintptr_t)a.norm | (uintptr_t)a.u |
+                     (uintptr_t)a.xo | (uintptr_t)a.ex.src.y | (uintptr_t)a.ex.src.eo;
+    bool vec = d->hidden % (4 * HC_SLICES) == 0 && (rows & 15) == 0;
     if (vec && d->hc_mult <= 4)
         return dsv4_hc_collapse_tok<HEAD, 4, 4>(d, n, a, st);
     if (vec)
@@ -511,20 +642,27 @@ static int dsv4_hc_collapse_launch(const dsv4_cuda_dims *d, uint32_t n, bool hea
     return rc != 0 ? rc : dsv4_cuda_launch_status();
 }
 
-int dsv4_cuda_hc_pre(const dsv4_cuda_dims *d, uint32_t n, const float *x_dev, const float *fn_dev,
+int dsv4_cuda_hc_pre(const dsv4_cuda_dims *d, uint32_t n, const float *x_dev,
+                     const dsv4_cuda_hc_expand *ex, float *xo_dev, const float *fn_dev,
                      const float *base_dev, const float *scale_dev, const float *norm_dev,
                      float *pre_dev, float *z_dev, float *u_dev, void *stream)
 {
-    dsv4_hc_args a = {x_dev,    NULL, fn_dev,  base_dev, scale_dev,
-                      norm_dev, 0.0f, pre_dev, z_dev,    u_dev};
+    dsv4_hc_args a = {x_dev,     NULL,     ex ? *ex : dsv4_cuda_hc_expand{},
+                      xo_dev,    fn_dev,   base_dev,
+                      scale_dev, norm_dev, 0.0f,
+                      pre_dev,   z_dev,    u_dev};
     return dsv4_hc_collapse_launch(d, n, false, a, stream);
 }
 
 int dsv4_cuda_hc_head(const dsv4_cuda_dims *d, uint32_t n, const uint32_t *rows_dev,
-                      const float *x_dev, const float *fn_dev, const float *base_dev, float scale,
-                      const float *norm_dev, float *u_dev, void *stream)
+                      const float *x_dev, const dsv4_cuda_hc_expand *ex, const float *fn_dev,
+                      const float *base_dev, float scale, const float *norm_dev, float *u_dev,
+                      void *stream)
 {
-    dsv4_hc_args a = {x_dev, rows_dev, fn_dev, base_dev, NULL, norm_dev, scale, NULL, NULL, u_dev};
+    dsv4_hc_args a = {x_dev, rows_dev, ex ? *ex : dsv4_cuda_hc_expand{},
+                      NULL,  fn_dev,   base_dev,
+                      NULL,  norm_dev, scale,
+                      NULL,  NULL,     u_dev};
     return dsv4_hc_collapse_launch(d, n, true, a, stream);
 }
 
@@ -608,6 +746,7 @@ struct dsv4_route_args {
     int32_t *ids;
     float *w;
     uint32_t *off, *assign, *epos;
+    uint32_t *done; /* dsv4_route_kernel's count of finished blocks, left 0 */
 };
 
 /* sum + the values of lanes 0, 1, ..., min(n, 32) - 1, added one by one in lane order (a
@@ -728,45 +867,33 @@ template <uint32_t R> __device__ static void dsv4_route_warp(const dsv4_route_ar
         w[i] = w[i] / (sum + 1e-20f) * a.routed_scale;
 }
 
-template <uint32_t R>
-__global__ static void dsv4_route_kernel(const __grid_constant__ dsv4_route_args a, uint32_t n)
-{
-    uint32_t t = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-    if (t < n)
-        dsv4_route_warp<R>(a, t);
-}
-
-/* The pairs grouped by expert in pair order, by one block of DSV4_GROUP_THREADS; shared
- * memory: (2 + DSV4_GROUP_CHUNK / 32) E words. The experts' sizes are counted by shared
- * atomics (integer counts: the order of the adds does not matter), thread 0 turns them
- * into offsets; then, DSV4_GROUP_CHUNK pairs at a time, a pair's row is its expert's offset,
- * plus the pairs of that expert in earlier chunks, in earlier warps of its chunk (each
- * warp's count of each expert, __match_any_sync's, scanned over the warps, an expert a
- * thread) and before it in its warp. (A thread counting the chunk's earlier pairs one by
- * one: ~380 shared loads for the last of 384 pairs.) With route, the block routes the
- * tokens first, a warp a token: a launch fewer where its 32 warps hold them (beyond,
- * dsv4_route_kernel's blocks on many SMs finish sooner: 64 tokens two a warp took 17.6 us
- * on an H200, against 6.7 for the route kernel and 4.5 for this one). */
+/* The pairs grouped by expert in pair order, by one block of at least DSV4_GROUP_CHUNK
+ * threads, once the block sees every token's ids; shared memory: (2 + DSV4_GROUP_CHUNK /
+ * 32) E words. The experts' sizes are counted by shared atomics (integer counts: the order
+ * of the adds does not matter), thread 0 turns them into offsets; then, DSV4_GROUP_CHUNK
+ * pairs at a time, a pair's row is its expert's offset, plus the pairs of that expert in
+ * earlier chunks, in earlier warps of its chunk (each warp's count of each expert,
+ * __match_any_sync's, scanned over the warps, an expert a thread) and before it in its
+ * warp. (A thread counting the chunk's earlier pairs one by one: ~380 shared loads for the
+ * last of 384 pairs.) The ids are read from L2 (__ldcg): other blocks may have written
+ * them. */
 #define DSV4_GROUP_THREADS 1024
 #define DSV4_GROUP_CHUNK 256
-template <uint32_t R>
-__global__ static void __launch_bounds__(DSV4_GROUP_THREADS)
-    dsv4_group_kernel(const __grid_constant__ dsv4_route_args a, uint32_t n, bool route)
+static_assert(DSV4_CUDA_BLOCK >= DSV4_GROUP_CHUNK, "a route block groups the pairs");
+__device__ static void dsv4_group_pairs(const dsv4_route_args &a, uint32_t n, uint32_t *gsh)
 {
-    extern __shared__ uint32_t gsh[];
     const uint32_t CW = DSV4_GROUP_CHUNK / 32; /* warps a chunk */
     uint32_t E = a.E, pairs = n * a.k, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     uint32_t *cnt = gsh, *next = gsh + E, *wc = gsh + 2 * E; /* wc: CW x E */
-    if (route)
-        for (uint32_t t = warp; t < n; t += blockDim.x / 32)
-            dsv4_route_warp<R>(a, t);
     for (uint32_t e = tid; e < E; e += blockDim.x)
         cnt[e] = 0;
-    __syncthreads(); /* the ids are written */
+    __syncthreads(); /* the block's own ids are written */
     const int32_t *ids = a.ids;
-    for (uint32_t i = tid; i < pairs; i += blockDim.x)
-        if ((uint32_t)ids[i] < E) /* forward.c refuses bad hash ids; never count outside cnt */
-            atomicAdd(&cnt[ids[i]], 1u);
+    for (uint32_t i = tid; i < pairs; i += blockDim.x) {
+        uint32_t e = (uint32_t)__ldcg(ids + i);
+        if (e < E) /* forward.c refuses bad hash ids; never count outside cnt */
+            atomicAdd(&cnt[e], 1u);
+    }
     __syncthreads();
     if (tid == 0) {
         uint32_t acc = 0;
@@ -783,7 +910,7 @@ __global__ static void __launch_bounds__(DSV4_GROUP_THREADS)
         __syncthreads();
         uint32_t i = c + tid, e = UINT32_MAX, rank = 0;
         if (warp < CW) {
-            e = i < pairs ? (uint32_t)ids[i] : UINT32_MAX;
+            e = i < pairs ? (uint32_t)__ldcg(ids + i) : UINT32_MAX;
             uint32_t same = __match_any_sync(0xffffffffu, e);
             rank = __popc(same & ((1u << lane) - 1));
             if (e < E && rank == 0)
@@ -808,19 +935,50 @@ __global__ static void __launch_bounds__(DSV4_GROUP_THREADS)
     }
 }
 
+/* Up to 32 tokens: one block routes them, a warp a token, and groups the pairs. */
+template <uint32_t R>
+__global__ static void __launch_bounds__(DSV4_GROUP_THREADS)
+    dsv4_group_kernel(const __grid_constant__ dsv4_route_args a, uint32_t n)
+{
+    extern __shared__ uint32_t gsh[];
+    for (uint32_t t = threadIdx.x / 32; t < n; t += blockDim.x / 32)
+        dsv4_route_warp<R>(a, t);
+    dsv4_group_pairs(a, n, gsh);
+}
+
+/* More: token t by warp t % 8 of block t / 8, and the last block to finish (counted in
+ * a.done, which it sets back to 0) groups the pairs (a launch of its own, one block
+ * routing 64 tokens two a warp then grouping them took 4.5 us after the route kernel's
+ * 6.7 on an H200, 17.6 in one block). */
+template <uint32_t R>
+__global__ static void dsv4_route_kernel(const __grid_constant__ dsv4_route_args a, uint32_t n)
+{
+    extern __shared__ uint32_t gsh[];
+    __shared__ bool last;
+    uint32_t t = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (t < n)
+        dsv4_route_warp<R>(a, t);
+    __threadfence(); /* the block's ids and weights before its count */
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        last = atomicAdd(a.done, 1u) == gridDim.x - 1;
+        if (last)
+            *a.done = 0; /* every block has counted */
+    }
+    __syncthreads();
+    if (last)
+        dsv4_group_pairs(a, n, gsh);
+}
+
 template <uint32_t R>
 static int dsv4_route_go(const dsv4_route_args &a, uint32_t n, cudaStream_t st)
 {
-    bool fused = n <= DSV4_GROUP_THREADS / 32;
-    if (!fused) {
-        unsigned blocks = (n + DSV4_CUDA_BLOCK / 32 - 1) / (DSV4_CUDA_BLOCK / 32);
-        dsv4_route_kernel<R><<<blocks, DSV4_CUDA_BLOCK, 0, st>>>(a, n);
-        int rc = dsv4_cuda_launch_status();
-        if (rc != 0)
-            return rc;
-    }
     size_t smem = (2 + DSV4_GROUP_CHUNK / 32) * (size_t)a.E * sizeof(uint32_t);
-    dsv4_group_kernel<R><<<1, DSV4_GROUP_THREADS, smem, st>>>(a, n, fused);
+    if (n <= DSV4_GROUP_THREADS / 32)
+        dsv4_group_kernel<R><<<1, DSV4_GROUP_THREADS, smem, st>>>(a, n);
+    else
+        dsv4_route_kernel<R><<<(n + DSV4_CUDA_BLOCK / 32 - 1) / (DSV4_CUDA_BLOCK / 32),
+                               DSV4_CUDA_BLOCK, smem, st>>>(a, n);
     return dsv4_cuda_launch_status();
 }
 
@@ -828,7 +986,7 @@ int dsv4_cuda_route(const dsv4_cuda_step *s, float *logits_dev, size_t logits_st
                     const float *bias_dev, const int32_t *tid2eid_dev, uint32_t n_experts,
                     uint32_t k, dsv4_k_scoring scoring, float routed_scale, int32_t *ids_dev,
                     float *w_dev, uint32_t *off_dev, uint32_t *assign_dev, uint32_t *epos_dev,
-                    void *stream)
+                    uint32_t *done_dev, void *stream)
 {
     cudaStream_t st = (cudaStream_t)stream;
     uint32_t n = s->n_tok;
@@ -838,7 +996,7 @@ int dsv4_cuda_route(const dsv4_cuda_step *s, float *logits_dev, size_t logits_st
         return -EINVAL;
     dsv4_route_args a = {s->tok,    logits_dev, logits_stride, bias_dev,     tid2eid_dev,
                          n_experts, k,          scoring,       routed_scale, ids_dev,
-                         w_dev,     off_dev,    assign_dev,    epos_dev};
+                         w_dev,     off_dev,    assign_dev,    epos_dev,     done_dev};
     /* R: the scores a lane keeps (the fewest that hold n_experts) */
     if (n_experts <= 32)
         return dsv4_route_go<1>(a, n, st);
