@@ -9,8 +9,10 @@
  * host around a sync (launch gaps included, as in a decode step without a graph).
  *
  * usage: gemm-stream [--rows 1,2,4,...,256] [--iters 20] [--bw BYTES_PER_S]
- *                    [--formats f32,bf16,fp8,mxfp4]
- * Prints the ceiling, then one markdown table row per (layer, format, mode, rows). */
+ *                    [--formats f32,bf16,fp8,mxfp4] [--layers wq_a,wq_b,wo_a,wo_b,experts,head]
+ *                    [--modes deterministic,fast]
+ * Prints the ceiling, then one markdown table row per (layer, format, mode, rows). --layers
+ * and --modes pick what runs (by a layer name's first word), e.g. a few launches for ncu. */
 #include "config.h"
 
 #include <getopt.h>
@@ -43,6 +45,16 @@ static const layer_shape shapes[] = {
 };
 
 static const char *const fmt_names[] = {"f32", "bf16", "fp8", "mxfp4"};
+
+/* Whether the comma-separated list has `name` up to its first space as an item. */
+static bool listed(const char *list, const char *name)
+{
+    size_t n = strcspn(name, " ");
+    for (const char *p = list; *p; p += strcspn(p, ","), p += *p == ',')
+        if (strcspn(p, ",") == n && strncmp(p, name, n) == 0)
+            return true;
+    return false;
+}
 
 static void die(const char *what)
 {
@@ -77,6 +89,7 @@ static double copy_rate(void *stream)
 int main(int argc, char **argv)
 {
     const char *rows_list = "1,2,4,8,16,32,64,128,256", *formats = "f32,bf16,fp8,mxfp4";
+    const char *layers = "wq_a,wq_b,wo_a,wo_b,experts,head", *modes_list = "deterministic,fast";
     int iters = 20;
     double bw = 0;
     bool bw_set = false;
@@ -84,6 +97,8 @@ int main(int argc, char **argv)
                                          {"iters", required_argument, NULL, 'i'},
                                          {"bw", required_argument, NULL, 'w'},
                                          {"formats", required_argument, NULL, 'f'},
+                                         {"layers", required_argument, NULL, 'l'},
+                                         {"modes", required_argument, NULL, 'm'},
                                          {NULL, 0, NULL, 0}};
     for (int ch; (ch = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
         switch (ch) {
@@ -91,6 +106,8 @@ int main(int argc, char **argv)
         case 'i': iters = atoi(optarg); break;
         case 'w': bw = atof(optarg), bw_set = true; break;
         case 'f': formats = optarg; break;
+        case 'l': layers = optarg; break;
+        case 'm': modes_list = optarg; break;
         default: return 2;
         }
     }
@@ -151,6 +168,8 @@ int main(int argc, char **argv)
     printf("|---|---|---|---:|---:|---:|---:|---:|\n");
     for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
         const layer_shape *L = &shapes[s];
+        if (!listed(layers, L->name))
+            continue;
         size_t n = L->mats * L->out * L->in;
         if (dsv4_cuda_copy(src, w, n * sizeof(float), stream) != 0)
             die("copy failed");
@@ -167,6 +186,8 @@ int main(int argc, char **argv)
                 die("cannot pack the weight");
             dsv4_cuda_weight wt = {(dsv4_cuda_wfmt)f, data, scale};
             for (uint32_t mi = 0; mi < 2 * n_rows; mi++) {
+                if (!listed(modes_list, mi < n_rows ? "deterministic" : "fast"))
+                    continue;
                 dsv4_cuda_blas *blas = modes[mi / n_rows];
                 uint32_t R = rows[mi % n_rows], pairs = R * 6, touched = (uint32_t)L->mats;
                 if (L->grouped) {

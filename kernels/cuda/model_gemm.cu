@@ -71,10 +71,15 @@ dsv4_cuda_blas *dsv4_cuda_blas_new(void *stream, bool deterministic)
     /* the wgmma kernel where the device code has it and the driver hands out the tensor-map
      * encoder (queried here, never while a step is being captured) */
     b->encode = dsv4_wg_encoder();
-    if (b->encode && cudaMalloc(&b->split, WG_SPLIT_BYTES) != cudaSuccess) {
+    int dev = 0, sms = 0;
+    if (b->encode &&
+        (cudaMalloc(&b->split, WG_SPLIT_BYTES) != cudaSuccess ||
+         cudaGetDevice(&dev) != cudaSuccess ||
+         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)) {
         dsv4_cuda_blas_free(b);
         return NULL;
     }
+    b->sms = (uint32_t)sms;
     return b;
 }
 
@@ -412,7 +417,9 @@ static int dsv4_gemm_format(cudaStream_t st, dsv4_wdev W, size_t out, size_t in,
  * takes each row tile's splits in one block rather than one block a split: its sums need
  * no workspace (H200: wq_b 1024 -> 32768, 256 output tiles, split in 2: 256 rows
  * 189 -> 155 us, 64 rows 55 -> 44; wo_a at 256 rows 190 -> 152). Grouped weights keep a
- * block a split (experts at 256 rows: 242 us split, 285 whole). */
+ * block a split on mma.sync (experts at 256 rows: 242 us split, 285 whole); on wgmma they
+ * take a tile's splits in one block at every row count (8 experts 4096 -> 2048, 2 splits:
+ * 0.86-0.92x the time at 1-256 rows, no sum kernel). */
 #define MMA_WHOLE_BLOCKS 256
 /* matrices of a grouped weight a one-row step is taken to run (the experts a token routes
  * to: DeepSeek-V4 takes 6) */
@@ -902,8 +909,9 @@ static int dsv4_mma_fixed(const dsv4_cuda_blas *b, dsv4_wdev W, const dsv4_wg_ca
         otiles * (off ? (groups < MMA_GROUPS_RUN ? groups : MMA_GROUPS_RUN) : groups), in);
     uint32_t tok = dsv4_mma_tok(rows_each, n), rtiles = (rows_each + tok - 1) / tok;
     bool whole =
-        !off && (size_t)(rtiles < GEMM_ROW_SPLIT ? rtiles : GEMM_ROW_SPLIT) * otiles * groups >=
-                    MMA_WHOLE_BLOCKS;
+        off ? wg != NULL
+            : (size_t)(rtiles < GEMM_ROW_SPLIT ? rtiles : GEMM_ROW_SPLIT) * otiles * groups >=
+                  MMA_WHOLE_BLOCKS;
     uint32_t kgrid = whole ? 1 : ksplit;
     size_t win = kgrid > 1 ? MMA_PART_FLOATS / ((size_t)ksplit * probs * out) : n;
     if (win == 0)

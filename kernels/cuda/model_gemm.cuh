@@ -23,6 +23,7 @@ struct dsv4_cuda_blas {
     /* the wgmma launch's inputs split once into bf16 hi and lo (WG_SPLIT_BYTES): a launch
      * whose rows' split fits reads its B from here rather than splitting per output tile */
     void *split;
+    uint32_t sms; /* multiprocessors (a persistent wgmma launch's blocks: dsv4_wg_run) */
     bool deterministic;
     /* the device code has the wgmma kernel (sm_90a) and the driver encodes tensor maps */
     PFN_cuTensorMapEncodeTiled_v12000 encode;

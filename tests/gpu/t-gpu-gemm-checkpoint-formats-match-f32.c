@@ -28,7 +28,12 @@
  * warps take four outputs each; deterministic mode's 256-row step takes a tile's k splits in
  * one block, the shorter steps a block a split: the same bits), and wq_b's shape in BF16
  * (every deterministic step a tile's k splits in one block: one row on the shared-memory
- * ring of weights, 16 rows direct, 64 staged). */
+ * ring of weights, 16 rows direct, 64 staged). Where the wgmma kernel's launch is dense and
+ * each tile takes its whole k range, its grid is persistent (no more blocks than the GPU
+ * holds, each walking several tiles): wq_b's shape at 64 and 256 rows, and [PERSIST_OUT]
+ * [1024] (257 tiles of 64 outputs: deterministic mode's 2 k splits in one block, a partial
+ * block of two warpgroups' outputs, 516 units at 256 rows) keep their rows' bits from 256
+ * rows down to one. */
 #include "config.h"
 
 #include "tests/gpu/gpu.h"
@@ -49,6 +54,8 @@
  * block at every row count, one row included */
 #define WHOLE_OUT 32768
 #define WHOLE_IN 1024
+/* a deterministic layer of 257 output tiles whose two k splits a block takes in turn */
+#define PERSIST_OUT 16448
 /* the weight whose launches split their inputs once (2048 outputs a matrix), and a step of
  * more rows than the GEMM's split buffer (64 MiB of bf16 hi and lo) holds at SPLIT_IN */
 #define SPLIT_MATS 3
@@ -492,8 +499,9 @@ int main(void)
         {DSV4_CUDA_W_BF16, 3, 24, 2048},
         {DSV4_CUDA_W_BF16, 3, 200, 1088}, /* wgmma: output tiles across matrices, 17 k blocks */
         {DSV4_CUDA_W_F32, 3, 33, 512},
-        {DSV4_CUDA_W_FP8, 1, WIDE_OUT, 1088},       /* wide: four outputs a warp at one row */
-        {DSV4_CUDA_W_BF16, 1, WHOLE_OUT, WHOLE_IN}, /* every split in one block */
+        {DSV4_CUDA_W_FP8, 1, WIDE_OUT, 1088},         /* wide: four outputs a warp at one row */
+        {DSV4_CUDA_W_BF16, 1, WHOLE_OUT, WHOLE_IN},   /* every split in one block */
+        {DSV4_CUDA_W_BF16, 1, PERSIST_OUT, WHOLE_IN}, /* persistent, partial output block */
     };
     size_t in_max = 2048, w_max = WHOLE_OUT * WHOLE_IN;
     gemm_env e = {0};
@@ -509,7 +517,7 @@ int main(void)
         bail_out("out of memory");
     for (size_t i = 0; i < MAX_ROWS * in_max; i++)
         e.x[i] = uniform();
-    plan(8 * 4 + 7 + 5 * 3 + 4 + 3);
+    plan(9 * 4 + 8 + 5 * 3 + 4 + 3);
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         size_t in = cases[i].in, out = cases[i].out, mats = cases[i].mats;
         /* the inputs packed for this width: row r at r * in */
