@@ -968,11 +968,13 @@ __global__ static void __launch_bounds__(ATT_THREADS, 2)
         if (nr < ATT_TR)
             dsv4_att_zero_tail(kb, nr, DPP * 2);
         if (async) {
-            uint32_t U = D / 8;
-            for (uint32_t e = tid; e < nr * U; e += ATT_THREADS) {
-                uint32_t r = e / U, u = e - r * U;
-                dsv4_att_cp16(kb + r * DPP + 8 * u, tp[r] + 16 * u);
-            }
+            /* ATT_THREADS / ATT_TR threads a row, consecutive ones on consecutive 16 bytes
+             * (no division of an index by the row's width a copy) */
+            const uint32_t TPR = ATT_THREADS / ATT_TR;
+            uint32_t r = tid / TPR;
+            if (r < nr)
+                for (uint32_t u = tid % TPR; u < D / 8; u += TPR)
+                    dsv4_att_cp16(kb + r * DPP + 8 * u, tp[r] + 16 * u);
         } else {
             /* bf16 holds every value of these rows exactly */
             dsv4_att_tile_decode(
@@ -1009,14 +1011,17 @@ __global__ static void __launch_bounds__(ATT_THREADS, 2)
     for (uint32_t vt = b.v0, it = 0; vt < b.v1; vt += ATT_TR, it++) {
         uint32_t nr = b.v1 - vt < ATT_TR ? b.v1 - vt : ATT_TR;
         const __nv_bfloat16 *kr = kbuf + it % NB * ATT_TR * DPP;
-        if (NB == 1 || vt == b.v0) {
-            __syncthreads(); /* the row pointers are in; one buffer: the previous tile is consumed
-                              */
+        bool first = vt == b.v0, ahead = NB == 2 && vt + ATT_TR < b.v1;
+        if (NB == 1 || first) {
+            /* the row pointers are in; one buffer: the previous tile is consumed */
+            __syncthreads();
             fetch(vt, kbuf);
+            if (ahead) /* the first two tiles' loads in flight together */
+                fetch(vt + ATT_TR, kbuf + ATT_TR * DPP);
         }
-        dsv4_att_cp_wait(false); /* this thread's copies of this tile are done */
+        dsv4_att_cp_wait(first && ahead); /* this thread's copies of this tile are done */
         __syncthreads();
-        if (NB == 2 && vt + ATT_TR < b.v1)
+        if (ahead && !first)
             fetch(vt + ATT_TR, kbuf + (it + 1) % NB * ATT_TR * DPP);
 
         float sp[4][4] = {};
