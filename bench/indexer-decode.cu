@@ -1,10 +1,12 @@
 /* indexer-decode.cu: decode-time lightning indexer on one GPU, against the memory ceiling
  * measured in the same run.
  *
- *   bench/indexer-decode [--profile] [--only indexer|topk] [--step FMT/CTX/BATCH] [commit]
+ *   bench/indexer-decode [--profile] [--only indexer|topk] [--step FMT/CTX/BATCH]
+ *                        [--format FMT] [commit]
  *
  * 1. HBM read ceiling: a streaming read of a 4 GiB buffer (16-byte loads, grid-stride).
- * 2. dsv4_cuda_indexer_score for fp8 and bf16 index-K pages (64 heads x 128 dims, 64 rows
+ * 2. dsv4_cuda_indexer_score for fp8 (the f32 query, and fp8-e4m3q: the query as e4m3, the
+ *    fp8 plugin's query_format = e4m3) and bf16 index-K pages (64 heads x 128 dims, 64 rows
  *    per page, one compressed row per 4 tokens) at 32k, 128k and 1M tokens of context and
  *    batch 1 to 64: every query has its own pages, drawn from a 4 GiB pool and rotated
  *    between repetitions so that small steps are not served from L2. Achieved GB/s counts
@@ -28,7 +30,8 @@
  * batch 1), once each with no warm-up and no timing, for a profiler (ncu) to pick the
  * kernels out. --only runs the indexer steps or the top-k alone (the ceiling and the launch
  * floor are measured either way). --step runs one indexer step alone, as its table row names
- * it (fp8/128k/64, bf16/one page/1), with --profile too: one launch of a large step for ncu. */
+ * it (fp8/128k/64, bf16/one page/1), with --profile too: one launch of a large step for ncu.
+ * --format runs the indexer steps of one format alone (fp8, fp8-e4m3q or bf16). */
 #include "kernels/cuda/cuda_kernels.h"
 
 #include <cuda_runtime.h>
@@ -84,6 +87,7 @@ __global__ void __launch_bounds__(256)
 static bool profiling;   /* --profile: one untimed run of each case */
 static const char *only; /* --only: "indexer" or "topk"; NULL runs both */
 static const char *one;  /* --step: the one indexer step to run ("fp8/128k/64"); NULL runs all */
+static const char *fmt_only; /* --format: the one format whose steps run; NULL runs all */
 
 /* Median time in microseconds of REPS runs of fn(rep) (after 3 warm-up runs), and in
  * *host_us the median time the host spent inside fn. */
@@ -197,6 +201,8 @@ int main(int argc, char **argv)
             only = argv[++i];
         else if (!strcmp(argv[i], "--step") && i + 1 < argc)
             one = argv[++i];
+        else if (!strcmp(argv[i], "--format") && i + 1 < argc)
+            fmt_only = argv[++i];
         else
             commit = argv[i];
     }
@@ -204,7 +210,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "indexer-decode: --only takes indexer or topk (not %s)\n", only);
         return 2;
     }
-    if (one)
+    if (one || fmt_only)
         only = "indexer";
     check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
     printf("# indexer decode on %s (%d SMs), commit %s\n\n", prop.name, prop.multiProcessorCount,
@@ -242,12 +248,14 @@ int main(int argc, char **argv)
     static const uint32_t batches[] = {1, 8, 32, 64};
     static const struct {
         dsv4_cuda_ik_format fmt;
+        dsv4_cuda_ik_query query;
         const char *name;
         uint32_t row_bytes, mask;
     } fmts[] = {
         /* masks keep the random keys finite: no e4m3 NaN, no bf16 exponent of 255 */
-        {DSV4_CUDA_IK_FP8, "fp8", DIM + 4, 0xf7f7f7f7u},
-        {DSV4_CUDA_IK_BF16, "bf16", DIM * 2, 0xbfffbfffu},
+        {DSV4_CUDA_IK_FP8, DSV4_CUDA_IK_QUERY_F32, "fp8", DIM + 4, 0xf7f7f7f7u},
+        {DSV4_CUDA_IK_FP8, DSV4_CUDA_IK_QUERY_E4M3, "fp8-e4m3q", DIM + 4, 0xf7f7f7f7u},
+        {DSV4_CUDA_IK_BF16, DSV4_CUDA_IK_QUERY_F32, "bf16", DIM * 2, 0xbfffbfffu},
     };
     float *q, *w, *scores;
     uint32_t *pages_dev, *start_dev, *rows_dev;
@@ -274,6 +282,8 @@ int main(int argc, char **argv)
     for (auto &f : fmts) {
         if (only && strcmp(only, "indexer"))
             break;
+        if (fmt_only && strcmp(fmt_only, f.name))
+            continue;
         size_t page_bytes = (size_t)RPP * f.row_bytes, pool_pages = POOL_BYTES / page_bytes;
         fill_kernel<<<4096, 256>>>((uint32_t *)pool, POOL_BYTES / 4, f.mask, 4);
         for (uint32_t ck : ctx_k) {
@@ -310,7 +320,8 @@ int main(int argc, char **argv)
                                              start_dev,
                                              rows_dev,
                                              q,
-                                             w};
+                                             w,
+                                             f.query};
                     check_rc(dsv4_cuda_indexer_score(f.fmt, DIM, RPP, pool, &bt, scores, st),
                              "dsv4_cuda_indexer_score");
                 };

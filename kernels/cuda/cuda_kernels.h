@@ -35,6 +35,18 @@ typedef enum dsv4_cuda_ik_format {
     DSV4_CUDA_IK_FP8,
 } dsv4_cuda_ik_format;
 
+/* How the kernels take a batch's queries. F32: each head as the scores' formula has it,
+ * rounded inside the kernel as dsv4_cuda_indexer_score says. E4M3 (fp8 keys only): each
+ * head quantised as the fp8 rows are (plugins/indexk/fp8.c): scale s = max(amax, 1e-4) / 448
+ * over its finite values, each value e4m3(q / s) (IEEE division, saturating, NaN kept), and
+ * scored as e4m3 x e4m3 with s moved into the head weight; E4M3_UE8M0 rounds s up to a power
+ * of two first. The CPU plugin quantises the same way, so both score the same query. */
+typedef enum dsv4_cuda_ik_query {
+    DSV4_CUDA_IK_QUERY_F32,
+    DSV4_CUDA_IK_QUERY_E4M3,
+    DSV4_CUDA_IK_QUERY_E4M3_UE8M0,
+} dsv4_cuda_ik_query;
+
 /* A batch of decode queries, each against its own sequence of index-K rows. Query b has
  * n_rows_dev[b] rows (at most max_rows) in the pages listed from
  * pages_dev[page_start_dev[b]] on (row r in page list entry r / rows_per_page, slot
@@ -49,6 +61,7 @@ typedef struct dsv4_cuda_ik_batch {
     const uint32_t *n_rows_dev;
     const float *q_dev;
     const float *w_dev;
+    dsv4_cuda_ik_query query; /* 0 (F32) unless set */
 } dsv4_cuda_ik_batch;
 
 /* scores_dev[b * max_rows + r] = scale * sum_h w[h] * relu(q[h] . k_r) for r < n_rows[b]
@@ -56,9 +69,12 @@ typedef struct dsv4_cuda_ik_batch {
  * pool_dev + p * page bytes) in their stored format. The dots run on tensor cores: keys
  * exactly as stored, queries rounded per head to f16 (fp8 keys) or bf16 (bf16 keys) after
  * dividing by the head's largest |q|; f32 keys and queries are split into two bf16 terms
- * each, which keeps about 16 bits. Handles dim 64 or 128, n_heads <= 64 and rows_per_page
- * a multiple of 8 up to 256 whose pages fit twice in 200 KiB of shared memory; -ENOTSUP
- * otherwise. */
+ * each, which keeps about 16 bits. With an e4m3 query (batch->query) fp8 keys are scored on
+ * e4m3 MMAs where the device code has them (dim 128, pages of a multiple of 64 rows), whose
+ * accumulation is not full f32 (bench/results/2026-11-30-indexer-e4m3q-h200.md measures
+ * it), or as f16 values of the e4m3 query otherwise; -EINVAL for other keys. Handles dim
+ * 64 or 128, n_heads <= 64 and rows_per_page a multiple of 8 up to 256 whose pages fit
+ * twice in 200 KiB of shared memory; -ENOTSUP otherwise. */
 int dsv4_cuda_indexer_score(dsv4_cuda_ik_format format, uint32_t dim, uint32_t rows_per_page,
                             const void *pool_dev, const dsv4_cuda_ik_batch *batch,
                             float *scores_dev, void *stream);

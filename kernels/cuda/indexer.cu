@@ -136,16 +136,24 @@ __device__ static inline void ik_bar_expect(uint64_t *bar, uint32_t bytes)
         : "memory");
 }
 
+/* One thread: bytes from global src to shared dst on the copy engine, counted on bar as
+ * they land (the bytes expected there by the caller). */
+__device__ static inline void ik_bulk_copy(void *dst, const void *src, uint32_t bytes,
+                                           uint64_t *bar)
+{
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
+                 "%2, [%3];\n" ::"r"(dsv4_smem_addr(dst)),
+                 "l"(src), "r"(bytes), "r"(dsv4_smem_addr(bar))
+                 : "memory");
+}
+
 /* One thread: bytes from global src to shared dst on the copy engine; bar's current phase
  * completes when they have landed. */
 __device__ static inline void ik_bulk_load(void *dst, const void *src, uint32_t bytes,
                                            uint64_t *bar)
 {
     ik_bar_expect(bar, bytes);
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
-                 "%2, [%3];\n" ::"r"(dsv4_smem_addr(dst)),
-                 "l"(src), "r"(bytes), "r"(dsv4_smem_addr(bar))
-                 : "memory");
+    ik_bulk_copy(dst, src, bytes, bar);
 }
 
 __device__ static inline void ik_mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
@@ -198,6 +206,46 @@ __device__ static inline float ik_relu(float x)
     float r;
     asm("max.NaN.f32 %0, %1, 0f00000000;\n" : "=f"(r) : "f"(x));
     return r;
+}
+
+/* An e4m3 query (DSV4_CUDA_IK_QUERY_E4M3*) is quantised as plugins/indexk/fp8.c quantises a
+ * row, so that the CPU and the GPU score the same query: the head's scale from the largest
+ * finite |value| (a maximum does not depend on the order it is taken in), IEEE division by
+ * it (__fdiv_rn, as the host's `/`), the saturating conversion with NaN made 0x7f as
+ * kernels/cpu/numfmt.c does for either sign. */
+__device__ static inline float ik_q_abs(float x, bool e4m3)
+{
+    return e4m3 && !isfinite(x) ? 0.0f : fabsf(x);
+}
+
+/* The scale of an e4m3 query head whose largest finite |value| is amax. */
+__device__ static inline float ik_q_scale(float amax, dsv4_cuda_ik_query query)
+{
+    const float s = __fdiv_rn(fmaxf(amax, 1e-4f), 448.0f);
+    if (query != DSV4_CUDA_IK_QUERY_E4M3_UE8M0)
+        return s;
+    int e; /* the smallest power of two >= s, as fp8.c's fp8_pow2_ceil */
+    const float m = frexpf(s, &e);
+    return ldexpf(1.0f, m == 0.5f ? e - 1 : e);
+}
+
+/* A value under 2^-11 s rounds to a zero of its sign either way; it skips the division,
+ * whose slow path (taken for tiny and subnormal dividends) cost a step 10 us where most of a
+ * query's values were tiny (bench/results/2026-11-30-indexer-e4m3q-h200.md, b1). */
+__device__ static inline uint32_t ik_q_e4m3(float x, float s)
+{
+    float v = copysignf(0.0f, x);
+    if (!(fabsf(x) < s * 0x1p-11f))
+        v = __fdiv_rn(x, s);
+    return isnan(v) ? 0x7fu : (uint32_t)__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
+}
+
+/* The e4m3 query value of x (scale s) as a float, for the kernels that multiply it in f16
+ * (exact: e4m3 values are f16 values). */
+__device__ static inline float ik_q_value(float x, float s)
+{
+    return __half2float(
+        __half(__nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)ik_q_e4m3(x, s), __NV_E4M3)));
 }
 
 /* The MMAs of one 16-byte key chunk (k-steps c * SPC ..) of one 8-row tile, for the MT
@@ -317,17 +365,27 @@ __global__ void __launch_bounds__(ik_fmt<F>::threads, ik_fmt<F>::blocks)
                     v[c * E + e + 2] = x4.z;
                     v[c * E + e + 3] = x4.w;
                 }
+            const bool q8 = F == DSV4_CUDA_IK_FP8 && bt.query != DSV4_CUDA_IK_QUERY_F32;
 #pragma unroll
             for (int e = 0; e < CPT * E; e++)
-                amax = fmaxf(amax, fabsf(v[e]));
+                amax = fmaxf(amax, ik_q_abs(v[e], q8));
             amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
             amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-            float sh = amax > 0.0f && amax <= 3.0e38f ? amax : 1.0f, inv = 1.0f / sh;
+            float sh = amax > 0.0f && amax <= 3.0e38f ? amax : 1.0f;
+            if (q8)
+                sh = ik_q_scale(amax, bt.query);
+            const float inv = 1.0f / sh;
             wq[mt][hs] = real ? bt.w_dev[(size_t)b * bt.n_heads + head] * sh : 0.0f;
 #pragma unroll
             for (int s = 0; s < KS; s++) {
                 const float *x = v + (s / SPC) * E + (s % SPC) * 4;
                 float x0 = x[0] * inv, x1 = x[1] * inv, x2 = x[2] * inv, x3 = x[3] * inv;
+                if (q8) {
+                    x0 = ik_q_value(x[0], sh);
+                    x1 = ik_q_value(x[1], sh);
+                    x2 = ik_q_value(x[2], sh);
+                    x3 = ik_q_value(x[3], sh);
+                }
                 if (F == DSV4_CUDA_IK_FP8) {
                     qa[0][mt][s][hs] = ik_pack_f16(x0, x1);
                     qa[0][mt][s][2 + hs] = ik_pack_f16(x2, x3);
@@ -434,35 +492,42 @@ __global__ void __launch_bounds__(ik_fmt<F>::threads, ik_fmt<F>::blocks)
  * n % stages. */
 struct ik_feed {
     const uint8_t *pool;
-    const void *tmap; /* the pool as pages of rows of bf16 keys, copied in boxes when set */
+    const void *tmap; /* the pool as pages of rows of keys, copied in boxes when set */
     uint8_t *stage0;
     uint64_t *full;
     uint32_t *released, *ids;
-    uint32_t page_bytes, stages, p0, p1, rpp, row_bytes;
+    /* a stage holds a page at stage_bytes >= page_bytes (1024-aligned for the swizzle);
+     * elem: bytes a value, for the tensor map's coordinates */
+    uint32_t page_bytes, stage_bytes, stages, p0, p1, rpp, row_bytes, elem;
     /* ceil(2^32 / stages): for the n < 2^16 a block counts its pages by, n / stages is the
      * high word of n x stage_div (a division by a runtime value costs some 20 instructions,
      * and wait and release each took two a page) */
     uint32_t stage_div;
 
     /* One lane: the page by one bulk copy, or with a tensor map, by one copy a box of 64 rows
-     * x 128 bytes (64 values, stored in the wgmma 128-byte swizzled layout), boxes of a page
-     * in row order, then value order. */
+     * x 128 bytes (stored in the wgmma 128-byte swizzled layout), boxes of a page in row
+     * order, then value order, and what follows the keys in the page (fp8 row scales) by one
+     * bulk copy behind them. */
     __device__ void issue(uint32_t page, uint32_t stage, uint32_t lane) const
     {
         if (lane != 0)
             return;
-        uint8_t *dst = stage0 + (size_t)stage * page_bytes;
+        uint8_t *dst = stage0 + (size_t)stage * stage_bytes;
+        const uint8_t *src = pool + (size_t)ids[page - p0] * page_bytes;
         if (!tmap) {
-            ik_bulk_load(dst, pool + (size_t)ids[page - p0] * page_bytes, page_bytes, &full[stage]);
+            ik_bulk_load(dst, src, page_bytes, &full[stage]);
             return;
         }
         ik_bar_expect(&full[stage], page_bytes);
+        const uint32_t key_bytes = rpp * row_bytes;
+        if (page_bytes > key_bytes)
+            ik_bulk_copy(dst + key_bytes, src + key_bytes, page_bytes - key_bytes, &full[stage]);
         for (uint32_t m = 0; m < rpp; m += 64)
             for (uint32_t h = 0; h < row_bytes; h += 128, dst += 8192)
                 asm volatile(
                     "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::"
                     "bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dsv4_smem_addr(dst)),
-                    "l"(tmap), "r"(h / 2), "r"(m), "r"(ids[page - p0]),
+                    "l"(tmap), "r"(h / elem), "r"(m), "r"(ids[page - p0]),
                     "r"(dsv4_smem_addr(&full[stage]))
                     : "memory");
     }
@@ -489,7 +554,7 @@ struct ik_feed {
         const uint32_t round = __umulhi(i - p0, stage_div), stage = i - p0 - round * stages;
         dsv4_mbar_wait(dsv4_smem_addr(&full[stage]), round & 1u);
         __syncwarp(); /* the MMAs need the warp converged after its spin */
-        return stage0 + (size_t)stage * page_bytes;
+        return stage0 + (size_t)stage * stage_bytes;
     }
 
     /* Every thread of a warp, once the warp has read what it needs of page i: the warp's
@@ -528,7 +593,9 @@ __device__ static inline ik_feed ik_feed_at(uint8_t *smem, const uint8_t *pool, 
     f.tmap = nullptr;
     f.rpp = 0;
     f.row_bytes = 0;
+    f.elem = 1;
     f.page_bytes = page_bytes;
+    f.stage_bytes = page_bytes;
     f.stages = stages;
     f.stage_div = 0xffffffffu / stages + 1u;
     f.p0 = p0;
@@ -556,16 +623,17 @@ __device__ static inline uint64_t ik_wg_desc(uint32_t addr)
            (uint64_t)(128u >> 4) << 32;
 }
 
-/* d (64 x 64) += a (this warp's 16 rows x 16 k of A, element type T: "f16" or "bf16", in
- * registers) x b (B in shared memory, by descriptor); acc = 0 overwrites d. Both wgmma kernels
- * issue it: the register-keys one with keys as A and the query as B (f16), the tensor-map one
- * with the query as A and keys as B (bf16). */
-#define IK_MMA_RS(T)                                                                               \
+/* d (64 x 64) += a (this warp's 16 rows x 16 k of A, f16 or bf16, in registers; or 16 rows
+ * x 32 k of e4m3, whose MMA takes no transpose operand: TAIL) x b (B in shared memory, by
+ * descriptor); acc = 0 overwrites d; SHAPE the MMA's shape and types. Both wgmma kernels issue it:
+ * the register-keys one with keys as A and the query as B (f16), the tensor-map one with the query
+ * as A and keys as B (bf16, or e4m3 for both). */
+#define IK_MMA_RS(SHAPE, TAIL)                                                                     \
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                      \
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32." T "." T " "                         \
+                 "wgmma.mma_async.sync.aligned." SHAPE " "                                         \
                  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, "    \
                  "%17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "    \
-                 "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"                                     \
+                 "{%32, %33, %34, %35}, %36, p, 1, 1" TAIL ";\n}\n"                                \
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),         \
                    "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),       \
                    "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),   \
@@ -574,13 +642,17 @@ __device__ static inline uint64_t ik_wg_desc(uint32_t addr)
                    "+f"(d[30]), "+f"(d[31])                                                        \
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(acc))
 
-template <bool BF16>
+enum ik_mma_type { IK_MMA_F16, IK_MMA_BF16, IK_MMA_E4M3 };
+
+template <ik_mma_type T>
 __device__ static inline void ik_mma_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t b, int acc)
 {
-    if constexpr (BF16)
-        IK_MMA_RS("bf16");
+    if constexpr (T == IK_MMA_BF16)
+        IK_MMA_RS("m64n64k16.f32.bf16.bf16", ", 0");
+    else if constexpr (T == IK_MMA_E4M3)
+        IK_MMA_RS("m64n64k32.f32.e4m3.e4m3", "");
     else
-        IK_MMA_RS("f16");
+        IK_MMA_RS("m64n64k16.f32.f16.f16", ", 0");
 }
 
 /* Keeps the compiler from moving accumulator uses across the asynchronous MMAs. */
@@ -685,19 +757,27 @@ __global__ void __launch_bounds__(128, IK_WG_BLOCKS)
 #pragma unroll
     for (int k = 0; k < IK_HEADS / 4; k++) {
         const uint32_t h = warp + 4 * k;
-        float amax =
-            fmaxf(fmaxf(fabsf(x[k].x), fabsf(x[k].y)), fmaxf(fabsf(x[k].z), fabsf(x[k].w)));
+        const bool q8 = bt.query != DSV4_CUDA_IK_QUERY_F32;
+        float amax = fmaxf(fmaxf(ik_q_abs(x[k].x, q8), ik_q_abs(x[k].y, q8)),
+                           fmaxf(ik_q_abs(x[k].z, q8), ik_q_abs(x[k].w, q8)));
 #pragma unroll
         for (int o = 16; o; o >>= 1)
             amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-        const float sh = amax > 0.0f && amax <= 3.0e38f ? amax : 1.0f, inv = 1.0f / sh;
+        float sh = amax > 0.0f && amax <= 3.0e38f ? amax : 1.0f;
+        if (q8)
+            sh = ik_q_scale(amax, bt.query);
+        const float inv = 1.0f / sh;
         if (lane == 0)
             wh[h] = h < bt.n_heads ? bt.w_dev[(size_t)b * bt.n_heads + h] * sh : 0.0f;
         if (mine) {
             const uint32_t q = lane * 4 / E, j = lane * 4 % E, s = (q / 4) * SPC + j / 4;
             uint8_t *at = qs + 2u * s * 1024u + (h / 8) * 128u + (h % 8) * 16u + (q % 4) * 4u;
-            *(uint32_t *)at = ik_pack_f16(x[k].x * inv, x[k].y * inv);
-            *(uint32_t *)(at + 1024u) = ik_pack_f16(x[k].z * inv, x[k].w * inv);
+            float4 y = make_float4(x[k].x * inv, x[k].y * inv, x[k].z * inv, x[k].w * inv);
+            if (q8)
+                y = make_float4(ik_q_value(x[k].x, sh), ik_q_value(x[k].y, sh),
+                                ik_q_value(x[k].z, sh), ik_q_value(x[k].w, sh));
+            *(uint32_t *)at = ik_pack_f16(y.x, y.y);
+            *(uint32_t *)(at + 1024u) = ik_pack_f16(y.z, y.w);
         }
     }
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); /* stores seen by wgmma */
@@ -733,7 +813,7 @@ __global__ void __launch_bounds__(128, IK_WG_BLOCKS)
         asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
         for (int s = 0; s < KS; s++)
-            ik_mma_rs<false>(d, x.a[s], ik_wg_desc(qaddr + 2u * s * 1024u), s > 0);
+            ik_mma_rs<IK_MMA_F16>(d, x.a[s], ik_wg_desc(qaddr + 2u * s * 1024u), s > 0);
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
     };
     /* once tile x's MMAs have completed: its scores */
@@ -803,39 +883,49 @@ template <int HALF> __device__ static inline void ik_tm_halve(float *v, bool hi,
 }
 #endif
 
-/* bf16 keys as the wgmma B operand straight from shared memory, where the copy engine
- * stores each page by tensor-map copies (64 rows x 64 values a box) in the swizzled layout
- * wgmma reads; the query (64 heads = M) is the A operand in registers (32 of them), so no
- * key passes through registers and four blocks share a multiprocessor. Each warp ends with
- * partial row sums of its 16 heads; the four meet in shared memory. Rows per page a
- * multiple of 64, dim 128. */
-template <int DIM>
+/* bf16 keys, or fp8 keys with an e4m3 query (F8), as the wgmma B operand straight from
+ * shared memory, where the copy engine stores each page by tensor-map copies (64 rows x 128
+ * bytes a box: 64 bf16 or 128 e4m3 values) in the swizzled layout wgmma reads, and an fp8
+ * page's row scales behind its keys by a bulk copy; the query (64 heads = M) is the A
+ * operand in registers (32 of them for bf16, 16 for e4m3), so no key passes through
+ * registers and four blocks share a multiprocessor. A tile of 64 rows takes 8 MMAs
+ * m64n64k16 (bf16) or 4 m64n64k32 (e4m3: per byte read, the same tensor work as bf16's).
+ * Each warp ends with partial row sums of its 16 heads; the four meet in shared memory,
+ * where a row's fp8 scale multiplies the sum (relu(s x) = s relu(x) for s > 0). Rows per
+ * page a multiple of 64, dim 128. */
+template <bool F8, int DIM>
 __global__ void __launch_bounds__(128, IK_TM_BLOCKS)
-    dsv4_ik_tm_kernel(const __grid_constant__ CUtensorMap keys, uint32_t page_bytes, uint32_t rpp,
-                      uint32_t stages, uint32_t ppb, dsv4_cuda_ik_batch bt, float *scores)
+    dsv4_ik_tm_kernel(const __grid_constant__ CUtensorMap keys, const uint8_t *__restrict__ pool,
+                      uint32_t page_bytes, uint32_t rpp, uint32_t stages, uint32_t ppb,
+                      dsv4_cuda_ik_batch bt, float *scores)
 {
 #if IK_WGMMA
-    constexpr int KS = DIM / 16; /* k-steps */
+    constexpr uint32_t ELEM = F8 ? 1 : 2, ROW_BYTES = DIM * ELEM;
+    constexpr int KS = ROW_BYTES / 32; /* k-steps: 32 bytes of a row each */
     extern __shared__ __align__(16) uint8_t ik_smem[];
     const uint32_t b = blockIdx.y, tid = threadIdx.x;
     const uint32_t n_rows = bt.n_rows_dev[b], start = bt.page_start_dev[b];
     uint32_t p0, p1;
     if (!ik_block_pages(n_rows, rpp, ppb, &p0, &p1))
         return;
-    ik_feed feed = ik_feed_at(ik_smem, nullptr, page_bytes, stages, p0, p1, 0);
+    ik_feed feed = ik_feed_at(ik_smem, pool, page_bytes, stages, p0, p1, 0);
     float *part = (float *)(ik_smem + IK_FEED_BYTES);
     feed.stage0 = (uint8_t *)(((uintptr_t)ik_smem + IK_FEED_BYTES + IK_TM_PART_BYTES + 1023) &
                               ~(uintptr_t)1023);
+    feed.stage_bytes = (page_bytes + 1023u) & ~1023u;
     feed.tmap = &keys;
     feed.rpp = rpp;
-    feed.row_bytes = DIM * 2;
+    feed.row_bytes = ROW_BYTES;
+    feed.elem = ELEM;
     const uint32_t warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
 
-    /* The query as A: heads 16 warp + g (a0, a2) and + 8 (a1, a3), dims 16 s + 2 t4 (+ 1)
-     * (a0, a1) and + 8 (a2, a3); every load issued before the page ids are read. */
+    /* The query as A: heads 16 warp + g (a0, a2) and + 8 (a1, a3); bf16: dims 16 s + 2 t4
+     * (+ 1) (a0, a1) and + 8 (a2, a3); e4m3: dims 32 s + 4 t4 (.. + 3) (a0, a1) and + 16 (a2,
+     * a3); NV values a register. Every load issued before the page ids are read. */
+    constexpr int NV = F8 ? 4 : 2, KV = 16 / (int)ELEM; /* values a k-step's half */
     const uint32_t h0 = warp * 16 + g, h1 = h0 + 8;
-    const bool q8 = ((uintptr_t)bt.q_dev & 7u) == 0;
-    float2 x[2][KS][2];
+    const bool vec = ((uintptr_t)bt.q_dev & (NV * 4u - 1u)) == 0;
+    float x[2][KS][2][NV];
 #pragma unroll
     for (int u = 0; u < 2; u++) {
         const uint32_t h = u ? h1 : h0;
@@ -844,10 +934,25 @@ __global__ void __launch_bounds__(128, IK_TM_BLOCKS)
         for (int s = 0; s < KS; s++)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
-                const float *at = qh + 16 * s + 2 * t4 + 8 * e;
-                x[u][s][e] = h >= bt.n_heads ? make_float2(0.0f, 0.0f)
-                             : q8            ? *(const float2 *)at
-                                             : make_float2(at[0], at[1]);
+                const float *at = qh + 2 * KV * s + NV * t4 + KV * e;
+                float *y = x[u][s][e];
+                if (h >= bt.n_heads) {
+#pragma unroll
+                    for (int v = 0; v < NV; v++)
+                        y[v] = 0.0f;
+                } else if (vec) {
+                    if constexpr (F8) {
+                        const float4 f = *(const float4 *)at;
+                        y[0] = f.x, y[1] = f.y, y[2] = f.z, y[3] = f.w;
+                    } else {
+                        const float2 f = *(const float2 *)at;
+                        y[0] = f.x, y[1] = f.y;
+                    }
+                } else {
+#pragma unroll
+                    for (int v = 0; v < NV; v++)
+                        y[v] = at[v];
+                }
             }
     }
     feed.start(bt.pages_dev + start, tid, 128);
@@ -861,39 +966,55 @@ __global__ void __launch_bounds__(128, IK_TM_BLOCKS)
         for (int s = 0; s < KS; s++)
 #pragma unroll
             for (int e = 0; e < 2; e++)
-                amax = fmaxf(amax, fmaxf(fabsf(x[u][s][e].x), fabsf(x[u][s][e].y)));
+#pragma unroll
+                for (int v = 0; v < NV; v++)
+                    amax = fmaxf(amax, ik_q_abs(x[u][s][e][v], F8));
         amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
         amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-        const float sh = amax > 0.0f && amax <= 3.0e38f ? amax : 1.0f, inv = 1.0f / sh;
+        const float sh =
+            F8 ? ik_q_scale(amax, bt.query) : (amax > 0.0f && amax <= 3.0e38f ? amax : 1.0f);
+        const float inv = 1.0f / sh;
         wq[u] = h < bt.n_heads ? bt.w_dev[(size_t)b * bt.n_heads + h] * sh : 0.0f;
 #pragma unroll
         for (int s = 0; s < KS; s++)
 #pragma unroll
-            for (int e = 0; e < 2; e++)
-                qa[s][u + 2 * e] = ik_pack_bf16(x[u][s][e].x * inv, x[u][s][e].y * inv);
+            for (int e = 0; e < 2; e++) {
+                const float *y = x[u][s][e];
+                if constexpr (F8)
+                    qa[s][u + 2 * e] = ik_q_e4m3(y[0], sh) | ik_q_e4m3(y[1], sh) << 8 |
+                                       ik_q_e4m3(y[2], sh) << 16 | ik_q_e4m3(y[3], sh) << 24;
+                else
+                    qa[s][u + 2 * e] = ik_pack_bf16(y[0] * inv, y[1] * inv);
+            }
     }
     const uint32_t tiles = rpp / 64;
     const uint32_t n = (p1 - p0) * tiles;
     uint32_t buf = 0;
 
-    /* the MMAs of tile k (page p0 + k / tiles, its rows 64 (k % tiles) ..) into d */
+    /* the MMAs of tile k (page p0 + k / tiles, its rows 64 (k % tiles) ..) into d; the
+     * page's stage */
+    constexpr ik_mma_type MMA = F8 ? IK_MMA_E4M3 : IK_MMA_BF16;
     auto issue = [&](uint32_t k, float(&d)[32]) {
         const uint8_t *pg = feed.wait(p0 + k / tiles);
-        const uint32_t box = dsv4_smem_addr(pg) + (k % tiles) * (DIM / 64) * 8192u;
+        const uint32_t box = dsv4_smem_addr(pg) + (k % tiles) * (ROW_BYTES / 128) * 8192u;
         ik_wg_fence(d);
         asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
         for (int s = 0; s < KS; s++)
-            ik_mma_rs<true>(d, qa[s], ik_tm_desc(box + (s / 4) * 8192u + (s % 4) * 32u), s > 0);
+            ik_mma_rs<MMA>(d, qa[s], ik_tm_desc(box + (s / 4) * 8192u + (s % 4) * 32u), s > 0);
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        return pg;
     };
-    /* once tile k's MMAs have completed: its page released after its last tile, its row
-     * sums: d[4 j], d[4 j + 1] are head h0, rows 8 j + 2 t4 (+ 1); d[4 j + 2], d[4 j + 3]
-     * head h1. The 8 lanes of a t4 halve the 16 row values three times (lane g keeps rows
-     * 8 g + 2 t4 (+ 1)), then the four warps' sums meet in shared memory (two buffers, so
-     * one barrier a tile). */
-    auto finish = [&](uint32_t k, float(&d)[32]) {
+    /* once tile k's MMAs have completed: its fp8 row scales read, its page released after
+     * its last tile, its row sums: d[4 j], d[4 j + 1] are head h0, rows 8 j + 2 t4 (+ 1);
+     * d[4 j + 2], d[4 j + 3] head h1. The 8 lanes of a t4 halve the 16 row values three times
+     * (lane g keeps rows 8 g + 2 t4 (+ 1)), then the four warps' sums meet in shared memory
+     * (two buffers, so one barrier a tile). */
+    auto finish = [&](uint32_t k, float(&d)[32], const uint8_t *pg) {
         ik_wg_fence(d);
+        float rs = 1.0f;
+        if (F8 && tid < 64 && k < n)
+            rs = ((const float *)(pg + (size_t)rpp * ROW_BYTES))[(k % tiles) * 64 + tid];
         if (k < n && k % tiles == tiles - 1)
             feed.release(p0 + k / tiles, 4, lane);
         float v[16];
@@ -909,9 +1030,12 @@ __global__ void __launch_bounds__(128, IK_TM_BLOCKS)
         *(float2 *)&pb[warp * 64 + 8 * g + 2 * t4] = make_float2(v[0], v[1]);
         __syncthreads();
         const uint32_t row = (p0 + k / tiles) * rpp + (k % tiles) * 64 + tid;
-        if (tid < 64 && k < n && row < n_rows)
-            scores[(size_t)b * bt.max_rows + row] =
-                bt.scale * (pb[tid] + pb[64 + tid] + pb[128 + tid] + pb[192 + tid]);
+        if (tid < 64 && k < n && row < n_rows) {
+            float sum = pb[tid] + pb[64 + tid] + pb[128 + tid] + pb[192 + tid];
+            if (F8)
+                sum *= rs;
+            scores[(size_t)b * bt.max_rows + row] = bt.scale * sum;
+        }
         buf ^= 1u;
     };
     /* Two tiles a pass, the second one's MMAs running while the first one's scores are
@@ -920,12 +1044,12 @@ __global__ void __launch_bounds__(128, IK_TM_BLOCKS)
      * of a kernel where an accumulator in flight crosses a loop's back edge. */
     float d0[32], d1[32];
     for (uint32_t k = 0; k < n; k += 2) {
-        issue(k, d0);
-        issue(k + 1 < n ? k + 1 : k, d1);
+        const uint8_t *g0 = issue(k, d0);
+        const uint8_t *g1 = issue(k + 1 < n ? k + 1 : k, d1);
         asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
-        finish(k, d0);
+        finish(k, d0, g0);
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-        finish(k + 1, d1);
+        finish(k + 1, d1, g1);
     }
 #endif
 }
@@ -938,7 +1062,7 @@ __global__ void __launch_bounds__(128, IK_TM_BLOCKS)
  * the kernel's own fixed time is, bench/results/2026-11-29-indexer-h200-c.md.) */
 typedef struct ik_device {
     int rc, sms, wgmma;
-    std::atomic<int> per_sm[IK_MAX_RPP / 8];
+    std::atomic<int> per_sm[2][IK_MAX_RPP / 8]; /* [tensor-map kernel][rows per page / 8 - 1] */
 } ik_device;
 
 /* The wgmma kernel where the device code has it and the keys are fp8 (for bf16 keys it
@@ -959,12 +1083,16 @@ template <dsv4_cuda_ik_format F, int DIM> static ik_kernel_fn ik_kernel(bool wg)
     return dsv4_ik_score_kernel<F, DIM>;
 }
 
-/* bf16 keys on the tensor-map kernel: sm_90a device code, dim 128, whole 64-row boxes (fp8
- * keys there, as two or three e4m3 query terms, were slower than the wgmma kernel at 128k
- * and 1M, bench/results/2026-11-30-indexer-h200.md). */
-template <dsv4_cuda_ik_format F, int DIM> static bool ik_tm_shape(const ik_device *d, uint32_t rpp)
+/* bf16 keys, and fp8 keys with an e4m3 query, on the tensor-map kernel: sm_90a device code,
+ * dim 128, whole 64-row boxes (fp8 keys with the f32 query there, as two or three e4m3 query
+ * terms, were slower than the wgmma kernel at 128k and 1M,
+ * bench/results/2026-11-30-indexer-h200.md). */
+template <dsv4_cuda_ik_format F, int DIM>
+static bool ik_tm_shape(const ik_device *d, uint32_t rpp, const dsv4_cuda_ik_batch *bt)
 {
-    return F == DSV4_CUDA_IK_BF16 && DIM == 128 && d->wgmma != 0 && rpp % 64 == 0;
+    const bool keys =
+        F == DSV4_CUDA_IK_BF16 || (F == DSV4_CUDA_IK_FP8 && bt->query != DSV4_CUDA_IK_QUERY_F32);
+    return keys && DIM == 128 && d->wgmma != 0 && rpp % 64 == 0;
 }
 
 template <dsv4_cuda_ik_format F, int DIM> static void ik_device_setup(ik_device *d, int dev)
@@ -977,19 +1105,21 @@ template <dsv4_cuda_ik_format F, int DIM> static void ik_device_setup(ik_device 
         d->rc = dsv4_cuda_status(cudaFuncSetAttribute(ik_kernel<F, DIM>(d->wgmma != 0),
                                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                       (int)IK_SMEM_MAX));
-    if constexpr (DIM == 128 && F == DSV4_CUDA_IK_BF16)
+    if constexpr (DIM == 128 && F != DSV4_CUDA_IK_F32)
         if (d->rc == 0 && d->wgmma)
             d->rc = dsv4_cuda_status(cudaFuncSetAttribute(
-                dsv4_ik_tm_kernel<DIM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                (int)IK_SMEM_MAX));
+                dsv4_ik_tm_kernel<F == DSV4_CUDA_IK_FP8, DIM>,
+                cudaFuncAttributeMaxDynamicSharedMemorySize, (int)IK_SMEM_MAX));
 }
 
-/* Blocks per multiprocessor of kernel at this size, read once per page size. */
+/* Blocks per multiprocessor of kernel at this size, read once per page size and kernel kind
+ * (tm: the tensor-map kernel). */
 template <typename K>
-static int ik_per_sm(ik_device *d, uint32_t rpp, K kernel, uint32_t threads, size_t smem,
+static int ik_per_sm(ik_device *d, uint32_t rpp, bool tm, K kernel, uint32_t threads, size_t smem,
                      int *per_sm_p)
 {
-    int per_sm = d->per_sm[rpp / 8 - 1].load(std::memory_order_relaxed);
+    std::atomic<int> &slot = d->per_sm[tm][rpp / 8 - 1];
+    int per_sm = slot.load(std::memory_order_relaxed);
     if (per_sm == 0) {
         int rc = dsv4_cuda_status(
             cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
@@ -997,7 +1127,7 @@ static int ik_per_sm(ik_device *d, uint32_t rpp, K kernel, uint32_t threads, siz
             return rc;
         if (per_sm < 1)
             per_sm = 1;
-        d->per_sm[rpp / 8 - 1].store(per_sm, std::memory_order_relaxed);
+        slot.store(per_sm, std::memory_order_relaxed);
     }
     *per_sm_p = per_sm;
     return 0;
@@ -1047,39 +1177,43 @@ static void ik_encode_find(void)
 
 /* The tensor-map kernel's launch, or -ENOTSUP where it does not apply (no encoder in the
  * driver, a pool it cannot map, pages too large for two stages). */
-template <int DIM>
+template <dsv4_cuda_ik_format F, int DIM>
 static int ik_launch_tm(ik_device *d, uint32_t rpp, const void *pool, const dsv4_cuda_ik_batch *bt,
                         float *scores, cudaStream_t stream)
 {
+    using fmt = ik_fmt<F>;
+    constexpr bool f8 = F == DSV4_CUDA_IK_FP8;
     static std::once_flag once;
     std::call_once(once, ik_encode_find);
     if (!ik_encode)
         return -ENOTSUP;
-    /* the pool as pages of rpp rows of DIM bf16 values, page ids up to 2^31 */
-    const uint32_t page_bytes = rpp * DIM * 2;
-    const uint32_t head = IK_FEED_BYTES + IK_TM_PART_BYTES + 1024u; /* + the stages' alignment */
-    uint32_t stages = ((228u * 1024u) / IK_TM_BLOCKS - 1024u - head) / page_bytes;
+    /* the pool as pages of rpp rows of DIM values (then fp8 row scales), page ids up to
+     * 2^31; each stage 1024-aligned for the swizzle, as is what comes before the stages */
+    const uint32_t row_bytes = DIM * fmt::elem, page_bytes = rpp * (row_bytes + fmt::scale_bytes);
+    const uint32_t stage_bytes = (page_bytes + 1023u) & ~1023u;
+    const uint32_t head = IK_FEED_BYTES + IK_TM_PART_BYTES + 1024u;
+    uint32_t stages = ((228u * 1024u) / IK_TM_BLOCKS - 1024u - head) / stage_bytes;
     if (stages > IK_MAX_STAGES)
         stages = IK_MAX_STAGES;
     if (stages < 2)
         return -ENOTSUP;
     CUtensorMap map;
     const cuuint64_t dims[3] = {DIM, rpp, (cuuint64_t)1 << 31};
-    const cuuint64_t strides[2] = {DIM * 2, page_bytes};
-    const cuuint32_t box[3] = {64, 64, 1}, estr[3] = {1, 1, 1};
-    if (ik_encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, (void *)pool, dims, strides, box, estr,
-                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                  CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+    const cuuint64_t strides[2] = {row_bytes, page_bytes};
+    const cuuint32_t box[3] = {128u / fmt::elem, 64, 1}, estr[3] = {1, 1, 1};
+    if (ik_encode(&map, f8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3,
+                  (void *)pool, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                  CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
         return -ENOTSUP;
-    const size_t smem = head + (size_t)stages * page_bytes;
-    int per_sm, rc = ik_per_sm(d, rpp, dsv4_ik_tm_kernel<DIM>, 128, smem, &per_sm);
+    const size_t smem = head + (size_t)stages * stage_bytes;
+    int per_sm, rc = ik_per_sm(d, rpp, true, dsv4_ik_tm_kernel<f8, DIM>, 128, smem, &per_sm);
     if (rc != 0)
         return rc;
     uint32_t ppb;
     const dim3 grid = ik_grid(d, per_sm, rpp, bt, &ppb);
-    return ik_start(dsv4_ik_tm_kernel<DIM>, grid, 128, smem, stream, map, page_bytes, rpp, stages,
-                    ppb, *bt, scores);
+    return ik_start(dsv4_ik_tm_kernel<f8, DIM>, grid, 128, smem, stream, map, (const uint8_t *)pool,
+                    page_bytes, rpp, stages, ppb, *bt, scores);
 }
 
 template <dsv4_cuda_ik_format F, int DIM>
@@ -1098,9 +1232,9 @@ static int ik_launch(uint32_t rpp, const void *pool, const dsv4_cuda_ik_batch *b
     std::call_once(once[dev], ik_device_setup<F, DIM>, d, dev);
     if (d->rc != 0)
         return d->rc;
-    if constexpr (DIM == 128 && F == DSV4_CUDA_IK_BF16)
-        if (ik_tm_shape<F, DIM>(d, rpp)) {
-            rc = ik_launch_tm<DIM>(d, rpp, pool, bt, scores, stream);
+    if constexpr (DIM == 128 && F != DSV4_CUDA_IK_F32)
+        if (ik_tm_shape<F, DIM>(d, rpp, bt)) {
+            rc = ik_launch_tm<F, DIM>(d, rpp, pool, bt, scores, stream);
             if (rc != -ENOTSUP)
                 return rc;
         }
@@ -1116,7 +1250,7 @@ static int ik_launch(uint32_t rpp, const void *pool, const dsv4_cuda_ik_batch *b
         return -ENOTSUP; /* two pages must fit: one read while the next one lands */
     const size_t smem = head + (size_t)stages * page_bytes;
     int per_sm;
-    rc = ik_per_sm(d, rpp, kernel, threads, smem, &per_sm);
+    rc = ik_per_sm(d, rpp, false, kernel, threads, smem, &per_sm);
     if (rc != 0)
         return rc;
     uint32_t ppb;
@@ -1148,6 +1282,8 @@ extern "C" int dsv4_cuda_indexer_score(dsv4_cuda_ik_format format, uint32_t dim,
     if (!pool_dev || !scores_dev || !batch->pages_dev || !batch->page_start_dev ||
         !batch->n_rows_dev || !batch->q_dev || !batch->w_dev || batch->n_heads == 0)
         return -EINVAL;
+    if (batch->query != DSV4_CUDA_IK_QUERY_F32 && format != DSV4_CUDA_IK_FP8)
+        return -EINVAL; /* an e4m3 query is the fp8 plugin's option */
     if (batch->n_heads > IK_HEADS || rows_per_page == 0 || rows_per_page % 8 ||
         rows_per_page > IK_MAX_RPP || batch->n_queries > 65535)
         return -ENOTSUP;

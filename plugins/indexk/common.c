@@ -2,9 +2,45 @@
  * indexk plugins; the per-format row encoders and decoders are in f32.c, bf16.c, fp8.c. */
 #include "plugins/indexk/common.h"
 
+#include "kernels/cpu/numfmt.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
+
+/* Values whose magnitudes are all tiny get this amax, so an e4m3 scale never reaches zero. */
+#define E4M3_AMAX_FLOOR 1e-4f
+#define E4M3_MAX 448.0f
+
+/* The smallest power of two >= s (s > 0 and finite). */
+static float pow2_ceil(float s)
+{
+    int e;
+    float m = frexpf(s, &e); /* s = m * 2^e, m in [0.5, 1) */
+
+    return ldexpf(1.0f, m == 0.5f ? e - 1 : e);
+}
+
+float dsv4_indexk_e4m3_quantise(const float *x, uint32_t n, bool pow2, uint8_t *codes)
+{
+    float amax = 0.0f, scale;
+    uint32_t i;
+
+    for (i = 0; i < n; i++)
+        if (isfinite(x[i]))
+            amax = fmaxf(amax, fabsf(x[i]));
+    scale = fmaxf(amax, E4M3_AMAX_FLOOR) / E4M3_MAX;
+    if (pow2)
+        scale = pow2_ceil(scale);
+    for (i = 0; i < n; i++)
+        codes[i] = dsv4_f32_to_e4m3(x[i] / scale);
+    return scale;
+}
+
+dsv4_cuda_ik_query dsv4_indexk_query(const dsv4_indexk_state *st)
+{
+    return st->fmt->query ? st->fmt->query(st->config) : DSV4_CUDA_IK_QUERY_F32;
+}
 
 bool dsv4_indexk_geom_ok(const dsv4_indexk_geom *g)
 {
@@ -109,21 +145,51 @@ int dsv4_indexk_load(void *state, const dsv4_indexk_geom *g, const void *pool,
     return 0;
 }
 
+/* The e4m3 query of query (n_heads heads of dim values) as floats, as the score formula
+ * takes it (common.h), in a buffer from host; NULL when out of memory. */
+static float *e4m3_query(const dsv4_indexk_state *st, dsv4_cuda_ik_query query, uint32_t dim,
+                         const float *q, uint32_t n_heads)
+{
+    float *out = st->host->alloc((size_t)n_heads * dim * sizeof *out + dim, 64);
+    uint8_t *codes = (uint8_t *)(out + (size_t)n_heads * dim);
+    uint32_t h, d;
+
+    if (!out)
+        return NULL;
+    for (h = 0; h < n_heads; h++) {
+        float s = dsv4_indexk_e4m3_quantise(q + (size_t)h * dim, dim,
+                                            query == DSV4_CUDA_IK_QUERY_E4M3_UE8M0, codes);
+        for (d = 0; d < dim; d++)
+            out[(size_t)h * dim + d] = dsv4_e4m3_to_f32(codes[d]) * s;
+    }
+    return out;
+}
+
 int dsv4_indexk_score(void *state, const dsv4_indexk_geom *g, const void *pool,
                       const uint32_t *pages, uint32_t n_rows, const float *q, const float *w,
                       uint32_t n_heads, float scale, float *scores_out)
 {
     const dsv4_indexk_state *st = state;
-    float *k;
+    const dsv4_cuda_ik_query query = dsv4_indexk_query(st);
+    float *k, *qq = NULL;
     uint32_t r, h, d;
 
     if (!dsv4_indexk_geom_ok(g) || (n_rows > 0 && (!pool || !pages || !q || !w || !scores_out)))
         return -EINVAL;
     if (n_rows == 0)
         return 0;
+    if (query != DSV4_CUDA_IK_QUERY_F32) {
+        qq = e4m3_query(st, query, g->dim, q, n_heads);
+        if (!qq)
+            return -ENOMEM;
+        q = qq;
+    }
     k = st->host->alloc((size_t)g->dim * sizeof *k, 64);
-    if (!k)
+    if (!k) {
+        if (qq)
+            st->host->free(qq);
         return -ENOMEM;
+    }
     for (r = 0; r < n_rows; r++) {
         float acc = 0.0f;
 
@@ -141,5 +207,7 @@ int dsv4_indexk_score(void *state, const dsv4_indexk_geom *g, const void *pool,
         scores_out[r] = scale * acc;
     }
     st->host->free(k);
+    if (qq)
+        st->host->free(qq);
     return 0;
 }

@@ -15,7 +15,10 @@
  *     acc    = sum over h ascending of w[h] * relu(dot_h)      (float accumulator)
  *     score  = scale * acc
  * This order is fixed and documented so scores do not depend on threading or batching,
- * and a score can be reproduced exactly from load()'s output.
+ * and a score can be reproduced exactly from load()'s output. A format whose config asks
+ * for an e4m3 query (fp8's query_format) first replaces each head q[h] by its e4m3
+ * quantisation, decoded: code * s, with codes and s from dsv4_indexk_e4m3_quantise (the
+ * quantisation of an fp8 row), which is what the CUDA kernels score too.
  */
 #ifndef DSV4_PLUGINS_INDEXK_COMMON_H
 #define DSV4_PLUGINS_INDEXK_COMMON_H
@@ -62,6 +65,8 @@ typedef struct dsv4_indexk_format {
     /* The encoder rounds its scale up to a power of two under this config (NULL: never),
      * which the device encoder must do alike. */
     bool (*pow2_scale)(const void *config);
+    /* How this config scores queries (NULL: DSV4_CUDA_IK_QUERY_F32, the query as given). */
+    dsv4_cuda_ik_query (*query)(const void *config);
 } dsv4_indexk_format;
 
 /* What init creates: the state every op receives. */
@@ -70,6 +75,15 @@ typedef struct dsv4_indexk_state {
     const dsv4_host *host;
     const dsv4_indexk_config *config;
 } dsv4_indexk_state;
+
+/* The e4m3 codes[0 .. n) of x[0 .. n) and their scale s (returned): s = max(amax, 1e-4) / 448
+ * with amax the largest finite |x| (only finite values set it: an infinity saturates to
+ * +-448 and a NaN stays NaN instead of wiping out the rest), rounded up to a power of two
+ * with pow2; codes[i] = e4m3(x[i] / s). An fp8 row is stored so, an e4m3 query scored so. */
+float dsv4_indexk_e4m3_quantise(const float *x, uint32_t n, bool pow2, uint8_t *codes);
+
+/* How state's config scores queries (its format's query hook, or the query as given). */
+dsv4_cuda_ik_query dsv4_indexk_query(const dsv4_indexk_state *st);
 
 /* g is present, new enough and describes non-empty rows and pages. */
 bool dsv4_indexk_geom_ok(const dsv4_indexk_geom *g);

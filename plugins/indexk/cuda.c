@@ -37,6 +37,7 @@ int dsv4_indexk_score_cuda(void *state, const dsv4_indexk_geom *g, const void *p
         .n_rows_dev = n_rows_dev,
         .q_dev = q_dev,
         .w_dev = w_dev,
+        .query = dsv4_indexk_query(st),
     };
 
     if (!dsv4_indexk_geom_ok(g))

@@ -5,26 +5,30 @@
  * rows_per_page * dim bytes), then rows_per_page fp32 scales. The scale of a row is
  * max(amax, 1e-4) / 448 so the largest value lands on the top e4m3 code; with
  * scale_format = ue8m0 it is rounded up to a power of two (vLLM's ue8m0 option), which
- * costs up to one bit of precision but makes dequantisation an exact exponent shift. */
+ * costs up to one bit of precision but makes dequantisation an exact exponent shift.
+ *
+ * query_format = e4m3 scores each query head quantised the same way (its own scale, the
+ * same scale_format) as e4m3 against the e4m3 keys, as DeepSeek-V3.2's indexer runs in vLLM
+ * and SGLang (fp8 query x fp8 key); on the GPU that runs on e4m3 tensor cores, with half the
+ * f16 path's tensor work per byte read. The default, f32, scores the query as given. */
 #include "config.h"
 
 #include "plugins/indexk/common.h"
 
 #include "kernels/cpu/numfmt.h"
 
-#include <math.h>
 #include <string.h>
-
-/* Rows whose values are all tiny get this amax, so the scale never reaches zero. */
-#define FP8_AMAX_FLOOR 1e-4f
-#define FP8_E4M3_MAX 448.0f
 
 enum { FP8_SCALE_F32, FP8_SCALE_UE8M0 };
 static const char *const fp8_scale_formats[] = {"f32", "ue8m0", NULL};
 
+enum { FP8_QUERY_F32, FP8_QUERY_E4M3 };
+static const char *const fp8_query_formats[] = {"f32", "e4m3", NULL};
+
 typedef struct fp8_config {
     dsv4_indexk_config common;
     int scale_format;
+    int query_format;
 } fp8_config;
 
 static size_t fp8_row_bytes(const dsv4_indexk_geom *g)
@@ -37,33 +41,13 @@ static uint8_t *fp8_scale_at(const dsv4_indexk_geom *g, const uint8_t *page, uin
     return (uint8_t *)page + (size_t)g->rows_per_page * g->dim + (size_t)slot * sizeof(float);
 }
 
-/* The smallest power of two >= s (s > 0 and finite). */
-static float fp8_pow2_ceil(float s)
-{
-    int e;
-    float m = frexpf(s, &e); /* s = m * 2^e, m in [0.5, 1) */
-
-    return ldexpf(1.0f, m == 0.5f ? e - 1 : e);
-}
-
 static void fp8_encode(const void *config, const dsv4_indexk_geom *g, uint8_t *page, uint32_t slot,
                        const float *row)
 {
     const fp8_config *cfg = config;
-    uint8_t *dst = page + (size_t)slot * g->dim;
-    float amax = 0.0f, scale;
-    uint32_t d;
+    float scale = dsv4_indexk_e4m3_quantise(row, g->dim, cfg->scale_format == FP8_SCALE_UE8M0,
+                                            page + (size_t)slot * g->dim);
 
-    /* Only finite values set the scale: with reject_nonfinite off an infinity then
-     * saturates to +-448 and a NaN stays NaN, instead of wiping out the whole row. */
-    for (d = 0; d < g->dim; d++)
-        if (isfinite(row[d]))
-            amax = fmaxf(amax, fabsf(row[d]));
-    scale = fmaxf(amax, FP8_AMAX_FLOOR) / FP8_E4M3_MAX;
-    if (cfg->scale_format == FP8_SCALE_UE8M0)
-        scale = fp8_pow2_ceil(scale);
-    for (d = 0; d < g->dim; d++)
-        dst[d] = dsv4_f32_to_e4m3(row[d] / scale);
     memcpy(fp8_scale_at(g, page, slot), &scale, sizeof scale);
 }
 
@@ -84,6 +68,13 @@ static bool fp8_pow2_scale(const void *config)
     return ((const fp8_config *)config)->scale_format == FP8_SCALE_UE8M0;
 }
 
+static dsv4_cuda_ik_query fp8_query(const void *config)
+{
+    if (((const fp8_config *)config)->query_format == FP8_QUERY_F32)
+        return DSV4_CUDA_IK_QUERY_F32;
+    return fp8_pow2_scale(config) ? DSV4_CUDA_IK_QUERY_E4M3_UE8M0 : DSV4_CUDA_IK_QUERY_E4M3;
+}
+
 static const dsv4_indexk_format fp8_format = {
     .subject = "indexk/fp8",
     .row_bytes = fp8_row_bytes,
@@ -91,6 +82,7 @@ static const dsv4_indexk_format fp8_format = {
     .decode = fp8_decode,
     .cuda_format = DSV4_CUDA_IK_FP8,
     .pow2_scale = fp8_pow2_scale,
+    .query = fp8_query,
 };
 
 static size_t fp8_page_bytes(const dsv4_indexk_geom *g)
@@ -115,6 +107,16 @@ static const dsv4_option fp8_options[] = {
      .help = "per-row scale: f32 = max(amax, 1e-4)/448 exactly, ue8m0 = that rounded up to "
              "a power of two (as vLLM's ue8m0 option)",
      .offset = offsetof(fp8_config, scale_format)},
+    {.key = "query_format",
+     .type = DSV4_OPT_ENUM,
+     .def = "f32",
+     .min = 1,
+     .max = 0,
+     .enum_values = fp8_query_formats,
+     .help = "query in the score: f32 = as given, e4m3 = each head quantised as a row is (its "
+             "own scale, scale_format) and scored e4m3 x e4m3, as DeepSeek-V3.2's indexer in "
+             "vLLM/SGLang",
+     .offset = offsetof(fp8_config, query_format)},
     {.key = NULL},
 };
 

@@ -19,7 +19,7 @@ plugin_LTLIBRARIES += plugins/dsv4-indexk-f32.la plugins/dsv4-indexk-bf16.la \
 	plugins/dsv4-indexk-fp8.la
 plugins_dsv4_indexk_f32_la_SOURCES = plugins/indexk/f32.c $(INDEXK_COMMON)
 plugins_dsv4_indexk_f32_la_LDFLAGS = $(AM_LDFLAGS) $(PLUGIN_MODULE_FLAGS)
-plugins_dsv4_indexk_f32_la_LIBADD = -lm
+plugins_dsv4_indexk_f32_la_LIBADD = kernels/libdsv4num.la -lm
 plugins_dsv4_indexk_bf16_la_SOURCES = plugins/indexk/bf16.c $(INDEXK_COMMON)
 plugins_dsv4_indexk_bf16_la_LDFLAGS = $(AM_LDFLAGS) $(PLUGIN_MODULE_FLAGS)
 plugins_dsv4_indexk_bf16_la_LIBADD = kernels/libdsv4num.la -lm
@@ -57,3 +57,15 @@ plugins_dsv4_indexk_bf16_la_LIBADD += kernels/libdsv4cuda.la $(CUDA_LIBS)
 plugins_dsv4_indexk_fp8_la_SOURCES += plugins/indexk/cuda.c
 plugins_dsv4_indexk_fp8_la_LIBADD += kernels/libdsv4cuda.la $(CUDA_LIBS)
 endif
+
+# dsv4ctl validate on the fp8 plugin's query_format (tests/cli/t-validate-reports-each-fixture.sh
+# runs every fixture of the directory).
+EXTRA_DIST += tests/fixtures/config/plugin-fp8-bad-query-format.ini \
+	tests/fixtures/config/plugin-fp8-bad-query-format.expect \
+	tests/fixtures/config/plugin-fp8-e4m3-query-accepted.ini \
+	tests/fixtures/config/plugin-fp8-e4m3-query-accepted.expect
+
+# How often the top-k selection changes with an e4m3 query (bench/results records it).
+noinst_PROGRAMS += bench/indexk-topk-agreement
+bench_indexk_topk_agreement_SOURCES = bench/indexk-topk-agreement.c
+bench_indexk_topk_agreement_LDADD = kernels/libdsv4num.la -lm

@@ -10,7 +10,17 @@
  * shapes: 64 and 32 rows (the plugins' defaults), 8 rows (one MMA tile), 24 rows (not a
  * power of two) and 256 rows (the largest pages the kernels take); bf16 and fp8 64 x 128
  * pages with 64 heads and with 12 (heads past the query masked), fp8 128 x 128 pages (two
- * 64-row tiles a page). */
+ * 64-row tiles a page).
+ *
+ * fp8 with query_format = e4m3: the CPU plugin and the kernels score the same quantised
+ * query q~ (indexk_e4m3_query), so the bound is eps |scale| sum_h |w_h| sum_d |q~_hd k_d| with
+ * eps what the kernels' sums lose: e4m3 MMAs (dim 128, 64-row multiples: the tensor-map
+ * kernel) whose accumulation keeps fewer bits than f32 (Hopper's FP8 tensor cores add a
+ * k32 step's products at reduced precision, about 13 bits), taken as 2^-13 (the worst
+ * measured on an H200 was 2^-16 of sum |q~ k|, 0.015 of a 2^-11 bound); other shapes take
+ * q~ as f16 values (exact) with f32 sums. A
+ * NaN in a query head makes every score of that query NaN on both, an infinity saturates to
+ * 448 times the head's scale on both (the rows' rule). */
 #include "config.h"
 
 #include "tests/gpu/gpu.h"
@@ -32,7 +42,7 @@
 
 typedef struct variant {
     indexk_fmt fmt;
-    const char *scale_format;
+    const char *scale_format, *query_format;
     uint32_t rows_per_page, dim, n_heads;
     double eps;
 } variant;
@@ -63,15 +73,21 @@ static void run(const variant *v)
     uint32_t *pages = malloc((n_pages + 1) * sizeof *pages);
     dsv4_indexk_slot *slots = malloc(rpp * sizeof *slots);
     float scale = (float)(1.0 / sqrt((double)H * (double)dim));
-    void *conf = v->scale_format ? plugtest_config(desc, "scale_format", v->scale_format, NULL)
-                                 : plugtest_config(desc, NULL);
+    const char *sf = v->scale_format ? v->scale_format : "f32";
+    const bool e4m3 = v->query_format != NULL;
+    void *conf =
+        v->fmt != INDEXK_FP8 ? plugtest_config(desc, NULL)
+        : e4m3 ? plugtest_config(desc, "scale_format", sf, "query_format", v->query_format, NULL)
+               : plugtest_config(desc, "scale_format", sf, NULL);
     void *state = plugtest_init(desc, conf);
-    char label[64];
-    unsigned over = 0, written = 0;
+    float *qt = malloc(N_QUERIES * H * dim * sizeof *qt);
+    char label[80];
+    unsigned over = 0, written = 0, nan_rows = 0;
     double worst = 0.0;
 
-    snprintf(label, sizeof label, "%s%s%s %ux%u, %u heads", name, v->scale_format ? "/" : "",
-             v->scale_format ? v->scale_format : "", rpp, v->dim, v->n_heads);
+    snprintf(label, sizeof label, "%s%s%s%s %ux%u, %u heads", name, v->scale_format ? "/" : "",
+             v->scale_format ? v->scale_format : "", e4m3 ? " e4m3 query" : "", rpp, v->dim,
+             v->n_heads);
     ok(DSV4_HAS_FIELD(ops, dsv4_indexk_ops, topk_cuda) && ops->score_cuda && ops->topk_cuda,
        "%s: the plugin has CUDA ops", label);
     for (uint32_t p = 0; p < N_POOL_PAGES; p++) {
@@ -89,6 +105,17 @@ static void run(const variant *v)
         q[i] = (float)plugtest_uniform(-1.0, 1.0);
     for (size_t i = 0; i < N_QUERIES * H; i++)
         w[i] = (float)plugtest_uniform(-1.0, 1.0);
+    if (e4m3) {
+        q[(1 * H + 0) * dim + 5] = NAN;      /* query 1: every score NaN */
+        q[(4 * H + 1) * dim + 7] = INFINITY; /* query 4: saturates to 448 s */
+    }
+    /* the query as the bound takes it: q~ for an e4m3 query */
+    for (size_t h = 0; h < N_QUERIES * H; h++) {
+        if (e4m3)
+            indexk_e4m3_query(q + h * dim, v->dim, v->scale_format != NULL, qt + h * dim);
+        else
+            memcpy(qt + h * dim, q + h * dim, dim * sizeof *qt);
+    }
     for (uint32_t b = 0; b < N_QUERIES; b++)
         if (ops->score(state, &g, pool, pages + page_start[b], query_rows[b], q + b * H * dim,
                        w + b * H, v->n_heads, scale, cpu + (size_t)b * max_rows) != 0)
@@ -127,8 +154,14 @@ static void run(const variant *v)
             for (size_t h = 0; h < H; h++) {
                 double m = 0.0;
                 for (size_t d = 0; d < dim; d++)
-                    m += fabs((double)q[(b * H + h) * dim + d] * k[d]);
+                    m += fabs((double)qt[(b * H + h) * dim + d] * k[d]);
                 mag += fabs((double)w[b * H + h]) * m;
+            }
+            if (isnan(cpu[(size_t)b * max_rows + r])) {
+                nan_rows++;
+                if (!isnan(got) && over++ < 5)
+                    diag("query %u row %u: gpu %a where the cpu has NaN", b, r, (double)got);
+                continue;
             }
             bound = 2.0 * v->eps * fabs((double)scale) * mag;
             err = fabs((double)got - (double)cpu[(size_t)b * max_rows + r]);
@@ -141,6 +174,8 @@ static void run(const variant *v)
     }
     diag("%s: worst error %.3f of the bound", label, worst);
     is_int(over, 0, "%s: every score within the format's bound of the CPU plugin", label);
+    if (e4m3)
+        is_int(nan_rows, query_rows[1], "%s: a NaN in a head makes its query's scores NaN", label);
     is_int(written, 0, "%s: nothing written past a query's rows", label);
 
     /* the last query alone, in a fresh buffer: same bits */
@@ -166,6 +201,7 @@ static void run(const variant *v)
     gpu_free(scores_dev);
     desc->fini(state);
     plugtest_config_free(desc, conf);
+    free(qt);
     free(pool);
     free(rows);
     free(k);
@@ -181,28 +217,41 @@ static void run(const variant *v)
 int main(void)
 {
     static const variant variants[] = {
-        {INDEXK_FP8, NULL, 64, 128, 64, 0x1p-11},
-        {INDEXK_FP8, "ue8m0", 64, 128, 64, 0x1p-11},
-        {INDEXK_BF16, NULL, 64, 128, 64, 0x1p-9},
-        {INDEXK_F32, NULL, 64, 128, 64, 0x1p-14},
-        {INDEXK_FP8, NULL, 32, 64, 8, 0x1p-11},
-        {INDEXK_BF16, NULL, 32, 64, 2, 0x1p-9},
-        {INDEXK_F32, NULL, 32, 64, 8, 0x1p-14},
+        {INDEXK_FP8, NULL, NULL, 64, 128, 64, 0x1p-11},
+        {INDEXK_FP8, "ue8m0", NULL, 64, 128, 64, 0x1p-11},
+        {INDEXK_BF16, NULL, NULL, 64, 128, 64, 0x1p-9},
+        {INDEXK_F32, NULL, NULL, 64, 128, 64, 0x1p-14},
+        {INDEXK_FP8, NULL, NULL, 32, 64, 8, 0x1p-11},
+        {INDEXK_BF16, NULL, NULL, 32, 64, 2, 0x1p-9},
+        {INDEXK_F32, NULL, NULL, 32, 64, 8, 0x1p-14},
         /* one tile per page; a row count not a power of two (a warp without a tile); the
          * largest pages (64 KiB bf16, two pipeline stages) */
-        {INDEXK_FP8, NULL, 8, 128, 64, 0x1p-11},
-        {INDEXK_BF16, NULL, 24, 128, 64, 0x1p-9},
-        {INDEXK_BF16, NULL, 256, 128, 64, 0x1p-9},
-        {INDEXK_FP8, NULL, 256, 64, 64, 0x1p-11},
+        {INDEXK_FP8, NULL, NULL, 8, 128, 64, 0x1p-11},
+        {INDEXK_BF16, NULL, NULL, 24, 128, 64, 0x1p-9},
+        {INDEXK_BF16, NULL, NULL, 256, 128, 64, 0x1p-9},
+        {INDEXK_FP8, NULL, NULL, 256, 64, 64, 0x1p-11},
         /* 64 x 128 pages (bf16: the tensor-map kernel, fp8: the wgmma kernel) with heads
          * past the query's masked; fp8 128 x 128 pages (two 64-row tiles a page) */
-        {INDEXK_BF16, NULL, 64, 128, 12, 0x1p-9},
-        {INDEXK_FP8, NULL, 64, 128, 12, 0x1p-11},
-        {INDEXK_FP8, NULL, 128, 128, 64, 0x1p-11},
+        {INDEXK_BF16, NULL, NULL, 64, 128, 12, 0x1p-9},
+        {INDEXK_FP8, NULL, NULL, 64, 128, 12, 0x1p-11},
+        {INDEXK_FP8, NULL, NULL, 128, 128, 64, 0x1p-11},
+        /* e4m3 queries: on e4m3 MMAs (64 x 128 and 128 x 128 pages, 64 and 12 heads, both
+         * scale formats), and as f16 values where those do not apply (256 x 128 pages: too
+         * large for two stages there; 8 x 128; dim 64) */
+        {INDEXK_FP8, NULL, "e4m3", 64, 128, 64, 0x1p-13},
+        {INDEXK_FP8, "ue8m0", "e4m3", 64, 128, 64, 0x1p-13},
+        {INDEXK_FP8, NULL, "e4m3", 64, 128, 12, 0x1p-13},
+        {INDEXK_FP8, NULL, "e4m3", 128, 128, 64, 0x1p-13},
+        {INDEXK_FP8, NULL, "e4m3", 256, 128, 64, 0x1p-13},
+        {INDEXK_FP8, NULL, "e4m3", 8, 128, 64, 0x1p-13},
+        {INDEXK_FP8, "ue8m0", "e4m3", 32, 64, 8, 0x1p-13},
     };
+    size_t n_e4m3 = 0;
 
+    for (size_t i = 0; i < sizeof variants / sizeof variants[0]; i++)
+        n_e4m3 += variants[i].query_format != NULL;
     gpu_require();
-    plan((int)(sizeof variants / sizeof variants[0]) * 6);
+    plan((int)(sizeof variants / sizeof variants[0] * 6 + n_e4m3));
     for (size_t i = 0; i < sizeof variants / sizeof variants[0]; i++)
         run(&variants[i]);
     return done_testing();

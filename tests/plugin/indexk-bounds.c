@@ -12,6 +12,8 @@
  * terms (twice the exact 2^-24) absorb the second-order cross terms. */
 #include "tests/plugin/indexk-bounds.h"
 
+#include "kernels/cpu/numfmt.h"
+
 #include <math.h>
 #include <string.h>
 
@@ -47,6 +49,23 @@ double indexk_elem_bound(indexk_fmt fmt, float k, float scale)
     case INDEXK_FP8: x = a / scale; return scale * (e4m3_half_ulp(x) + x * 0x1p-23) + a * 0x1p-23;
     }
     return 0.0;
+}
+
+float indexk_e4m3_query(const float *q, uint32_t dim, bool pow2, float *out)
+{
+    float amax = 0.0f, s;
+    uint32_t d;
+    int e;
+
+    for (d = 0; d < dim; d++)
+        if (isfinite(q[d]) && fabsf(q[d]) > amax)
+            amax = fabsf(q[d]);
+    s = (amax > 1e-4f ? amax : 1e-4f) / 448.0f;
+    if (pow2 && frexpf(s, &e) != 0.5f)
+        s = ldexpf(1.0f, e);
+    for (d = 0; d < dim; d++)
+        out[d] = dsv4_e4m3_to_f32(dsv4_f32_to_e4m3(q[d] / s)) * s;
+    return s;
 }
 
 float indexk_fp8_scale(const uint8_t *page, uint32_t rows_per_page, uint32_t dim, uint32_t slot)
