@@ -6,6 +6,7 @@
  * The KV discipline is forward.c's: compressed rows are appended before the layer's
  * attention, this step's own window rows are read from the fresh rows (kvs, already in the
  * KV dtype) and reach the ring only after attention, so chunking never changes a result. */
+#include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/model_common.cuh"
 
 #include <cub/block/block_radix_sort.cuh>
@@ -859,26 +860,6 @@ __host__ __device__ static inline uint32_t dsv4_att_mma_bufs(dsv4_k_rowfmt f, ui
     return dsv4_att_mma_async(f, D, vec) && Dp <= 512 ? 2 : 1;
 }
 
-/* 16 bytes from global to shared memory without a register (cp.async), and its groups. */
-__device__ static inline void dsv4_att_cp16(void *dst, const void *src)
-{
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(
-                     (uint32_t)__cvta_generic_to_shared(dst)),
-                 "l"(src)
-                 : "memory");
-}
-__device__ static inline void dsv4_att_cp_commit()
-{
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-/* Wait until at most `pending` of this thread's groups are in flight (0 or 1). */
-__device__ static inline void dsv4_att_cp_wait(bool pending)
-{
-    if (pending)
-        asm volatile("cp.async.wait_group 1;\n" ::: "memory");
-    else
-        asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-}
 /* Row stride (floats) of the mma kernel's partial scores and weights: the fragments' pairs
  * of a half-warp, eight rows apart, land on distinct banks (32 floats a row put them on one,
  * 8-way conflicts) */
@@ -974,7 +955,7 @@ __global__ static void __launch_bounds__(ATT_THREADS, 2)
             uint32_t r = tid / TPR;
             if (r < nr)
                 for (uint32_t u = tid % TPR; u < D / 8; u += TPR)
-                    dsv4_att_cp16(kb + r * DPP + 8 * u, tp[r] + 16 * u);
+                    dsv4_cp_async16(kb + r * DPP + 8 * u, tp[r] + 16 * u);
         } else {
             /* bf16 holds every value of these rows exactly */
             dsv4_att_tile_decode(
@@ -991,7 +972,7 @@ __global__ static void __launch_bounds__(ATT_THREADS, 2)
                     }
                 });
         }
-        dsv4_att_cp_commit();
+        dsv4_cp_async_commit();
     };
 
     /* q's A fragments (hi, lo) for this warp's KS k-steps */
@@ -1019,7 +1000,11 @@ __global__ static void __launch_bounds__(ATT_THREADS, 2)
             if (ahead) /* the first two tiles' loads in flight together */
                 fetch(vt + ATT_TR, kbuf + ATT_TR * DPP);
         }
-        dsv4_att_cp_wait(first && ahead); /* this thread's copies of this tile are done */
+        /* this thread's copies of this tile are done (the next one's may still fly) */
+        if (first && ahead)
+            dsv4_cp_async_wait<1>();
+        else
+            dsv4_cp_async_wait<0>();
         __syncthreads();
         if (ahead && !first)
             fetch(vt + ATT_TR, kbuf + (it + 1) % NB * ATT_TR * DPP);

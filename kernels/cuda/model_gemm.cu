@@ -27,6 +27,7 @@
  * which picks its kernel, tile and split-K by the problem size: in fast mode a token's
  * output may change with the number of tokens in the step.
  */
+#include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/model_gemm.cuh"
 #include "kernels/cuda/status.cuh"
 
@@ -550,14 +551,6 @@ __device__ static inline void dsv4_mma_walk(dsv4_wdev W, size_t g, size_t oa, si
 #define MMA_RING 4
 #define MMA_RING_BYTES (MMA_RING * 4 * GEMM_WARPS * 32 * 16)
 
-__device__ static inline void dsv4_cp16(uint4 *dst, const void *src)
-{
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(
-                     (uint32_t)__cvta_generic_to_shared(dst)),
-                 "l"(src)
-                 : "memory");
-}
-
 /* As dsv4_mma_walk for BF16 weights, the raw weights MMA_RING - 1 blocks ahead in ring
  * (4 records of 16 bytes a thread and slot: row oa's two halves, then ob's). A thread reads
  * only what it copied: no barrier. */
@@ -574,24 +567,24 @@ __device__ static inline void dsv4_mma_walk_ring(dsv4_wdev W, size_t g, size_t o
     ring += threadIdx.x;
     auto issue = [&](size_t kb, uint32_t slot) {
         uint4 *d = ring + slot * 4 * T;
-        dsv4_cp16(d, pa + kb);
-        dsv4_cp16(d + T, pa + kb + h2);
-        dsv4_cp16(d + 2 * T, pb + kb);
-        dsv4_cp16(d + 3 * T, pb + kb + h2);
+        dsv4_cp_async16(d, pa + kb);
+        dsv4_cp_async16(d + T, pa + kb + h2);
+        dsv4_cp_async16(d + 2 * T, pb + kb);
+        dsv4_cp_async16(d + 3 * T, pb + kb + h2);
     };
 #pragma unroll
     for (uint32_t u = 0; u + 1 < MMA_RING; u++) {
         if (kbeg + u * MMA_KB < kend)
             issue(kbeg + u * MMA_KB, u);
-        asm volatile("cp.async.commit_group;\n" ::: "memory");
+        dsv4_cp_async_commit();
     }
     uint32_t slot = 0;
     for (size_t kb = kbeg; kb < kend; kb += MMA_KB) {
         size_t kn = kb + (MMA_RING - 1) * MMA_KB;
         if (kn < kend)
             issue(kn, slot ? slot - 1 : MMA_RING - 1);
-        asm volatile("cp.async.commit_group;\n" ::: "memory");
-        asm volatile("cp.async.wait_group %0;\n" ::"n"(MMA_RING - 1) : "memory");
+        dsv4_cp_async_commit();
+        dsv4_cp_async_wait<MMA_RING - 1>();
         const uint4 *d = ring + slot * 4 * T;
         uint4 a0 = d[0], a1 = d[T], b0 = d[2 * T], b1 = d[3 * T];
         uint32_t wa[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
