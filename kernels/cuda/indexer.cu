@@ -282,7 +282,8 @@ __device__ static inline void ik_mma_chunk(float (&acc)[MT][4], const uint32_t (
     }
 }
 
-template <dsv4_cuda_ik_format F, int DIM>
+/* Q8: the query as e4m3 values (fp8 keys only), taken as f16 (exact). */
+template <dsv4_cuda_ik_format F, int DIM, bool Q8>
 __global__ void __launch_bounds__(ik_fmt<F>::threads, ik_fmt<F>::blocks)
     dsv4_ik_score_kernel(const uint8_t *__restrict__ pool, uint32_t page_bytes, uint32_t rpp,
                          uint32_t stages, uint32_t ppb, dsv4_cuda_ik_batch bt, float *scores)
@@ -365,7 +366,7 @@ __global__ void __launch_bounds__(ik_fmt<F>::threads, ik_fmt<F>::blocks)
                     v[c * E + e + 2] = x4.z;
                     v[c * E + e + 3] = x4.w;
                 }
-            const bool q8 = F == DSV4_CUDA_IK_FP8 && bt.query != DSV4_CUDA_IK_QUERY_F32;
+            constexpr bool q8 = Q8;
 #pragma unroll
             for (int e = 0; e < CPT * E; e++)
                 amax = fmaxf(amax, ik_q_abs(v[e], q8));
@@ -713,7 +714,8 @@ template <int DIM> struct ik_wg_tile {
     float rs;
 };
 
-template <int DIM>
+/* Q8: the query as e4m3 values, taken as f16 (exact). */
+template <int DIM, bool Q8>
 __global__ void __launch_bounds__(128, IK_WG_BLOCKS)
     dsv4_ik_wg_kernel(const uint8_t *__restrict__ pool, uint32_t page_bytes, uint32_t rpp,
                       uint32_t stages, uint32_t ppb, dsv4_cuda_ik_batch bt, float *scores)
@@ -757,7 +759,7 @@ __global__ void __launch_bounds__(128, IK_WG_BLOCKS)
 #pragma unroll
     for (int k = 0; k < IK_HEADS / 4; k++) {
         const uint32_t h = warp + 4 * k;
-        const bool q8 = bt.query != DSV4_CUDA_IK_QUERY_F32;
+        constexpr bool q8 = Q8;
         float amax = fmaxf(fmaxf(ik_q_abs(x[k].x, q8), ik_q_abs(x[k].y, q8)),
                            fmaxf(ik_q_abs(x[k].z, q8), ik_q_abs(x[k].w, q8)));
 #pragma unroll
@@ -1060,9 +1062,13 @@ __global__ void __launch_bounds__(128, IK_TM_BLOCKS)
  * page size (rows per page / 8 - 1; 0 = not read yet), so a launch makes no CUDA call but
  * the launch itself. (Measured on an H200, these queries were not what small steps cost:
  * the kernel's own fixed time is, bench/results/2026-11-29-indexer-h200-c.md.) */
+/* The kernels a format launches, each its own occupancy: the f32-query kernel, the tensor-map
+ * one, the one that takes an e4m3 query as f16 values. */
+enum { IK_PLAIN, IK_TM, IK_Q8, IK_KINDS };
+
 typedef struct ik_device {
     int rc, sms, wgmma;
-    std::atomic<int> per_sm[2][IK_MAX_RPP / 8]; /* [tensor-map kernel][rows per page / 8 - 1] */
+    std::atomic<int> per_sm[IK_KINDS][IK_MAX_RPP / 8]; /* [kind][rows per page / 8 - 1] */
 } ik_device;
 
 /* The wgmma kernel where the device code has it and the keys are fp8 (for bf16 keys it
@@ -1075,12 +1081,16 @@ template <dsv4_cuda_ik_format F> static constexpr bool ik_wg_format()
 typedef void (*ik_kernel_fn)(const uint8_t *, uint32_t, uint32_t, uint32_t, uint32_t,
                              dsv4_cuda_ik_batch, float *);
 
-template <dsv4_cuda_ik_format F, int DIM> static ik_kernel_fn ik_kernel(bool wg)
+/* The kernel of a format (wg: the wgmma kernel, q8: an e4m3 query, fp8 keys only). */
+template <dsv4_cuda_ik_format F, int DIM> static ik_kernel_fn ik_kernel(bool wg, bool q8)
 {
     if constexpr (ik_wg_format<F>())
         if (wg)
-            return dsv4_ik_wg_kernel<DIM>;
-    return dsv4_ik_score_kernel<F, DIM>;
+            return q8 ? dsv4_ik_wg_kernel<DIM, true> : dsv4_ik_wg_kernel<DIM, false>;
+    if constexpr (F == DSV4_CUDA_IK_FP8)
+        if (q8)
+            return dsv4_ik_score_kernel<F, DIM, true>;
+    return dsv4_ik_score_kernel<F, DIM, false>;
 }
 
 /* bf16 keys, and fp8 keys with an e4m3 query, on the tensor-map kernel: sm_90a device code,
@@ -1101,8 +1111,8 @@ template <dsv4_cuda_ik_format F, int DIM> static void ik_device_setup(ik_device 
     d->rc = dsv4_cuda_status(cudaDeviceGetAttribute(&d->sms, cudaDevAttrMultiProcessorCount, dev));
     if (d->rc == 0 && F != DSV4_CUDA_IK_F32)
         d->rc = dsv4_cuda_status(cudaMemcpyFromSymbol(&d->wgmma, ik_wgmma_built, sizeof d->wgmma));
-    if (d->rc == 0)
-        d->rc = dsv4_cuda_status(cudaFuncSetAttribute(ik_kernel<F, DIM>(d->wgmma != 0),
+    for (int q8 = 0; q8 <= (F == DSV4_CUDA_IK_FP8) && d->rc == 0; q8++)
+        d->rc = dsv4_cuda_status(cudaFuncSetAttribute(ik_kernel<F, DIM>(d->wgmma != 0, q8),
                                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                       (int)IK_SMEM_MAX));
     if constexpr (DIM == 128 && F != DSV4_CUDA_IK_F32)
@@ -1112,13 +1122,13 @@ template <dsv4_cuda_ik_format F, int DIM> static void ik_device_setup(ik_device 
                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)IK_SMEM_MAX));
 }
 
-/* Blocks per multiprocessor of kernel at this size, read once per page size and kernel kind
- * (tm: the tensor-map kernel). */
+/* Blocks per multiprocessor of kernel (of kind IK_PLAIN, IK_TM or IK_Q8) at this size, read
+ * once per page size and kind. */
 template <typename K>
-static int ik_per_sm(ik_device *d, uint32_t rpp, bool tm, K kernel, uint32_t threads, size_t smem,
+static int ik_per_sm(ik_device *d, uint32_t rpp, int kind, K kernel, uint32_t threads, size_t smem,
                      int *per_sm_p)
 {
-    std::atomic<int> &slot = d->per_sm[tm][rpp / 8 - 1];
+    std::atomic<int> &slot = d->per_sm[kind][rpp / 8 - 1];
     int per_sm = slot.load(std::memory_order_relaxed);
     if (per_sm == 0) {
         int rc = dsv4_cuda_status(
@@ -1207,7 +1217,7 @@ static int ik_launch_tm(ik_device *d, uint32_t rpp, const void *pool, const dsv4
                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
         return -ENOTSUP;
     const size_t smem = head + (size_t)stages * stage_bytes;
-    int per_sm, rc = ik_per_sm(d, rpp, true, dsv4_ik_tm_kernel<f8, DIM>, 128, smem, &per_sm);
+    int per_sm, rc = ik_per_sm(d, rpp, IK_TM, dsv4_ik_tm_kernel<f8, DIM>, 128, smem, &per_sm);
     if (rc != 0)
         return rc;
     uint32_t ppb;
@@ -1239,7 +1249,8 @@ static int ik_launch(uint32_t rpp, const void *pool, const dsv4_cuda_ik_batch *b
                 return rc;
         }
     const bool wg = d->wgmma != 0 && ik_wg_format<F>();
-    const ik_kernel_fn kernel = ik_kernel<F, DIM>(wg);
+    const bool q8 = F == DSV4_CUDA_IK_FP8 && bt->query != DSV4_CUDA_IK_QUERY_F32;
+    const ik_kernel_fn kernel = ik_kernel<F, DIM>(wg, q8);
     const uint32_t threads = wg ? 128u : (uint32_t)fmt::threads;
     const uint32_t head = wg ? IK_FEED_BYTES + IK_WG_QUERY_BYTES : IK_HEAD_BYTES;
     const uint32_t page_bytes = rpp * (DIM * fmt::elem + fmt::scale_bytes);
@@ -1250,7 +1261,7 @@ static int ik_launch(uint32_t rpp, const void *pool, const dsv4_cuda_ik_batch *b
         return -ENOTSUP; /* two pages must fit: one read while the next one lands */
     const size_t smem = head + (size_t)stages * page_bytes;
     int per_sm;
-    rc = ik_per_sm(d, rpp, false, kernel, threads, smem, &per_sm);
+    rc = ik_per_sm(d, rpp, q8 ? IK_Q8 : IK_PLAIN, kernel, threads, smem, &per_sm);
     if (rc != 0)
         return rc;
     uint32_t ppb;
