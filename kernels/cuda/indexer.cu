@@ -35,7 +35,8 @@
  * wait on the MMAs (the count only grows, and every warp reads every page, so no warp can
  * wait on a barrier phase two ahead of it).
  *
- * Tensor-map wgmma (sm_90a; bf16 keys, dim 128, 64-row pages): the copy engine stores each
+ * Tensor-map wgmma (sm_90a; bf16 keys, or fp8 keys with an e4m3 query; dim 128, pages of a
+ * multiple of 64 rows): the copy engine stores each
  * page through a tensor map (the pool as pages x rows x values, driver encoder found through
  * the runtime) in the 128-byte swizzled layout wgmma reads its B operand in, so the keys
  * are B straight from shared memory and the query (64 heads x dim, bf16) is A in 32
@@ -43,10 +44,14 @@
  * in flight each. A warp's accumulators hold its 16 heads for the tile's 64 rows; the
  * relu-weighted head sums meet across lanes by three halving exchanges and across the four
  * warps in shared memory. Two tiles' MMAs are issued together and the first tile summed
- * while the second one's run. (The same kernel with fp8 keys, the query as two or three
- * e4m3 terms so that the MMAs take e4m3, was slower than the register-keys kernel at 128k
- * and 1M; the pipelined register-keys wgmma kernel was slower than mma.sync for bf16 at
- * 32k and 1M, run f.) Other bf16 shapes stay on mma.sync.
+ * while the second one's run. With fp8 keys the query is one e4m3 term (the fp8 plugin's
+ * query_format = e4m3), 4 MMAs m64n64k32 a tile, the row scales copied behind the keys and
+ * applied to the summed row. (With the f32 query as two or three e4m3 terms it was slower
+ * than the register-keys kernel at 128k and 1M; the pipelined register-keys wgmma kernel was
+ * slower than mma.sync for bf16 at 32k and 1M, run f; fp8 keys as A and the e4m3 query as
+ * B, both from shared memory, summing a row within a warp, was no faster at 128k and 1M
+ * and 2.5 us slower a small step, bench/results/2026-11-30-indexer-e4m3q-h200.md.) Other
+ * bf16 shapes stay on mma.sync.
  *
  * The dot product may sum its dims in any order, so the k index of the MMA is permuted:
  * thread t of a quad owns the 16-byte chunks t, t + 4, ... of a row, which makes its key
@@ -58,7 +63,9 @@
  * head is divided by its largest |value| (relu(s x) = s relu(x) for s > 0, so the factor
  * moves into the head weight, as does the fp8 row scale) and rounded to f16 for fp8 keys or
  * bf16 for bf16 keys; f32 keys and queries are split as hi + lo bf16 pairs and multiplied as
- * hi*hi + hi*lo + lo*hi. */
+ * hi*hi + hi*lo + lo*hi. An e4m3 query is quantised as the CPU plugin quantises it (its
+ * scale into the head weight) and multiplied exactly; the e4m3 MMAs' sums keep fewer bits
+ * than f32 (within 2^-16 of sum |q k| measured). */
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/mbarrier.cuh"
 #include "kernels/cuda/status.cuh"
