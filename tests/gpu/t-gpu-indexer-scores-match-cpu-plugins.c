@@ -73,12 +73,8 @@ static void run(const variant *v)
     uint32_t *pages = malloc((n_pages + 1) * sizeof *pages);
     dsv4_indexk_slot *slots = malloc(rpp * sizeof *slots);
     float scale = (float)(1.0 / sqrt((double)H * (double)dim));
-    const char *sf = v->scale_format ? v->scale_format : "f32";
     const bool e4m3 = v->query_format != NULL;
-    void *conf =
-        v->fmt != INDEXK_FP8 ? plugtest_config(desc, NULL)
-        : e4m3 ? plugtest_config(desc, "scale_format", sf, "query_format", v->query_format, NULL)
-               : plugtest_config(desc, "scale_format", sf, NULL);
+    void *conf = indexk_test_config(desc, v->fmt, v->scale_format, v->query_format);
     void *state = plugtest_init(desc, conf);
     float *qt = malloc(N_QUERIES * H * dim * sizeof *qt);
     char label[80];

@@ -11,6 +11,7 @@
  * So |stored - k| <= s * (half_ulp(x) + |x| * 2^-23) + |k| * 2^-23, where the 2^-23
  * terms (twice the exact 2^-24) absorb the second-order cross terms. */
 #include "tests/plugin/indexk-bounds.h"
+#include "tests/plugin/plugin-harness.h"
 
 #include "kernels/cpu/numfmt.h"
 
@@ -74,4 +75,15 @@ float indexk_fp8_scale(const uint8_t *page, uint32_t rows_per_page, uint32_t dim
 
     memcpy(&s, page + (size_t)rows_per_page * dim + (size_t)slot * sizeof s, sizeof s);
     return s;
+}
+
+void *indexk_test_config(const struct dsv4_plugin_desc *desc, indexk_fmt fmt,
+                         const char *scale_format, const char *query_format)
+{
+    const char *sf = scale_format ? scale_format : "f32";
+    if (fmt != INDEXK_FP8)
+        return plugtest_config(desc, NULL);
+    return query_format ? plugtest_config(desc, "scale_format", sf, "query_format", query_format,
+                                          NULL)
+                        : plugtest_config(desc, "scale_format", sf, NULL);
 }

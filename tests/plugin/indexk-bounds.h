@@ -1,12 +1,20 @@
 /* indexk-bounds.h: error bounds the indexk tests hold the plugins to, derived from the
- * formats rather than guessed (see indexk-bounds.c for the derivations). */
+ * formats rather than guessed (see indexk-bounds.c for the derivations), and the plugin
+ * configuration of a test case. */
 #ifndef DSV4_TESTS_INDEXK_BOUNDS_H
 #define DSV4_TESTS_INDEXK_BOUNDS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 typedef enum indexk_fmt { INDEXK_F32, INDEXK_BF16, INDEXK_FP8 } indexk_fmt;
+
+struct dsv4_plugin_desc;
+/* The configuration of the fmt plugin desc for a test case (plugtest_config): its defaults,
+ * and for fp8 scale_format (NULL: f32) and query_format where not NULL. */
+void *indexk_test_config(const struct dsv4_plugin_desc *desc, indexk_fmt fmt,
+                         const char *scale_format, const char *query_format);
 
 extern const char *const indexk_fmt_names[3];
 

@@ -57,12 +57,8 @@ static void run(const variant *v)
     dsv4_indexk_slot *slots = malloc(n * sizeof *slots);
     float scale = (float)(1.0 / sqrt((double)H * (double)dim));
     const double u = 0x1p-24, gamma = (double)(dim + H + 2) * u / (1 - (double)(dim + H + 2) * u);
-    const char *sf = v->scale_format ? v->scale_format : "f32";
     const bool e4m3 = v->query_format != NULL;
-    void *conf =
-        v->fmt != INDEXK_FP8 ? plugtest_config(desc, NULL)
-        : e4m3 ? plugtest_config(desc, "scale_format", sf, "query_format", v->query_format, NULL)
-               : plugtest_config(desc, "scale_format", sf, NULL);
+    void *conf = indexk_test_config(desc, v->fmt, v->scale_format, v->query_format);
     void *state = plugtest_init(desc, conf);
     float *qt = malloc(H * dim * sizeof *qt), *qs = malloc(H * sizeof *qs);
     unsigned over = 0, differ = 0, positive = 0, over_q = 0;
