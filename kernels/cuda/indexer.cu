@@ -67,6 +67,7 @@
  * scale into the head weight) and multiplied exactly; the e4m3 MMAs' sums keep fewer bits
  * than f32 (within 2^-16 of sum |q k| measured). */
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/e4m3.cuh"
 #include "kernels/cuda/mbarrier.cuh"
 #include "kernels/cuda/status.cuh"
 
@@ -228,12 +229,7 @@ __device__ static inline float ik_q_abs(float x, bool e4m3)
 /* The scale of an e4m3 query head whose largest finite |value| is amax. */
 __device__ static inline float ik_q_scale(float amax, dsv4_cuda_ik_query query)
 {
-    const float s = __fdiv_rn(fmaxf(amax, 1e-4f), 448.0f);
-    if (query != DSV4_CUDA_IK_QUERY_E4M3_UE8M0)
-        return s;
-    int e; /* the smallest power of two >= s, as fp8.c's fp8_pow2_ceil */
-    const float m = frexpf(s, &e);
-    return ldexpf(1.0f, m == 0.5f ? e - 1 : e);
+    return dsv4_e4m3_scale(amax, query == DSV4_CUDA_IK_QUERY_E4M3_UE8M0);
 }
 
 /* A value under 2^-11 s rounds to a zero of its sign either way; it skips the division,
@@ -244,7 +240,7 @@ __device__ static inline uint32_t ik_q_e4m3(float x, float s)
     float v = copysignf(0.0f, x);
     if (!(fabsf(x) < s * 0x1p-11f))
         v = __fdiv_rn(x, s);
-    return isnan(v) ? 0x7fu : (uint32_t)__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
+    return dsv4_e4m3_bits(v);
 }
 
 /* The e4m3 query value of x (scale s) as a float, for the kernels that multiply it in f16

@@ -12,31 +12,14 @@
  * IEEE division (__fdiv_rn, as the host's `/`), takes the maximum of the finite values
  * (a maximum does not depend on the order it is taken in), and converts with the
  * saturating e4m3 conversion, NaN made 0x7f explicitly as numfmt.c does for either sign. */
+#include "kernels/cuda/e4m3.cuh"
 #include "kernels/cuda/indexk_store.h"
 #include "kernels/cuda/model_common.cuh"
 #include "kernels/cuda/status.cuh"
 
-#include <cuda_fp8.h>
 
 #define IKS_WARPS 8 /* rows per block */
 #define IKS_THREADS (32 * IKS_WARPS)
-#define IKS_AMAX_FLOOR 1e-4f
-#define IKS_E4M3_MAX 448.0f
-
-__device__ static inline uint32_t iks_e4m3(float x)
-{
-    if (isnan(x))
-        return 0x7fu;
-    return (uint32_t)__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3);
-}
-
-/* The smallest power of two >= s (s > 0 and finite), as fp8.c's fp8_pow2_ceil. */
-__device__ static inline float iks_pow2_ceil(float s)
-{
-    int e;
-    float m = frexpf(s, &e);
-    return ldexpf(1.0f, m == 0.5f ? e - 1 : e);
-}
 
 __device__ static float iks_warp_max(float v)
 {
@@ -85,14 +68,12 @@ __global__ static void iks_kernel(dsv4_cuda_ik_store_fmt f, uint8_t *pool, size_
         if (isfinite(v[d]))
             amax = fmaxf(amax, fabsf(v[d]));
     amax = iks_warp_max(amax);
-    float scale = __fdiv_rn(fmaxf(amax, IKS_AMAX_FLOOR), IKS_E4M3_MAX);
-    if (f.pow2_scale)
-        scale = iks_pow2_ceil(scale);
+    const float scale = dsv4_e4m3_scale(amax, f.pow2_scale);
     uint32_t *dst = (uint32_t *)(page + (size_t)slot * f.dim);
     for (uint32_t w = lane; w < words; w += 32) {
         uint32_t word = 0;
         for (uint32_t j = 0; j < 4; j++)
-            word |= iks_e4m3(__fdiv_rn(v[4 * w + j], scale)) << (8 * j);
+            word |= dsv4_e4m3_bits(__fdiv_rn(v[4 * w + j], scale)) << (8 * j);
         dst[w] = word;
     }
     if (lane == 0)
