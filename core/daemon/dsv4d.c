@@ -111,18 +111,22 @@ static int start_plugins(const dsv4_config *conf)
 }
 
 /* The model folder to serve: [model] path, or the embedded tiny model, written there the
- * first time. NULL after saying why. */
+ * first time, and again where the folder holds one of other shapes (written by a version
+ * whose tiny preset differed: its KV pages would not be this version's). NULL after saying
+ * why. */
 static const char *model_dir(const dsv4_config *conf)
 {
     if (conf->model.path[0])
         return conf->model.path;
     const char *dir = dsv4_model_default_dir();
+    const dsv4_mkmodel_opts tiny = {.preset = "tiny", .seed = DSV4D_TINY_SEED, .shards = 1};
     char cfg[PATH_MAX], err[512];
-    snprintf(cfg, sizeof(cfg), "%s/config.json", dir);
-    if (access(cfg, F_OK) == 0)
+    if (dsv4_mkmodel_is_written(&tiny, dir))
         return dir;
-    dsv4_log(DSV4_LOG_INFO, "model", "writing the embedded tiny model to %s", dir);
-    if (dsv4_mkmodel_write("tiny", DSV4D_TINY_SEED, NULL, NULL, dir, err, sizeof(err)) != 0) {
+    snprintf(cfg, sizeof(cfg), "%s/config.json", dir);
+    dsv4_log(DSV4_LOG_INFO, "model", "writing the embedded tiny model to %s%s", dir,
+             access(cfg, F_OK) == 0 ? " (the one there is not this version's)" : "");
+    if (dsv4_mkmodel_run(&tiny, dir, err, sizeof(err)) != 0) {
         dsv4_log(DSV4_LOG_ERROR, "model", "cannot write the embedded tiny model (%s)", err);
         return NULL;
     }

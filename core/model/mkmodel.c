@@ -705,8 +705,8 @@ static json_t *rope_json(const dsv4_rope_conf *r, double prf)
     return o;
 }
 
-static int write_config(const gen *g, const dsv4_mkmodel_opts *o, const char *dir, char *err,
-                        size_t errlen)
+/* config.json of the checkpoint g writes (o's preset, seed, dtype and names) */
+static json_t *config_json(const gen *g, const dsv4_mkmodel_opts *o)
 {
     static const char *const kinds[] = {"sliding_attention", "compressed_sparse_attention",
                                         "heavily_compressed_attention"};
@@ -780,7 +780,7 @@ static int write_config(const gen *g, const dsv4_mkmodel_opts *o, const char *di
 #undef SET
 #undef SETI
 #undef SETF
-    return write_json(r, dir, "config.json", err, errlen);
+    return r;
 }
 
 static int mkdir_p(const char *dir, char *err, size_t errlen)
@@ -802,14 +802,21 @@ static int mkdir_p(const char *dir, char *err, size_t errlen)
     }
 }
 
+/* The generator and configuration of options o. 0, or DSV4_EFORMAT with err. */
+static int gen_config(const dsv4_mkmodel_opts *o, gen *g, dsv4_model_config *cfg, char *err,
+                      size_t errlen)
+{
+    if (gen_init(g, o, cfg, err, errlen) != 0)
+        return DSV4_EFORMAT;
+    dsv4_mkmodel_preset(o->preset, cfg); /* known: gen_init checked the name */
+    return preset_cut(preset_find(o->preset), o, cfg, err, errlen);
+}
+
 int dsv4_mkmodel_run(const dsv4_mkmodel_opts *o, const char *dir, char *err, size_t errlen)
 {
     dsv4_model_config cfg = {0};
     plan p = {.shards = o->shards ? o->shards : 1};
-    if (gen_init(&p.g, o, &cfg, err, errlen) != 0)
-        return DSV4_EFORMAT;
-    dsv4_mkmodel_preset(o->preset, &cfg); /* known: gen_init checked the name */
-    if (preset_cut(preset_find(o->preset), o, &cfg, err, errlen) != 0)
+    if (gen_config(o, &p.g, &cfg, err, errlen) != 0)
         return DSV4_EFORMAT;
     if (p.shards > cfg.n_layers) {
         snprintf(err, errlen, "mkmodel: %u shards for %u layers", p.shards, cfg.n_layers);
@@ -835,7 +842,7 @@ int dsv4_mkmodel_run(const dsv4_mkmodel_opts *o, const char *dir, char *err, siz
     if (!rc && p.shards > 1)
         rc = write_index(&p, dir, err, errlen);
     if (!rc)
-        rc = write_config(&p.g, o, dir, err, errlen);
+        rc = write_json(config_json(&p.g, o), dir, "config.json", err, errlen);
     plan_free(&p);
     return rc;
 }
@@ -846,4 +853,19 @@ int dsv4_mkmodel_write(const char *preset, uint64_t seed, const char *dtype, con
     dsv4_mkmodel_opts o = {
         .preset = preset, .seed = seed, .dtype = dtype, .names = names, .shards = 1};
     return dsv4_mkmodel_run(&o, dir, err, errlen);
+}
+
+bool dsv4_mkmodel_is_written(const dsv4_mkmodel_opts *o, const char *dir)
+{
+    dsv4_model_config cfg = {0};
+    gen g;
+    char err[256], path[4096];
+    if (gen_config(o, &g, &cfg, err, sizeof(err)) != 0)
+        return false;
+    snprintf(path, sizeof(path), "%s/config.json", dir);
+    json_t *want = config_json(&g, o), *have = json_load_file(path, 0, NULL);
+    bool same = want && have && json_equal(want, have);
+    json_decref(want);
+    json_decref(have);
+    return same;
 }

@@ -24,6 +24,7 @@
 #ifndef DSV4_CORE_MODEL_MKMODEL_H
 #define DSV4_CORE_MODEL_MKMODEL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -51,9 +52,15 @@ int dsv4_mkmodel_preset(const char *preset, dsv4_model_config *cfg);
 /* Write config.json and the weights into dir (created if missing). 0, or a negative code
  * with the reason in err. */
 int dsv4_mkmodel_run(const dsv4_mkmodel_opts *o, const char *dir, char *err, size_t errlen);
-/* The same with one file; dsv4d calls it to create the tiny default model. */
+/* The same with one file, the preset's dtype where dtype is NULL, upstream names where names is. */
 int dsv4_mkmodel_write(const char *preset, uint64_t seed, const char *dtype, const char *names,
                        const char *dir, char *err, size_t errlen);
+
+/* Whether dir holds the checkpoint dsv4_mkmodel_run writes with o: a config.json (written
+ * last, so only by a run that finished) equal, as JSON, to the one o gives: the preset's
+ * shapes in this version, the seed, dtype and names. A checkpoint of the preset written by
+ * a version whose shapes differ is not. */
+bool dsv4_mkmodel_is_written(const dsv4_mkmodel_opts *o, const char *dir);
 
 /* The values the loader must return for tensor d of a checkpoint written with o: d->rows *
  * d->cols floats (int32 for tid2eid) into out, exactly (they are the dequantised written

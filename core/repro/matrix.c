@@ -24,9 +24,11 @@
 #define SCRAPE_TIMEOUT_MS 10000
 #define MAX_PLUGINS 32
 /* KV pools small enough that the sessions outgrow them, so later turns reload their
- * prefixes from the host tier: 17 to 21 pages of the tiny model (by index-K format) for the
- * matrix, 46 for the unfenced control, whose longer sessions reach 27 pages each */
-#define MATRIX_KV_POOL "768K"
+ * prefixes from the host tier, yet large enough for one session alone (its serial reference):
+ * pages of the tiny model are 62464, 54272 and 50688 bytes with index-K f32, bf16 and fp8, so
+ * the matrix's pool holds 17 to 21 pages (a session reaches 14) and the unfenced control's 33
+ * to 41 (its longer sessions reach 27) */
+#define MATRIX_KV_POOL "1088K"
 #define CONTROL_KV_POOL "2M"
 /* 200 ms per layer of a load: the forward must reach each layer before it lands even on a
  * loaded 2-core machine (at 20 ms, a CI run under load caught only 2 of 16 sessions) */
@@ -394,7 +396,7 @@ static void control_done(mx *m)
 
 /* hostcache/unfenced with a load delay: the sessions must come back corrupted. The
  * workload is twice the matrix's sessions, all at once, with three more turns, so the
- * sessions in flight outgrow the KV pool (16M: 315 pages of the tiny model) and later
+ * sessions in flight outgrow the KV pool (CONTROL_KV_POOL) and later
  * turns load their prefixes back from the host tier; its own reference
  * (hostcache/off at the same concurrency) records the golden file. */
 static void control_unfenced(mx *m, const char *indexk)
