@@ -44,14 +44,17 @@
  * in flight each. A warp's accumulators hold its 16 heads for the tile's 64 rows; the
  * relu-weighted head sums meet across lanes by three halving exchanges and across the four
  * warps in shared memory. Two tiles' MMAs are issued together and the first tile summed
- * while the second one's run. With fp8 keys the query is one e4m3 term (the fp8 plugin's
- * query_format = e4m3), 4 MMAs m64n64k32 a tile, the row scales copied behind the keys and
- * applied to the summed row. (With the f32 query as two or three e4m3 terms it was slower
- * than the register-keys kernel at 128k and 1M; the pipelined register-keys wgmma kernel was
- * slower than mma.sync for bf16 at 32k and 1M, run f; fp8 keys as A and the e4m3 query as
- * B, both from shared memory, summing a row within a warp, was no faster at 128k and 1M
- * and 2.5 us slower a small step, bench/results/2026-11-30-indexer-e4m3q-h200.md.) Other
- * bf16 shapes stay on mma.sync.
+ * while the second one's run; one barrier a pass of two tiles, after which all 128 threads
+ * finish the rows of both (a barrier a tile, and each tile's page and place found by a
+ * division, made fp8 with the e4m3 query 5-7% slower at 128k and 1M,
+ * bench/results/2026-11-30-indexer-tmpass-h200.md). With fp8 keys the query is one e4m3
+ * term (the fp8 plugin's query_format = e4m3), 4 MMAs m64n64k32 a tile, the row scales
+ * copied behind the keys and applied to the summed row. (With the f32 query as two or three
+ * e4m3 terms it was slower than the register-keys kernel at 128k and 1M; the pipelined
+ * register-keys wgmma kernel was slower than mma.sync for bf16 at 32k and 1M, run f; fp8
+ * keys as A and the e4m3 query as B, both from shared memory, summing a row within a warp,
+ * was no faster at 128k and 1M and 2.5 us slower a small step,
+ * bench/results/2026-11-30-indexer-e4m3q-h200.md.) Other bf16 shapes stay on mma.sync.
  *
  * The dot product may sum its dims in any order, so the k index of the MMA is permuted:
  * thread t of a quad owns the 16-byte chunks t, t + 4, ... of a row, which makes its key
@@ -864,7 +867,7 @@ __global__ void __launch_bounds__(128, IK_WG_BLOCKS)
 }
 
 #define IK_TM_BLOCKS 4 /* per multiprocessor, 3 stages each (bf16 64 x 128 pages) */
-#define IK_TM_PART_BYTES (2u * 4u * 64u * 4u)
+#define IK_TM_PART_BYTES (2u * 2u * 4u * 64u * 4u) /* two buffers of two tiles' warp sums */
 
 #if IK_WGMMA
 /* A descriptor for 64 rows of keys at addr (a 1024-aligned box of 64 rows x 128 bytes plus
@@ -915,8 +918,10 @@ __global__ void __launch_bounds__(128, IK_TM_BLOCKS)
         return;
     ik_feed feed = ik_feed_at(ik_smem, pool, page_bytes, stages, p0, p1, 0);
     float *part = (float *)(ik_smem + IK_FEED_BYTES);
-    feed.stage0 = (uint8_t *)(((uintptr_t)ik_smem + IK_FEED_BYTES + IK_TM_PART_BYTES + 1023) &
-                              ~(uintptr_t)1023);
+    /* the stages from the first 1024-aligned shared address on, as an offset from ik_smem (so
+     * the compiler knows them for shared memory: the row scales are read by ld.shared) */
+    const uint32_t after = dsv4_smem_addr(ik_smem) + IK_FEED_BYTES + IK_TM_PART_BYTES;
+    feed.stage0 = ik_smem + IK_FEED_BYTES + IK_TM_PART_BYTES + (((after + 1023u) & ~1023u) - after);
     feed.stage_bytes = (page_bytes + 1023u) & ~1023u;
     feed.tmap = &keys;
     feed.rpp = rpp;
@@ -992,36 +997,45 @@ __global__ void __launch_bounds__(128, IK_TM_BLOCKS)
                     qa[s][u + 2 * e] = ik_pack_bf16(y[0] * inv, y[1] * inv);
             }
     }
-    const uint32_t tiles = rpp / 64;
+    /* tile k is row 64 (k % tiles) of page p0 + k / tiles; k / tiles is (k x tile_div) >> 16,
+     * exact for the k < 2^16 / 3 a block counts (tiles <= 4): a division by a runtime value
+     * costs some 20 instructions a tile */
+    const uint32_t tiles = rpp / 64, tile_div = (0x10000u + tiles - 1u) / tiles;
     const uint32_t n = (p1 - p0) * tiles;
     uint32_t buf = 0;
 
-    /* the MMAs of tile k (page p0 + k / tiles, its rows 64 (k % tiles) ..) into d; the
-     * page's stage */
+    /* the MMAs of tile k into d; the page's stage, and the tile's page (from p0) and place
+     * in it in page, m */
     constexpr ik_mma_type MMA = F8 ? IK_MMA_E4M3 : IK_MMA_BF16;
-    auto issue = [&](uint32_t k, float(&d)[32]) {
-        const uint8_t *pg = feed.wait(p0 + k / tiles);
-        const uint32_t box = dsv4_smem_addr(pg) + (k % tiles) * (ROW_BYTES / 128) * 8192u;
+    auto issue = [&](uint32_t k, float(&d)[32], uint32_t &page, uint32_t &m) {
+        page = (k * tile_div) >> 16;
+        m = k - page * tiles;
+        const uint8_t *pg = feed.wait(p0 + page);
+        /* a k-step's descriptor is the tile's plus its offset >> 4 (the 14-bit address field
+         * cannot carry: shared memory ends below 2^18 bytes) */
+        const uint64_t desc = ik_tm_desc(dsv4_smem_addr(pg) + m * (ROW_BYTES / 128) * 8192u);
         ik_wg_fence(d);
         asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
         for (int s = 0; s < KS; s++)
-            ik_mma_rs<MMA>(d, qa[s], ik_tm_desc(box + (s / 4) * 8192u + (s % 4) * 32u), s > 0);
+            ik_mma_rs<MMA>(d, qa[s], desc + (((s / 4) * 8192u + (s % 4) * 32u) >> 4), s > 0);
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
         return pg;
     };
-    /* once tile k's MMAs have completed: its fp8 row scales read, its page released after
-     * its last tile, its row sums: d[4 j], d[4 j + 1] are head h0, rows 8 j + 2 t4 (+ 1);
-     * d[4 j + 2], d[4 j + 3] head h1. The 8 lanes of a t4 halve the 16 row values three times
-     * (lane g keeps rows 8 g + 2 t4 (+ 1)), then the four warps' sums meet in shared memory
-     * (two buffers, so one barrier a tile). */
-    auto finish = [&](uint32_t k, float(&d)[32], const uint8_t *pg) {
+    /* once tile k (u: first or second of its pass) has its MMAs completed: the fp8 row
+     * scales of the pass's tile u (thread tid, u = tid / 64 its row tid % 64), read before
+     * its page's release, the page released after its last tile, the warp's row sums in
+     * the pass's buffer: d[4 j], d[4 j + 1] are head h0, rows 8 j + 2 t4 (+ 1); d[4 j + 2],
+     * d[4 j + 3] head h1. The 8 lanes of a t4 halve the 16 row values three times (lane g
+     * keeps rows 8 g + 2 t4 (+ 1)). */
+    float rs = 1.0f;
+    auto finish = [&](uint32_t k, uint32_t u, float(&d)[32], const uint8_t *pg, uint32_t page,
+                      uint32_t m) {
         ik_wg_fence(d);
-        float rs = 1.0f;
-        if (F8 && tid < 64 && k < n)
-            rs = ((const float *)(pg + (size_t)rpp * ROW_BYTES))[(k % tiles) * 64 + tid];
-        if (k < n && k % tiles == tiles - 1)
-            feed.release(p0 + k / tiles, 4, lane);
+        if (F8 && tid / 64 == u && k < n)
+            rs = ((const float *)(pg + (size_t)rpp * ROW_BYTES))[m * 64 + tid % 64];
+        if (k < n && m == tiles - 1)
+            feed.release(p0 + page, 4, lane);
         float v[16];
 #pragma unroll
         for (int j = 0; j < 8; j++) {
@@ -1031,30 +1045,36 @@ __global__ void __launch_bounds__(128, IK_TM_BLOCKS)
         ik_tm_halve<8>(v, (g >> 2) & 1u, 16);
         ik_tm_halve<4>(v, (g >> 1) & 1u, 8);
         ik_tm_halve<2>(v, g & 1u, 4);
-        float *pb = part + buf * 256u;
+        float *pb = part + (buf * 2 + u) * 256u;
         *(float2 *)&pb[warp * 64 + 8 * g + 2 * t4] = make_float2(v[0], v[1]);
+    };
+    /* Two tiles a pass, the second one's MMAs running while the first one's scores are
+     * summed; past the last tile the pass repeats the last one without storing. The four
+     * warps' sums of both tiles meet in shared memory after one barrier a pass, thread tid
+     * summing row tid % 64 of tile tid / 64 (two buffers: a pass's are not written again
+     * before the next pass's barrier). No MMA is in flight across passes nor on one path
+     * of a branch only: ptxas serialises every MMA of a kernel where an accumulator in
+     * flight crosses a loop's back edge. */
+    float d0[32], d1[32];
+    for (uint32_t k = 0; k < n; k += 2) {
+        uint32_t page0, m0, page1, m1;
+        const uint8_t *g0 = issue(k, d0, page0, m0);
+        const uint8_t *g1 = issue(k + 1 < n ? k + 1 : k, d1, page1, m1);
+        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+        finish(k, 0, d0, g0, page0, m0);
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        finish(k + 1, 1, d1, g1, page1, m1);
         __syncthreads();
-        const uint32_t row = (p0 + k / tiles) * rpp + (k % tiles) * 64 + tid;
-        if (tid < 64 && k < n && row < n_rows) {
-            float sum = pb[tid] + pb[64 + tid] + pb[128 + tid] + pb[192 + tid];
+        const uint32_t u = tid / 64, r = tid % 64;
+        const float *pb = part + (buf * 2 + u) * 256u;
+        const uint32_t row = (p0 + (u ? page1 : page0)) * rpp + (u ? m1 : m0) * 64 + r;
+        if (k + u < n && row < n_rows) {
+            float sum = pb[r] + pb[64 + r] + pb[128 + r] + pb[192 + r];
             if (F8)
                 sum *= rs;
             scores[(size_t)b * bt.max_rows + row] = bt.scale * sum;
         }
         buf ^= 1u;
-    };
-    /* Two tiles a pass, the second one's MMAs running while the first one's scores are
-     * summed; past the last tile the pass repeats the last one without storing. No MMA is
-     * in flight across passes nor on one path of a branch only: ptxas serialises every MMA
-     * of a kernel where an accumulator in flight crosses a loop's back edge. */
-    float d0[32], d1[32];
-    for (uint32_t k = 0; k < n; k += 2) {
-        const uint8_t *g0 = issue(k, d0);
-        const uint8_t *g1 = issue(k + 1 < n ? k + 1 : k, d1);
-        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
-        finish(k, d0, g0);
-        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-        finish(k + 1, d1, g1);
     }
 #endif
 }
