@@ -36,25 +36,26 @@
  * wait on a barrier phase two ahead of it).
  *
  * Tensor-map wgmma (sm_90a; bf16 keys, or fp8 keys with an e4m3 query; dim 128, pages of a
- * multiple of 64 rows): the copy engine stores each
- * page through a tensor map (the pool as pages x rows x values, driver encoder found through
- * the runtime) in the 128-byte swizzled layout wgmma reads its B operand in, so the keys
- * are B straight from shared memory and the query (64 heads x dim, bf16) is A in 32
- * registers. No key passes through registers: four blocks share a multiprocessor, 3 pages
- * in flight each. A warp's accumulators hold its 16 heads for the tile's 64 rows; the
- * relu-weighted head sums meet across lanes by three halving exchanges and across the four
- * warps in shared memory. Two tiles' MMAs are issued together and the first tile summed
- * while the second one's run; one barrier a pass of two tiles, after which all 128 threads
- * finish the rows of both (a barrier a tile, and each tile's page and place found by a
- * division, made fp8 with the e4m3 query 5-7% slower at 128k and 1M,
- * bench/results/2026-11-30-indexer-tmpass-h200.md). With fp8 keys the query is one e4m3
- * term (the fp8 plugin's query_format = e4m3), 4 MMAs m64n64k32 a tile, the row scales
- * copied behind the keys and applied to the summed row. (With the f32 query as two or three
- * e4m3 terms it was slower than the register-keys kernel at 128k and 1M; the pipelined
- * register-keys wgmma kernel was slower than mma.sync for bf16 at 32k and 1M, run f; fp8
- * keys as A and the e4m3 query as B, both from shared memory, summing a row within a warp,
- * was no faster at 128k and 1M and 2.5 us slower a small step,
- * bench/results/2026-11-30-indexer-e4m3q-h200.md.) Other bf16 shapes stay on mma.sync.
+ * multiple of 64 rows): the copy engine stores each page through a tensor map (the pool as
+ * pages x rows x values, driver encoder found through the runtime) in the 128-byte swizzled
+ * layout wgmma reads its B operand in, so the keys are B straight from shared memory and the
+ * query (64 heads x dim, bf16) is A in 32 registers. No key passes through registers: four
+ * blocks share a multiprocessor, 3 bf16 pages or 6 fp8 ones in flight each. A warp's
+ * accumulators hold its 16 heads for the tile's 64 rows; the relu-weighted head sums meet
+ * across lanes by three halving exchanges and across the four warps in shared memory. Two
+ * tiles' MMAs are issued together and the first tile summed while the second one's run; one
+ * barrier a pass of two tiles, after which all 128 threads finish the rows of both (a barrier
+ * a tile, and each tile's page and place found by a division, made fp8 with the e4m3 query
+ * 5-7% slower at 128k and 1M, bench/results/2026-11-30-indexer-tmpass-h200.md). With fp8 keys
+ * the query is one e4m3 term (the fp8 plugin's query_format = e4m3), 4 MMAs m64n64k32 a tile,
+ * the row scales copied apart from the keys (a stage of keys is then whole swizzle atoms: 6
+ * stages where 5 fit with the scales behind the keys, 1-2 points at 1M) and applied to the
+ * summed row. (With the f32 query as two or three e4m3 terms it was slower than the
+ * register-keys kernel at 128k and 1M; the pipelined register-keys wgmma kernel was slower
+ * than mma.sync for bf16 at 32k and 1M, run f; fp8 keys as A and the e4m3 query as B, both
+ * from shared memory, summing a row within a warp, was no faster at 128k and 1M and 2.5 us
+ * slower a small step, bench/results/2026-11-30-indexer-e4m3q-h200.md.) Other bf16 shapes
+ * stay on mma.sync.
  *
  * The dot product may sum its dims in any order, so the k index of the MMA is permuted:
  * thread t of a quad owns the 16-byte chunks t, t + 4, ... of a row, which makes its key
@@ -501,10 +502,15 @@ struct ik_feed {
     const uint8_t *pool;
     const void *tmap; /* the pool as pages of rows of keys, copied in boxes when set */
     uint8_t *stage0;
+    /* with a tensor map, what follows a page's keys (fp8 row scales), stage s's at tail0 +
+     * s x (page_bytes - rpp x row_bytes): kept apart, a stage of keys is a whole number of
+     * 1024-byte swizzle atoms and six fp8 stages fit a block where five did */
+    uint8_t *tail0;
     uint64_t *full;
     uint32_t *released, *ids;
-    /* a stage holds a page at stage_bytes >= page_bytes (1024-aligned for the swizzle);
-     * elem: bytes a value, for the tensor map's coordinates */
+    /* a stage holds a page at stage_bytes = page_bytes, or with a tensor map a page's keys
+     * at rpp x row_bytes (1024-aligned for the swizzle); elem: bytes a value, for the tensor
+     * map's coordinates */
     uint32_t page_bytes, stage_bytes, stages, p0, p1, rpp, row_bytes, elem;
     /* ceil(2^32 / stages): for the n < 2^16 a block counts its pages by, n / stages is the
      * high word of n x stage_div (a division by a runtime value costs some 20 instructions,
@@ -514,7 +520,7 @@ struct ik_feed {
     /* One lane: the page by one bulk copy, or with a tensor map, by one copy a box of 64 rows
      * x 128 bytes (stored in the wgmma 128-byte swizzled layout), boxes of a page in row
      * order, then value order, and what follows the keys in the page (fp8 row scales) by one
-     * bulk copy behind them. */
+     * bulk copy to the stage's tail. */
     __device__ void issue(uint32_t page, uint32_t stage, uint32_t lane) const
     {
         if (lane != 0)
@@ -526,9 +532,10 @@ struct ik_feed {
             return;
         }
         ik_bar_expect(&full[stage], page_bytes);
-        const uint32_t key_bytes = rpp * row_bytes;
-        if (page_bytes > key_bytes)
-            ik_bulk_copy(dst + key_bytes, src + key_bytes, page_bytes - key_bytes, &full[stage]);
+        const uint32_t key_bytes = rpp * row_bytes, tail_bytes = page_bytes - key_bytes;
+        if (tail_bytes)
+            ik_bulk_copy(tail0 + (size_t)stage * tail_bytes, src + key_bytes, tail_bytes,
+                         &full[stage]);
         for (uint32_t m = 0; m < rpp; m += 64)
             for (uint32_t h = 0; h < row_bytes; h += 128, dst += 8192)
                 asm volatile(
@@ -555,13 +562,19 @@ struct ik_feed {
                 issue(p0 + s, s, tid);
     }
 
-    /* Every thread of a warp, in page order: page i once it has landed. */
-    __device__ const uint8_t *wait(uint32_t i) const
+    /* Every thread of a warp, in page order: the stage of page i once it has landed. */
+    __device__ uint32_t wait_stage(uint32_t i) const
     {
         const uint32_t round = __umulhi(i - p0, stage_div), stage = i - p0 - round * stages;
         dsv4_mbar_wait(dsv4_smem_addr(&full[stage]), round & 1u);
         __syncwarp(); /* the MMAs need the warp converged after its spin */
-        return stage0 + (size_t)stage * stage_bytes;
+        return stage;
+    }
+
+    /* Every thread of a warp, in page order: page i once it has landed. */
+    __device__ const uint8_t *wait(uint32_t i) const
+    {
+        return stage0 + (size_t)wait_stage(i) * stage_bytes;
     }
 
     /* Every thread of a warp, once the warp has read what it needs of page i: the warp's
@@ -597,6 +610,7 @@ __device__ static inline ik_feed ik_feed_at(uint8_t *smem, const uint8_t *pool, 
     f.released = (uint32_t *)(smem + IK_MAX_STAGES * 8u);
     f.ids = (uint32_t *)(smem + IK_MAX_STAGES * 12u);
     f.stage0 = smem + IK_FEED_BYTES + own_bytes;
+    f.tail0 = nullptr;
     f.tmap = nullptr;
     f.rpp = 0;
     f.row_bytes = 0;
@@ -894,7 +908,7 @@ template <int HALF> __device__ static inline void ik_tm_halve(float *v, bool hi,
 /* bf16 keys, or fp8 keys with an e4m3 query (F8), as the wgmma B operand straight from
  * shared memory, where the copy engine stores each page by tensor-map copies (64 rows x 128
  * bytes a box: 64 bf16 or 128 e4m3 values) in the swizzled layout wgmma reads, and an fp8
- * page's row scales behind its keys by a bulk copy; the query (64 heads = M) is the A
+ * page's row scales apart from its keys by a bulk copy; the query (64 heads = M) is the A
  * operand in registers (32 of them for bf16, 16 for e4m3), so no key passes through
  * registers and four blocks share a multiprocessor. A tile of 64 rows takes 8 MMAs
  * m64n64k16 (bf16) or 4 m64n64k32 (e4m3: per byte read, the same tensor work as bf16's).
@@ -918,11 +932,14 @@ __global__ void __launch_bounds__(128, IK_TM_BLOCKS)
         return;
     ik_feed feed = ik_feed_at(ik_smem, pool, page_bytes, stages, p0, p1, 0);
     float *part = (float *)(ik_smem + IK_FEED_BYTES);
-    /* the stages from the first 1024-aligned shared address on, as an offset from ik_smem (so
-     * the compiler knows them for shared memory: the row scales are read by ld.shared) */
-    const uint32_t after = dsv4_smem_addr(ik_smem) + IK_FEED_BYTES + IK_TM_PART_BYTES;
-    feed.stage0 = ik_smem + IK_FEED_BYTES + IK_TM_PART_BYTES + (((after + 1023u) & ~1023u) - after);
-    feed.stage_bytes = (page_bytes + 1023u) & ~1023u;
+    /* the stages' tails, then their keys from the first 1024-aligned shared address on, as
+     * offsets from ik_smem (so the compiler knows them for shared memory: the row scales are
+     * read by ld.shared) */
+    constexpr uint32_t TAIL = F8 ? 4 : 0; /* tail bytes a row */
+    feed.tail0 = ik_smem + IK_FEED_BYTES + IK_TM_PART_BYTES;
+    const uint32_t after = dsv4_smem_addr(feed.tail0) + stages * rpp * TAIL;
+    feed.stage0 = feed.tail0 + stages * rpp * TAIL + (((after + 1023u) & ~1023u) - after);
+    feed.stage_bytes = rpp * ROW_BYTES;
     feed.tmap = &keys;
     feed.rpp = rpp;
     feed.row_bytes = ROW_BYTES;
@@ -1010,7 +1027,8 @@ __global__ void __launch_bounds__(128, IK_TM_BLOCKS)
     auto issue = [&](uint32_t k, float(&d)[32], uint32_t &page, uint32_t &m) {
         page = (k * tile_div) >> 16;
         m = k - page * tiles;
-        const uint8_t *pg = feed.wait(p0 + page);
+        const uint32_t stage = feed.wait_stage(p0 + page);
+        const uint8_t *pg = feed.stage0 + (size_t)stage * feed.stage_bytes;
         /* a k-step's descriptor is the tile's plus its offset >> 4 (the 14-bit address field
          * cannot carry: shared memory ends below 2^18 bytes) */
         const uint64_t desc = ik_tm_desc(dsv4_smem_addr(pg) + m * (ROW_BYTES / 128) * 8192u);
@@ -1020,7 +1038,7 @@ __global__ void __launch_bounds__(128, IK_TM_BLOCKS)
         for (int s = 0; s < KS; s++)
             ik_mma_rs<MMA>(d, qa[s], desc + (((s / 4) * 8192u + (s % 4) * 32u) >> 4), s > 0);
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-        return pg;
+        return stage;
     };
     /* once tile k (u: first or second of its pass) has its MMAs completed: the fp8 row
      * scales of the pass's tile u (thread tid, u = tid / 64 its row tid % 64), read before
@@ -1029,11 +1047,11 @@ __global__ void __launch_bounds__(128, IK_TM_BLOCKS)
      * d[4 j + 3] head h1. The 8 lanes of a t4 halve the 16 row values three times (lane g
      * keeps rows 8 g + 2 t4 (+ 1)). */
     float rs = 1.0f;
-    auto finish = [&](uint32_t k, uint32_t u, float(&d)[32], const uint8_t *pg, uint32_t page,
+    auto finish = [&](uint32_t k, uint32_t u, float(&d)[32], uint32_t stage, uint32_t page,
                       uint32_t m) {
         ik_wg_fence(d);
         if (F8 && tid / 64 == u && k < n)
-            rs = ((const float *)(pg + (size_t)rpp * ROW_BYTES))[m * 64 + tid % 64];
+            rs = ((const float *)(feed.tail0 + stage * rpp * TAIL))[m * 64 + tid % 64];
         if (k < n && m == tiles - 1)
             feed.release(p0 + page, 4, lane);
         float v[16];
@@ -1058,12 +1076,12 @@ __global__ void __launch_bounds__(128, IK_TM_BLOCKS)
     float d0[32], d1[32];
     for (uint32_t k = 0; k < n; k += 2) {
         uint32_t page0, m0, page1, m1;
-        const uint8_t *g0 = issue(k, d0, page0, m0);
-        const uint8_t *g1 = issue(k + 1 < n ? k + 1 : k, d1, page1, m1);
+        const uint32_t s0 = issue(k, d0, page0, m0);
+        const uint32_t s1 = issue(k + 1 < n ? k + 1 : k, d1, page1, m1);
         asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
-        finish(k, 0, d0, g0, page0, m0);
+        finish(k, 0, d0, s0, page0, m0);
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-        finish(k + 1, 1, d1, g1, page1, m1);
+        finish(k + 1, 1, d1, s1, page1, m1);
         __syncthreads();
         const uint32_t u = tid / 64, r = tid % 64;
         const float *pb = part + (buf * 2 + u) * 256u;
@@ -1221,11 +1239,11 @@ static int ik_launch_tm(ik_device *d, uint32_t rpp, const void *pool, const dsv4
     if (!ik_encode)
         return -ENOTSUP;
     /* the pool as pages of rpp rows of DIM values (then fp8 row scales), page ids up to
-     * 2^31; each stage 1024-aligned for the swizzle, as is what comes before the stages */
+     * 2^31; a stage's keys (whole 1024-byte swizzle atoms) from a 1024-aligned address on,
+     * its row scales apart */
     const uint32_t row_bytes = DIM * fmt::elem, page_bytes = rpp * (row_bytes + fmt::scale_bytes);
-    const uint32_t stage_bytes = (page_bytes + 1023u) & ~1023u;
     const uint32_t head = IK_FEED_BYTES + IK_TM_PART_BYTES + 1024u;
-    uint32_t stages = ((228u * 1024u) / IK_TM_BLOCKS - 1024u - head) / stage_bytes;
+    uint32_t stages = ((228u * 1024u) / IK_TM_BLOCKS - 1024u - head) / page_bytes;
     if (stages > IK_MAX_STAGES)
         stages = IK_MAX_STAGES;
     if (stages < 2)
@@ -1239,7 +1257,7 @@ static int ik_launch_tm(ik_device *d, uint32_t rpp, const void *pool, const dsv4
                   CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
         return -ENOTSUP;
-    const size_t smem = head + (size_t)stages * stage_bytes;
+    const size_t smem = head + (size_t)stages * page_bytes;
     int per_sm, rc = ik_per_sm(d, rpp, IK_TM, dsv4_ik_tm_kernel<f8, DIM>, 128, smem, &per_sm);
     if (rc != 0)
         return rc;
