@@ -29,40 +29,53 @@ PFN_cuTensorMapEncodeTiled_v12000 dsv4_wg_encoder(void)
 
 /* ---- wgmma (sm_90a) for BF16 weights -------------------------------------------------------
  *
- * A block is one or two warpgroups of four consumer warps and a producer warp. A warpgroup
- * owns WG_OUT = 64 outputs (wgmma's M: the weights are A), the block a tile of NT rows; the
- * producer streams each k block of 64 inputs of the weight tile (8 KiB a warpgroup, one
- * 128-byte row a weight row, in the 128-byte swizzle wgmma reads) and of the rows' inputs
- * (f32) from memory into a ring of shared-memory stages by TMA tensor-map copies that
- * complete on the stage's mbarrier, so a block keeps the whole ring in flight without
- * registers or load latency on the consumers' path. The consumers split a stage's inputs
- * into bf16 hi and lo (as the mma.sync kernel does) and store them as B, hi as columns 0 ..
- * NT - 1 and lo as columns NT .. 2 NT - 1 of one m64n(2 NT)k16 MMA per 16 inputs, so a
- * row's hi and lo sums build in separate accumulators over the k blocks of its split in
- * ascending order and are added (hi + lo) at the split's end. A launch of enough rows
- * (dsv4_wg_split_once) splits its inputs once instead (dsv4_wg_split_kernel, the same bits,
- * into the handle's split buffer), and the producer loads each stage's B as it is, in the
- * swizzle, so the consumers only wait for a stage and run its MMAs; every output tile would
- * otherwise split the same inputs again. The splits' sums are then added in split order as
- * the mma.sync kernel adds them (in registers, or by dsv4_mma_sum_kernel). An output's bits
- * therefore depend on its weight row, its input row and the split (fixed by the weight's
- * shape in deterministic mode), provided a wgmma column's sums do not depend on N, on the
- * column or on the warpgroup: the GEMM test checks that bitwise (rows at every position of
- * tiles of 8 .. 64, one and two warpgroups). */
+ * A block is one or two warpgroups of four consumer warps and a producer warp. A warpgroup owns
+ * one or two (MT) output tiles of WG_OUT = 64 outputs (wgmma's M: the weights are A), the block
+ * a tile of NT rows; the producer streams each k block of 64 inputs of the weight tiles (8 KiB
+ * a tile, one 128-byte row a weight row, in the 128-byte swizzle wgmma reads) and of the rows'
+ * inputs (f32) from memory into a ring of shared-memory stages by TMA tensor-map copies that
+ * complete on the stage's mbarrier, so a block keeps the whole ring in flight without registers
+ * or load latency on the consumers' path. The consumers split a stage's inputs into bf16 hi and
+ * lo (as the mma.sync kernel does) and store them as B, hi as columns 0 .. NT - 1 and lo as
+ * columns NT .. 2 NT - 1 of one m64n(2 NT)k16 MMA per 16 inputs, so a row's hi and lo sums
+ * build in separate accumulators over the k blocks of its split in ascending order and are
+ * added (hi + lo) at the split's end. A launch of enough rows (dsv4_wg_split_once) splits its
+ * inputs once instead (dsv4_wg_split_kernel, the same bits, into the handle's split buffer),
+ * and the producer loads each stage's B as it is, in the swizzle, so the consumers only wait
+ * for a stage and run its MMAs; every output tile would otherwise split the same inputs again.
+ * The splits' sums are then added in split order as the mma.sync kernel adds them (in
+ * registers, or by dsv4_mma_sum_kernel). An output's bits therefore depend on its weight row,
+ * its input row and the split (fixed by the weight's shape in deterministic mode), provided a
+ * wgmma column's sums do not depend on N, on the column or on the warpgroup: the GEMM test
+ * checks that bitwise (rows at every position of tiles of 8 .. 64, one and two warpgroups, one
+ * and two output tiles a warpgroup).
+ * A warpgroup of two tiles (dsv4_wg_pair) runs their MMAs interleaved against the stage's
+ * one B, two independent accumulator chains, so the block reads B from L2 once per 256
+ * outputs rather than 128. That gains at 32, 128 and 256 rows (H200: 0.80-0.96x the time of
+ * the layers it takes) but not at 64 rows (0.97-1.02x): there B's traffic is not what holds
+ * the mid-size layers, and sharing B further across a cluster of two blocks by TMA
+ * multicast (each loading half for both) took 1.2-1.5x the time. */
 #define WG_KB 64 /* inputs a stage: one 128-byte swizzle row of bf16 */
 /* warpgroups a block from tiles of 32 rows: two share the inputs' tile, so the block reads
  * 4 bytes of inputs per 4 of weights where one would read 8 */
 #define WG_WIDE 2
-#define WG_A_BYTES (WG_OUT * WG_KB * 2) /* a warpgroup's weights of a stage */
+/* output tiles a warpgroup of a two-warpgroup block takes where the launch has blocks to
+ * spare (dsv4_wg_pair), the block's B shared by all of them */
+#define WG_PAIR 2
+/* k blocks from which a unit alone in its block keeps the block streaming (dsv4_wg_pair) */
+#define WG_PAIR_KB 32
+#define WG_A_BYTES (WG_OUT * WG_KB * 2) /* a warpgroup's weights of a stage (one output tile) */
 
-/* A block of WGS warpgroups (WGS x 64 outputs sharing the inputs' tile of NT rows) and the
- * producer warp. A stage holds the weights (A), the inputs as loaded (f32, NT rows of
- * WG_KB; none where they come split, PRE) and as B (hi and lo bf16). One warpgroup: about 80-100
- * KiB of ring a block, two blocks a multiprocessor; two (their accumulators take the registers of
- * two blocks): about 192 KiB, one block. */
-template <uint32_t NT, uint32_t WGS, bool PRE> struct dsv4_wg_shape {
+/* A block of WGS warpgroups of MT output tiles (WGS x MT x 64 outputs sharing the inputs'
+ * tile of NT rows) and the producer warp. A stage holds the weights (A), the inputs as loaded
+ * (f32, NT rows of WG_KB; none where they come split, PRE) and as B (hi and lo bf16). One
+ * warpgroup: about 80-100 KiB of ring a block, two blocks a multiprocessor; two (their
+ * accumulators take the registers of two blocks): about 192 KiB, one block (two tiles a
+ * warpgroup at 64 rows: 4 stages of 48 KiB split once, 3 of 64 KiB else; 166-168
+ * registers). */
+template <uint32_t NT, uint32_t WGS, uint32_t MT, bool PRE> struct dsv4_wg_shape {
     static constexpr uint32_t threads = 128 * WGS + 32;
-    static constexpr uint32_t a_bytes = WGS * WG_A_BYTES;
+    static constexpr uint32_t a_bytes = WGS * MT * WG_A_BYTES;
     static constexpr uint32_t b_bytes = 2 * NT * WG_KB * 2;
     static constexpr uint32_t x_bytes = PRE ? 0 : NT * WG_KB * 4;
     static constexpr uint32_t stage_bytes = a_bytes + b_bytes + x_bytes;
@@ -161,11 +174,13 @@ __device__ static inline void dsv4_wg_mma(float (&d)[NT], uint64_t a, uint64_t b
 }
 
 /* Keeps the compiler from moving accumulator uses across the asynchronous MMAs. */
-template <uint32_t N> __device__ static inline void dsv4_wg_fence(float (&d)[N])
+template <uint32_t M, uint32_t N> __device__ static inline void dsv4_wg_fence(float (&d)[M][N])
 {
 #pragma unroll
-    for (uint32_t i = 0; i < N; i++)
-        asm volatile("" : "+f"(d[i])::"memory");
+    for (uint32_t m = 0; m < M; m++)
+#pragma unroll
+        for (uint32_t i = 0; i < N; i++)
+            asm volatile("" : "+f"(d[m][i])::"memory");
 }
 
 /* A stage's B from the split inputs (dsv4_wg_split_kernel): k block kb of the NT rows from
@@ -226,13 +241,13 @@ struct dsv4_wg_units {
 };
 
 /* Y = W X for BF16 weights over the units of U, the same sums written the same ways. */
-template <uint32_t NT, uint32_t WGS, bool WHOLE, bool PRE>
+template <uint32_t NT, uint32_t WGS, uint32_t MT, bool WHOLE, bool PRE>
 __global__ static void __launch_bounds__(128 * WGS + 32, WGS == 1 ? 2 : 1)
     dsv4_wg_kernel(const __grid_constant__ dsv4_wg_maps tm, size_t out, size_t in, dsv4_mma_rows R,
                    dsv4_wg_units U, float *__restrict__ y, size_t ys, size_t yz)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    using S = dsv4_wg_shape<NT, WGS, PRE>;
+    using S = dsv4_wg_shape<NT, WGS, MT, PRE>;
     constexpr uint32_t CT = 128 * WGS; /* consumer threads */
     extern __shared__ uint8_t dsv4_wg_smem[];
     uint8_t *ring = (uint8_t *)(((uintptr_t)dsv4_wg_smem + 1023) & ~(uintptr_t)1023);
@@ -262,7 +277,7 @@ __global__ static void __launch_bounds__(128 * WGS + 32, WGS == 1 ? 2 : 1)
             uint32_t bx = u % U.xs, g = u / U.xs / U.ys, s0 = bx % R.kgrid;
             uint32_t lo = R.off && R.off[g] > R.w0 ? R.off[g] : R.w0;
             uint32_t hi = R.off && R.off[g + 1] < R.w1 ? R.off[g + 1] : R.w1;
-            int row = (int)(g * out + (size_t)(u / U.xs % U.ys) * WGS * WG_OUT);
+            int row = (int)(g * out + (size_t)(u / U.xs % U.ys) * WGS * MT * WG_OUT);
             int xg = R.off ? 0 : (int)g;
             for (uint32_t tr = lo + bx / R.kgrid * NT; tr < hi; tr += tstep)
                 for (uint32_t si = 0; si < sn; si++) {
@@ -278,7 +293,7 @@ __global__ static void __launch_bounds__(128 * WGS + 32, WGS == 1 ? 2 : 1)
                             "r"(S::a_bytes + (PRE ? S::b_bytes : S::x_bytes))
                             : "memory");
 #pragma unroll
-                        for (uint32_t w = 0; w < WGS; w++)
+                        for (uint32_t w = 0; w < WGS * MT; w++)
                             asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::"
                                          "complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
                                              a + w * WG_A_BYTES),
@@ -309,18 +324,20 @@ __global__ static void __launch_bounds__(128 * WGS + 32, WGS == 1 ? 2 : 1)
         uint32_t bx = u % U.xs, g = u / U.xs / U.ys, s0 = bx % R.kgrid;
         uint32_t lo = R.off && R.off[g] > R.w0 ? R.off[g] : R.w0;
         uint32_t hi = R.off && R.off[g + 1] < R.w1 ? R.off[g + 1] : R.w1;
-        size_t o0 = (size_t)(u / U.xs % U.ys) * WGS * WG_OUT;
+        size_t o0 = (size_t)(u / U.xs % U.ys) * WGS * MT * WG_OUT + wg * MT * WG_OUT;
         float *yg = R.off ? y : y + (size_t)g * yz;
         for (uint32_t tr = lo + bx / R.kgrid * NT; tr < hi; tr += tstep) {
             uint32_t nr = hi - tr < NT ? hi - tr : NT;
-            float tot[NT / 2];
-            float d[NT];
+            float tot[MT][NT / 2];
+            float d[MT][NT];
             for (uint32_t si = 0; si < sn; si++) {
                 size_t kbeg, kend;
                 dsv4_wg_split(WHOLE ? si : s0, R.ksplit, kbs, &kbeg, &kend);
 #pragma unroll
-                for (uint32_t i = 0; i < NT; i++)
-                    d[i] = 0.0f;
+                for (uint32_t m = 0; m < MT; m++)
+#pragma unroll
+                    for (uint32_t i = 0; i < NT; i++)
+                        d[m][i] = 0.0f;
                 for (size_t kb = kbeg; kb < kend; kb++, it++) {
                     uint32_t st = it % S::stages;
                     uint8_t *a = ring + st * S::stage_bytes, *b = a + S::a_bytes;
@@ -341,14 +358,17 @@ __global__ static void __launch_bounds__(128 * WGS + 32, WGS == 1 ? 2 : 1)
                         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
                         asm volatile("bar.sync 1, %0;\n" ::"r"(CT) : "memory");
                     }
-                    uint32_t a_addr = dsv4_smem_addr(a) + wg * WG_A_BYTES,
+                    uint32_t a_addr = dsv4_smem_addr(a) + wg * MT * WG_A_BYTES,
                              b_addr = dsv4_smem_addr(b);
                     dsv4_wg_fence(d);
                     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+                    /* the tiles' MMAs interleaved: MT independent chains against one B */
 #pragma unroll
                     for (uint32_t k = 0; k < WG_KB / 16; k++)
-                        dsv4_wg_mma<NT>(d, dsv4_wg_desc(a_addr + 32 * k),
-                                        dsv4_wg_desc(b_addr + 32 * k));
+#pragma unroll
+                        for (uint32_t m = 0; m < MT; m++)
+                            dsv4_wg_mma<NT>(d[m], dsv4_wg_desc(a_addr + m * WG_A_BYTES + 32 * k),
+                                            dsv4_wg_desc(b_addr + 32 * k));
                     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
                     /* the previous stage's MMAs have read their A and B: the warp hands the slot
                      * back (this stage's run on while the next B is stored, in another slot: a
@@ -366,30 +386,35 @@ __global__ static void __launch_bounds__(128 * WGS + 32, WGS == 1 ? 2 : 1)
                     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(
                                      empty0 + 8 * ((it - 1) % S::stages))
                                  : "memory");
-                    /* d[i]: output row 16 warp + gi (+ 8 from (i / 2) odd), column 8 (i / 4) + 2 t
-                     * + (i % 2); row r's hi is column r, its lo column NT + r: d[i + NT / 2] */
+                    /* d[m][i]: the tile's output row 16 (warp % 4) + gi (+ 8 from (i / 2) odd),
+                     * column 8 (i / 4) + 2 t + (i % 2); row r's hi is column r, its lo column
+                     * NT + r: d[m][i + NT / 2] */
+#pragma unroll
+                for (uint32_t m = 0; m < MT; m++)
+#pragma unroll
+                    for (uint32_t i = 0; i < NT / 2; i++) {
+                        float v = d[m][i] + d[m][i + NT / 2];
+                        tot[m][i] = si ? tot[m][i] + v : v;
+                    }
+            }
+#pragma unroll
+            for (uint32_t m = 0; m < MT; m++)
 #pragma unroll
                 for (uint32_t i = 0; i < NT / 2; i++) {
-                    float v = d[i] + d[i + NT / 2];
-                    tot[i] = si ? tot[i] + v : v;
+                    size_t o = o0 + m * WG_OUT + 16 * (warp % 4) + gi + ((i / 2) % 2 ? 8 : 0);
+                    uint32_t r = 8 * (i / 4) + 2 * t + i % 2;
+                    if (o >= out || r >= nr)
+                        continue;
+                    if (R.part) {
+                        size_t wn = R.w1 - R.w0, pstride = (size_t)(R.off ? 1 : U.zs) * wn * out;
+                        float *part = R.part + (R.off ? 0 : (size_t)g * wn * out);
+                        part[s0 * pstride + (size_t)(tr + r - R.w0) * out + o] = tot[m][i];
+                    } else if (R.kgrid > 1) {
+                        atomicAdd(&yg[(size_t)(tr + r) * ys + o], tot[m][i]);
+                    } else {
+                        yg[(size_t)(tr + r) * ys + o] = tot[m][i];
+                    }
                 }
-            }
-#pragma unroll
-            for (uint32_t i = 0; i < NT / 2; i++) {
-                size_t o = o0 + 16 * warp + gi + ((i / 2) % 2 ? 8 : 0);
-                uint32_t r = 8 * (i / 4) + 2 * t + i % 2;
-                if (o >= out || r >= nr)
-                    continue;
-                if (R.part) {
-                    size_t wn = R.w1 - R.w0, pstride = (size_t)(R.off ? 1 : U.zs) * wn * out;
-                    float *part = R.part + (R.off ? 0 : (size_t)g * wn * out);
-                    part[s0 * pstride + (size_t)(tr + r - R.w0) * out + o] = tot[i];
-                } else if (R.kgrid > 1) {
-                    atomicAdd(&yg[(size_t)(tr + r) * ys + o], tot[i]);
-                } else {
-                    yg[(size_t)(tr + r) * ys + o] = tot[i];
-                }
-            }
         }
     }
 #endif
@@ -456,13 +481,13 @@ static bool dsv4_wg_split_once(uint32_t rows_each, size_t out, uint32_t groups)
     return rows_each > 32 && (out >= 2048 || (rows_each > 64 && out * groups >= 2048));
 }
 
-template <uint32_t NT, uint32_t WGS, bool PRE>
+template <uint32_t NT, uint32_t WGS, uint32_t MT, bool PRE>
 static int dsv4_wg_run_tiles(cudaStream_t st, const dsv4_wg_call &c, size_t out, size_t in,
                              const dsv4_mma_rows &R, uint32_t groups, uint32_t rows_each, float *y,
                              size_t ys, size_t yz)
 {
     uint32_t tiles = (rows_each + NT - 1) / NT;
-    size_t oblocks = (out + WGS * WG_OUT - 1) / (WGS * WG_OUT);
+    size_t oblocks = (out + WGS * MT * WG_OUT - 1) / (WGS * MT * WG_OUT);
     dsv4_wg_units U = {(tiles < GEMM_ROW_SPLIT ? tiles : GEMM_ROW_SPLIT) * R.kgrid,
                        (uint32_t)oblocks, groups};
     size_t units = (size_t)U.xs * oblocks * groups;
@@ -473,19 +498,19 @@ static int dsv4_wg_run_tiles(cudaStream_t st, const dsv4_wg_call &c, size_t out,
                                R.w1, PRE ? c.b->split : NULL, NT, &m);
     if (rc != 0)
         return rc;
-    using S = dsv4_wg_shape<NT, WGS, PRE>;
+    using S = dsv4_wg_shape<NT, WGS, MT, PRE>;
     /* blocks a multiprocessor holds at once (by the shared memory: both kernels alike) */
     static int per_sm;
     if (per_sm == 0) {
         int n = 0;
-        if (cudaFuncSetAttribute(dsv4_wg_kernel<NT, WGS, false, PRE>,
+        if (cudaFuncSetAttribute(dsv4_wg_kernel<NT, WGS, MT, false, PRE>,
                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  (int)S::smem) != cudaSuccess ||
-            cudaFuncSetAttribute(dsv4_wg_kernel<NT, WGS, true, PRE>,
-                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int)S::smem) != cudaSuccess ||
-            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, dsv4_wg_kernel<NT, WGS, false, PRE>,
-                                                          S::threads, S::smem) != cudaSuccess)
+            (MT == 1 && cudaFuncSetAttribute(dsv4_wg_kernel<NT, WGS, 1, true, PRE>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)S::smem) != cudaSuccess) ||
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                &n, dsv4_wg_kernel<NT, WGS, MT, false, PRE>, S::threads, S::smem) != cudaSuccess)
             return dsv4_cuda_launch_status();
         if (n < 1)
             return -EINVAL;
@@ -501,13 +526,43 @@ static int dsv4_wg_run_tiles(cudaStream_t st, const dsv4_wg_call &c, size_t out,
     size_t held = (size_t)c.b->sms * (uint32_t)per_sm;
     bool persist = R.kgrid == 1 && !R.off && units > held && (WGS > 1 || units <= 2 * held);
     unsigned grid = (unsigned)(persist ? held : units);
-    if (R.kgrid == 1 && R.ksplit > 1)
-        dsv4_wg_kernel<NT, WGS, true, PRE>
+    if (MT == 1 && R.kgrid == 1 && R.ksplit > 1)
+        dsv4_wg_kernel<NT, WGS, 1, true, PRE>
             <<<grid, S::threads, S::smem, st>>>(m, out, in, R, U, y, ys, yz);
     else
-        dsv4_wg_kernel<NT, WGS, false, PRE>
+        dsv4_wg_kernel<NT, WGS, MT, false, PRE>
             <<<grid, S::threads, S::smem, st>>>(m, out, in, R, U, y, ys, yz);
     return dsv4_cuda_launch_status();
+}
+
+/* Whether a launch of tiles of NT rows (two warpgroups a block) gives each warpgroup two
+ * output tiles against the block's B (256 outputs a block, WG_PAIR) rather than one: B's
+ * bytes from L2 a weight byte halve and a warpgroup runs two MMA chains a stage, but the
+ * launch has half the units, each twice the work. One tile where the blocks take their
+ * splits in turn (the totals would double the accumulators' registers) or grouped rows
+ * (units without rows); two where the paired launch is still persistent (more units than
+ * blocks the GPU holds: each SM streams units back to back either way), else where its
+ * waves of blocks (one an SM) take no longer and, for a launch that unpaired would be
+ * persistent, a unit is long enough (WG_PAIR_KB) that one a block leaves its ring's fill
+ * and drain little of the time. H200, same run (bench/gemm-stream, two runs each): 128 rows
+ * 0.81-0.96x the time (wq_a, wq_b, wo_b, the head; fast wo_a), 256 rows 0.80-0.94x (wq_a,
+ * wq_b, the head; fast wo_a, wo_b), 32 rows 0.89-0.96x (wo_a, wo_b, the head), 64 rows
+ * 0.97-0.99x (wo_b, the head, fast wo_a) and 1.02x (deterministic wo_a); wq_b's 16 k blocks
+ * at 64 rows paired (128 units on 132 SMs against 256 on a persistent grid) took 1.05x. */
+static bool dsv4_wg_pair(const dsv4_wg_call &c, size_t out, size_t in, const dsv4_mma_rows &R,
+                         uint32_t groups, uint32_t rows_each, uint32_t nt)
+{
+    if (R.off || (R.kgrid == 1 && R.ksplit > 1))
+        return false;
+    uint32_t tiles = (rows_each + nt - 1) / nt;
+    size_t xs = (size_t)(tiles < GEMM_ROW_SPLIT ? tiles : GEMM_ROW_SPLIT) * R.kgrid * groups;
+    size_t wide = WG_WIDE * WG_OUT, sms = c.b->sms;
+    size_t one = xs * ((out + wide - 1) / wide),
+           two = xs * ((out + WG_PAIR * wide - 1) / (WG_PAIR * wide));
+    if (R.kgrid == 1 && two > sms)
+        return true;
+    return WG_PAIR * ((two + sms - 1) / sms) <= (one + sms - 1) / sms &&
+           (R.kgrid > 1 || in / WG_KB >= WG_PAIR_KB);
 }
 
 template <bool PRE>
@@ -516,12 +571,21 @@ static int dsv4_wg_run_split(cudaStream_t st, const dsv4_wg_call &c, size_t out,
                              size_t ys, size_t yz)
 {
     switch (dsv4_wg_tile(rows_each, R.w1 - R.w0)) {
-    case 8: return dsv4_wg_run_tiles<8, 1, PRE>(st, c, out, in, R, groups, rows_each, y, ys, yz);
-    case 16: return dsv4_wg_run_tiles<16, 1, PRE>(st, c, out, in, R, groups, rows_each, y, ys, yz);
+    case 8: return dsv4_wg_run_tiles<8, 1, 1, PRE>(st, c, out, in, R, groups, rows_each, y, ys, yz);
+    case 16:
+        return dsv4_wg_run_tiles<16, 1, 1, PRE>(st, c, out, in, R, groups, rows_each, y, ys, yz);
     case 32:
-        return dsv4_wg_run_tiles<32, WG_WIDE, PRE>(st, c, out, in, R, groups, rows_each, y, ys, yz);
+        if (dsv4_wg_pair(c, out, in, R, groups, rows_each, 32))
+            return dsv4_wg_run_tiles<32, WG_WIDE, WG_PAIR, PRE>(st, c, out, in, R, groups,
+                                                                rows_each, y, ys, yz);
+        return dsv4_wg_run_tiles<32, WG_WIDE, 1, PRE>(st, c, out, in, R, groups, rows_each, y, ys,
+                                                      yz);
     default:
-        return dsv4_wg_run_tiles<64, WG_WIDE, PRE>(st, c, out, in, R, groups, rows_each, y, ys, yz);
+        if (dsv4_wg_pair(c, out, in, R, groups, rows_each, 64))
+            return dsv4_wg_run_tiles<64, WG_WIDE, WG_PAIR, PRE>(st, c, out, in, R, groups,
+                                                                rows_each, y, ys, yz);
+        return dsv4_wg_run_tiles<64, WG_WIDE, 1, PRE>(st, c, out, in, R, groups, rows_each, y, ys,
+                                                      yz);
     }
 }
 

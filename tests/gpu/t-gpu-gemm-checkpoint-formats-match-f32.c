@@ -33,7 +33,12 @@
  * holds, each walking several tiles): wq_b's shape at 64 and 256 rows, and [PERSIST_OUT]
  * [1024] (257 tiles of 64 outputs: deterministic mode's 2 k splits in one block, a partial
  * block of two warpgroups' outputs, 516 units at 256 rows) keep their rows' bits from 256
- * rows down to one. */
+ * rows down to one. Where a launch of tiles of 32 or 64 rows has blocks to spare (on an
+ * H200's 132 multiprocessors), each warpgroup takes two output tiles against the block's
+ * inputs: wq_b's shape at 256 rows (a persistent grid), and [PAIR_OUT][1024] at 31 and 64
+ * rows (2 k splits by the grid: deterministic mode's sums through the workspace, fast mode's
+ * atomics; the last block's second warpgroup and its first one's second tile past the last
+ * output) against its 256-row step (a tile's splits in one block, one tile a warpgroup). */
 #include "config.h"
 
 #include "tests/gpu/gpu.h"
@@ -56,6 +61,8 @@
 #define WHOLE_IN 1024
 /* a deterministic layer of 257 output tiles whose two k splits a block takes in turn */
 #define PERSIST_OUT 16448
+/* 137 output tiles in 2 k splits, by the grid up to 64 rows: two tiles a warpgroup */
+#define PAIR_OUT 8768
 /* the weight whose launches split their inputs once (2048 outputs a matrix), and a step of
  * more rows than the GEMM's split buffer (64 MiB of bf16 hi and lo) holds at SPLIT_IN */
 #define SPLIT_MATS 3
@@ -502,6 +509,7 @@ int main(void)
         {DSV4_CUDA_W_FP8, 1, WIDE_OUT, 1088},         /* wide: four outputs a warp at one row */
         {DSV4_CUDA_W_BF16, 1, WHOLE_OUT, WHOLE_IN},   /* every split in one block */
         {DSV4_CUDA_W_BF16, 1, PERSIST_OUT, WHOLE_IN}, /* persistent, partial output block */
+        {DSV4_CUDA_W_BF16, 1, PAIR_OUT, WHOLE_IN},    /* two output tiles a warpgroup */
     };
     size_t in_max = 2048, w_max = WHOLE_OUT * WHOLE_IN;
     gemm_env e = {0};
@@ -517,7 +525,7 @@ int main(void)
         bail_out("out of memory");
     for (size_t i = 0; i < MAX_ROWS * in_max; i++)
         e.x[i] = uniform();
-    plan(9 * 4 + 8 + 5 * 3 + 4 + 3);
+    plan(10 * 4 + 9 + 5 * 3 + 4 + 3);
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         size_t in = cases[i].in, out = cases[i].out, mats = cases[i].mats;
         /* the inputs packed for this width: row r at r * in */
