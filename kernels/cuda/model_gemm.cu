@@ -845,16 +845,23 @@ static int dsv4_mma_run_tiles(cudaStream_t st, dsv4_wdev W, size_t out, size_t i
         return -EINVAL;
     size_t smem = 0;
     if (F == DSV4_CUDA_W_BF16 && NT && MMA_RING > 1) {
-        static bool opted;
+        static dsv4_gemm_once opted;
         smem = MMA_RING_BYTES;
-        if (!opted && (cudaFuncSetAttribute(dsv4_mma_kernel<F, NT, false>,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            (int)smem) != cudaSuccess ||
-                       cudaFuncSetAttribute(dsv4_mma_kernel<F, NT, true>,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            (int)smem) != cudaSuccess))
-            return dsv4_cuda_launch_status();
-        opted = true;
+        int rc = dsv4_gemm_setup(
+            opted,
+            [](int *) {
+                if (cudaFuncSetAttribute(dsv4_mma_kernel<F, NT, false>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)MMA_RING_BYTES) != cudaSuccess ||
+                    cudaFuncSetAttribute(dsv4_mma_kernel<F, NT, true>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)MMA_RING_BYTES) != cudaSuccess)
+                    return dsv4_cuda_launch_status();
+                return 0;
+            },
+            NULL);
+        if (rc != 0)
+            return rc;
     }
     if (R.kgrid == 1 && R.ksplit > 1)
         dsv4_mma_kernel<F, NT, true>

@@ -500,22 +500,26 @@ static int dsv4_wg_run_tiles(cudaStream_t st, const dsv4_wg_call &c, size_t out,
         return rc;
     using S = dsv4_wg_shape<NT, WGS, MT, PRE>;
     /* blocks a multiprocessor holds at once (by the shared memory: both kernels alike) */
-    static int per_sm;
-    if (per_sm == 0) {
-        int n = 0;
-        if (cudaFuncSetAttribute(dsv4_wg_kernel<NT, WGS, MT, false, PRE>,
-                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int)S::smem) != cudaSuccess ||
-            (MT == 1 && cudaFuncSetAttribute(dsv4_wg_kernel<NT, WGS, 1, true, PRE>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             (int)S::smem) != cudaSuccess) ||
-            cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-                &n, dsv4_wg_kernel<NT, WGS, MT, false, PRE>, S::threads, S::smem) != cudaSuccess)
-            return dsv4_cuda_launch_status();
-        if (n < 1)
-            return -EINVAL;
-        per_sm = n;
-    }
+    static dsv4_gemm_once fit;
+    int per_sm = 0;
+    rc = dsv4_gemm_setup(
+        fit,
+        [](int *n_p) {
+            if (cudaFuncSetAttribute(dsv4_wg_kernel<NT, WGS, MT, false, PRE>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     (int)S::smem) != cudaSuccess ||
+                (MT == 1 && cudaFuncSetAttribute(dsv4_wg_kernel<NT, WGS, 1, true, PRE>,
+                                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                 (int)S::smem) != cudaSuccess) ||
+                cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                    n_p, dsv4_wg_kernel<NT, WGS, MT, false, PRE>, S::threads, S::smem) !=
+                    cudaSuccess)
+                return dsv4_cuda_launch_status();
+            return *n_p < 1 ? -EINVAL : 0;
+        },
+        &per_sm);
+    if (rc != 0)
+        return rc;
     /* persistent (no more blocks than the GPU holds) where the units are a dense launch's
      * tiles each taking its whole k range, and tiles of one warpgroup (two blocks an SM)
      * take two units a block at most; k split by the grid and grouped rows (units without
