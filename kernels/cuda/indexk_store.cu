@@ -17,7 +17,6 @@
 #include "kernels/cuda/model_common.cuh"
 #include "kernels/cuda/status.cuh"
 
-
 #define IKS_WARPS 8 /* rows per block */
 #define IKS_THREADS (32 * IKS_WARPS)
 

@@ -83,7 +83,7 @@ void *indexk_test_config(const struct dsv4_plugin_desc *desc, indexk_fmt fmt,
     const char *sf = scale_format ? scale_format : "f32";
     if (fmt != INDEXK_FP8)
         return plugtest_config(desc, NULL);
-    return query_format ? plugtest_config(desc, "scale_format", sf, "query_format", query_format,
-                                          NULL)
-                        : plugtest_config(desc, "scale_format", sf, NULL);
+    if (!query_format)
+        return plugtest_config(desc, "scale_format", sf, NULL);
+    return plugtest_config(desc, "scale_format", sf, "query_format", query_format, NULL);
 }
