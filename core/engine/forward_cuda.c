@@ -43,11 +43,13 @@
  * f32 (the mHC projections too: dsv4_cuda_hc_pre multiplies them itself). The linear
  * layers that read the same input sit stacked in one weight, one GEMM launch for all
  * (each output row is its own weight row's: the same values as apart): attn_in holds the
- * rows of fc_attn_cols, ffn_in the router gate's, the shared expert's gate and up rows. */
+ * rows of fc_attn_cols, ffn_in the router gate's, the shared expert's gate and up rows,
+ * exp_in each routed expert's gate rows then its up rows; exp_down holds the shared
+ * expert's down projection as one matrix more (one grouped launch for both). */
 typedef struct fc_layer {
     dsv4_cuda_weight attn_in, wq_b, wo_a, wo_b;
     dsv4_cuda_weight idx_wq_b, idx_weights; /* indexer */
-    dsv4_cuda_weight ffn_in, exp_gate, exp_up, exp_down, sh_down;
+    dsv4_cuda_weight ffn_in, exp_in, exp_down;
     float *hc_attn_fn, *hc_attn_base, *hc_attn_scale, *hc_ffn_fn, *hc_ffn_base, *hc_ffn_scale;
     float *attn_norm, *ffn_norm, *q_norm, *kv_norm, *sinks;
     float *c_ape, *c_norm, *i_ape, *i_norm;
@@ -111,8 +113,9 @@ struct dsv4_fwd_cuda {
     float *x, *xf, *pre, *post, *comb, *hz, *u, *q, *iq, *iw;
     float *ap; /* attn_in's outputs, fc_attn_cols */
     float *fp; /* ffn_in's outputs: router logits, shared expert's gate and up (stride E + 2 I) */
-    float *ikrows, *scores, *o, *z, *y, *rw, *sh_h, *sh_o;
-    float *xe, *ge, *ue, *he, *eo, *hu, *logits;
+    float *ikrows, *scores, *o, *z, *y, *rw;
+    float *xe, *he, *eo, *hu, *logits;
+    float *geu;      /* exp_in's outputs: a pair's gate, then its up values (stride 2 I) */
     void *attn_work; /* dsv4_cuda_attend's scratch */
     uint8_t *kvs, *ik_stage;
     uint32_t *ik_refused; /* store_cuda's refusal flag, read after the step */
@@ -281,30 +284,38 @@ static size_t fc_attn_width(const dsv4_model_config *c)
     return w;
 }
 
+/* A run of a weight's rows on the host: n rows of f32 at host. */
+typedef struct fc_rows {
+    const float *host;
+    size_t n;
+} fc_rows;
+
 /* A linear layer's weight on the device in the narrowest of MXFP4, FP8, BF16 and F32 that
  * holds every value exactly: the format the checkpoint stores it in, so a step reads the
  * checkpoint's bytes and the GEMM's products are those of the CPU's dequantised f32 values,
- * bit for bit (model.h). The weight is one part of mats [outs[0]][in] f32 matrices at
- * parts[0], or (mats = 1) the n_parts matrices [outs[p]][in] stacked row on row: then the
- * narrowest format that holds every part (FP8's 128-row blocks may straddle two parts
- * where outs are not multiples of 128: a wider format then, never a wrong value). A failed
- * try hands its bytes back. */
-static dsv4_cuda_weight fc_wup_stack(dsv4_fwd_cuda *f, const float *const *parts,
-                                     const size_t *outs, size_t n_parts, size_t mats, size_t in,
-                                     bool *ok)
+ * bit for bit (model.h). The weight is mats [out][in] matrices whose rows are the runs'
+ * rows in order (row r of matrix m is row m out + r of the runs laid end to end), so
+ * layers that read the same input stack into one weight, and a matrix of one layer may
+ * follow another's. The format is the narrowest that holds every run (FP8's 128-row blocks
+ * may straddle two runs where they are not multiples of 128 rows: a wider format then,
+ * never a wrong value). A weight with a run missing is none (data NULL). A failed try
+ * hands its bytes back. */
+static dsv4_cuda_weight fc_wup_runs(dsv4_fwd_cuda *f, const fc_rows *runs, size_t n_runs,
+                                    size_t mats, size_t out, size_t in, bool *ok)
 {
     static const dsv4_cuda_wfmt order[] = {DSV4_CUDA_W_FP4, DSV4_CUDA_W_FP8, DSV4_CUDA_W_BF16,
                                            DSV4_CUDA_W_F32};
     dsv4_cuda_weight w = {DSV4_CUDA_W_F32, NULL, NULL};
-    size_t out = 0;
-    for (size_t p = 0; p < n_parts; p++) {
-        if (!parts[p] || (n_parts > 1 && mats != 1))
+    size_t rows = 0;
+    for (size_t r = 0; r < n_runs; rows += runs[r].n, r++)
+        if (!runs[r].host)
             return w;
-        if (*ok && dsv4_cuda_copy(f->wstage + out * in, parts[p],
-                                  mats * outs[p] * in * sizeof(float), f->stream) != 0)
+    if (rows != mats * out)
+        *ok = false;
+    for (size_t r = 0, row = 0; *ok && r < n_runs; row += runs[r].n, r++)
+        if (dsv4_cuda_copy(f->wstage + row * in, runs[r].host, runs[r].n * in * sizeof(float),
+                           f->stream) != 0)
             *ok = false;
-        out += outs[p];
-    }
     if (!*ok)
         return w;
     for (size_t i = 0; i < sizeof(order) / sizeof(order[0]); i++) {
@@ -331,11 +342,12 @@ static dsv4_cuda_weight fc_wup_stack(dsv4_fwd_cuda *f, const float *const *parts
     return w;
 }
 
-/* One linear layer of mats [out][in] matrices at host (fc_wup_stack's single part). */
+/* One linear layer of mats [out][in] matrices at host. */
 static dsv4_cuda_weight fc_wup(dsv4_fwd_cuda *f, const float *host, size_t mats, size_t out,
                                size_t in, bool *ok)
 {
-    return fc_wup_stack(f, &host, &out, 1, mats, in, ok);
+    fc_rows all = {host, mats * out};
+    return fc_wup_runs(f, &all, 1, mats, out, in, ok);
 }
 
 static size_t fc_max(const size_t *v, size_t n)
@@ -357,13 +369,16 @@ static bool fc_upload_weights(dsv4_fwd_cuda *f)
     bool ok = true;
 
     /* the largest linear layer passes through the staging buffer */
-    const size_t sizes[] = {
-        V * H,  fc_attn_width(c) * H, QH * qr,   G * orr * gin, H * G * orr, NI * DI * qr,
-        NI * H, (E + 2 * I) * H,      E * I * H, I * H};
+    const size_t sizes[] = {V * H,         fc_attn_width(c) * H, QH * qr, G * orr * gin,
+                            H * G * orr,   NI * DI * qr,         NI * H,  (E + 2 * I) * H,
+                            2 * E * I * H, (E + 1) * H * I};
     f->wstage = dsv4_cuda_alloc(fc_max(sizes, sizeof(sizes) / sizeof(sizes[0])) * sizeof(float));
     f->wflag = fc_dev(f, 1, sizeof(uint32_t));
-    if (!f->wstage || !f->wflag)
+    fc_rows *er = calloc(2 * E, sizeof(*er)); /* a layer's exp_in runs */
+    if (!f->wstage || !f->wflag || !er) {
+        free(er);
         return false;
+    }
     f->embed = fc_up(f, m->embed, V * H, sizeof(float), &ok);
     f->head = fc_wup(f, m->head, 1, V, H, &ok);
     f->norm = fc_up(f, m->norm, H, sizeof(float), &ok);
@@ -376,12 +391,21 @@ static bool fc_upload_weights(dsv4_fwd_cuda *f)
         uint32_t rate = kind == DSV4_LAYER_CSA ? c->rate_csa : c->rate_hca;
         size_t cw = (kind == DSV4_LAYER_CSA ? 2 : 1) * D;
         /* attn_in: the parts fc_attn_cols lays out, in its order */
-        const float *ap[6] = {w->wq_a,       w->wkv,          w->comp.wkv,
-                              w->comp.wgate, w->idx_comp.wkv, w->idx_comp.wgate};
-        const size_t aout[6] = {qr, D, cw, cw, 2 * DI, 2 * DI};
+        const fc_rows ap[6] = {{w->wq_a, qr},
+                               {w->wkv, D},
+                               {w->comp.wkv, cw},
+                               {w->comp.wgate, cw},
+                               {w->idx_comp.wkv, 2 * DI},
+                               {w->idx_comp.wgate, 2 * DI}};
         size_t n_ap = kind == DSV4_LAYER_CSA ? 6 : kind == DSV4_LAYER_HCA ? 4 : 2;
-        const float *fp[3] = {w->gate, w->sh_gate, w->sh_up};
-        const size_t fout[3] = {E, I, I};
+        const fc_rows fp[3] = {{w->gate, E}, {w->sh_gate, I}, {w->sh_up, I}};
+        /* exp_in: each expert's gate rows, then its up rows; exp_down: the routed experts'
+         * matrices, then the shared expert's as one more (fc_moe runs it as group E) */
+        for (size_t e = 0; e < E; e++) {
+            er[2 * e] = (fc_rows){w->exp_gate ? w->exp_gate + e * I * H : NULL, I};
+            er[2 * e + 1] = (fc_rows){w->exp_up ? w->exp_up + e * I * H : NULL, I};
+        }
+        const fc_rows dr[2] = {{w->exp_down, E * H}, {w->sh_down, H}};
         d->hc_attn_fn = fc_up(f, w->hc_attn.fn, mix * N * H, sizeof(float), &ok);
         d->hc_attn_base = fc_up(f, w->hc_attn.base, mix, sizeof(float), &ok);
         d->hc_attn_scale = fc_up(f, w->hc_attn.scale, 3, sizeof(float), &ok);
@@ -390,7 +414,7 @@ static bool fc_upload_weights(dsv4_fwd_cuda *f)
         d->hc_ffn_scale = fc_up(f, w->hc_ffn.scale, 3, sizeof(float), &ok);
         d->attn_norm = fc_up(f, w->attn_norm, H, sizeof(float), &ok);
         d->ffn_norm = fc_up(f, w->ffn_norm, H, sizeof(float), &ok);
-        d->attn_in = fc_wup_stack(f, ap, aout, n_ap, 1, H, &ok);
+        d->attn_in = fc_wup_runs(f, ap, n_ap, 1, fc_attn_cols(c, kind).width, H, &ok);
         d->q_norm = fc_up(f, w->q_norm, qr, sizeof(float), &ok);
         d->wq_b = fc_wup(f, w->wq_b, 1, QH, qr, &ok);
         d->kv_norm = fc_up(f, w->kv_norm, D, sizeof(float), &ok);
@@ -407,14 +431,13 @@ static bool fc_upload_weights(dsv4_fwd_cuda *f)
             d->idx_wq_b = fc_wup(f, w->idx_wq_b, 1, NI * DI, qr, &ok);
             d->idx_weights = fc_wup(f, w->idx_weights, 1, NI, H, &ok);
         }
-        d->ffn_in = fc_wup_stack(f, fp, fout, 3, 1, H, &ok);
+        d->ffn_in = fc_wup_runs(f, fp, 3, 1, E + 2 * I, H, &ok);
         d->gate_bias = c->hash_moe[l] ? NULL : fc_up(f, w->gate_bias, E, sizeof(float), &ok);
         d->tid2eid = c->hash_moe[l] ? fc_up(f, w->tid2eid, V * K, sizeof(int32_t), &ok) : NULL;
-        d->exp_gate = fc_wup(f, w->exp_gate, E, I, H, &ok);
-        d->exp_up = fc_wup(f, w->exp_up, E, I, H, &ok);
-        d->exp_down = fc_wup(f, w->exp_down, E, H, I, &ok);
-        d->sh_down = fc_wup(f, w->sh_down, 1, H, I, &ok);
+        d->exp_in = fc_wup_runs(f, er, 2 * E, E, 2 * I, H, &ok);
+        d->exp_down = fc_wup_runs(f, dr, 2, E + 1, H, I, &ok);
     }
+    free(er);
     /* the staging buffer is the size of the largest weight: give it back now */
     dsv4_cuda_free(f->wstage);
     f->wstage = NULL;
@@ -467,17 +490,15 @@ static bool fc_alloc_workspace(dsv4_fwd_cuda *f)
     f->fp = fc_dev(f, B * (E + 2 * I), sizeof(float));
     f->rw = fc_dev(f, B * K, sizeof(float));
     f->rid = fc_dev(f, B * K, sizeof(int32_t));
-    f->off = fc_dev(f, E + 1, sizeof(uint32_t));
+    f->off = fc_dev(f, E + 2, sizeof(uint32_t)); /* the shared expert's rows: group E */
     f->assign = fc_dev(f, B * K, sizeof(uint32_t));
     f->epos = fc_dev(f, B * K, sizeof(uint32_t));
     f->route_done = fc_dev(f, 1, sizeof(uint32_t));
-    f->sh_h = fc_dev(f, B * I, sizeof(float));
-    f->sh_o = fc_dev(f, B * H, sizeof(float));
     f->xe = fc_dev(f, B * K * H, sizeof(float));
-    f->ge = fc_dev(f, B * K * I, sizeof(float));
-    f->ue = fc_dev(f, B * K * I, sizeof(float));
-    f->he = fc_dev(f, B * K * I, sizeof(float));
-    f->eo = fc_dev(f, B * K * H, sizeof(float));
+    f->geu = fc_dev(f, B * K * 2 * I, sizeof(float));
+    /* the routed pairs' rows, then the shared expert's (a token's each) */
+    f->he = fc_dev(f, B * (K + 1) * I, sizeof(float));
+    f->eo = fc_dev(f, B * (K + 1) * H, sizeof(float));
     f->hu = fc_dev(f, FC_HEAD_ROWS * H, sizeof(float));
     f->logits = fc_dev(f, FC_HEAD_ROWS * V, sizeof(float));
     f->tokens_dev = fc_dev(f, FC_HEAD_ROWS, sizeof(int32_t));
@@ -917,7 +938,8 @@ static dsv4_cuda_hc_expand fc_attn_expand(const dsv4_fwd_cuda *f)
 
 static dsv4_cuda_hc_expand fc_moe_expand(const dsv4_fwd_cuda *f)
 {
-    return (dsv4_cuda_hc_expand){{f->sh_o, f->c->top_k, f->rw, f->epos, f->eo}, f->post, f->comb};
+    const float *sh = f->eo + (size_t)f->st.n_tok * f->c->top_k * f->c->hidden;
+    return (dsv4_cuda_hc_expand){{sh, f->c->top_k, f->rw, f->epos, f->eo}, f->post, f->comb};
 }
 
 static int fc_attention(dsv4_fwd_cuda *f, uint32_t layer, const dsv4_kv_layer_view *v)
@@ -1038,20 +1060,18 @@ static int fc_moe(dsv4_fwd_cuda *f, uint32_t layer)
     if (rc == 0)
         rc = dsv4_cuda_moe_gather((uint32_t)n, (uint32_t)K, (uint32_t)H, f->u, f->assign, f->xe, s);
     if (rc == 0)
-        rc = dsv4_cuda_linear_grouped(b, &w->exp_gate, I, H, f->xe, H, f->off, (uint32_t)E, pairs,
-                                      f->ge, I);
-    if (rc == 0)
-        rc = dsv4_cuda_linear_grouped(b, &w->exp_up, I, H, f->xe, H, f->off, (uint32_t)E, pairs,
-                                      f->ue, I);
-    const dsv4_cuda_swiglu_rows sw[2] = {{(uint32_t)n, F, f->fp + E, f->fp + E + I, f->sh_h},
-                                         {pairs, I, f->ge, f->ue, f->he}};
+        rc = dsv4_cuda_linear_grouped(b, &w->exp_in, 2 * I, H, f->xe, H, f->off, (uint32_t)E, pairs,
+                                      f->geu, 2 * I);
+    const dsv4_cuda_swiglu_rows sw[2] = {
+        {(uint32_t)n, F, f->fp + E, f->fp + E + I, f->he + (size_t)pairs * I},
+        {pairs, 2 * I, f->geu, f->geu + I, f->he}};
     if (rc == 0)
         rc = dsv4_cuda_swiglu(sw, 2, (uint32_t)I, limit, act, s);
+    /* the routed and shared experts' down projections in one launch: the shared expert is
+     * group E, a token's row each after the pairs (off[E + 1] = pairs + n) */
     if (rc == 0)
-        rc = dsv4_cuda_linear(b, &w->sh_down, H, I, f->sh_h, I, n, f->sh_o, H);
-    if (rc == 0)
-        rc = dsv4_cuda_linear_grouped(b, &w->exp_down, H, I, f->he, I, f->off, (uint32_t)E, pairs,
-                                      f->eo, H);
+        rc = dsv4_cuda_linear_grouped(b, &w->exp_down, H, I, f->he, I, f->off, (uint32_t)E + 1,
+                                      pairs + (uint32_t)n, f->eo, H);
     return rc;
 }
 

@@ -275,11 +275,12 @@ size_t dsv4_cuda_attend_work_bytes(const dsv4_cuda_dims *d, uint32_t max_tokens)
 /* ---- MoE (model_ffn.cu) ------------------------------------------------------------------- */
 /* dsv4_k_route for every token (its logits at logits + t logits_stride; hash ids from
  * tid2eid[tok[t]] when tid2eid_dev is not NULL), then the (token, choice) pairs grouped
- * by expert: off[e] the first row of expert e (E + 1 entries), assign[j] the pair of row
- * j, epos[i] the row of pair i. The logits are the routing's scratch: they hold the scores
- * afterwards. One launch; done is a word of device memory, 0 before the first call, that
- * every call leaves 0 (its blocks count themselves in it: a word a stream that routes,
- * calls on one stream in turn). n_experts at most
+ * by expert: off[e] the first row of expert e (E + 2 entries: off[E + 1] = off[E] + n,
+ * a row a token after the pairs, where a shared expert runs as group E), assign[j] the
+ * pair of row j, epos[i] the row of pair i. The logits are the routing's scratch: they
+ * hold the scores afterwards. One launch; done is a word of device memory, 0 before the
+ * first call, that every call leaves 0 (its blocks count themselves in it: a word a
+ * stream that routes, calls on one stream in turn). n_experts at most
  * DSV4_CUDA_ROUTE_MAX_EXPERTS (a lane keeps its experts' scores in registers, the grouping
  * counts them in 48 KiB of shared memory), else -EINVAL. */
 #define DSV4_CUDA_ROUTE_MAX_EXPERTS 1024

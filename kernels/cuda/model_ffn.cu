@@ -902,6 +902,7 @@ __device__ static void dsv4_group_pairs(const dsv4_route_args &a, uint32_t n, ui
             acc += cnt[e];
         }
         a.off[E] = acc;
+        a.off[E + 1] = acc + n; /* a row a token after the pairs: a shared expert's */
     }
     for (uint32_t c = 0; c < pairs; c += DSV4_GROUP_CHUNK) {
         __syncthreads(); /* next[] settled, the last chunk's counts read */
