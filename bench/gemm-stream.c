@@ -40,7 +40,7 @@ static const layer_shape shapes[] = {
     {"wq_b 1024->32768", 1, 32768, 1024, false, false},
     {"wo_a 8x 4096->1024", 8, 1024, 4096, false, true},
     {"wo_b 8192->4096", 1, 4096, 8192, false, false},
-    {"experts w1 8x 4096->2048", 8, 2048, 4096, true, false},
+    {"experts gate|up 8x 4096->4096", 8, 4096, 4096, true, false},
     {"head 4096->129280", 1, 129280, 4096, false, false},
 };
 

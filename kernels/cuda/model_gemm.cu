@@ -935,8 +935,9 @@ static int dsv4_mma_fixed(const dsv4_cuda_blas *b, dsv4_wdev W, const dsv4_wg_ca
     return rc;
 }
 
-/* Fast: split k until the launch, row tiles included, fills the GPU twice over; the
- * splits add into Y with atomics (grouped on wgmma: in one block). */
+/* Fast: split k until the launch, row tiles included, fills the GPU twice over (a dense
+ * wgmma launch of one row tile: dsv4_wg_stream_ksplit's waves); the splits add into Y
+ * with atomics (grouped on wgmma: in one block). */
 template <int F>
 static int dsv4_mma_atomic(cudaStream_t st, dsv4_wdev W, const dsv4_wg_call *wg, size_t out,
                            size_t in, const float *x, size_t xs, size_t xz, const uint32_t *off,
@@ -949,6 +950,9 @@ static int dsv4_mma_atomic(cudaStream_t st, dsv4_wdev W, const dsv4_wg_call *wg,
     uint32_t ksplit = 1;
     while (blocks * ksplit < MMA_BLOCKS_WANTED && in / MMA_KB / (2 * ksplit) >= MMA_SPLIT_KB)
         ksplit *= 2;
+    uint32_t streamed = wg && !off ? dsv4_wg_stream_ksplit(*wg, out, in, groups, rows_each, n) : 0;
+    if (streamed)
+        ksplit = streamed;
     if (wg && off && ksplit > 1) {
         /* grouped on wgmma: a tile's splits in one block, as deterministic mode takes them
          * (no zeroing, no atomics; H200, 8 experts 4096 -> 2048 at 16 rows: 45 -> 41-42 us) */

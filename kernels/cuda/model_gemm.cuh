@@ -106,4 +106,9 @@ int dsv4_wg_run(cudaStream_t st, const dsv4_wg_call &c, size_t out, size_t in,
                 const dsv4_mma_rows &R, uint32_t groups, uint32_t rows_each, float *y, size_t ys,
                 size_t yz);
 
+/* Fast mode's k split for a dense or batched wgmma launch of one row tile, or 0 where it
+ * has more (the caller's rule then). */
+uint32_t dsv4_wg_stream_ksplit(const dsv4_wg_call &c, size_t out, size_t in, uint32_t groups,
+                               uint32_t rows_each, uint32_t rows);
+
 #endif

@@ -593,6 +593,36 @@ static int dsv4_wg_run_split(cudaStream_t st, const dsv4_wg_call &c, size_t out,
     }
 }
 
+/* Fast mode's k split for a dense or batched launch of one row tile (up to 64 rows: each
+ * weight byte is read once, the launch streams): the split whose waves of blocks take the
+ * least time, a wave costing a split's k blocks plus WG_FILL_KB for its ring's fill and
+ * drain, each split WG_MIN_SPLIT_KB k blocks or more. dsv4_mma_atomic's rule (blocks enough
+ * to fill the GPU twice over, counted as 64 outputs and two a multiprocessor) split wo_b
+ * (32 blocks of 128 outputs) 8 ways at 64 rows, two waves of the one block a multiprocessor
+ * takes; this splits it 4 ways, one wave. H200, same run: wo_b and wo_a 0.89-0.91x the time
+ * at 16-64 rows, wq_a 0.91-0.98x; decode 1.02-1.04x at batch 4-64 (4- and 6-layer Flash
+ * shapes). More row tiles keep that rule (wo_b at 128 and 256 rows: 1.02x and 1.08x the
+ * time with this one). Returns 0 there. */
+#define WG_FILL_KB 4
+#define WG_MIN_SPLIT_KB 4
+uint32_t dsv4_wg_stream_ksplit(const dsv4_wg_call &c, size_t out, size_t in, uint32_t groups,
+                               uint32_t rows_each, uint32_t rows)
+{
+    uint32_t nt = dsv4_wg_tile(rows_each, rows), wide = nt >= 32 ? WG_WIDE : 1;
+    if (rows_each > nt)
+        return 0;
+    size_t blocks = (out + wide * WG_OUT - 1) / (wide * WG_OUT) * groups;
+    size_t held = (size_t)c.b->sms * (wide == 1 ? 2 : 1), kbs = in / WG_KB;
+    uint32_t best = 1;
+    size_t best_cost = SIZE_MAX;
+    for (uint32_t ks = 1; ks == 1 || kbs / ks >= WG_MIN_SPLIT_KB; ks *= 2) {
+        size_t cost = (blocks * ks + held - 1) / held * (kbs / ks + WG_FILL_KB);
+        if (cost < best_cost)
+            best = ks, best_cost = cost;
+    }
+    return best;
+}
+
 int dsv4_wg_run(cudaStream_t st, const dsv4_wg_call &c, size_t out, size_t in,
                 const dsv4_mma_rows &R, uint32_t groups, uint32_t rows_each, float *y, size_t ys,
                 size_t yz)
