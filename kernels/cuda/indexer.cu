@@ -71,6 +71,7 @@
  * scale into the head weight) and multiplied exactly; the e4m3 MMAs' sums keep fewer bits
  * than f32 (within 2^-16 of sum |q k| measured). */
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/device_once.cuh"
 #include "kernels/cuda/e4m3.cuh"
 #include "kernels/cuda/mbarrier.cuh"
 #include "kernels/cuda/status.cuh"
@@ -94,7 +95,6 @@
 #define IK_MAX_RPP 256u /* rows per page the partial-sum buffer holds */
 #define IK_MAX_PPB 128u /* pages per block, whose ids are staged in shared memory */
 #define IK_MAX_STAGES 8u
-#define IK_MAX_DEVICES 64
 #define IK_SMEM_MAX (200u * 1024u)
 #define IK_BAR_BYTES (IK_MAX_STAGES * 8u)
 #define IK_PART_BYTES (2u * IK_MAX_RPP * (uint32_t)sizeof(float))
@@ -1272,15 +1272,13 @@ static int ik_launch(uint32_t rpp, const void *pool, const dsv4_cuda_ik_batch *b
                      cudaStream_t stream)
 {
     using fmt = ik_fmt<F>;
-    static std::once_flag once[IK_MAX_DEVICES];
-    static ik_device devices[IK_MAX_DEVICES];
-    int dev, rc = dsv4_cuda_status(cudaGetDevice(&dev));
+    static std::once_flag once[DSV4_CUDA_MAX_DEVICES];
+    static ik_device devices[DSV4_CUDA_MAX_DEVICES];
+    int dev, rc = dsv4_cuda_once_per_device(
+                 once, [](int i) { ik_device_setup<F, DIM>(&devices[i], i); }, &dev);
     if (rc != 0)
         return rc;
-    if (dev < 0 || dev >= IK_MAX_DEVICES)
-        return -ENOTSUP;
     ik_device *d = &devices[dev];
-    std::call_once(once[dev], ik_device_setup<F, DIM>, d, dev);
     if (d->rc != 0)
         return d->rc;
     if constexpr (DIM == 128 && F != DSV4_CUDA_IK_F32)

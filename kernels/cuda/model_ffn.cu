@@ -7,6 +7,7 @@
 
 #include <cooperative_groups.h>
 
+#include "kernels/cuda/device_once.cuh"
 #include "kernels/cuda/model_common.cuh"
 
 namespace cg = cooperative_groups;
@@ -489,8 +490,6 @@ static size_t dsv4_hc_smem(const dsv4_cuda_dims *d, uint32_t tok)
            sizeof(float);
 }
 
-#define HC_DEVICES 64 /* device ordinals whose launch facts the collapse keeps */
-
 /* What a collapse launch needs from its device, read once per device: the most dynamic
  * shared memory a block may have. */
 typedef struct dsv4_hc_device {
@@ -506,14 +505,12 @@ static void dsv4_hc_device_setup(dsv4_hc_device *dv, int dev)
 /* The current device's ordinal and facts. */
 static int dsv4_hc_device_get(int *dev_p, const dsv4_hc_device **dv_p)
 {
-    static std::once_flag once[HC_DEVICES];
-    static dsv4_hc_device devices[HC_DEVICES];
-    int dev, rc = dsv4_cuda_status(cudaGetDevice(&dev));
+    static std::once_flag once[DSV4_CUDA_MAX_DEVICES];
+    static dsv4_hc_device devices[DSV4_CUDA_MAX_DEVICES];
+    int dev, rc = dsv4_cuda_once_per_device(
+                 once, [](int d) { dsv4_hc_device_setup(&devices[d], d); }, &dev);
     if (rc != 0)
         return rc;
-    if (dev < 0 || dev >= HC_DEVICES)
-        return -ENOTSUP;
-    std::call_once(once[dev], dsv4_hc_device_setup, &devices[dev], dev);
     *dev_p = dev;
     *dv_p = &devices[dev];
     return devices[dev].rc;
@@ -574,7 +571,7 @@ static int dsv4_hc_collapse_go(const dsv4_cuda_dims *d, uint32_t n, uint32_t tpc
                                const dsv4_hc_args &a, const dsv4_hc_device *dv, int dev,
                                cudaStream_t st)
 {
-    static dsv4_hc_fit fits[HC_DEVICES];
+    static dsv4_hc_fit fits[DSV4_CUDA_MAX_DEVICES];
     auto kern = dsv4_hc_collapse_kernel<HEAD, TOK, NM, V>;
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(HC_SLICES, 1, 1);

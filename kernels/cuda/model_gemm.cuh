@@ -12,33 +12,29 @@
 #include <cuda_bf16.h>
 #include <mutex>
 
+#include "kernels/cuda/device_once.cuh"
 #include "kernels/cuda/status.cuh"
 
 #define GEMM_ROW_SPLIT 64                 /* blocks sharing one output tile's rows */
 #define WG_OUT 64                         /* outputs a block (wgmma's M) */
 #define WG_SPLIT_BYTES ((size_t)64 << 20) /* the inputs split once (dsv4_cuda_blas split) */
 
-#define GEMM_MAX_DEVICES 64 /* devices a process launches the GEMM kernels on */
-
-/* A launch's set-up (shared-memory opt-ins, occupancy), once a device: cudaFuncSetAttribute
- * holds for the current device's context only, so a process with engines on two devices
- * must make it on each (as topk.cu and indexer.cu do). setup(&value) returns 0 or a negative
- * errno; dsv4_gemm_setup runs it on the first call for the current device and returns its
- * status, and its value in *value_p, then and after. */
+/* A launch's set-up (shared-memory opt-ins, occupancy), once a device (device_once.cuh).
+ * setup(&value) returns 0 or a negative errno; dsv4_gemm_setup runs it on the first call
+ * for the current device and returns its status, and its value in *value_p, then and
+ * after. */
 struct dsv4_gemm_once {
-    std::once_flag once[GEMM_MAX_DEVICES];
-    int rc[GEMM_MAX_DEVICES];
-    int value[GEMM_MAX_DEVICES];
+    std::once_flag once[DSV4_CUDA_MAX_DEVICES];
+    int rc[DSV4_CUDA_MAX_DEVICES];
+    int value[DSV4_CUDA_MAX_DEVICES];
 };
 
 template <typename Setup> static int dsv4_gemm_setup(dsv4_gemm_once &o, Setup setup, int *value_p)
 {
-    int dev, rc = dsv4_cuda_status(cudaGetDevice(&dev));
+    int dev, rc = dsv4_cuda_once_per_device(
+                 o.once, [&](int d) { o.rc[d] = setup(&o.value[d]); }, &dev);
     if (rc != 0)
         return rc;
-    if (dev < 0 || dev >= GEMM_MAX_DEVICES)
-        return -ENOTSUP;
-    std::call_once(o.once[dev], [&] { o.rc[dev] = setup(&o.value[dev]); });
     if (value_p)
         *value_p = o.value[dev];
     return o.rc[dev];

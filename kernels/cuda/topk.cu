@@ -44,6 +44,7 @@
  * order in which the lists were filled: histograms are counts and every place is a count
  * over distinct items. */
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/device_once.cuh"
 #include "kernels/cuda/mbarrier.cuh"
 #include "kernels/cuda/status.cuh"
 
@@ -56,7 +57,6 @@ namespace cg = cooperative_groups;
 #define TK_THREADS 1024
 #define TK_WARPS (TK_THREADS / 32)
 #define TK_CLUSTER_MAX 16
-#define TK_MAX_DEVICES 64
 #define TK_BINS_LOG2 11 /* 11-bit digits */
 #define TK_BINS (1u << TK_BINS_LOG2)
 #define TK_LIST_CAP 4096u                 /* items every block holds after the cluster passes */
@@ -621,8 +621,8 @@ typedef struct tk_device {
     uint32_t smem_max, wide_clusters;
 } tk_device;
 
-static std::once_flag tk_once[TK_MAX_DEVICES];
-static tk_device tk_devices[TK_MAX_DEVICES];
+static std::once_flag tk_once[DSV4_CUDA_MAX_DEVICES];
+static tk_device tk_devices[DSV4_CUDA_MAX_DEVICES];
 
 template <int CL>
 static cudaLaunchConfig_t tk_config(uint32_t n_queries, size_t smem, cudaStream_t stream,
@@ -717,12 +717,9 @@ extern "C" int dsv4_cuda_topk(const float *scores_dev, size_t stride, const uint
     if (k > DSV4_CUDA_TOPK_MAX || n_queries > UINT32_MAX / TK_CLUSTER_MAX)
         return -ENOTSUP;
     int dev;
-    int rc = dsv4_cuda_status(cudaGetDevice(&dev));
+    int rc = dsv4_cuda_once_per_device(tk_once, tk_device_setup, &dev);
     if (rc != 0)
         return rc;
-    if (dev < 0 || dev >= TK_MAX_DEVICES)
-        return -ENOTSUP;
-    std::call_once(tk_once[dev], tk_device_setup, dev);
     const tk_device *d = &tk_devices[dev];
     if (d->rc != 0)
         return d->rc;
