@@ -54,8 +54,11 @@
  * register-keys kernel at 128k and 1M; the pipelined register-keys wgmma kernel was slower
  * than mma.sync for bf16 at 32k and 1M, run f; fp8 keys as A and the e4m3 query as B, both
  * from shared memory, summing a row within a warp, was no faster at 128k and 1M and 2.5 us
- * slower a small step, bench/results/2026-11-30-indexer-e4m3q-h200.md.) Other bf16 shapes
- * stay on mma.sync.
+ * slower a small step, bench/results/2026-11-30-indexer-e4m3q-h200.md, and again on this
+ * kernel's pass and stages, for bf16 keys too: 1-3 points faster at 1M, even at 128k x 64,
+ * 2 points slower at fp8 128k x 32, 0.6-1.7 us slower a small step (the query stored and a
+ * barrier before the first MMA), bench/results/2026-11-30-indexer-ssa-h200.md.) Other bf16
+ * shapes stay on mma.sync.
  *
  * The dot product may sum its dims in any order, so the k index of the MMA is permuted:
  * thread t of a quad owns the 16-byte chunks t, t + 4, ... of a row, which makes its key
