@@ -600,7 +600,7 @@ static int dsv4_wg_run_split(cudaStream_t st, const dsv4_wg_call &c, size_t out,
  * to fill the GPU twice over, counted as 64 outputs and two a multiprocessor) split wo_b
  * (32 blocks of 128 outputs) 8 ways at 64 rows, two waves of the one block a multiprocessor
  * takes; this splits it 4 ways, one wave. H200, same run: wo_b and wo_a 0.89-0.91x the time
- * at 16-64 rows, wq_a 0.91-0.98x; decode 1.02-1.04x at batch 4-64 (4- and 6-layer Flash
+ * at 16-64 rows, wq_a 0.94x at 64; decode 1.02-1.04x at batch 4-64 (4- and 6-layer Flash
  * shapes). More row tiles keep that rule (wo_b at 128 and 256 rows: 1.02x and 1.08x the
  * time with this one). Returns 0 there. */
 #define WG_FILL_KB 4
