@@ -944,15 +944,16 @@ static int dsv4_mma_atomic(cudaStream_t st, dsv4_wdev W, const dsv4_wg_call *wg,
                            uint32_t groups, uint32_t rows_each, uint32_t n, float *y, size_t ys,
                            size_t yz)
 {
-    uint32_t tiles = (rows_each + MMA_TOK - 1) / MMA_TOK, touts = wg ? WG_OUT : GEMM_WARPS * 16;
-    size_t blocks = (size_t)(tiles < GEMM_ROW_SPLIT ? tiles : GEMM_ROW_SPLIT) *
-                    ((out + touts - 1) / touts) * groups;
-    uint32_t ksplit = 1;
-    while (blocks * ksplit < MMA_BLOCKS_WANTED && in / MMA_KB / (2 * ksplit) >= MMA_SPLIT_KB)
-        ksplit *= 2;
-    uint32_t streamed = wg && !off ? dsv4_wg_stream_ksplit(*wg, out, in, groups, rows_each, n) : 0;
-    if (streamed)
-        ksplit = streamed;
+    uint32_t ksplit = wg && !off ? dsv4_wg_stream_ksplit(*wg, out, in, groups, rows_each, n) : 0;
+    if (ksplit == 0) {
+        uint32_t tiles = (rows_each + MMA_TOK - 1) / MMA_TOK;
+        uint32_t touts = wg ? WG_OUT : GEMM_WARPS * 16;
+        size_t blocks = (size_t)(tiles < GEMM_ROW_SPLIT ? tiles : GEMM_ROW_SPLIT) *
+                        ((out + touts - 1) / touts) * groups;
+        ksplit = 1;
+        while (blocks * ksplit < MMA_BLOCKS_WANTED && in / MMA_KB / (2 * ksplit) >= MMA_SPLIT_KB)
+            ksplit *= 2;
+    }
     if (wg && off && ksplit > 1) {
         /* grouped on wgmma: a tile's splits in one block, as deterministic mode takes them
          * (no zeroing, no atomics; H200, 8 experts 4096 -> 2048 at 16 rows: 45 -> 41-42 us) */
