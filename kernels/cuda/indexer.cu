@@ -78,6 +78,7 @@
 #include "kernels/cuda/e4m3.cuh"
 #include "kernels/cuda/mbarrier.cuh"
 #include "kernels/cuda/status.cuh"
+#include "kernels/cuda/pdl.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -298,6 +299,7 @@ __global__ void __launch_bounds__(ik_fmt<F>::threads, ik_fmt<F>::blocks)
     dsv4_ik_score_kernel(const uint8_t *__restrict__ pool, uint32_t page_bytes, uint32_t rpp,
                          uint32_t stages, uint32_t ppb, dsv4_cuda_ik_batch bt, float *scores)
 {
+    dsv4_pdl_begin();
     using fmt = ik_fmt<F>;
     constexpr int E = 16 / fmt::elem; /* values per 16-byte chunk */
     constexpr int CPR = DIM / E;      /* chunks per row */
@@ -743,6 +745,7 @@ __global__ void __launch_bounds__(128, IK_WG_BLOCKS)
     dsv4_ik_wg_kernel(const uint8_t *__restrict__ pool, uint32_t page_bytes, uint32_t rpp,
                       uint32_t stages, uint32_t ppb, dsv4_cuda_ik_batch bt, float *scores)
 {
+    dsv4_pdl_begin();
 #if IK_WGMMA
     using fmt = ik_fmt<DSV4_CUDA_IK_FP8>;
     constexpr int E = 16 / fmt::elem; /* values per 16-byte chunk */
@@ -924,6 +927,7 @@ __global__ void __launch_bounds__(128, IK_TM_BLOCKS)
                       uint32_t page_bytes, uint32_t rpp, uint32_t stages, uint32_t ppb,
                       dsv4_cuda_ik_batch bt, float *scores)
 {
+    dsv4_pdl_begin();
 #if IK_WGMMA
     constexpr uint32_t ELEM = F8 ? 1 : 2, ROW_BYTES = DIM * ELEM;
     constexpr int KS = ROW_BYTES / 32; /* k-steps: 32 bytes of a row each */
@@ -1213,8 +1217,7 @@ template <typename... P, typename... A>
 static int ik_start(void (*kernel)(P...), dim3 grid, uint32_t threads, size_t smem,
                     cudaStream_t stream, A... args)
 {
-    kernel<<<grid, threads, smem, stream>>>(args...);
-    return dsv4_cuda_launch_status();
+    return dsv4_pdl_launch(kernel, grid, threads, smem, stream, args...);
 }
 
 /* cuTensorMapEncodeTiled from the driver, found through the runtime (nothing more linked). */

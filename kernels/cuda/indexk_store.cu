@@ -16,6 +16,7 @@
 #include "kernels/cuda/indexk_store.h"
 #include "kernels/cuda/model_common.cuh"
 #include "kernels/cuda/status.cuh"
+#include "kernels/cuda/pdl.cuh"
 
 #define IKS_WARPS 8 /* rows per block */
 #define IKS_THREADS (32 * IKS_WARPS)
@@ -31,6 +32,7 @@ __global__ static void iks_kernel(dsv4_cuda_ik_store_fmt f, uint8_t *pool, size_
                                   const float *__restrict__ rows,
                                   const uint32_t *__restrict__ slots, uint32_t n, uint32_t *refused)
 {
+    dsv4_pdl_begin();
     int bad = 0;
     for (uint32_t i = threadIdx.x; i < n; i += blockDim.x)
         bad |= slots[2 * i + 1] >= f.rows_per_page;
@@ -94,8 +96,7 @@ extern "C" int dsv4_cuda_indexk_store(const dsv4_cuda_ik_store_fmt *fmt, void *p
                        : fmt->format == DSV4_CUDA_IK_BF16 ? (size_t)fmt->dim * 2
                                                           : (size_t)fmt->dim + 4;
     uint32_t blocks = (n + IKS_WARPS - 1) / IKS_WARPS;
-    iks_kernel<<<blocks, IKS_THREADS, 0, (cudaStream_t)stream>>>(
-        *fmt, (uint8_t *)pool_dev, row_bytes * fmt->rows_per_page, rows_dev, slots_dev, n,
-        refused_dev);
-    return dsv4_cuda_launch_status();
+    return dsv4_pdl_launch(iks_kernel, blocks, IKS_THREADS, 0, (cudaStream_t)stream, *fmt,
+                           (uint8_t *)pool_dev, row_bytes * fmt->rows_per_page, rows_dev, slots_dev,
+                           n, refused_dev);
 }

@@ -8,7 +8,7 @@
 CUDA_KERNEL_OBJECTS = kernels/cuda/xxh64.lo kernels/cuda/indexer.lo kernels/cuda/topk.lo \
 	kernels/cuda/indexk_store.lo
 CUDA_KERNEL_INCS = kernels/cuda/cuda_kernels.h kernels/cuda/status.cuh kernels/cuda/device_once.cuh \
-	kernels/cuda/mbarrier.cuh \
+	kernels/cuda/mbarrier.cuh kernels/cuda/pdl.cuh \
 	kernels/cuda/e4m3.cuh kernels/cuda/indexk_store.h
 EXTRA_DIST += kernels/cuda/xxh64.cu kernels/cuda/indexer.cu kernels/cuda/topk.cu \
 	kernels/cuda/indexk_store.cu $(CUDA_KERNEL_INCS)

@@ -8,6 +8,7 @@
  * KV dtype) and reach the ring only after attention, so chunking never changes a result. */
 #include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/model_common.cuh"
+#include "kernels/cuda/pdl.cuh"
 
 #include <cub/block/block_radix_sort.cuh>
 
@@ -54,6 +55,7 @@ __global__ static void dsv4_qkv_kernel(dsv4_cuda_dims d, dsv4_cuda_step s, float
                                        const float *freq, uint32_t rope, dsv4_k_rowfmt fmt,
                                        size_t row_bytes, uint8_t *kvs, float *iq)
 {
+    dsv4_pdl_begin();
     extern __shared__ float sv[];
     __shared__ float red[32];
     uint32_t t = blockIdx.x, D = d.head_dim, nq = (d.heads + WARP_HEADS - 1) / WARP_HEADS;
@@ -113,10 +115,9 @@ int dsv4_cuda_qkv(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, float *q_dev
     if (d->head_dim > 32 * LANE_DIMS || (d->head_dim - rope) % 2)
         return -EINVAL;
     dim3 grid(s->n_tok, (d->heads + WARP_HEADS - 1) / WARP_HEADS + (iq_dev ? 2 : 1));
-    dsv4_qkv_kernel<<<grid, DSV4_CUDA_BLOCK, d->head_dim * sizeof(float), (cudaStream_t)stream>>>(
-        *d, *s, q_dev, kv_dev, kv_stride, kv_norm_dev, freq_dev, rope, fmt, dsv4_k_row_bytes(&fmt),
-        kvs_dev, iq_dev);
-    return dsv4_cuda_launch_status();
+    return dsv4_pdl_launch(dsv4_qkv_kernel, grid, DSV4_CUDA_BLOCK, d->head_dim * sizeof(float),
+                           (cudaStream_t)stream, *d, *s, q_dev, kv_dev, kv_stride, kv_norm_dev,
+                           freq_dev, rope, fmt, dsv4_k_row_bytes(&fmt), kvs_dev, iq_dev);
 }
 
 /* The compressors of one launch. */
@@ -132,6 +133,7 @@ __global__ static void dsv4_compress_kernel(dsv4_cuda_dims d, dsv4_cuda_step s,
                                             const __grid_constant__ dsv4_compress_args a,
                                             const float *freq, dsv4_k_rowfmt fmt)
 {
+    dsv4_pdl_begin();
     extern __shared__ float out[];
     __shared__ float red[32];
     const dsv4_cuda_compressor &cp = a.c[blockIdx.y];
@@ -214,14 +216,14 @@ int dsv4_cuda_compress(const dsv4_cuda_dims *d, const dsv4_cuda_step *s,
     }
     if (s->n_seqs == 0)
         return 0;
-    dsv4_compress_kernel<<<dim3(s->n_seqs, n_cs), DSV4_CUDA_BLOCK, dim * sizeof(float),
-                           (cudaStream_t)stream>>>(*d, *s, a, freq_dev, fmt);
-    return dsv4_cuda_launch_status();
+    return dsv4_pdl_launch(dsv4_compress_kernel, dim3(s->n_seqs, n_cs), DSV4_CUDA_BLOCK,
+                           dim * sizeof(float), (cudaStream_t)stream, *d, *s, a, freq_dev, fmt);
 }
 
 __global__ static void dsv4_index_rows_kernel(dsv4_cuda_dims d, dsv4_cuda_step s, uint32_t rate,
                                               uint32_t *n_rows, uint32_t *page_start)
 {
+    dsv4_pdl_begin();
     uint32_t t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= s.n_tok)
         return;
@@ -235,9 +237,8 @@ int dsv4_cuda_index_rows(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, uint3
 {
     if (s->n_tok == 0)
         return 0;
-    dsv4_index_rows_kernel<<<(s->n_tok + 255) / 256, 256, 0, (cudaStream_t)stream>>>(
-        *d, *s, rate, n_rows_dev, page_start_dev);
-    return dsv4_cuda_launch_status();
+    return dsv4_pdl_launch(dsv4_index_rows_kernel, (s->n_tok + 255) / 256, 256, 0,
+                           (cudaStream_t)stream, *d, *s, rate, n_rows_dev, page_start_dev);
 }
 
 /* One token per block, ITEMS chosen rows a thread (index_topk <= DSV4_CUDA_BLOCK x
@@ -250,6 +251,7 @@ template <uint32_t ITEMS>
 __global__ static void dsv4_index_select_kernel(dsv4_cuda_dims d, dsv4_cuda_step s, uint32_t rate,
                                                 const uint32_t *topk, uint32_t *sel, uint32_t *nsel)
 {
+    dsv4_pdl_begin();
     using sort_t = cub::BlockRadixSort<uint32_t, DSV4_CUDA_BLOCK, ITEMS>;
     __shared__ typename sort_t::TempStorage tmp;
     uint32_t t = blockIdx.x, K = d.index_topk, valid = (s.pos[t] + 1) / rate;
@@ -294,9 +296,8 @@ int dsv4_cuda_index_select(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, uin
                                                            : NULL;
     if (!kern)
         return -EINVAL; /* index_topk past 4096 */
-    kern<<<s->n_tok, DSV4_CUDA_BLOCK, 0, (cudaStream_t)stream>>>(*d, *s, rate, topk_dev, sel_dev,
-                                                                 nsel_dev);
-    return dsv4_cuda_launch_status();
+    return dsv4_pdl_launch(kern, s->n_tok, DSV4_CUDA_BLOCK, 0, (cudaStream_t)stream, *d, *s, rate,
+                           topk_dev, sel_dev, nsel_dev);
 }
 
 /* Attention with the sink over each token's keys (forward.c's order: window rows oldest
@@ -681,6 +682,7 @@ __global__ static void __launch_bounds__(ATT_THREADS, 2)
                            const float *sinks, dsv4_k_rowfmt fmt, bool vec, dsv4_att_out out,
                            bool ring, float *work)
 {
+    dsv4_pdl_begin();
     extern __shared__ float4 smem4[];
     __shared__ const uint8_t *rowp[ATT_ROWP];
     dsv4_att_block b = dsv4_att_block_of(d, s, t0, rows.base != NULL, rate_all, nsel);
@@ -888,6 +890,7 @@ __global__ static void __launch_bounds__(ATT_THREADS, 2)
                            const float *sinks, dsv4_k_rowfmt fmt, bool vec, dsv4_att_out out,
                            bool ring, float *work)
 {
+    dsv4_pdl_begin();
     extern __shared__ float4 smem4[];
     __shared__ const uint8_t *rowp[ATT_ROWP];
     const uint32_t NT = 2 * KS;
@@ -1180,6 +1183,7 @@ __global__ static void dsv4_attend_combine_kernel(dsv4_cuda_dims d, dsv4_cuda_st
                                                   const float *work, const uint8_t *kvs,
                                                   dsv4_cuda_kvbuf win)
 {
+    dsv4_pdl_begin();
     uint32_t tl = blockIdx.x, t = t0 + tl, h = blockIdx.y * WARP_HEADS + threadIdx.x / 32;
     if (blockIdx.y == 0)
         dsv4_att_ring_write(d, s, t, kvs, win);
@@ -1272,14 +1276,16 @@ int dsv4_cuda_attend(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, const flo
         /* the head groups of one (token, split) side by side: they run together, and
          * all but the first read of each row hit L2 */
         dim3 grid((d->heads + ATT_HG - 1) / ATT_HG, splits, n);
-        kern<<<grid, ATT_THREADS, smem, st>>>(*d, *s, t0, q_dev, kvs_dev, *win, rows ? *rows : none,
-                                              rate_all, sel_dev, nsel_dev, sinks_dev, fmt, vec, out,
-                                              !combine, (float *)work_dev);
-        if (combine)
-            dsv4_attend_combine_kernel<<<dim3(n, (d->heads + WARP_HEADS - 1) / WARP_HEADS),
-                                         DSV4_CUDA_BLOCK, 0, st>>>(
-                *d, *s, t0, rows && rows->base, rate_all, nsel_dev, out, (const float *)work_dev,
-                kvs_dev, *win);
+        int rc = dsv4_pdl_launch(kern, grid, ATT_THREADS, smem, st, *d, *s, t0, q_dev, kvs_dev,
+                                 *win, rows ? *rows : none, rate_all, sel_dev, nsel_dev, sinks_dev,
+                                 fmt, vec, out, !combine, (float *)work_dev);
+        if (rc == 0 && combine)
+            rc = dsv4_pdl_launch(dsv4_attend_combine_kernel,
+                                 dim3(n, (d->heads + WARP_HEADS - 1) / WARP_HEADS), DSV4_CUDA_BLOCK,
+                                 0, st, *d, *s, t0, rows && rows->base, rate_all, nsel_dev, out,
+                                 (const float *)work_dev, kvs_dev, *win);
+        if (rc != 0)
+            return rc;
     }
-    return dsv4_cuda_launch_status();
+    return 0;
 }

@@ -9,6 +9,7 @@
 
 #include "kernels/cuda/device_once.cuh"
 #include "kernels/cuda/model_common.cuh"
+#include "kernels/cuda/pdl.cuh"
 
 namespace cg = cooperative_groups;
 
@@ -24,6 +25,7 @@ __device__ static inline float dsv4_sigmoid(float x)
 __global__ static void dsv4_embed_kernel(dsv4_cuda_dims d, const int32_t *tok, const float *embed,
                                          float *x)
 {
+    dsv4_pdl_begin();
     uint32_t t = blockIdx.x, H = d.hidden;
     const float *e = embed + (size_t)tok[t] * H;
     for (uint32_t j = 0; j < d.hc_mult; j++)
@@ -36,9 +38,8 @@ int dsv4_cuda_embed(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, const floa
 {
     if (s->n_tok == 0)
         return 0;
-    dsv4_embed_kernel<<<s->n_tok, DSV4_CUDA_BLOCK, 0, (cudaStream_t)stream>>>(*d, s->tok, embed_dev,
-                                                                              x_dev);
-    return dsv4_cuda_launch_status();
+    return dsv4_pdl_launch(dsv4_embed_kernel, s->n_tok, DSV4_CUDA_BLOCK, 0, (cudaStream_t)stream,
+                           *d, s->tok, embed_dev, x_dev);
 }
 
 /* dsv4_k_hc_mix's pre_i = sigmoid(scale z_i + base_i) + eps of z, i < n (also the head's,
@@ -318,6 +319,7 @@ __global__ static void __cluster_dims__(HC_SLICES, 1, 1) __launch_bounds__(HC_TH
     dsv4_hc_collapse_kernel(dsv4_cuda_dims d, uint32_t n, uint32_t tpc, uint32_t g0, uint32_t gr,
                             const __grid_constant__ dsv4_hc_args a)
 {
+    dsv4_pdl_begin();
     extern __shared__ __align__(16) float su[]; /* 16-byte stores; then sx */
     const uint32_t MG = HC_MIXG(TOK);
     __shared__ float wbuf[HC_WARPS * TOK * MG], part[2][TOK], sru[TOK];
@@ -588,9 +590,8 @@ static int dsv4_hc_collapse_go(const dsv4_cuda_dims *d, uint32_t n, uint32_t tpc
         g0 = N, gr = mg, groups = 1 + (mix - N + mg - 1) / mg;
     else if (mix > (N > mg ? N : mg) && fit >= 2)
         g0 = N > mg ? N : mg, gr = mix - g0, groups = 2;
-    kern<<<dim3(HC_SLICES, clusters, groups), HC_THREADS, cfg.dynamicSmemBytes, st>>>(*d, n, tpc,
-                                                                                      g0, gr, a);
-    return 0;
+    return dsv4_pdl_launch(kern, dim3(HC_SLICES, clusters, groups), HC_THREADS,
+                           cfg.dynamicSmemBytes, st, *d, n, tpc, g0, gr, a);
 }
 
 template <bool HEAD, uint32_t NM, uint32_t V>
@@ -634,9 +635,8 @@ static int dsv4_hc_collapse_launch(const dsv4_cuda_dims *d, uint32_t n, bool hea
     if (d->hc_mult > HC_MAX)
         return -EINVAL;
     cudaStream_t st = (cudaStream_t)stream;
-    int rc =
-        head ? dsv4_hc_collapse_pick<true>(d, n, a, st) : dsv4_hc_collapse_pick<false>(d, n, a, st);
-    return rc != 0 ? rc : dsv4_cuda_launch_status();
+    return head ? dsv4_hc_collapse_pick<true>(d, n, a, st)
+                : dsv4_hc_collapse_pick<false>(d, n, a, st);
 }
 
 int dsv4_cuda_hc_pre(const dsv4_cuda_dims *d, uint32_t n, const float *x_dev,
@@ -669,6 +669,7 @@ __global__ static void dsv4_hc_mix_kernel(dsv4_cuda_dims d, uint32_t n, const fl
                                           const float *base, const float *scale, float *post,
                                           float *comb)
 {
+    dsv4_pdl_begin();
     uint32_t t = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, N = d.hc_mult;
     if (t >= n)
         return;
@@ -685,18 +686,15 @@ int dsv4_cuda_hc_mix(const dsv4_cuda_dims *d, uint32_t n, const float *z_dev, co
         return -EINVAL;
     unsigned blocks = (n + DSV4_CUDA_BLOCK / 32 - 1) / (DSV4_CUDA_BLOCK / 32);
     cudaStream_t st = (cudaStream_t)stream;
-    if (d->hc_mult <= 4)
-        dsv4_hc_mix_kernel<4><<<blocks, DSV4_CUDA_BLOCK, 0, st>>>(*d, n, z_dev, base_dev, scale_dev,
-                                                                  post_dev, comb_dev);
-    else
-        dsv4_hc_mix_kernel<HC_MAX><<<blocks, DSV4_CUDA_BLOCK, 0, st>>>(
-            *d, n, z_dev, base_dev, scale_dev, post_dev, comb_dev);
-    return dsv4_cuda_launch_status();
+    return dsv4_pdl_launch(d->hc_mult <= 4 ? dsv4_hc_mix_kernel<4> : dsv4_hc_mix_kernel<HC_MAX>,
+                           blocks, DSV4_CUDA_BLOCK, 0, st, *d, n, z_dev, base_dev, scale_dev,
+                           post_dev, comb_dev);
 }
 
 __global__ static void dsv4_rmsnorm_kernel(uint32_t len, size_t stride, float *x, const float *w,
                                            float eps)
 {
+    dsv4_pdl_begin();
     __shared__ float red[32];
     float *row = x + (size_t)blockIdx.x * stride;
     float r = dsv4_block_rms_scale(row, len, eps, red);
@@ -709,9 +707,8 @@ int dsv4_cuda_rmsnorm_rows(uint32_t n, uint32_t len, size_t stride, float *x_dev
 {
     if (n == 0)
         return 0;
-    dsv4_rmsnorm_kernel<<<n, DSV4_CUDA_BLOCK, 0, (cudaStream_t)stream>>>(len, stride, x_dev, w_dev,
-                                                                         eps);
-    return dsv4_cuda_launch_status();
+    return dsv4_pdl_launch(dsv4_rmsnorm_kernel, n, DSV4_CUDA_BLOCK, 0, (cudaStream_t)stream, len,
+                           stride, x_dev, w_dev, eps);
 }
 
 /* ---- MoE ---------------------------------------------------------------------------------- */
@@ -938,6 +935,7 @@ template <uint32_t R>
 __global__ static void __launch_bounds__(DSV4_GROUP_THREADS)
     dsv4_group_kernel(const __grid_constant__ dsv4_route_args a, uint32_t n)
 {
+    dsv4_pdl_begin();
     extern __shared__ uint32_t gsh[];
     for (uint32_t t = threadIdx.x / 32; t < n; t += blockDim.x / 32)
         dsv4_route_warp<R>(a, t);
@@ -951,6 +949,7 @@ __global__ static void __launch_bounds__(DSV4_GROUP_THREADS)
 template <uint32_t R>
 __global__ static void dsv4_route_kernel(const __grid_constant__ dsv4_route_args a, uint32_t n)
 {
+    dsv4_pdl_begin();
     extern __shared__ uint32_t gsh[];
     __shared__ bool last;
     uint32_t t = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
@@ -973,11 +972,10 @@ static int dsv4_route_go(const dsv4_route_args &a, uint32_t n, cudaStream_t st)
 {
     size_t smem = (2 + DSV4_GROUP_CHUNK / 32) * (size_t)a.E * sizeof(uint32_t);
     if (n <= DSV4_GROUP_THREADS / 32)
-        dsv4_group_kernel<R><<<1, DSV4_GROUP_THREADS, smem, st>>>(a, n);
-    else
-        dsv4_route_kernel<R><<<(n + DSV4_CUDA_BLOCK / 32 - 1) / (DSV4_CUDA_BLOCK / 32),
-                               DSV4_CUDA_BLOCK, smem, st>>>(a, n);
-    return dsv4_cuda_launch_status();
+        return dsv4_pdl_launch(dsv4_group_kernel<R>, 1, DSV4_GROUP_THREADS, smem, st, a, n);
+    return dsv4_pdl_launch(dsv4_route_kernel<R>,
+                           (n + DSV4_CUDA_BLOCK / 32 - 1) / (DSV4_CUDA_BLOCK / 32), DSV4_CUDA_BLOCK,
+                           smem, st, a, n);
 }
 
 int dsv4_cuda_route(const dsv4_cuda_step *s, float *logits_dev, size_t logits_stride,
@@ -1008,6 +1006,7 @@ template <uint32_t V>
 __global__ static void dsv4_moe_gather_kernel(uint32_t k, uint32_t H, const float *u,
                                               const uint32_t *assign, float *xe)
 {
+    dsv4_pdl_begin();
     uint32_t j = blockIdx.x;
     const float *src = u + (size_t)(assign[j] / k) * H;
     for (uint32_t h = threadIdx.x * V; h < H; h += blockDim.x * V)
@@ -1020,13 +1019,9 @@ int dsv4_cuda_moe_gather(uint32_t n, uint32_t k, uint32_t hidden, const float *u
     if (n * k == 0)
         return 0;
     cudaStream_t st = (cudaStream_t)stream;
-    if (hidden % 4 == 0 && (((uintptr_t)u_dev | (uintptr_t)xe_dev) & 15) == 0)
-        dsv4_moe_gather_kernel<4>
-            <<<n * k, DSV4_CUDA_BLOCK, 0, st>>>(k, hidden, u_dev, assign_dev, xe_dev);
-    else
-        dsv4_moe_gather_kernel<1>
-            <<<n * k, DSV4_CUDA_BLOCK, 0, st>>>(k, hidden, u_dev, assign_dev, xe_dev);
-    return dsv4_cuda_launch_status();
+    bool vec = hidden % 4 == 0 && (((uintptr_t)u_dev | (uintptr_t)xe_dev) & 15) == 0;
+    return dsv4_pdl_launch(vec ? dsv4_moe_gather_kernel<4> : dsv4_moe_gather_kernel<1>, n * k,
+                           DSV4_CUDA_BLOCK, 0, st, k, hidden, u_dev, assign_dev, xe_dev);
 }
 
 /* What one SwiGLU launch covers: its sets of rows, set 1's rows after set 0's. */
@@ -1045,6 +1040,7 @@ struct dsv4_swiglu_args {
 template <uint32_t V>
 __global__ static void dsv4_swiglu_kernel(const __grid_constant__ dsv4_swiglu_args a)
 {
+    dsv4_pdl_begin();
     uint32_t c = (blockIdx.x * blockDim.x + threadIdx.x) * V;
     if (c >= a.inter)
         return;
@@ -1088,9 +1084,6 @@ int dsv4_cuda_swiglu(const dsv4_cuda_swiglu_rows *sets, uint32_t n_sets, uint32_
               (((uintptr_t)sets[j].g | (uintptr_t)sets[j].u | (uintptr_t)sets[j].h) & 15) == 0;
     uint32_t ry = a.rows < 65535 ? a.rows : 65535;
     dim3 grid((inter / (vec ? 4 : 1) + 255) / 256, ry);
-    if (vec)
-        dsv4_swiglu_kernel<4><<<grid, 256, 0, (cudaStream_t)stream>>>(a);
-    else
-        dsv4_swiglu_kernel<1><<<grid, 256, 0, (cudaStream_t)stream>>>(a);
-    return dsv4_cuda_launch_status();
+    return dsv4_pdl_launch(vec ? dsv4_swiglu_kernel<4> : dsv4_swiglu_kernel<1>, grid, 256, 0,
+                           (cudaStream_t)stream, a);
 }

@@ -30,6 +30,7 @@
 #include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/model_gemm.cuh"
 #include "kernels/cuda/status.cuh"
+#include "kernels/cuda/pdl.cuh"
 
 #include <cuda_fp8.h>
 #include <stdlib.h>
@@ -236,6 +237,7 @@ __global__ static void __launch_bounds__(GEMM_WARPS * 32, (OW * R) > 32 ? 1 : 2)
                      size_t xz, const uint32_t *__restrict__ off, uint32_t n_dense,
                      float *__restrict__ y, size_t ys, size_t yz, bool vec)
 {
+    dsv4_pdl_begin();
     /* chunks a one-row warp loads ahead: 128 bytes of weights a lane in flight (F32 reads
      * a quarter at a time, so one chunk: two measured slower on a narrow layer) */
     constexpr uint32_t SB = F == DSV4_CUDA_W_BF16 ? 32 : F == DSV4_CUDA_W_FP8 ? 16 : 8;
@@ -346,9 +348,8 @@ static int dsv4_gemm_shape(cudaStream_t st, dsv4_wdev W, size_t out, size_t in, 
               (unsigned)((out + GEMM_WARPS * OW - 1) / (GEMM_WARPS * OW)), groups);
     if (grid.y > 65535 || grid.z > 65535)
         return -EINVAL;
-    dsv4_gemm_kernel<F, OW, R>
-        <<<grid, GEMM_WARPS * 32, 0, st>>>(W, out, in, x, xs, xz, off, n_dense, y, ys, yz, vec);
-    return dsv4_cuda_launch_status();
+    return dsv4_pdl_launch(dsv4_gemm_kernel<F, OW, R>, grid, GEMM_WARPS * 32, 0, st, W, out, in, x,
+                           xs, xz, off, n_dense, y, ys, yz, vec);
 }
 
 /* The warp shape by the rows a group holds (rows_each: the dense row count, or a
@@ -707,6 +708,7 @@ __global__ static void __launch_bounds__(GEMM_WARPS * 32, 2)
     dsv4_mma_kernel(dsv4_wdev W, size_t out, size_t in, const float *__restrict__ x, size_t xs,
                     size_t xz, dsv4_mma_rows R, float *__restrict__ y, size_t ys, size_t yz)
 {
+    dsv4_pdl_begin();
     /* two input tiles, [row][input group of 4]: hi[4] then lo[4] as bf16 (16 bytes) */
     __shared__ uint4 xt[2][MMA_TOK][MMA_KB / 4];
     extern __shared__ uint4 dsv4_mma_ring[];
@@ -791,6 +793,7 @@ __global__ static void __launch_bounds__(GEMM_WARPS * 32, 2)
 __global__ static void dsv4_mma_zero_kernel(float *y, size_t out, uint32_t rows, size_t ys,
                                             size_t yz)
 {
+    dsv4_pdl_begin();
     for (uint32_t r = blockIdx.x; r < rows; r += gridDim.x)
         for (size_t o = threadIdx.x; o < out; o += blockDim.x)
             y[blockIdx.y * yz + (size_t)r * ys + o] = 0.0f;
@@ -804,6 +807,7 @@ __global__ static void dsv4_mma_sum_kernel(const float *__restrict__ part, uint3
                                            const uint32_t *__restrict__ off, uint32_t groups,
                                            float *__restrict__ y, size_t ys, size_t yz)
 {
+    dsv4_pdl_begin();
     uint32_t hi = off && off[groups] < w1 ? off[groups] : w1;
     size_t wn = w1 - w0, n = hi > w0 ? (hi - w0) * out : 0;
     size_t pstride = (size_t)gridDim.y * wn * out;
@@ -863,13 +867,9 @@ static int dsv4_mma_run_tiles(cudaStream_t st, dsv4_wdev W, size_t out, size_t i
         if (rc != 0)
             return rc;
     }
-    if (R.kgrid == 1 && R.ksplit > 1)
-        dsv4_mma_kernel<F, NT, true>
-            <<<grid, GEMM_WARPS * 32, smem, st>>>(W, out, in, x, xs, xz, R, y, ys, yz);
-    else
-        dsv4_mma_kernel<F, NT, false>
-            <<<grid, GEMM_WARPS * 32, smem, st>>>(W, out, in, x, xs, xz, R, y, ys, yz);
-    return dsv4_cuda_launch_status();
+    return dsv4_pdl_launch(R.kgrid == 1 && R.ksplit > 1 ? dsv4_mma_kernel<F, NT, true>
+                                                        : dsv4_mma_kernel<F, NT, false>,
+                           grid, GEMM_WARPS * 32, smem, st, W, out, in, x, xs, xz, R, y, ys, yz);
 }
 
 /* The tile height by the rows a group holds: inputs read directly up to 16 rows, staged
@@ -928,9 +928,8 @@ static int dsv4_mma_fixed(const dsv4_cuda_blas *b, dsv4_wdev W, const dsv4_wg_ca
             continue;
         size_t want = ((size_t)(w1 - w0) * out + 255) / 256;
         dim3 grid(want < 4096 ? (unsigned)want : 4096u, probs);
-        dsv4_mma_sum_kernel<<<grid, 256, 0, b->stream>>>(b->part, ksplit, out, w0, w1, off, groups,
-                                                         y, ys, yz);
-        rc = dsv4_cuda_launch_status();
+        rc = dsv4_pdl_launch(dsv4_mma_sum_kernel, grid, 256, 0, b->stream, b->part, ksplit, out, w0,
+                             w1, off, groups, y, ys, yz);
     }
     return rc;
 }
@@ -963,7 +962,9 @@ static int dsv4_mma_atomic(cudaStream_t st, dsv4_wdev W, const dsv4_wg_call *wg,
     if (ksplit > 1) {
         /* grouped rows are one block of n rows; batched problems each their own */
         dim3 zg(n < 1024 ? n : 1024, off ? 1 : groups);
-        dsv4_mma_zero_kernel<<<zg, 256, 0, st>>>(y, out, n, ys, off ? 0 : yz);
+        int rc = dsv4_pdl_launch(dsv4_mma_zero_kernel, zg, 256, 0, st, y, out, n, ys, off ? 0 : yz);
+        if (rc != 0)
+            return rc;
     }
     dsv4_mma_rows R = {off, 0, n, ksplit, ksplit, NULL};
     if (wg)

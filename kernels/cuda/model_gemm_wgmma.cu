@@ -3,6 +3,7 @@
  * model_gemm.cu; its rows, k splits and sums are the mma.sync kernel's (model_gemm.cuh). */
 #include "kernels/cuda/model_gemm.cuh"
 #include "kernels/cuda/mbarrier.cuh"
+#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/status.cuh"
 
 /* 1 in device code built with wgmma (sm_90a): dsv4_wg_encoder reads it */
@@ -220,6 +221,7 @@ __global__ static void dsv4_wg_split_kernel(const float *__restrict__ x, size_t 
                                             size_t in, uint32_t w0, uint32_t rows,
                                             uint2 *__restrict__ hl)
 {
+    dsv4_pdl_begin();
     size_t recs = (size_t)rows * (in / 4), p = blockIdx.y;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < recs;
          i += (size_t)gridDim.x * blockDim.x) {
@@ -267,58 +269,85 @@ __global__ static void __launch_bounds__(128 * WGS + 32, WGS == 1 ? 2 : 1)
     __syncthreads();
     size_t kbs = in / WG_KB;
     uint32_t sn = WHOLE ? R.ksplit : 1, tstep = U.xs / R.kgrid * NT;
-    uint32_t it = 0;
     if (tid >= CT) {
         /* the producer: one lane walks the same units, tiles, splits and k blocks as the
-         * consumers, each stage's weights and inputs completing on its full barrier */
+         * consumers, each stage's weights and inputs completing on its full barrier. The first
+         * ring's weights are loaded before the kernels before this one have completed (they
+         * write no weight: pdl.cuh), the rest once they have; a grouped launch's rows (R.off)
+         * are one of their outputs, so it waits first. */
         if (tid != CT)
             return;
-        for (uint32_t u = blockIdx.x; u < units; u += gridDim.x) {
-            uint32_t bx = u % U.xs, g = u / U.xs / U.ys, s0 = bx % R.kgrid;
-            uint32_t lo = R.off && R.off[g] > R.w0 ? R.off[g] : R.w0;
-            uint32_t hi = R.off && R.off[g + 1] < R.w1 ? R.off[g + 1] : R.w1;
-            int row = (int)(g * out + (size_t)(u / U.xs % U.ys) * WGS * MT * WG_OUT);
-            int xg = R.off ? 0 : (int)g;
-            for (uint32_t tr = lo + bx / R.kgrid * NT; tr < hi; tr += tstep)
-                for (uint32_t si = 0; si < sn; si++) {
-                    size_t kbeg, kend;
-                    dsv4_wg_split(WHOLE ? si : s0, R.ksplit, kbs, &kbeg, &kend);
-                    for (size_t kb = kbeg; kb < kend; kb++, it++) {
-                        uint32_t st = it % S::stages, full = full0 + 8 * st;
-                        uint32_t a = ring_addr + st * S::stage_bytes;
-                        if (it >= S::stages)
-                            dsv4_mbar_wait(empty0 + 8 * st, (it / S::stages - 1) & 1u);
-                        asm volatile(
-                            "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(full),
-                            "r"(S::a_bytes + (PRE ? S::b_bytes : S::x_bytes))
-                            : "memory");
-#pragma unroll
-                        for (uint32_t w = 0; w < WGS * MT; w++)
-                            asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::"
-                                         "complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
-                                             a + w * WG_A_BYTES),
-                                         "l"((uint64_t)&tm.w), "r"((int)(kb * WG_KB)),
-                                         "r"(row + (int)(w * WG_OUT)), "r"(full)
-                                         : "memory");
-                        if constexpr (PRE) {
-                            dsv4_wg_load_hl(&tm.x, a + S::a_bytes, (uint32_t)kb, tr - R.w0, xg,
-                                            full);
-                        } else {
-                            int c1 = tm.x_rows_inner ? xg : (int)tr;
-                            int c2 = tm.x_rows_inner ? (int)tr : xg;
-                            asm volatile(
-                                "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::"
-                                "complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(
-                                    a + S::a_bytes + S::b_bytes),
-                                "l"((uint64_t)&tm.x), "r"((int)(kb * WG_KB)), "r"(c1), "r"(c2),
-                                "r"(full)
-                                : "memory");
+        /* stage(it, kb, row, tr, xg) for each stage it < stop of the walk; returns the stages */
+        auto walk = [&](uint32_t stop, auto &&stage) {
+            uint32_t it = 0;
+            for (uint32_t u = blockIdx.x; u < units; u += gridDim.x) {
+                uint32_t bx = u % U.xs, g = u / U.xs / U.ys, s0 = bx % R.kgrid;
+                uint32_t lo = R.off && R.off[g] > R.w0 ? R.off[g] : R.w0;
+                uint32_t hi = R.off && R.off[g + 1] < R.w1 ? R.off[g + 1] : R.w1;
+                int row = (int)(g * out + (size_t)(u / U.xs % U.ys) * WGS * MT * WG_OUT);
+                int xg = R.off ? 0 : (int)g;
+                for (uint32_t tr = lo + bx / R.kgrid * NT; tr < hi; tr += tstep)
+                    for (uint32_t si = 0; si < sn; si++) {
+                        size_t kbeg, kend;
+                        dsv4_wg_split(WHOLE ? si : s0, R.ksplit, kbs, &kbeg, &kend);
+                        for (size_t kb = kbeg; kb < kend; kb++, it++) {
+                            if (it == stop)
+                                return it;
+                            stage(it, kb, row, tr, xg);
                         }
                     }
-                }
-        }
+            }
+            return it;
+        };
+        /* stage it's barrier armed for all its bytes, and its weights */
+        auto load_w = [&](uint32_t it, size_t kb, int row) {
+            uint32_t st = it % S::stages, full = full0 + 8 * st;
+            uint32_t a = ring_addr + st * S::stage_bytes;
+            if (it >= S::stages)
+                dsv4_mbar_wait(empty0 + 8 * st, (it / S::stages - 1) & 1u);
+            asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(full),
+                         "r"(S::a_bytes + (PRE ? S::b_bytes : S::x_bytes))
+                         : "memory");
+#pragma unroll
+            for (uint32_t w = 0; w < WGS * MT; w++)
+                asm volatile(
+                    "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::"
+                    "complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(a + w * WG_A_BYTES),
+                    "l"((uint64_t)&tm.w), "r"((int)(kb * WG_KB)), "r"(row + (int)(w * WG_OUT)),
+                    "r"(full)
+                    : "memory");
+        };
+        /* stage it's inputs */
+        auto load_x = [&](uint32_t it, size_t kb, uint32_t tr, int xg) {
+            uint32_t st = it % S::stages, full = full0 + 8 * st;
+            uint32_t a = ring_addr + st * S::stage_bytes;
+            if constexpr (PRE) {
+                dsv4_wg_load_hl(&tm.x, a + S::a_bytes, (uint32_t)kb, tr - R.w0, xg, full);
+            } else {
+                int c1 = tm.x_rows_inner ? xg : (int)tr;
+                int c2 = tm.x_rows_inner ? (int)tr : xg;
+                asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::"
+                             "complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(
+                                 a + S::a_bytes + S::b_bytes),
+                             "l"((uint64_t)&tm.x), "r"((int)(kb * WG_KB)), "r"(c1), "r"(c2),
+                             "r"(full)
+                             : "memory");
+            }
+        };
+        uint32_t early =
+            R.off ? 0 : walk(S::stages, [&](uint32_t it, size_t kb, int row, uint32_t, int) {
+                load_w(it, kb, row);
+            });
+        dsv4_pdl_wait();
+        walk(UINT32_MAX, [&](uint32_t it, size_t kb, int row, uint32_t tr, int xg) {
+            if (it >= early)
+                load_w(it, kb, row);
+            load_x(it, kb, tr, xg);
+        });
         return;
     }
+    dsv4_pdl_begin();
+    uint32_t it = 0;
     uint32_t warp = tid / 32, wg = tid / 128, gi = tid % 32 / 4, t = tid % 4;
     for (uint32_t u = blockIdx.x; u < units; u += gridDim.x) {
         uint32_t bx = u % U.xs, g = u / U.xs / U.ys, s0 = bx % R.kgrid;
@@ -530,13 +559,10 @@ static int dsv4_wg_run_tiles(cudaStream_t st, const dsv4_wg_call &c, size_t out,
     size_t held = (size_t)c.b->sms * (uint32_t)per_sm;
     bool persist = R.kgrid == 1 && !R.off && units > held && (WGS > 1 || units <= 2 * held);
     unsigned grid = (unsigned)(persist ? held : units);
-    if (MT == 1 && R.kgrid == 1 && R.ksplit > 1)
-        dsv4_wg_kernel<NT, WGS, 1, true, PRE>
-            <<<grid, S::threads, S::smem, st>>>(m, out, in, R, U, y, ys, yz);
-    else
-        dsv4_wg_kernel<NT, WGS, MT, false, PRE>
-            <<<grid, S::threads, S::smem, st>>>(m, out, in, R, U, y, ys, yz);
-    return dsv4_cuda_launch_status();
+    return dsv4_pdl_launch(MT == 1 && R.kgrid == 1 && R.ksplit > 1
+                               ? dsv4_wg_kernel<NT, WGS, 1, true, PRE>
+                               : dsv4_wg_kernel<NT, WGS, MT, false, PRE>,
+                           grid, S::threads, S::smem, st, m, out, in, R, U, y, ys, yz);
 }
 
 /* Whether a launch of tiles of NT rows (two warpgroups a block) gives each warpgroup two
@@ -631,8 +657,7 @@ int dsv4_wg_run(cudaStream_t st, const dsv4_wg_call &c, size_t out, size_t in,
     if (!dsv4_wg_split_once(rows_each, out, groups) || probs * 2 * rows * in * 2 > WG_SPLIT_BYTES)
         return dsv4_wg_run_split<false>(st, c, out, in, R, groups, rows_each, y, ys, yz);
     dim3 sg((unsigned)((recs + 255) / 256 < 1024 ? (recs + 255) / 256 : 1024), (unsigned)probs);
-    dsv4_wg_split_kernel<<<sg, 256, 0, st>>>(c.x, c.xs, c.xz, in, R.w0, (uint32_t)rows,
-                                             (uint2 *)c.b->split);
-    int rc = dsv4_cuda_launch_status();
+    int rc = dsv4_pdl_launch(dsv4_wg_split_kernel, sg, 256, 0, st, c.x, c.xs, c.xz, in, R.w0,
+                             (uint32_t)rows, (uint2 *)c.b->split);
     return rc != 0 ? rc : dsv4_wg_run_split<true>(st, c, out, in, R, groups, rows_each, y, ys, yz);
 }

@@ -47,6 +47,7 @@
 #include "kernels/cuda/device_once.cuh"
 #include "kernels/cuda/mbarrier.cuh"
 #include "kernels/cuda/status.cuh"
+#include "kernels/cuda/pdl.cuh"
 
 #include <cooperative_groups.h>
 
@@ -406,6 +407,7 @@ __global__ void __launch_bounds__(TK_THREADS, 1)
     dsv4_topk_kernel(const float *__restrict__ scores, size_t stride, const uint32_t *n_rows_dev,
                      uint32_t k, uint32_t cap, uint32_t *idx)
 {
+    dsv4_pdl_trigger();
     extern __shared__ __align__(16) uint8_t tk_smem[];
     tk_shared *sh = (tk_shared *)tk_smem;
     cg::cluster_group cluster = cg::this_cluster();
