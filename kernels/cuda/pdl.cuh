@@ -5,7 +5,12 @@
  * anything else: it returns once the earlier kernels have completed and their writes are
  * visible. The forward's kernels begin with dsv4_pdl_begin, so each launch's blocks are
  * resident and its launch paid while the kernel before it runs, and a GEMM's first weights
- * stream in meanwhile. Both instructions do nothing where the launch is an ordinary one. */
+ * stream in meanwhile. Both instructions do nothing where the launch is an ordinary one.
+ * Only the edge from the kernel before is relaxed: an event wait (a host-tier layer's fence,
+ * dsv4_hc_ops stream_wait_layer) or a copy queued between the two launches still holds the
+ * second back until it is done. t-gpu-hostcache-async-fence-waits-for-delayed-layers checks
+ * that: its page checksums (dsv4_cuda_xxh64, launched so) each follow the last one's launch
+ * and a fence on a layer still loading. */
 #ifndef DSV4_KERNELS_CUDA_PDL_CUH
 #define DSV4_KERNELS_CUDA_PDL_CUH
 

@@ -5,6 +5,7 @@
  * then the quad's first thread merges and runs the tail and the avalanche exactly as
  * xxhash.h does. The constants and steps are those of the XXH64 specification. */
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/status.cuh"
 
 #define XXH_P1 0x9E3779B185EBCA87ull
@@ -53,6 +54,7 @@ __device__ static inline uint64_t xxh_merge(uint64_t acc, uint64_t val)
 __global__ void dsv4_xxh64_kernel(const void *const *blocks, const uint64_t *lens, uint32_t n,
                                   uint64_t seed, uint64_t *hashes)
 {
+    dsv4_pdl_begin();
     uint64_t t = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
     uint32_t lane = threadIdx.x & 31, quad = lane & 3;
     uint64_t item = t >> 2;
@@ -118,7 +120,6 @@ extern "C" int dsv4_cuda_xxh64(const void *const *blocks_dev, const uint64_t *le
         return -EINVAL;
     uint64_t threads = (uint64_t)n * 4;
     unsigned grid = (unsigned)((threads + XXH_THREADS - 1) / XXH_THREADS);
-    dsv4_xxh64_kernel<<<grid, XXH_THREADS, 0, (cudaStream_t)stream>>>(blocks_dev, lens_dev, n,
-                                                                        seed, hashes_dev);
-    return dsv4_cuda_launch_status();
+    return dsv4_pdl_launch(dsv4_xxh64_kernel, grid, XXH_THREADS, 0, (cudaStream_t)stream,
+                           blocks_dev, lens_dev, n, seed, hashes_dev);
 }
