@@ -4,7 +4,10 @@
  * checksums right after the layer's fence equals the saved one, bit for bit: with the
  * host fence (wait_layer, what the CPU forward and host readers use) and with the stream
  * fence (stream_wait_layer then kernels queued on the compute stream, the host never
- * waiting). The negative control is t-gpu-hostcache-unfenced-race-is-caught. */
+ * waiting). The checksum kernels are launched as the forward's are, allowed to start while
+ * the kernel before them runs (kernels/cuda/pdl.cuh): each layer's follow the last layer's,
+ * so the stream fence's case also shows that such a launch still waits for the fence
+ * queued before it. The negative control is t-gpu-hostcache-unfenced-race-is-caught. */
 #include "config.h"
 
 #include "tests/gpu/gpu.h"
