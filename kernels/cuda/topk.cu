@@ -400,8 +400,10 @@ template <int CL> __device__ static inline uint32_t tk_owner(uint64_t item)
     return (uint32_t)(((uint64_t)(~(uint32_t)item * 0x9e3779b1u) * CL) >> 32);
 }
 
-/* Launched in clusters of CL blocks (cudaLaunchKernelEx); cap = the floats of dynamic
- * shared memory past tk_shared, for the slice; SH: cap holds every block's slice. */
+/* Launched in clusters of CL blocks (cudaLaunchKernelEx, an ordinary launch: it waits for
+ * the kernels before it, and lets the forward's next one be scheduled, pdl.cuh); cap = the
+ * floats of dynamic shared memory past tk_shared, for the slice; SH: cap holds every block's
+ * slice. */
 template <int CL, bool SH>
 __global__ void __launch_bounds__(TK_THREADS, 1)
     dsv4_topk_kernel(const float *__restrict__ scores, size_t stride, const uint32_t *n_rows_dev,
