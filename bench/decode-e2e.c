@@ -423,7 +423,9 @@ int main(int argc, char **argv)
         model_dir = dir;
     }
     double t0 = now_s();
-    dsv4_model *m = dsv4_model_load(model_dir, err, sizeof(err));
+    /* as dsv4d loads for the cuda device: weights dequantised one at a time for the upload */
+    dsv4_model *m = o.cuda ? dsv4_model_load_deferred(model_dir, err, sizeof(err))
+                           : dsv4_model_load(model_dir, err, sizeof(err));
     if (m)
         fprintf(stderr, "decode-e2e: %s loaded in %.1f s\n", model_dir, now_s() - t0);
     dsv4_registry *reg = dsv4_registry_new(NULL);

@@ -175,7 +175,10 @@ static int serve(const dsv4_config *conf)
     const char *dir = model_dir(conf);
     if (!dir)
         return 1;
-    dsv4_model *model = dsv4_model_load(dir, err, sizeof(err));
+    /* on the cuda device the weights go to the device one at a time, never all in f32 here */
+    dsv4_model *model = conf->core.device == DSV4_DEVICE_CPU
+                            ? dsv4_model_load(dir, err, sizeof(err))
+                            : dsv4_model_load_deferred(dir, err, sizeof(err));
     if (!model) {
         dsv4_log(DSV4_LOG_ERROR, "model", "cannot load %s (%s)", dir, err);
         return 1;

@@ -103,6 +103,11 @@ dsv4_engine *dsv4_engine_new(const dsv4_model *model, const dsv4_engine_conf *co
     if (cuda && !(eng->cfwd = dsv4_fwd_cuda_new(&fc, !conf->fast_kernels, err, errlen)))
         goto fail;
 #endif
+    /* the CPU forward reads every weight at every step: all of them in memory for good */
+    if (!cuda && dsv4_model_fill(model, NULL, 0) != 0) {
+        snprintf(err, errlen, "engine: cannot read the model's weights into memory");
+        goto fail;
+    }
     if (!cuda && !(eng->fwd = dsv4_fwd_new(&fc, err, errlen)))
         goto fail;
     eng->seqs = calloc(S, sizeof(*eng->seqs));

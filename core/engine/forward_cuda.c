@@ -213,13 +213,23 @@ static void *fc_walloc(dsv4_fwd_cuda *f, size_t bytes)
     return p;
 }
 
+/* bytes of host weights at p copied to dst: filled first where the model left them in the
+ * checkpoint (dsv4_model_load_deferred), given back once the copy is done */
+static bool fc_copy_weights(dsv4_fwd_cuda *f, void *dst, const void *p, size_t bytes)
+{
+    bool ok = dsv4_model_fill(f->m, p, bytes) == 0 &&
+              dsv4_cuda_copy(dst, p, bytes, f->stream) == 0 && dsv4_cuda_sync(f->stream) == 0;
+    dsv4_model_drop(f->m, p, bytes);
+    return ok;
+}
+
 /* A weight on the device (NULL for a NULL host pointer, which is then not an error). */
 static void *fc_up(dsv4_fwd_cuda *f, const void *host, size_t n, size_t size, bool *ok)
 {
     if (!host)
         return NULL;
     void *d = fc_walloc(f, (n ? n : 1) * size);
-    if (!d || dsv4_cuda_copy(d, host, n * size, f->stream) != 0)
+    if (!d || !fc_copy_weights(f, d, host, n * size))
         *ok = false;
     return d;
 }
@@ -313,8 +323,7 @@ static dsv4_cuda_weight fc_wup_runs(dsv4_fwd_cuda *f, const fc_rows *runs, size_
     if (rows != mats * out)
         *ok = false;
     for (size_t r = 0, row = 0; *ok && r < n_runs; row += runs[r].n, r++)
-        if (dsv4_cuda_copy(f->wstage + row * in, runs[r].host, runs[r].n * in * sizeof(float),
-                           f->stream) != 0)
+        if (!fc_copy_weights(f, f->wstage + row * in, runs[r].host, runs[r].n * in * sizeof(float)))
             *ok = false;
     if (!*ok)
         return w;

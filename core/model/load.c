@@ -1,6 +1,8 @@
 /* load.c: dsv4_model_load: config.json plus the checkpoint's tensors, found under either
  * naming scheme, shape-checked and dequantised to f32 into one arena (in row bands, a
- * thread per CPU). */
+ * thread per CPU); or, dsv4_model_load_deferred, the large weights left in the checkpoint
+ * until dsv4_model_fill dequantises them in place (and dsv4_model_drop gives their memory
+ * back). */
 #include "config.h"
 
 #include <errno.h>
@@ -9,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "core/model/checkpoint.h"
@@ -25,12 +28,35 @@
 #define LOAD_THREADS 16
 #define LOAD_BAND_ROWS 64
 
+/* A weight left in the checkpoint: rows [row0, row0 + rows) of src, dequantised into out
+ * (rows x src.cols floats of the arena) when filled. */
+typedef struct deferred_w {
+    dsv4_wsrc src;
+    uint64_t row0, rows;
+    float *out;
+    bool filled;
+} deferred_w;
+
+/* A deferred load's weights. The arena is its own mapping, so that the pages wholly inside a
+ * deferred weight can be given back (madvise) and made unreadable (mprotect) while it is
+ * not filled: a read of an unfilled weight faults rather than seeing zeros. */
+struct dsv4_deferred {
+    pthread_mutex_t mu;
+    dsv4_ckpt *ck; /* the weights' sources point into its mapped files */
+    unsigned threads;
+    size_t arena_bytes, page;
+    deferred_w *w; /* in arena order */
+    size_t n, cap;
+    bool kept; /* all filled for good (dsv4_model_fill of every weight) */
+};
+
 typedef struct loader {
     dsv4_model *m;
     dsv4_ckpt *ck;
     unsigned char *arena;
-    size_t used; /* bytes handed out (or, while sizing, needed) */
-    unsigned threads; /* dequantising threads, 1..LOAD_THREADS */
+    size_t used;               /* bytes handed out (or, while sizing, needed) */
+    unsigned threads;          /* dequantising threads, 1..LOAD_THREADS */
+    struct dsv4_deferred *dfr; /* a deferred load's weights, else NULL */
     char *err;
     size_t errlen;
 } loader;
@@ -48,13 +74,13 @@ static void *load_band_run(void *arg)
     return NULL;
 }
 
-/* dsv4_dequant_rows in row bands on ld->threads threads. An element's value depends only on
- * its own stored bytes and scale, so the bands change the time, never the values. A band
+/* dsv4_dequant_rows in row bands on up to `threads` threads. An element's value depends only
+ * on its own stored bytes and scale, so the bands change the time, never the values. A band
  * whose thread cannot start runs on this one. */
-static void load_dequant(const loader *ld, const dsv4_wsrc *src, uint64_t row0, uint64_t n,
+static void load_dequant(unsigned threads, const dsv4_wsrc *src, uint64_t row0, uint64_t n,
                          float *out)
 {
-    uint64_t bands = n / LOAD_BAND_ROWS < ld->threads ? n / LOAD_BAND_ROWS : ld->threads;
+    uint64_t bands = n / LOAD_BAND_ROWS < threads ? n / LOAD_BAND_ROWS : threads;
     if (bands <= 1) {
         dsv4_dequant_rows(src, row0, n, out);
         return;
@@ -185,8 +211,28 @@ static int load_index(loader *ld, const dsv4_tensor_desc *d, const dsv4_st_file 
     return 0;
 }
 
-/* Check a float weight's dtype, shape and scale, then dequantise it into out. merged: the
- * tensor is a Hugging Face merged expert tensor [E, hf_rows, cols]. */
+/* Leave rows [row0, row0 + rows) of src for dsv4_model_fill to dequantise into out. */
+static int defer(loader *ld, const dsv4_wsrc *src, uint64_t row0, uint64_t rows, float *out)
+{
+    struct dsv4_deferred *df = ld->dfr;
+    if (df->n == df->cap) {
+        size_t cap = df->cap ? 2 * df->cap : 256;
+        deferred_w *w = realloc(df->w, cap * sizeof(*w));
+        if (!w) {
+            lerr(ld, "%s: out of memory", ld->m->dir);
+            return -ENOMEM;
+        }
+        df->w = w;
+        df->cap = cap;
+    }
+    df->w[df->n++] = (deferred_w){*src, row0, rows, out, false};
+    return 0;
+}
+
+/* Check a float weight's dtype, shape and scale, then dequantise it into out (or, in a
+ * deferred load, leave it for dsv4_model_fill: the large weights, matrices the checkpoint
+ * stores as BF16, FP8 or FP4). merged: the tensor is a Hugging Face merged expert tensor
+ * [E, hf_rows, cols]. */
 static int load_float(loader *ld, const dsv4_tensor_desc *d, const dsv4_st_file *f,
                       const dsv4_st_tensor *t, bool merged, float *out)
 {
@@ -241,7 +287,10 @@ static int load_float(loader *ld, const dsv4_tensor_desc *d, const dsv4_st_file 
         if (!shape_is(src.scale, nd, swant))
             return shape_err(ld, sf, src.scale, nd, swant);
     }
-    load_dequant(ld, &src, merged ? d->hf_row0 : 0, d->rows, out);
+    uint64_t row0 = merged ? d->hf_row0 : 0;
+    if (ld->dfr && d->ndim == 2 && d->wclass != DSV4_WC_F32)
+        return defer(ld, &src, row0, d->rows, out);
+    load_dequant(ld->threads, &src, row0, d->rows, out);
     return 0;
 }
 
@@ -302,7 +351,47 @@ static char *read_config(const char *path, size_t *len_p, char *err, size_t errl
     return buf;
 }
 
-dsv4_model *dsv4_model_load(const char *dir, char *err, size_t errlen)
+/* The page-aligned interior of w's floats: [*lo, *hi), empty where it holds no whole page. */
+static void deferred_pages(const struct dsv4_deferred *df, const deferred_w *w, uintptr_t *lo,
+                           uintptr_t *hi)
+{
+    uintptr_t b = (uintptr_t)w->out, e = b + w->rows * w->src.cols * sizeof(float);
+    *lo = (b + df->page - 1) / df->page * df->page;
+    *hi = e / df->page * df->page;
+    if (*hi < *lo)
+        *hi = *lo;
+}
+
+/* w's interior pages readable and writable (rw), or given back and neither (!rw). */
+static int deferred_protect(const struct dsv4_deferred *df, const deferred_w *w, bool rw)
+{
+    uintptr_t lo, hi;
+    deferred_pages(df, w, &lo, &hi);
+    if (hi == lo)
+        return 0;
+    if (!rw && madvise((void *)lo, hi - lo, MADV_DONTNEED) != 0)
+        return -errno;
+    return mprotect((void *)lo, hi - lo, rw ? PROT_READ | PROT_WRITE : PROT_NONE) == 0 ? 0 : -errno;
+}
+
+static int deferred_cmp(const void *a, const void *b)
+{
+    uintptr_t x = (uintptr_t)((const deferred_w *)a)->out,
+              y = (uintptr_t)((const deferred_w *)b)->out;
+    return (x > y) - (x < y);
+}
+
+static void deferred_free(struct dsv4_deferred *df)
+{
+    if (!df)
+        return;
+    dsv4_ckpt_close(df->ck);
+    pthread_mutex_destroy(&df->mu);
+    free(df->w);
+    free(df);
+}
+
+static dsv4_model *model_load(const char *dir, bool deferred, char *err, size_t errlen)
 {
     char path[4096];
     size_t len;
@@ -313,7 +402,9 @@ dsv4_model *dsv4_model_load(const char *dir, char *err, size_t errlen)
     dsv4_model *m = calloc(1, sizeof(*m));
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     loader ld = {.m = m,
-                 .threads = cpus < 1 ? 1 : cpus > LOAD_THREADS ? LOAD_THREADS : (unsigned)cpus,
+                 .threads = cpus < 1              ? 1
+                            : cpus > LOAD_THREADS ? LOAD_THREADS
+                                                  : (unsigned)cpus,
                  .err = err,
                  .errlen = errlen};
     if (!m || !(m->dir = strdup(dir))) {
@@ -326,7 +417,24 @@ dsv4_model *dsv4_model_load(const char *dir, char *err, size_t errlen)
         goto fail;
     if (dsv4_tensor_each(&m->cfg, size_fn, &ld) != 0)
         goto fail;
-    m->storage = aligned_alloc(ARENA_ALIGN, ld.used ? ld.used : ARENA_ALIGN);
+    if (deferred) {
+        long page = sysconf(_SC_PAGESIZE);
+        struct dsv4_deferred *df = calloc(1, sizeof(*df));
+        if (!df || pthread_mutex_init(&df->mu, NULL) != 0) {
+            free(df);
+            snprintf(err, errlen, "%s: out of memory", dir);
+            goto fail;
+        }
+        df->threads = ld.threads;
+        df->page = page > 0 ? (size_t)page : 4096;
+        df->arena_bytes = (ld.used + df->page - 1) / df->page * df->page;
+        m->deferred = ld.dfr = df;
+        void *a = mmap(NULL, df->arena_bytes ? df->arena_bytes : df->page, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        m->storage = a == MAP_FAILED ? NULL : a;
+    } else {
+        m->storage = aligned_alloc(ARENA_ALIGN, ld.used ? ld.used : ARENA_ALIGN);
+    }
     if (!m->storage) {
         snprintf(err, errlen, "%s: out of memory for %zu bytes of weights", dir, ld.used);
         goto fail;
@@ -335,6 +443,18 @@ dsv4_model *dsv4_model_load(const char *dir, char *err, size_t errlen)
     ld.used = 0;
     if (dsv4_tensor_each(&m->cfg, load_fn, &ld) != 0)
         goto fail;
+    if (ld.dfr) {
+        struct dsv4_deferred *df = ld.dfr;
+        qsort(df->w, df->n, sizeof(*df->w), deferred_cmp);
+        for (size_t i = 0; i < df->n; i++)
+            if (deferred_protect(df, &df->w[i], false) != 0) {
+                snprintf(err, errlen, "%s: cannot set the deferred weights aside (%s)", dir,
+                         strerror(errno));
+                goto fail;
+            }
+        df->ck = ld.ck; /* the sources point into it */
+        ld.ck = NULL;
+    }
     dsv4_ckpt_close(ld.ck);
     free(text);
     return m;
@@ -345,11 +465,69 @@ fail:
     return NULL;
 }
 
+dsv4_model *dsv4_model_load(const char *dir, char *err, size_t errlen)
+{
+    return model_load(dir, false, err, errlen);
+}
+
+dsv4_model *dsv4_model_load_deferred(const char *dir, char *err, size_t errlen)
+{
+    return model_load(dir, true, err, errlen);
+}
+
+int dsv4_model_fill(const dsv4_model *m, const void *p, size_t bytes)
+{
+    struct dsv4_deferred *df = m->deferred;
+    if (!df)
+        return 0;
+    uintptr_t b = (uintptr_t)p, e = b + bytes;
+    int rc = 0;
+    pthread_mutex_lock(&df->mu);
+    for (size_t i = 0; rc == 0 && i < df->n; i++) {
+        deferred_w *w = &df->w[i];
+        uintptr_t wb = (uintptr_t)w->out, we = wb + w->rows * w->src.cols * sizeof(float);
+        if (w->filled || (p && (we <= b || wb >= e)))
+            continue;
+        if ((rc = deferred_protect(df, w, true)) == 0) {
+            load_dequant(df->threads, &w->src, w->row0, w->rows, w->out);
+            w->filled = true;
+        }
+    }
+    if (rc == 0 && !p)
+        df->kept = true;
+    pthread_mutex_unlock(&df->mu);
+    return rc;
+}
+
+void dsv4_model_drop(const dsv4_model *m, const void *p, size_t bytes)
+{
+    struct dsv4_deferred *df = m->deferred;
+    if (!df)
+        return;
+    uintptr_t b = (uintptr_t)p, e = b + bytes;
+    pthread_mutex_lock(&df->mu);
+    for (size_t i = 0; !df->kept && i < df->n; i++) {
+        deferred_w *w = &df->w[i];
+        uintptr_t wb = (uintptr_t)w->out, we = wb + w->rows * w->src.cols * sizeof(float);
+        /* a failed madvise or mprotect leaves the weight filled, as it was */
+        if (w->filled && wb >= b && we <= e && deferred_protect(df, w, false) == 0)
+            w->filled = false;
+    }
+    pthread_mutex_unlock(&df->mu);
+}
+
 void dsv4_model_free(dsv4_model *m)
 {
     if (!m)
         return;
-    free(m->storage);
+    if (m->deferred) {
+        if (m->storage)
+            munmap(m->storage,
+                   m->deferred->arena_bytes ? m->deferred->arena_bytes : m->deferred->page);
+        deferred_free(m->deferred);
+    } else {
+        free(m->storage);
+    }
     free(m->dir);
     free(m);
 }

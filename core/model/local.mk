@@ -34,6 +34,13 @@ tests_unit_t_model_dequant_known_values_LDADD = $(TEST_CORE_LIBS)
 check_PROGRAMS += tests/unit/t-model-loads-mkmodel-values
 TESTS += tests/unit/t-model-loads-mkmodel-values
 tests_unit_t_model_loads_mkmodel_values_LDADD = $(TEST_CORE_LIBS)
+# dsv4_model_load_deferred against dsv4_model_load, alone and under a CPU engine
+check_PROGRAMS += tests/unit/t-model-deferred-load-fills-and-drops
+TESTS += tests/unit/t-model-deferred-load-fills-and-drops
+tests_unit_t_model_deferred_load_fills_and_drops_SOURCES = \
+	tests/unit/t-model-deferred-load-fills-and-drops.c tests/unit/engine-testmodel.c \
+	tests/unit/engine-testmodel.h
+tests_unit_t_model_deferred_load_fills_and_drops_LDADD = $(TEST_CORE_LIBS) -lm
 check_PROGRAMS += tests/unit/t-model-load-rejects-bad-checkpoint
 TESTS += tests/unit/t-model-load-rejects-bad-checkpoint
 tests_unit_t_model_load_rejects_bad_checkpoint_LDADD = $(TEST_CORE_LIBS)

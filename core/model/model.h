@@ -119,6 +119,7 @@ typedef struct dsv4_model {
     dsv4_hc_weights hc_head;
     dsv4_layer_weights layers[DSV4_MAX_LAYERS];
     void *storage;             /* loader-private: what free() releases */
+    struct dsv4_deferred *deferred; /* loader-private: what a deferred load left */
 } dsv4_model;
 
 /* Parse a config.json text into cfg (both the current HF keys and the legacy ones:
@@ -130,6 +131,20 @@ int dsv4_model_config_parse(const char *json, size_t len, dsv4_model_config *cfg
  * tensor ("model.safetensors: layers.2.attn.wkv.weight: shape [512,64], expected
  * [32,64]"). */
 dsv4_model *dsv4_model_load(const char *dir, char *err, size_t errlen);
+/* The same checks, but the large weights (the matrices the checkpoint stores as BF16, FP8 or
+ * FP4: embeddings, head, linear layers, experts) stay in the mapped checkpoint until
+ * dsv4_model_fill dequantises them in place; until then their memory is neither committed
+ * nor readable (a read faults). The CUDA backend fills, uploads and drops one weight at a
+ * time, so the host never holds the whole model in f32 (dsv4d and bench/decode-e2e load so
+ * for the cuda device). */
+dsv4_model *dsv4_model_load_deferred(const char *dir, char *err, size_t errlen);
+/* Every deferred weight overlapping [p, p + bytes) dequantised in place (p NULL: every
+ * weight, for good: dsv4_model_drop then keeps them). 0, or a negative errno where the
+ * memory cannot be made writable. Nothing to do on a model loaded whole. Thread-safe. */
+int dsv4_model_fill(const dsv4_model *model, const void *p, size_t bytes);
+/* The memory of every filled deferred weight wholly inside [p, p + bytes) given back and
+ * unreadable again until the next fill. Nothing to do on a model loaded whole. */
+void dsv4_model_drop(const dsv4_model *model, const void *p, size_t bytes);
 void dsv4_model_free(dsv4_model *model);
 
 /* The embedded default model: where dsv4d finds (and `dsv4ctl mkmodel --preset tiny`

@@ -4,7 +4,10 @@
  * formats on the device, the GPU's logits stay within 2e-3 of the CPU forward's (which
  * dequantises them to f32), in deterministic and in fast mode (tensor cores), over a
  * prefill of two sequences and decode steps; and in deterministic mode a sequence's
- * logits are bitwise the same alone and batched with another. f32 KV, indexk f32. */
+ * logits are bitwise the same alone and batched with another. Loaded deferred (the weights
+ * dequantised, uploaded and given back one at a time: dsv4_model_load_deferred), the
+ * deterministic logits are bitwise those of the model loaded whole, in a first engine and in
+ * a second one (which fills the weights again). f32 KV, indexk f32. */
 #include "config.h"
 
 #include <stdio.h>
@@ -99,6 +102,20 @@ static void check(const char *dtype, const dsv4_plugin_desc *ik)
     float *alone = run_alone(m, ik);
     ok(memcmp(alone, det.a, (TA + DEC) * V * sizeof(float)) == 0,
        "tiny %s: deterministic logits of a sequence alone = batched (bitwise)", dtype);
+    dsv4_model *md = dsv4_model_load_deferred(dir, err, sizeof(err));
+    if (!md)
+        bail_out("cannot load the tiny %s checkpoint deferred (%s)", dtype, err);
+    run_out dd;
+    run_pair(md, ik, DSV4_BACKEND_CUDA, false, &dd);
+    ok(memcmp(dd.a, det.a, (TA + DEC) * V * sizeof(float)) == 0 &&
+           memcmp(dd.b, det.b, (TB + DEC) * V * sizeof(float)) == 0,
+       "tiny %s: loaded deferred, the deterministic logits are the whole load's (bitwise)", dtype);
+    float *alone_d = run_alone(md, ik);
+    ok(memcmp(alone_d, alone, (TA + DEC) * V * sizeof(float)) == 0,
+       "tiny %s: and so in a second engine, which fills the weights again", dtype);
+    free(alone_d);
+    run_free(&dd);
+    dsv4_model_free(md);
     free(alone);
     run_free(&cpu);
     run_free(&det);
@@ -117,7 +134,7 @@ int main(void)
     gpu_require();
     dsv4_registry *reg;
     const dsv4_plugin_desc *ik = dsv4_test_indexk(&reg, "f32");
-    plan(6);
+    plan(10);
     check("fp8", ik);
     check("bf16", ik);
     dsv4_registry_free(reg);

@@ -1,0 +1,216 @@
+/* t-model-deferred-load-fills-and-drops: dsv4_model_load_deferred on the tiny preset written
+ * as fp8 (FP8 block scales, MXFP4 experts) and as bf16. Its large weights cannot be read
+ * before dsv4_model_fill (a read faults), are then bit for bit the values dsv4_model_load
+ * gives, fault again and hold no memory after dsv4_model_drop, and come back the same on the
+ * next fill. A CPU engine over it (which fills every weight for good) gives the loaded
+ * model's logits bit for bit, and a drop after it changes nothing. On a model loaded whole
+ * fill and drop do nothing. */
+#include "config.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "core/model/mkmodel.h"
+#include "core/model/model.h"
+#include "core/model/tensors.h"
+#include "tests/tap.h"
+#include "tests/unit/engine-testmodel.h"
+
+#define PROMPT 12
+#define FAULT_EXIT 42
+
+/* One tensor of both models: where its values are and how many bytes. */
+typedef struct tensor_ref {
+    const void *whole, *deferred;
+    size_t bytes;
+    bool large; /* a matrix the checkpoint stores narrower than f32: deferred */
+} tensor_ref;
+
+typedef struct refs {
+    dsv4_model *whole, *deferred;
+    tensor_ref *t;
+    size_t n, cap;
+} refs;
+
+static int collect_fn(void *ctx, const dsv4_tensor_desc *d)
+{
+    refs *r = ctx;
+    if (r->n == r->cap) {
+        r->cap = r->cap ? 2 * r->cap : 256;
+        if (!(r->t = realloc(r->t, r->cap * sizeof(*r->t))))
+            bail_out("out of memory");
+    }
+    size_t elem = d->wclass == DSV4_WC_INDEX ? sizeof(int32_t) : sizeof(float);
+    const char *a = *dsv4_tensor_slot(r->whole, d), *b = *dsv4_tensor_slot(r->deferred, d);
+    r->t[r->n++] =
+        (tensor_ref){a + d->elem_offset * elem, b + d->elem_offset * elem, d->rows * d->cols * elem,
+                     d->ndim == 2 && d->wclass != DSV4_WC_F32 && d->wclass != DSV4_WC_INDEX};
+    return 0;
+}
+
+/* Whether reading the float in the middle of t's deferred copy faults (in a child, whose
+ * SIGSEGV handler exits with FAULT_EXIT: a sanitizer's handler would report and abort). */
+static void on_fault(int sig)
+{
+    (void)sig;
+    _exit(FAULT_EXIT);
+}
+
+static bool read_faults(const tensor_ref *t)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        struct sigaction sa = {0};
+        sa.sa_handler = on_fault;
+        sigaction(SIGSEGV, &sa, NULL);
+        volatile float v = ((const float *)t->deferred)[t->bytes / sizeof(float) / 2];
+        (void)v;
+        _exit(0);
+    }
+    int st = 0;
+    if (pid < 0 || waitpid(pid, &st, 0) != pid)
+        bail_out("fork failed");
+    return WIFEXITED(st) && WEXITSTATUS(st) == FAULT_EXIT;
+}
+
+/* Pages wholly inside t's deferred copy that are resident. */
+static size_t resident_pages(const tensor_ref *t)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    uintptr_t lo = ((uintptr_t)t->deferred + page - 1) / page * page,
+              hi = ((uintptr_t)t->deferred + t->bytes) / page * page;
+    if (hi <= lo)
+        return 0;
+    size_t n = (hi - lo) / page, res = 0;
+    unsigned char *v = malloc(n);
+    if (!v || mincore((void *)lo, hi - lo, v) != 0)
+        bail_out("mincore failed");
+    for (size_t i = 0; i < n; i++)
+        res += v[i] & 1;
+    free(v);
+    return res;
+}
+
+/* The tensors whose deferred copy differs from the whole load's. */
+static size_t differing(const refs *r)
+{
+    size_t bad = 0;
+    for (size_t i = 0; i < r->n; i++)
+        bad += memcmp(r->t[i].whole, r->t[i].deferred, r->t[i].bytes) != 0;
+    return bad;
+}
+
+/* The largest deferred tensor (several pages: the embeddings). */
+static const tensor_ref *largest(const refs *r)
+{
+    const tensor_ref *big = NULL;
+    for (size_t i = 0; i < r->n; i++)
+        if (r->t[i].large && (!big || r->t[i].bytes > big->bytes))
+            big = &r->t[i];
+    return big;
+}
+
+static float *prefill_logits(const dsv4_model *m, const dsv4_plugin_desc *ik)
+{
+    char err[256];
+    dsv4_engine_conf conf = {.threads = 2,
+                             .kv_dtype = DSV4_KV_F32,
+                             .n_pages = 16,
+                             .n_slots = 2,
+                             .page_tokens = 16,
+                             .step_tokens = 32,
+                             .indexk = ik,
+                             .backend = DSV4_BACKEND_CPU};
+    dsv4_engine *eng = dsv4_engine_new(m, &conf, err, sizeof(err));
+    if (!eng)
+        bail_out("engine: %s", err);
+    size_t V = m->cfg.vocab_size;
+    float *out = malloc(PROMPT * V * sizeof(float));
+    int32_t toks[PROMPT];
+    dsv4_test_tokens(toks, PROMPT, (uint32_t)V, 5);
+    const int32_t *tp[1] = {toks};
+    uint32_t seq, len = PROMPT;
+    if (!out || dsv4_engine_seq_new(eng, &seq) != 0 ||
+        dsv4_engine_prefill(eng, 1, &seq, tp, &len, DSV4_LOGITS_ALL, &out) != 0)
+        bail_out("prefill failed");
+    dsv4_engine_free(eng);
+    return out;
+}
+
+static void check(const char *dtype, const dsv4_plugin_desc *ik)
+{
+    char dir[] = "/tmp/t-model-deferred-XXXXXX", err[512], path[600];
+    if (!mkdtemp(dir) || dsv4_mkmodel_write("tiny", 3, dtype, NULL, dir, err, sizeof(err)) != 0)
+        bail_out("cannot write the tiny %s checkpoint (%s)", dtype, err);
+    refs r = {0};
+    r.whole = dsv4_model_load(dir, err, sizeof(err));
+    if (!r.whole)
+        bail_out("load: %s", err);
+    r.deferred = dsv4_model_load_deferred(dir, err, sizeof(err));
+    ok(r.deferred != NULL, "tiny %s: the deferred load succeeds (%s)", dtype,
+       r.deferred ? "ok" : err);
+    if (!r.deferred)
+        bail_out("cannot go on");
+    dsv4_tensor_each(&r.whole->cfg, collect_fn, &r);
+    const tensor_ref *big = largest(&r);
+    if (!big || big->bytes < 4 * (size_t)sysconf(_SC_PAGESIZE))
+        bail_out("tiny %s: no deferred tensor of several pages", dtype);
+
+    ok(read_faults(big), "tiny %s: a deferred weight (%zu bytes) faults when read before a fill",
+       dtype, big->bytes);
+    int rc = 0;
+    for (size_t i = 0; i < r.n; i++)
+        rc |= dsv4_model_fill(r.deferred, r.t[i].deferred, r.t[i].bytes);
+    is_int(rc, 0, "tiny %s: every tensor fills", dtype);
+    is_int(differing(&r), 0, "tiny %s: all %zu tensors equal the whole load's, bit for bit", dtype,
+           r.n);
+
+    dsv4_model_drop(r.deferred, big->deferred, big->bytes);
+    ok(read_faults(big) && resident_pages(big) == 0,
+       "tiny %s: after a drop it faults again and holds no page", dtype);
+    is_int(dsv4_model_fill(r.deferred, big->deferred, big->bytes), 0, "tiny %s: it fills again",
+           dtype);
+    ok(memcmp(big->whole, big->deferred, big->bytes) == 0, "tiny %s: with the same values", dtype);
+
+    dsv4_model_drop(r.deferred, big->deferred, big->bytes);
+    float *want = prefill_logits(r.whole, ik), *got = prefill_logits(r.deferred, ik);
+    size_t V = r.whole->cfg.vocab_size;
+    ok(memcmp(want, got, PROMPT * V * sizeof(float)) == 0,
+       "tiny %s: a CPU engine over it (every weight filled) gives the same logits, bitwise", dtype);
+    dsv4_model_drop(r.deferred, big->deferred, big->bytes);
+    ok(!read_faults(big) && differing(&r) == 0,
+       "tiny %s: once the CPU forward has them, a drop keeps every weight", dtype);
+
+    dsv4_model_drop(r.whole, big->whole, big->bytes);
+    tensor_ref w = {big->whole, big->whole, big->bytes, true};
+    ok(!read_faults(&w) && dsv4_model_fill(r.whole, NULL, 0) == 0 && differing(&r) == 0,
+       "tiny %s: on a model loaded whole, drop and fill do nothing", dtype);
+    free(want);
+    free(got);
+    free(r.t);
+    dsv4_model_free(r.whole);
+    dsv4_model_free(r.deferred);
+    static const char *const files[] = {"config.json", "model.safetensors"};
+    for (size_t i = 0; i < 2; i++) {
+        snprintf(path, sizeof(path), "%s/%s", dir, files[i]);
+        unlink(path);
+    }
+    rmdir(dir);
+}
+
+int main(void)
+{
+    dsv4_registry *reg;
+    const dsv4_plugin_desc *ik = dsv4_test_indexk(&reg, "f32");
+    plan(2 * 10);
+    check("fp8", ik);
+    check("bf16", ik);
+    dsv4_registry_free(reg);
+    return done_testing();
+}
