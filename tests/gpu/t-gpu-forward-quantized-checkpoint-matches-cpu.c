@@ -13,9 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
-#include "core/model/mkmodel.h"
 #include "tests/gpu/gpu-engine.h"
 #include "tests/gpu/gpu.h"
 #include "tests/tap.h"
@@ -84,9 +82,8 @@ static void run_free(run_out *o)
 
 static void check(const char *dtype, const dsv4_plugin_desc *ik)
 {
-    char dir[] = "/tmp/t-gpu-quant-XXXXXX", err[512], path[600];
-    if (!mkdtemp(dir) || dsv4_mkmodel_write("tiny", 7, dtype, NULL, dir, err, sizeof(err)) != 0)
-        bail_out("cannot write the tiny %s checkpoint (%s)", dtype, err);
+    char dir[] = "/tmp/t-gpu-quant-XXXXXX", err[512];
+    dsv4_test_ckpt_new(dir, 7, dtype);
     dsv4_model *m = dsv4_model_load(dir, err, sizeof(err));
     if (!m)
         bail_out("cannot load the tiny %s checkpoint (%s)", dtype, err);
@@ -121,12 +118,7 @@ static void check(const char *dtype, const dsv4_plugin_desc *ik)
     run_free(&det);
     run_free(&fast);
     dsv4_model_free(m);
-    static const char *const files[] = {"config.json", "model.safetensors"};
-    for (size_t i = 0; i < 2; i++) {
-        snprintf(path, sizeof(path), "%s/%s", dir, files[i]);
-        unlink(path);
-    }
-    rmdir(dir);
+    dsv4_test_ckpt_remove(dir);
 }
 
 int main(void)

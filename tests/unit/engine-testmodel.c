@@ -2,10 +2,13 @@
 #include "tests/unit/engine-testmodel.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/engine/sample.h"
+#include "core/model/mkmodel.h"
 #include "tests/tap.h"
 
 dsv4_test_shape dsv4_test_shape_default(void)
@@ -229,6 +232,25 @@ dsv4_engine *dsv4_test_engine(const dsv4_model *m, const dsv4_plugin_desc *ik, u
     if (!eng)
         bail_out("engine: %s", err);
     return eng;
+}
+
+void dsv4_test_ckpt_new(char *template, uint64_t seed, const char *dtype)
+{
+    char err[512];
+    if (!mkdtemp(template) ||
+        dsv4_mkmodel_write("tiny", seed, dtype, NULL, template, err, sizeof(err)) != 0)
+        bail_out("cannot write the tiny %s checkpoint (%s)", dtype, err);
+}
+
+void dsv4_test_ckpt_remove(const char *dir)
+{
+    static const char *const files[] = {"config.json", "model.safetensors"};
+    char path[4096];
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+        snprintf(path, sizeof(path), "%s/%s", dir, files[i]);
+        unlink(path);
+    }
+    rmdir(dir);
 }
 
 void dsv4_test_tokens(int32_t *ids, uint32_t n, uint32_t vocab, uint64_t seed)

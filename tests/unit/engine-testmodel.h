@@ -31,6 +31,12 @@ const dsv4_plugin_desc *dsv4_test_indexk(dsv4_registry **reg_p, const char *name
 dsv4_engine *dsv4_test_engine(const dsv4_model *m, const dsv4_plugin_desc *ik, uint32_t threads,
                               uint32_t step_tokens, dsv4_kv_dtype dtype);
 
+/* A tiny-preset checkpoint (dsv4ctl mkmodel --preset tiny --seed seed --dtype dtype) in a new
+ * folder made from template (a mkdtemp template, rewritten); bails out on failure. */
+void dsv4_test_ckpt_new(char *template, uint64_t seed, const char *dtype);
+/* The folder dsv4_test_ckpt_new made, removed. */
+void dsv4_test_ckpt_remove(const char *dir);
+
 /* Deterministic token ids in [0, vocab). */
 void dsv4_test_tokens(int32_t *ids, uint32_t n, uint32_t vocab, uint64_t seed);
 

@@ -15,7 +15,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "core/model/mkmodel.h"
 #include "core/model/model.h"
 #include "core/model/tensors.h"
 #include "tests/tap.h"
@@ -118,18 +117,8 @@ static const tensor_ref *largest(const refs *r)
 
 static float *prefill_logits(const dsv4_model *m, const dsv4_plugin_desc *ik)
 {
-    char err[256];
-    dsv4_engine_conf conf = {.threads = 2,
-                             .kv_dtype = DSV4_KV_F32,
-                             .n_pages = 16,
-                             .n_slots = 2,
-                             .page_tokens = 16,
-                             .step_tokens = 32,
-                             .indexk = ik,
-                             .backend = DSV4_BACKEND_CPU};
-    dsv4_engine *eng = dsv4_engine_new(m, &conf, err, sizeof(err));
-    if (!eng)
-        bail_out("engine: %s", err);
+    /* the CPU backend, as dsv4_test_engine asks */
+    dsv4_engine *eng = dsv4_test_engine(m, ik, 2, 32, DSV4_KV_F32);
     size_t V = m->cfg.vocab_size;
     float *out = malloc(PROMPT * V * sizeof(float));
     int32_t toks[PROMPT];
@@ -145,9 +134,8 @@ static float *prefill_logits(const dsv4_model *m, const dsv4_plugin_desc *ik)
 
 static void check(const char *dtype, const dsv4_plugin_desc *ik)
 {
-    char dir[] = "/tmp/t-model-deferred-XXXXXX", err[512], path[600];
-    if (!mkdtemp(dir) || dsv4_mkmodel_write("tiny", 3, dtype, NULL, dir, err, sizeof(err)) != 0)
-        bail_out("cannot write the tiny %s checkpoint (%s)", dtype, err);
+    char dir[] = "/tmp/t-model-deferred-XXXXXX", err[512];
+    dsv4_test_ckpt_new(dir, 3, dtype);
     refs r = {0};
     r.whole = dsv4_model_load(dir, err, sizeof(err));
     if (!r.whole)
@@ -196,12 +184,7 @@ static void check(const char *dtype, const dsv4_plugin_desc *ik)
     free(r.t);
     dsv4_model_free(r.whole);
     dsv4_model_free(r.deferred);
-    static const char *const files[] = {"config.json", "model.safetensors"};
-    for (size_t i = 0; i < 2; i++) {
-        snprintf(path, sizeof(path), "%s/%s", dir, files[i]);
-        unlink(path);
-    }
-    rmdir(dir);
+    dsv4_test_ckpt_remove(dir);
 }
 
 int main(void)
