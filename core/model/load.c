@@ -351,11 +351,17 @@ static char *read_config(const char *path, size_t *len_p, char *err, size_t errl
     return buf;
 }
 
+/* The end of w's floats in the arena. */
+static uintptr_t deferred_end(const deferred_w *w)
+{
+    return (uintptr_t)w->out + w->rows * w->src.cols * sizeof(float);
+}
+
 /* The page-aligned interior of w's floats: [*lo, *hi), empty where it holds no whole page. */
 static void deferred_pages(const struct dsv4_deferred *df, const deferred_w *w, uintptr_t *lo,
                            uintptr_t *hi)
 {
-    uintptr_t b = (uintptr_t)w->out, e = b + w->rows * w->src.cols * sizeof(float);
+    uintptr_t b = (uintptr_t)w->out, e = deferred_end(w);
     *lo = (b + df->page - 1) / df->page * df->page;
     *hi = e / df->page * df->page;
     if (*hi < *lo)
@@ -485,7 +491,7 @@ int dsv4_model_fill(const dsv4_model *m, const void *p, size_t bytes)
     pthread_mutex_lock(&df->mu);
     for (size_t i = 0; rc == 0 && i < df->n; i++) {
         deferred_w *w = &df->w[i];
-        uintptr_t wb = (uintptr_t)w->out, we = wb + w->rows * w->src.cols * sizeof(float);
+        uintptr_t wb = (uintptr_t)w->out, we = deferred_end(w);
         if (w->filled || (p && (we <= b || wb >= e)))
             continue;
         if ((rc = deferred_protect(df, w, true)) == 0) {
@@ -508,7 +514,7 @@ void dsv4_model_drop(const dsv4_model *m, const void *p, size_t bytes)
     pthread_mutex_lock(&df->mu);
     for (size_t i = 0; !df->kept && i < df->n; i++) {
         deferred_w *w = &df->w[i];
-        uintptr_t wb = (uintptr_t)w->out, we = wb + w->rows * w->src.cols * sizeof(float);
+        uintptr_t wb = (uintptr_t)w->out, we = deferred_end(w);
         /* a failed madvise or mprotect leaves the weight filled, as it was */
         if (w->filled && wb >= b && we <= e && deferred_protect(df, w, false) == 0)
             w->filled = false;

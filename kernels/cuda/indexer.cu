@@ -1212,14 +1212,6 @@ static dim3 ik_grid(const ik_device *d, int per_sm, uint32_t rpp, const dsv4_cud
     return dim3((unsigned)((max_pages + ppb - 1) / ppb), bt->n_queries);
 }
 
-/* Launches kernel(args...) on stream. */
-template <typename... P, typename... A>
-static int ik_start(void (*kernel)(P...), dim3 grid, uint32_t threads, size_t smem,
-                    cudaStream_t stream, A... args)
-{
-    return dsv4_pdl_launch(kernel, grid, threads, smem, stream, args...);
-}
-
 /* cuTensorMapEncodeTiled from the driver, found through the runtime (nothing more linked). */
 static PFN_cuTensorMapEncodeTiled_v12000 ik_encode;
 static void ik_encode_find(void)
@@ -1269,8 +1261,8 @@ static int ik_launch_tm(ik_device *d, uint32_t rpp, const void *pool, const dsv4
         return rc;
     uint32_t ppb;
     const dim3 grid = ik_grid(d, per_sm, rpp, bt, &ppb);
-    return ik_start(dsv4_ik_tm_kernel<f8, DIM>, grid, 128, smem, stream, map, (const uint8_t *)pool,
-                    page_bytes, rpp, stages, ppb, *bt, scores);
+    return dsv4_pdl_launch(dsv4_ik_tm_kernel<f8, DIM>, grid, 128, smem, stream, map,
+                           (const uint8_t *)pool, page_bytes, rpp, stages, ppb, *bt, scores);
 }
 
 template <dsv4_cuda_ik_format F, int DIM>
@@ -1311,8 +1303,8 @@ static int ik_launch(uint32_t rpp, const void *pool, const dsv4_cuda_ik_batch *b
         return rc;
     uint32_t ppb;
     const dim3 grid = ik_grid(d, per_sm, rpp, bt, &ppb);
-    return ik_start(kernel, grid, threads, smem, stream, (const uint8_t *)pool, page_bytes, rpp,
-                    stages, ppb, *bt, scores);
+    return dsv4_pdl_launch(kernel, grid, threads, smem, stream, (const uint8_t *)pool, page_bytes,
+                           rpp, stages, ppb, *bt, scores);
 }
 
 template <dsv4_cuda_ik_format F>
