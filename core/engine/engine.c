@@ -272,7 +272,8 @@ static int dsv4_engine_pages(dsv4_engine *eng, dsv4_eseq *s, uint32_t tokens)
 
 int dsv4_engine_seq_reserve(dsv4_engine *eng, uint32_t seq, uint32_t tokens)
 {
-    if (seq >= eng->conf.n_slots || !eng->seqs[seq].live || eng->seqs[seq].len != 0 ||
+    if (seq >= eng->conf.n_slots || !eng->seqs[seq].live || eng->seqs[seq].len > tokens ||
+        eng->seqs[seq].len % eng->conf.page_tokens != 0 ||
         tokens > eng->conf.n_pages * eng->conf.page_tokens)
         return -EINVAL;
     int rc = dsv4_engine_pages(eng, &eng->seqs[seq], tokens);

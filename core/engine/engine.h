@@ -65,11 +65,12 @@ void dsv4_engine_free(dsv4_engine *eng);
 int dsv4_engine_seq_new(dsv4_engine *eng, uint32_t *seq_p);
 /* Give the sequence's pages and state slot back to the pool. */
 void dsv4_engine_seq_free(dsv4_engine *eng, uint32_t seq);
-/* Give an empty sequence pages for its first `tokens` tokens without running the forward,
- * and make that its length: a PD transfer writes those pages and the state slot (the
- * decode role, core/serve/pd_decode.c), and the sequence must not run before it landed.
- * 0, -EINVAL (not empty, over the context) or -ENOSPC (the pages taken so far stay with
- * the sequence: free it). */
+/* Give a sequence that is empty, or holds only whole pages adopted from the prefix cache
+ * (dsv4_engine_seq_adopt), pages up to its first `tokens` tokens without running the
+ * forward, and make that its length: a PD transfer writes the new pages and the state
+ * slot (the decode role, core/serve/pd_decode.c), and the sequence must not run before it
+ * landed. 0, -EINVAL (longer than `tokens` or not a whole number of pages, over the
+ * context) or -ENOSPC (the pages taken so far stay with the sequence: free it). */
 int dsv4_engine_seq_reserve(dsv4_engine *eng, uint32_t seq, uint32_t tokens);
 /* Tokens in the sequence's KV so far. */
 uint32_t dsv4_engine_seq_len(const dsv4_engine *eng, uint32_t seq);

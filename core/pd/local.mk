@@ -64,6 +64,7 @@ tests_unit_t_pd_lease_drains_before_free_and_rejects_stale_LDADD = $(TEST_CORE_L
 
 # PD integration tests: prefill and decode daemons on 127.0.0.1 (tests/integ/dsv4d_pd.py).
 PD_INTEG_TESTS = tests/integ/t-pd-golden-tokens-match-unified.sh \
+	tests/integ/t-pd-decode-reuses-its-cached-prefix.sh \
 	tests/integ/t-pd-chaos-faults-are-caught-and-retried.sh \
 	tests/integ/t-pd-survives-prefill-kill.sh \
 	tests/integ/t-pd-refuses-mismatched-peers.sh

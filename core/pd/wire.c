@@ -96,6 +96,7 @@ static void put_body(dsv4_pd_out *o, const dsv4_pd_msg *m)
         put_u32(o, m->lease.n_tokens);
         for (uint32_t i = 0; i < m->lease.n_tokens; i++)
             put_u32(o, (uint32_t)m->lease.tokens[i]);
+        put_u32(o, m->lease.first_page);
         put_u32(o, m->lease.n_pages);
         for (uint32_t i = 0; i < m->lease.n_pages; i++)
             put_u32(o, m->lease.pages[i]);
@@ -169,7 +170,8 @@ static int dsv4_pd_msg_check(const dsv4_pd_msg *m, char *err, size_t errlen)
     else if (m->type == DSV4_PD_XFER && m->xfer.n_runs > DSV4_PD_MAX_PAGES)
         what = "too many runs";
     else if (m->type == DSV4_PD_LEASE &&
-             (m->lease.n_tokens > DSV4_PD_MAX_TOKENS || m->lease.n_pages > DSV4_PD_MAX_PAGES))
+             (m->lease.n_tokens > DSV4_PD_MAX_TOKENS || m->lease.n_pages > DSV4_PD_MAX_PAGES ||
+              m->lease.first_page > DSV4_PD_MAX_PAGES - m->lease.n_pages))
         what = "too many tokens or pages";
     else if (m->type == DSV4_PD_ERROR && str_len(m->error.text) >= DSV4_PD_MAX_TEXT)
         what = "error text too long";
@@ -406,6 +408,7 @@ static void get_body(dsv4_pd_in *in, dsv4_pd_msg *m)
         m->lease.deadline_ms = get_u32(in, "deadline");
         m->lease.n_tokens = get_count(in, 4, DSV4_PD_MAX_TOKENS, "token count");
         m->lease.tokens = get_array(in, m->lease.n_tokens, 4, &m->owned[0], "tokens");
+        m->lease.first_page = get_u32(in, "first page");
         m->lease.n_pages = get_count(in, 4, DSV4_PD_MAX_PAGES, "page count");
         m->lease.pages = get_array(in, m->lease.n_pages, 4, &m->owned[1], "pages");
         uint64_t with_state = get_uint(in, 1, "state flag");

@@ -12,8 +12,7 @@
  * and against a cap; trailing bytes are an error).
  *
  * BOOTSTRAP and XFER exist for two-sided transports only (transport.h: bootstrap(),
- * recv_post()); a server whose transport is one-sided never sends them, so version 1 peers
- * of local, ucx and chaos exchange exactly the frames they always did.
+ * recv_post()); a server whose transport is one-sided never sends them.
  *
  * Keys and sequence numbers belong to the connection (conn.h): HELLO frames carry seq 0
  * and are keyed with the shared secret itself; every later frame uses a per-direction
@@ -32,7 +31,7 @@
 #include <dsv4d/transport.h>
 
 #define DSV4_PD_MAGIC 0x44503444u /* "D4PD" as little-endian bytes */
-#define DSV4_PD_VERSION 1
+#define DSV4_PD_VERSION 2 /* 2: LEASE names its first page (the decode side holds those before) */
 #define DSV4_PD_HEADER_BYTES 24
 #define DSV4_PD_MAC_BYTES 32
 #define DSV4_PD_NONCE_BYTES 16
@@ -83,10 +82,11 @@ typedef struct dsv4_pd_hello {
 } dsv4_pd_hello;
 
 typedef struct dsv4_pd_lease {
-    uint32_t deadline_ms; /* how long the prefill has from receipt to completion */
-    const int32_t *tokens;
+    uint32_t deadline_ms;  /* how long the prefill has from receipt to completion */
+    const int32_t *tokens; /* the whole prompt whose KV the decode server needs */
     uint32_t n_tokens;
-    const uint32_t *pages; /* destination pages in the decode pool, in token order */
+    uint32_t first_page;   /* the KV's pages before it are the decode server's already */
+    const uint32_t *pages; /* destination of pages first_page.. in the decode pool, in order */
     uint32_t n_pages;
     bool with_state;
     uint32_t state_slot; /* destination state slot (with_state) */

@@ -48,8 +48,9 @@ typedef struct mx {
     size_t pd_sched_unrun;  /* PD rows left out by pd_one_sched */
     char prefill_log[336]; /* the log of the last PD pair's prefill server */
     /* what the last PD pair's run changed in its prefill server's /metrics (NULL: the
-     * last deployment was unified, or the server did not answer): the prefill server
-     * holds a PD pair's prefix cache and host tier, the decode server neither */
+     * last deployment was unified, or the server did not answer): each server of a PD
+     * pair has its own prefix cache and host tier (the prefill server's saves computing
+     * a prompt, the decode server's saves moving its KV) */
     json_t *prefill_delta;
     dsv4_matrix_row *rows;
     size_t n, cap;
@@ -270,22 +271,29 @@ static double counter(const dsv4_repro *r, const char *name, bool *found_p)
 }
 
 /* What a passing run went through on its servers, so a reader can tell a combination that
- * was exercised from one that merely started: the prefix cache's counters from the server
- * that holds it (a PD pair's prefill server), the PD bytes from the decode server. */
+ * was exercised from one that merely started: the prefix cache's counters of the server
+ * (of each server of a PD pair) and the PD bytes the decode server received. */
 static void coverage_note_append(const mx *m, dsv4_matrix_row *row, const dsv4_repro *r)
 {
     bool f;
-    const json_t *cache = m->prefill_delta ? m->prefill_delta : dsv4_repro_server_delta(r);
+    const json_t *served = dsv4_repro_server_delta(r);
+    const json_t *cache = m->prefill_delta ? m->prefill_delta : served;
     size_t n = strlen(row->note);
-    snprintf(row->note + n, sizeof(row->note) - n,
-             "%s%sprefix-cache hit tokens %.0f, evicted pages %.0f, host-tier loads %.0f%s pd "
-             "transfer bytes %.0f",
-             n ? "; " : "", m->prefill_delta ? "prefill server: " : "",
-             delta_counter(cache, "dsv4d_prefix_cache_hit_tokens_total", &f),
-             delta_counter(cache, "dsv4d_prefix_cache_evicted_pages_total", &f),
-             delta_counter(cache, "dsv4d_hostcache_loads_total", &f),
-             m->prefill_delta ? "; decode server:" : ",",
-             counter(r, "dsv4d_pd_transfer_bytes_total", &f));
+    n += (size_t)snprintf(row->note + n, sizeof(row->note) - n,
+                          "%s%sprefix-cache hit tokens %.0f, evicted pages %.0f, host-tier "
+                          "loads %.0f",
+                          n ? "; " : "", m->prefill_delta ? "prefill server: " : "",
+                          delta_counter(cache, "dsv4d_prefix_cache_hit_tokens_total", &f),
+                          delta_counter(cache, "dsv4d_prefix_cache_evicted_pages_total", &f),
+                          delta_counter(cache, "dsv4d_hostcache_loads_total", &f));
+    if (m->prefill_delta && n < sizeof(row->note))
+        n += (size_t)snprintf(row->note + n, sizeof(row->note) - n,
+                              "; decode server: prefix-cache hit tokens %.0f, host-tier loads %.0f",
+                              delta_counter(served, "dsv4d_prefix_cache_hit_tokens_total", &f),
+                              delta_counter(served, "dsv4d_hostcache_loads_total", &f));
+    if (n < sizeof(row->note))
+        snprintf(row->note + n, sizeof(row->note) - n, ", pd transfer bytes %.0f",
+                 counter(r, "dsv4d_pd_transfer_bytes_total", &f));
 }
 
 /* Did a PD pair really move KV? A pair that answers without transferring (say, a decode

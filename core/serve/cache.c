@@ -8,6 +8,12 @@
  * those pages, copies the snapshot into its own slot and prefills only the rest. At least
  * one token is always left to prefill, since sampling needs the logits of the last one.
  *
+ * A decode server (PD) keeps more: every whole page of a request that ran, with or
+ * without a snapshot, since its PD requests get the state with their KV from the prefill
+ * server. A new PD request adopts the longest cached whole-page prefix of its prompt
+ * (leaving at least one page to move) and leases only the pages after it (pd_decode.c):
+ * a multi-turn session's history is moved once, not again every turn.
+ *
  * Snapshot slots come from the state slots requests use; a request takes one only while
  * a slot stays free for every request max_running could still admit.
  *
@@ -26,6 +32,7 @@
 #include <stdlib.h>
 
 #include "core/serve/metrics.h"
+#include "core/serve/pd.h"
 #include "core/util/log.h"
 #include "core/util/status.h"
 
@@ -83,7 +90,8 @@ int dsv4_serve_cache_new(dsv4_server *srv, const dsv4_config *conf, char *err, s
     dsv4_radix_hooks hooks = {
         srv->eng,  dsv4_serve_hook_ref,       dsv4_serve_hook_unref, dsv4_serve_hook_slot_free,
         srv->tier, dsv4_serve_hook_page_alloc};
-    srv->cache = dsv4_radix_new(srv->page_tokens, &hooks);
+    srv->keep_pages = conf->server.role == DSV4_ROLE_DECODE;
+    srv->cache = dsv4_radix_new(srv->page_tokens, &hooks, srv->keep_pages);
     srv->cache_pages = malloc((srv->max_context / srv->page_tokens + 1) * sizeof(uint32_t));
     if (!srv->cache || !srv->cache_pages) {
         snprintf(err, errlen, "server: out of memory");
@@ -99,22 +107,38 @@ void dsv4_serve_cache_free(dsv4_server *srv)
     free(srv->cache_pages);
 }
 
+/* What r's cached prefix must end at, and in how many of its tokens (*n_p) it may lie. A
+ * decode server's PD request takes whole pages only (its prefill server sends the state)
+ * and leaves at least one page of its prompt's KV to move (the state travels with it);
+ * any other request needs the state at the prefix's end and one token to prefill. */
+static dsv4_radix_want dsv4_serve_cache_want(const dsv4_server *srv, const dsv4_sreq *r,
+                                             uint32_t *n_p)
+{
+    bool pd = dsv4_pd_decode_takes(srv, r);
+    *n_p = dsv4_sreq_len(r) - (pd ? 2 : 1);
+    return pd ? DSV4_RADIX_PAGES : DSV4_RADIX_WITH_STATE;
+}
+
 uint32_t dsv4_serve_cache_peek(dsv4_server *srv, const dsv4_sreq *r)
 {
-    return dsv4_radix_match(srv->cache, r->toks, dsv4_sreq_len(r) - 1, NULL, NULL) *
-           srv->page_tokens;
+    uint32_t n, on_host;
+    dsv4_radix_want want = dsv4_serve_cache_want(srv, r, &n);
+    return dsv4_radix_peek(srv->cache, r->toks, n, want, &on_host) * srv->page_tokens;
 }
 
 uint32_t dsv4_serve_cache_hit_pages(const dsv4_server *srv, const dsv4_sreq *r)
 {
-    uint32_t on_host;
-    return dsv4_radix_peek(srv->cache, r->toks, dsv4_sreq_len(r) - 1, &on_host) - on_host;
+    uint32_t n, on_host;
+    dsv4_radix_want want = dsv4_serve_cache_want(srv, r, &n);
+    return dsv4_radix_peek(srv->cache, r->toks, n, want, &on_host) - on_host;
 }
 
 /* Bring the matched path of a locked node onto the device (radix.h): free device pages
  * for the pages on host by evicting others first, then start the load; the snapshot, when
- * on host only, is loaded into r's own slot. 0, or why the prefix cannot be used. */
-static int dsv4_serve_cache_fetch(dsv4_server *srv, dsv4_sreq *r, dsv4_radix_node *node, uint32_t m)
+ * on host only and `want` needs it, is loaded into r's own slot. 0, or why the prefix
+ * cannot be used. */
+static int dsv4_serve_cache_fetch(dsv4_server *srv, dsv4_sreq *r, dsv4_radix_node *node, uint32_t m,
+                                  dsv4_radix_want want)
 {
     uint32_t on_host = 0, free = dsv4_kv_pages_free(dsv4_engine_kv(srv->eng)), slot, n_pages;
     for (uint32_t i = 0; i < m; i++)
@@ -123,20 +147,23 @@ static int dsv4_serve_cache_fetch(dsv4_server *srv, dsv4_sreq *r, dsv4_radix_nod
         dsv4_serve_cache_evict(srv, on_host - free, 0);
     if (!dsv4_engine_seq_pages(srv->eng, r->seq, &slot, &n_pages))
         return -EINVAL;
-    return dsv4_radix_fetch(srv->cache, node, srv->cache_pages, slot);
+    return dsv4_radix_fetch(srv->cache, node, srv->cache_pages,
+                            want == DSV4_RADIX_WITH_STATE ? slot : DSV4_RADIX_NO_SLOT);
 }
 
 uint32_t dsv4_serve_cache_adopt(dsv4_server *srv, dsv4_sreq *r)
 {
     dsv4_radix_node *node;
-    uint32_t m =
-        dsv4_radix_match(srv->cache, r->toks, dsv4_sreq_len(r) - 1, srv->cache_pages, &node);
+    uint32_t n;
+    dsv4_radix_want want = dsv4_serve_cache_want(srv, r, &n);
+    uint32_t m = dsv4_radix_match(srv->cache, r->toks, n, want, srv->cache_pages, &node);
     if (m == 0)
         return 0;
     /* locked first: evicting room for a load must not take this path */
     dsv4_radix_lock(srv->cache, node);
-    uint32_t snap = dsv4_radix_node_slot(node);
-    int rc = srv->tier ? dsv4_serve_cache_fetch(srv, r, node, m) : 0;
+    /* a PD request's state comes from its prefill server: no snapshot is copied */
+    uint32_t snap = want == DSV4_RADIX_WITH_STATE ? dsv4_radix_node_slot(node) : DSV4_RADIX_NO_SLOT;
+    int rc = srv->tier ? dsv4_serve_cache_fetch(srv, r, node, m, want) : 0;
     if (rc == 0)
         rc = dsv4_engine_seq_adopt(srv->eng, r->seq, srv->cache_pages, m,
                                    snap == DSV4_RADIX_NO_SLOT ? DSV4_ENGINE_NO_SLOT : snap);
@@ -175,15 +202,22 @@ void dsv4_serve_cache_release(dsv4_server *srv, dsv4_sreq *r, bool insert)
     /* r's slot may be the target of the active load: it lands before the slot is reused */
     if (srv->tier)
         dsv4_hc_tier_load_finish(srv->tier);
-    if (r->snap_slot != DSV4_RADIX_NO_SLOT) {
-        uint32_t slot, n_pages = 0;
-        const uint32_t *pages = dsv4_engine_seq_pages(srv->eng, r->seq, &slot, &n_pages);
-        if (insert && pages && n_pages >= r->snap_pages)
-            dsv4_radix_insert(srv->cache, r->toks, r->snap_pages, pages, r->snap_slot);
-        else
-            dsv4_engine_slot_free(srv->eng, r->snap_slot);
-        r->snap_slot = DSV4_RADIX_NO_SLOT;
-    }
+    bool snap = r->snap_slot != DSV4_RADIX_NO_SLOT;
+    uint32_t snap_pages = snap ? r->snap_pages : 0;
+    /* a decode server keeps every whole page of a request that ran (its KV verified or
+     * computed here): the next turn's PD request adopts them instead of moving them */
+    uint32_t whole =
+        srv->keep_pages && r->where == DSV4_SREQ_RUNNING ? r->n_fed / srv->page_tokens : 0;
+    whole = whole > snap_pages ? whole : snap_pages;
+    uint32_t slot, n_pages = 0;
+    const uint32_t *pages =
+        insert && whole ? dsv4_engine_seq_pages(srv->eng, r->seq, &slot, &n_pages) : NULL;
+    if (pages && n_pages >= whole)
+        dsv4_radix_insert(srv->cache, r->toks, whole, pages, snap_pages,
+                          snap ? r->snap_slot : DSV4_RADIX_NO_SLOT);
+    else if (snap)
+        dsv4_engine_slot_free(srv->eng, r->snap_slot);
+    r->snap_slot = DSV4_RADIX_NO_SLOT;
     if (r->node) {
         dsv4_radix_unlock(srv->cache, r->node);
         r->node = NULL;

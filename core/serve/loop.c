@@ -247,22 +247,27 @@ static bool dsv4_serve_try_admit(dsv4_server *srv, dsv4_sreq *r, uint32_t *reser
     if (dsv4_engine_seq_new(srv->eng, &r->seq) != 0)
         return false;
     r->n_fed = 0;
-    if (dsv4_pd_decode_takes(srv, r)) { /* decode role: the prompt's KV comes from a peer */
-        if (dsv4_pd_decode_reserve(srv, r) != 0) {
-            dsv4_engine_seq_free(srv->eng, r->seq);
-            return false;
-        }
-        *reserved += claim - dsv4_serve_pages(srv, r->n_fed);
-        return true;
-    }
+    bool pd = dsv4_pd_decode_takes(srv, r); /* decode role: the prompt's KV comes from a peer */
     uint32_t adopted = dsv4_serve_cache_adopt(srv, r);
+    if (pd) { /* its pages are taken now, not step by step: make room for them first */
+        uint32_t need = dsv4_serve_pages(srv, r->n_prompt - 1) - dsv4_serve_pages(srv, r->n_fed),
+                 free = dsv4_serve_pages_free(srv);
+        if (free < need)
+            dsv4_serve_cache_evict(srv, need - free, 0);
+    }
+    if (pd && dsv4_pd_decode_reserve(srv, r) != 0) {
+        dsv4_serve_cache_release(srv, r, false);
+        dsv4_engine_seq_free(srv->eng, r->seq);
+        return false;
+    }
     if (!r->admitted) {
         r->admitted = true;
         r->cached = adopted < r->n_prompt ? adopted : r->n_prompt;
         dsv4_metric_add(DSV4_M_PREFIX_QUERY_TOKENS, r->n_prompt);
         dsv4_metric_add(DSV4_M_PREFIX_HIT_TOKENS, r->cached);
     }
-    dsv4_serve_move(srv, r, DSV4_SREQ_RUNNING, false);
+    if (!pd)
+        dsv4_serve_move(srv, r, DSV4_SREQ_RUNNING, false);
     *reserved += claim - dsv4_serve_pages(srv, r->n_fed);
     return true;
 }

@@ -4,7 +4,8 @@
  *
  * Decode role: clients talk to it as to a unified server. A new request with at least two
  * prompt tokens is admitted into the PD state instead of running: it reserves a sequence
- * (state slot and pages for all prompt tokens but the last) and leases that KV to the
+ * (state slot and pages for all prompt tokens but the last, starting from the whole pages
+ * of its prompt its own prefix cache holds, cache.c) and leases the rest of that KV to the
  * prefill peer with the least outstanding work. When the completion arrives and every
  * block of every buffer verifies against its checksums, the request joins the running
  * batch with the last prompt token left to feed, so sampling starts exactly where a
@@ -40,9 +41,9 @@ bool dsv4_pd_wants_shared_pool(const dsv4_config *conf);
 
 /* Decode role, admission: true when r's prompt KV should come from a prefill server. */
 bool dsv4_pd_decode_takes(const dsv4_server *srv, const dsv4_sreq *r);
-/* Decode role: r holds a new empty sequence; reserve its prompt KV, move it to the PD
- * state and start its lease. 0, or a negative status (r is unchanged but for the
- * sequence, which the caller frees). */
+/* Decode role: r holds a new sequence, empty or with whole pages adopted from the prefix
+ * cache; reserve the rest of its prompt KV, move it to the PD state and start its lease. 0, or a
+ * negative status (r is unchanged but for the sequence, which the caller frees). */
 int dsv4_pd_decode_reserve(dsv4_server *srv, dsv4_sreq *r);
 
 /* Prefill role: r (a lease) has fed its last prompt token; hand its KV to the transport. */

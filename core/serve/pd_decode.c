@@ -7,6 +7,12 @@
  * side and keeps reading until the prefill side closes too, and only then reports the peer
  * gone; then it reconnects.
  *
+ * A lease names the prompt (all its tokens: the prefill server computes the whole KV) and
+ * the destination of the pages after those the request adopted from this server's own
+ * prefix cache (first_page), plus the state slot: a turn of a session moves only what the
+ * previous turns did not leave here. The adopted pages are read-only and shared; the
+ * completion's checksums cover exactly the moved pages and the state.
+ *
  * A request's lease moves through these states, each with a deadline:
  *   PENDING   no prefill server took it yet: [pd] bootstrap_timeout to find a connected
  *             peer (least outstanding leases first) and send LEASE;
@@ -356,6 +362,17 @@ static void pd_fail(dsv4_server *srv, dsv4_pd_job *job, int status)
         dsv4_serve_finish(srv, r, DSV4_EV_ERROR, DSV4_FINISH_NONE, status);
 }
 
+/* The pages the job's lease moves: its sequence's pages after those adopted from the
+ * prefix cache (*n_p of them), and its state slot. */
+static const uint32_t *pd_lease_pages(dsv4_server *srv, const dsv4_pd_job *job, uint32_t *slot_p,
+                                      uint32_t *n_p)
+{
+    uint32_t n = 0;
+    const uint32_t *pages = dsv4_engine_seq_pages(srv->eng, job->r->seq, slot_p, &n);
+    *n_p = pages && n > job->first_page ? n - job->first_page : 0;
+    return pages ? pages + job->first_page : NULL;
+}
+
 /* Picks the connected peer with the fewest outstanding leases, avoiding `avoid` while
  * another one is up; sends LEASE. False when no peer took it. */
 static bool pd_lease(dsv4_server *srv, dsv4_pd_job *job)
@@ -378,7 +395,7 @@ static bool pd_lease(dsv4_server *srv, dsv4_pd_job *job)
     if (!best)
         return false;
     uint32_t slot = 0, n = 0;
-    const uint32_t *pages = dsv4_engine_seq_pages(srv->eng, r->seq, &slot, &n);
+    const uint32_t *pages = pd_lease_pages(srv, job, &slot, &n);
     job->gen = dec->next_gen++;
     dsv4_pd_msg m = {.type = DSV4_PD_LEASE,
                      .room = job->room,
@@ -386,6 +403,7 @@ static bool pd_lease(dsv4_server *srv, dsv4_pd_job *job)
                      .lease = {.deadline_ms = pd->waiting_ms + pd->transfer_ms,
                                .tokens = r->toks,
                                .n_tokens = job->n_kv,
+                               .first_page = job->first_page,
                                .pages = pages,
                                .n_pages = n,
                                .with_state = true,
@@ -444,7 +462,7 @@ static void pd_quarantine(dsv4_server *srv, dsv4_pd_job *job, int status)
     dsv4_pd_peer *p = job->peer;
     dsv4_sreq *r = job->r;
     uint32_t slot = 0, n = 0;
-    dsv4_engine_seq_pages(srv->eng, r->seq, &slot, &n);
+    pd_lease_pages(srv, job, &slot, &n); /* the pages a write could still land in */
     pd_rx_abandon(srv, job);
     p->quarantine[p->n_quarantine++] = r->seq;
     p->quarantine_pages += n;
@@ -459,6 +477,8 @@ static void pd_quarantine(dsv4_server *srv, dsv4_pd_job *job, int status)
         pd_fail(srv, job, -ENOSPC);
         return;
     }
+    /* the fresh sequence holds nothing: the retry's lease moves every page */
+    job->first_page = 0;
     int rc = dsv4_engine_seq_reserve(srv->eng, r->seq, job->n_kv);
     if (rc != 0) {
         p->outstanding--;
@@ -495,7 +515,7 @@ static void pd_complete(dsv4_server *srv, dsv4_pd_job *job, const dsv4_pd_comple
     dsv4_pd *pd = srv->pd;
     dsv4_sreq *r = job->r;
     uint32_t slot = 0, n = 0;
-    const uint32_t *pages = dsv4_engine_seq_pages(srv->eng, r->seq, &slot, &n);
+    const uint32_t *pages = pd_lease_pages(srv, job, &slot, &n);
     dsv4_pd_blocks b = {pages, n, true, slot};
     if (c->status != 0) {
         dsv4_log(DSV4_LOG_WARN, "pd", "request %llu: prefill %s failed the lease (%s)",
@@ -613,7 +633,7 @@ static void pd_recv(dsv4_server *srv, dsv4_pd_job *job, const pd_event *ev)
     dsv4_pd *pd = srv->pd;
     const dsv4_pd_xfer *x = &ev->m.xfer;
     uint32_t slot = 0, n = 0;
-    const uint32_t *pages = dsv4_engine_seq_pages(srv->eng, job->r->seq, &slot, &n);
+    const uint32_t *pages = pd_lease_pages(srv, job, &slot, &n);
     int rc = job->rx || !ev->peer->rpeer || !dsv4_pd_two_sided(pd)
                  ? -EPROTO
                  : pd_xfer_is_lease(pd, x, pages, n, slot);
@@ -723,6 +743,8 @@ int dsv4_pd_decode_reserve(dsv4_server *srv, dsv4_sreq *r)
     dsv4_pd_job *job = calloc(1, sizeof(*job));
     if (!job)
         return -ENOMEM;
+    /* what the sequence holds already: whole pages adopted from the prefix cache */
+    uint32_t adopted = dsv4_engine_seq_len(srv->eng, r->seq);
     int rc = dsv4_engine_seq_reserve(srv->eng, r->seq, r->n_prompt - 1);
     if (rc != 0) {
         free(job);
@@ -731,8 +753,8 @@ int dsv4_pd_decode_reserve(dsv4_server *srv, dsv4_sreq *r)
     job->r = r;
     job->room = r->id;
     job->n_kv = r->n_prompt - 1;
+    job->first_page = adopted / srv->page_tokens;
     r->pd = job;
-    r->admitted = true;
     r->n_fed = job->n_kv;
     dsv4_serve_move(srv, r, DSV4_SREQ_PD, false);
     pd_pending(srv, job);

@@ -5,7 +5,10 @@
  * reads leases and aborts. A lease becomes a request of the serving loop (its prompt: the
  * tokens whose KV the decode server wants) that stops when its last token is fed: the
  * engine thread computes the checksums of its blocks, posts every write in one transport
- * call and moves it to the PD state; each step polls the transfer.
+ * call and moves it to the PD state; each step polls the transfer. The blocks are the
+ * state and the pages from the lease's first page on: the decode server holds the earlier
+ * ones already (its own prefix cache), though this side computes (or finds in its own
+ * cache) the whole prompt, as the state needs.
  *
  * Every lease gets exactly one answer, sent from the request's terminal event (so never
  * while a write of it can still land): COMPLETE with the checksums once the writes are
@@ -124,7 +127,9 @@ static void pf_lease(dsv4_pd_pconn *pc, const dsv4_pd_msg *m)
 {
     dsv4_server *srv = pc->pd->srv;
     const dsv4_pd_lease *l = &m->lease;
-    if (l->n_tokens == 0 || !l->with_state || l->n_pages != dsv4_serve_pages(srv, l->n_tokens) ||
+    /* the pages it names are the prompt KV's last ones, at least one */
+    if (l->n_tokens == 0 || !l->with_state || l->n_pages == 0 ||
+        (uint64_t)l->first_page + l->n_pages != dsv4_serve_pages(srv, l->n_tokens) ||
         l->n_tokens >= srv->max_context) {
         pf_refuse(pc, m, -EINVAL, "lease does not fit (tokens, pages or state slot)");
         return;
@@ -143,6 +148,7 @@ static void pf_lease(dsv4_pd_pconn *pc, const dsv4_pd_msg *m)
     job->conn = pc;
     job->dst = dst;
     job->n_dst = l->n_pages;
+    job->first_page = l->first_page;
     job->dst_slot = l->state_slot;
     job->n_kv = l->n_tokens;
     job->t_lease_ns = dsv4_pd_now();
@@ -459,7 +465,10 @@ void dsv4_pd_prefill_handoff(dsv4_server *srv, dsv4_sreq *r)
     uint32_t slot = 0, n = 0;
     const uint32_t *pages = dsv4_engine_seq_pages(srv->eng, r->seq, &slot, &n);
     int rc = -EINVAL;
-    if (pages && n == job->n_dst) {
+    if (pages && n == (uint64_t)job->first_page + job->n_dst) {
+        /* the decode server holds the first pages already: the rest and the state move */
+        pages += job->first_page;
+        n = job->n_dst;
         dsv4_pd_blocks b = {pages, n, true, slot};
         size_t n_runs = 0;
         job->n_sums = dsv4_pd_sum_count(pd->layout, &b);

@@ -40,7 +40,9 @@ struct dsv4_pd_job {
     dsv4_sreq *r;   /* decode: the request */
     uint64_t room, gen;
     uint64_t deadline_ns, t_lease_ns;
-    uint32_t n_kv; /* prompt tokens whose KV moves */
+    uint32_t n_kv;       /* prompt tokens whose KV the decode server gets */
+    uint32_t first_page; /* their pages before this one are the decode server's own (its
+                          * prefix cache): the lease moves the rest and the state */
     /* prefill */
     struct dsv4_pd_pconn *conn;
     uint64_t id;          /* the loop's request id */

@@ -20,6 +20,7 @@ struct dsv4_radix_node {
 struct dsv4_radix {
     dsv4_radix_node root;
     uint32_t page_tokens;
+    bool keep_pages; /* nodes without a snapshot are matched (DSV4_RADIX_PAGES) */
     dsv4_radix_hooks hooks;
     uint64_t clock;
     uint32_t n_pages, n_locked_pages, n_slots; /* on the device */
@@ -35,12 +36,13 @@ static bool dsv4_radix_has_snap(const dsv4_radix_node *nd)
     return dsv4_hc_entry_residency(&nd->snap) != DSV4_HC_GONE;
 }
 
-dsv4_radix *dsv4_radix_new(uint32_t page_tokens, const dsv4_radix_hooks *hooks)
+dsv4_radix *dsv4_radix_new(uint32_t page_tokens, const dsv4_radix_hooks *hooks, bool keep_pages)
 {
     dsv4_radix *rx = calloc(1, sizeof(*rx));
     if (!rx)
         return NULL;
     rx->page_tokens = page_tokens;
+    rx->keep_pages = keep_pages;
     rx->hooks = *hooks;
     rx->root.page = rx->root.snap = (dsv4_hc_entry){DSV4_HC_NONE, DSV4_HC_NONE, 0};
     return rx;
@@ -111,10 +113,11 @@ static dsv4_radix_node *dsv4_radix_child(const dsv4_radix *rx, const dsv4_radix_
     return NULL;
 }
 
-/* The deepest node with a snapshot on the whole-page path of toks[0..n) (NULL on a miss),
- * its depth, and how many pages down to it are on host only. */
+/* The deepest node on the whole-page path of toks[0..n) that a match wanting `want` may end
+ * at (NULL on a miss), its depth, and how many pages down to it are on host only. */
 static dsv4_radix_node *dsv4_radix_walk(const dsv4_radix *rx, const int32_t *toks, uint32_t n,
-                                        uint32_t *depth_p, uint32_t *on_host_p)
+                                        dsv4_radix_want want, uint32_t *depth_p,
+                                        uint32_t *on_host_p)
 {
     const dsv4_radix_node *nd = &rx->root;
     dsv4_radix_node *best = NULL;
@@ -127,7 +130,7 @@ static dsv4_radix_node *dsv4_radix_walk(const dsv4_radix *rx, const int32_t *tok
         nd = c;
         depth++;
         host += !dsv4_radix_on_device(&c->page);
-        if (dsv4_radix_has_snap(c)) {
+        if (want == DSV4_RADIX_PAGES || dsv4_radix_has_snap(c)) {
             best = c;
             *depth_p = depth;
             *on_host_p = host;
@@ -136,11 +139,11 @@ static dsv4_radix_node *dsv4_radix_walk(const dsv4_radix *rx, const int32_t *tok
     return best;
 }
 
-uint32_t dsv4_radix_match(dsv4_radix *rx, const int32_t *toks, uint32_t n, uint32_t *pages_out,
-                          dsv4_radix_node **node_p)
+uint32_t dsv4_radix_match(dsv4_radix *rx, const int32_t *toks, uint32_t n, dsv4_radix_want want,
+                          uint32_t *pages_out, dsv4_radix_node **node_p)
 {
     uint32_t depth, host;
-    dsv4_radix_node *best = dsv4_radix_walk(rx, toks, n, &depth, &host);
+    dsv4_radix_node *best = dsv4_radix_walk(rx, toks, n, want, &depth, &host);
     if (!pages_out || !best)
         return depth;
     uint64_t now = ++rx->clock;
@@ -153,10 +156,11 @@ uint32_t dsv4_radix_match(dsv4_radix *rx, const int32_t *toks, uint32_t n, uint3
     return depth;
 }
 
-uint32_t dsv4_radix_peek(const dsv4_radix *rx, const int32_t *toks, uint32_t n, uint32_t *on_host_p)
+uint32_t dsv4_radix_peek(const dsv4_radix *rx, const int32_t *toks, uint32_t n,
+                         dsv4_radix_want want, uint32_t *on_host_p)
 {
     uint32_t depth;
-    dsv4_radix_walk(rx, toks, n, &depth, on_host_p);
+    dsv4_radix_walk(rx, toks, n, want, &depth, on_host_p);
     return depth;
 }
 
@@ -206,9 +210,9 @@ static void dsv4_radix_host_room(dsv4_radix *rx, uint32_t pages, uint32_t slots)
     }
 }
 
-/* Count one use of n path pages and of end's snapshot with the tier (the write policy's
- * backups), making room on host first. A backup the tier cannot make leaves the entry on
- * the device only, which is not an error. */
+/* Count one use of n path pages and of end's snapshot (end: a node of the path) with the
+ * tier (the write policy's backups), making room on host first. A backup the tier cannot make
+ * leaves the entry on the device only, which is not an error. */
 static void dsv4_radix_use(dsv4_radix *rx, dsv4_hc_entry *const *pages, uint32_t n,
                            dsv4_radix_node *end)
 {
@@ -302,12 +306,32 @@ int dsv4_radix_fetch(dsv4_radix *rx, dsv4_radix_node *node, uint32_t *pages, uin
     return rc;
 }
 
-int dsv4_radix_insert(dsv4_radix *rx, const int32_t *toks, uint32_t n_pages, const uint32_t *pages,
-                      uint32_t slot)
+/* nd takes slot as its device snapshot, unless it has one there (then slot is freed, or
+ * there is none); returns nd. */
+static dsv4_radix_node *dsv4_radix_snap_keep(dsv4_radix *rx, dsv4_radix_node *nd, uint32_t slot)
 {
-    dsv4_radix_node *nd = &rx->root;
+    if (slot == DSV4_RADIX_NO_SLOT)
+        return nd;
+    if (dsv4_radix_on_device(&nd->snap)) {
+        rx->hooks.slot_free(rx->hooks.ctx, slot);
+    } else {
+        nd->snap.device = slot; /* beside a host copy of the same state, if any */
+        rx->n_slots++;
+    }
+    return nd;
+}
+
+int dsv4_radix_insert(dsv4_radix *rx, const int32_t *toks, uint32_t n_pages, const uint32_t *pages,
+                      uint32_t snap_pages, uint32_t slot)
+{
+    dsv4_radix_node *nd = &rx->root, *snap_nd = &rx->root;
     uint64_t now = ++rx->clock;
     size_t pt = rx->page_tokens;
+    if (snap_pages > n_pages) {
+        if (slot != DSV4_RADIX_NO_SLOT)
+            rx->hooks.slot_free(rx->hooks.ctx, slot);
+        return -EINVAL;
+    }
     for (uint32_t i = 0; i < n_pages; i++) {
         dsv4_radix_node *c = dsv4_radix_child(rx, nd, toks + i * pt);
         if (!c) {
@@ -315,7 +339,7 @@ int dsv4_radix_insert(dsv4_radix *rx, const int32_t *toks, uint32_t n_pages, con
             int32_t *t = c ? malloc(pt * sizeof(int32_t)) : NULL;
             if (!t) {
                 free(c);
-                if (slot != DSV4_RADIX_NO_SLOT)
+                if (slot != DSV4_RADIX_NO_SLOT && snap_nd == &rx->root)
                     rx->hooks.slot_free(rx->hooks.ctx, slot);
                 return -ENOMEM;
             }
@@ -336,20 +360,16 @@ int dsv4_radix_insert(dsv4_radix *rx, const int32_t *toks, uint32_t n_pages, con
         }
         c->used = now;
         nd = c;
+        if (i + 1 == snap_pages)
+            snap_nd = dsv4_radix_snap_keep(rx, c, slot);
     }
-    if (slot != DSV4_RADIX_NO_SLOT) {
-        if (nd == &rx->root || dsv4_radix_on_device(&nd->snap)) {
-            rx->hooks.slot_free(rx->hooks.ctx, slot);
-        } else {
-            nd->snap.device = slot; /* beside a host copy of the same state, if any */
-            rx->n_slots++;
-        }
-    }
+    if (slot != DSV4_RADIX_NO_SLOT && snap_pages == 0)
+        rx->hooks.slot_free(rx->hooks.ctx, slot);
     if (rx->hooks.tier && nd != &rx->root) {
         uint32_t n;
         dsv4_hc_entry **path = dsv4_radix_path(nd, &rx->root, &n);
         if (path)
-            dsv4_radix_use(rx, path, n, nd);
+            dsv4_radix_use(rx, path, n, snap_pages ? snap_nd : nd);
         free(path);
     }
     return 0;
@@ -375,7 +395,8 @@ static dsv4_radix_node *dsv4_radix_lru_leaf(dsv4_radix_node *nd, dsv4_radix_node
 
 /* Give nd's device copies back: to the tier, which keeps them on host per its policy, or
  * (no tier, nothing kept, or the tier failed) with the node and what is below it. A node
- * left on host without a snapshot and without children can never be matched: it goes. */
+ * left on host without a snapshot and without children can never be matched unless the
+ * cache keeps pages (keep_pages): otherwise it goes. */
 static void dsv4_radix_evict_node(dsv4_radix *rx, dsv4_radix_node *nd)
 {
     dsv4_hc_tier *t = rx->hooks.tier;
@@ -399,7 +420,7 @@ static void dsv4_radix_evict_node(dsv4_radix *rx, dsv4_radix_node *nd)
     }
     dsv4_radix_give_back(rx, nd, page, slot);
     if (dsv4_hc_entry_residency(&nd->page) == DSV4_HC_GONE ||
-        (!nd->child && !dsv4_radix_has_snap(nd)))
+        (!nd->child && !dsv4_radix_has_snap(nd) && !rx->keep_pages))
         dsv4_radix_remove_subtree(rx, nd);
 }
 

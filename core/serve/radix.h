@@ -4,8 +4,9 @@
  * page_tokens tokens (the tokens it covers are the key) and holds one reference on that
  * page. A node may also hold a state snapshot: a state slot with the per-request state
  * (window ring, compressor carry) exactly at the end of its page, which is what a new
- * request needs besides the pages to continue from there. A match therefore ends only at
- * a node with a snapshot.
+ * request needs besides the pages to continue from there. A match therefore ends at a
+ * node with a snapshot, except on a decode server, whose PD requests get the state with
+ * their KV: there any cached whole-page prefix saves moving those pages (DSV4_RADIX_PAGES).
  *
  * Running requests lock the node they started from (and with it its ancestors); only
  * unlocked leaves are evicted, least recently used first. The cache knows nothing of the
@@ -39,6 +40,11 @@
 typedef struct dsv4_radix dsv4_radix;
 typedef struct dsv4_radix_node dsv4_radix_node;
 
+/* What a match must end at. A request that prefills from the cached prefix needs the
+ * state at its end (a snapshot); a decode server's PD request gets the state with the
+ * KV from its prefill server, so any whole-page prefix of its prompt is worth adopting. */
+typedef enum dsv4_radix_want { DSV4_RADIX_WITH_STATE, DSV4_RADIX_PAGES } dsv4_radix_want;
+
 typedef struct dsv4_radix_hooks {
     void *ctx;
     void (*page_ref)(void *ctx, uint32_t page);
@@ -50,22 +56,25 @@ typedef struct dsv4_radix_hooks {
     int (*page_alloc)(void *ctx, uint32_t *page_p);
 } dsv4_radix_hooks;
 
-/* NULL on out of memory. */
-dsv4_radix *dsv4_radix_new(uint32_t page_tokens, const dsv4_radix_hooks *hooks);
+/* NULL on out of memory. keep_pages: a node without a snapshot is worth keeping on host
+ * (DSV4_RADIX_PAGES matches use it: a decode server); without, such a node evicted to
+ * host with nothing below it can never be matched, and goes. */
+dsv4_radix *dsv4_radix_new(uint32_t page_tokens, const dsv4_radix_hooks *hooks, bool keep_pages);
 /* Gives every page reference and snapshot slot back through the hooks. */
 void dsv4_radix_free(dsv4_radix *rx);
 
 /* The longest cached prefix of toks[0..n) in whole pages that ends at a node with a
- * snapshot: its page count (0 on a miss). With pages_out (room for n / page_tokens
+ * snapshot (want DSV4_RADIX_WITH_STATE) or at any node (DSV4_RADIX_PAGES): its page
+ * count (0 on a miss). With pages_out (room for n / page_tokens
  * entries) the device pages are written there (DSV4_RADIX_ON_HOST for a page on host
  * only), *node_p is set and the path counts as used (LRU); without, the cache is only
  * looked at (for the sched plugin's view). */
-uint32_t dsv4_radix_match(dsv4_radix *rx, const int32_t *toks, uint32_t n, uint32_t *pages_out,
-                          dsv4_radix_node **node_p);
+uint32_t dsv4_radix_match(dsv4_radix *rx, const int32_t *toks, uint32_t n, dsv4_radix_want want,
+                          uint32_t *pages_out, dsv4_radix_node **node_p);
 /* A look, as dsv4_radix_match without pages_out; *on_host_p gets how many of the matched
  * pages are on host only. */
 uint32_t dsv4_radix_peek(const dsv4_radix *rx, const int32_t *toks, uint32_t n,
-                         uint32_t *on_host_p);
+                         dsv4_radix_want want, uint32_t *on_host_p);
 /* The device snapshot slot of a matched node (DSV4_RADIX_NO_SLOT when on host only). */
 uint32_t dsv4_radix_node_slot(const dsv4_radix_node *node);
 /* Use a matched node the caller has locked, with pages as dsv4_radix_match wrote them:
@@ -80,16 +89,18 @@ int dsv4_radix_fetch(dsv4_radix *rx, dsv4_radix_node *node, uint32_t *pages, uin
 void dsv4_radix_lock(dsv4_radix *rx, dsv4_radix_node *node);
 void dsv4_radix_unlock(dsv4_radix *rx, dsv4_radix_node *node);
 
-/* Cache toks[0..n_pages*page_tokens) held in pages[0..n_pages), with the state at its
- * end in slot (or DSV4_RADIX_NO_SLOT). Pages of a prefix already cached on the device
- * stay as they are (the caller's copies are not referenced); new nodes, and nodes on host
- * only (the same tokens after the same prefix: the same KV), take a reference on the
- * caller's page. The slot is owned by the cache from here on: kept by the end node, or
- * freed when that node already has a snapshot on the device. With a tier the path and
- * the snapshot count as used (write-through backups). 0, or -ENOMEM (the slot is freed,
- * the cache unchanged past what fitted). */
+/* Cache toks[0..n_pages*page_tokens) held in pages[0..n_pages), with the state at the end
+ * of the first snap_pages pages (at most n_pages) in slot (or DSV4_RADIX_NO_SLOT). Pages
+ * of a prefix already cached on the device stay as they are (the caller's copies are not
+ * referenced); new nodes, and nodes on host only (the same tokens after the same prefix:
+ * the same KV), take a reference on the caller's page. The slot is owned by the cache
+ * from here on: kept by the node snap_pages deep, or freed when that node already has a
+ * snapshot on the device (or snap_pages is 0). With a tier the path and the snapshot
+ * count as used (write-through backups). 0, -EINVAL (snap_pages past n_pages: the slot is
+ * freed, nothing cached) or -ENOMEM (the cache unchanged past what fitted: the slot kept
+ * when its node fitted, else freed). */
 int dsv4_radix_insert(dsv4_radix *rx, const int32_t *toks, uint32_t n_pages, const uint32_t *pages,
-                      uint32_t slot);
+                      uint32_t snap_pages, uint32_t slot);
 
 /* Evict unlocked leaves (with a tier: of what is on the device), least recently used
  * first, until `pages` page references and `slots` snapshot slots have been given back or

@@ -116,6 +116,7 @@ struct dsv4_server {
     dsv4_radix *cache;
     dsv4_hc_tier *tier;    /* the host tier; NULL without a hostcache plugin that keeps pages */
     uint32_t *cache_pages; /* [max_context / page_tokens + 1] a match */
+    bool keep_pages;       /* decode role: the cache keeps whole pages without a snapshot */
     float *logits;         /* [max_running][vocab] */
     void *scratch;         /* DSV4_SAMPLE_SCRATCH(vocab) */
     dsv4_sreq **batch;     /* [max_running] */

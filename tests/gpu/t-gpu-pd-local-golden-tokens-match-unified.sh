@@ -4,8 +4,8 @@
 # a unified device = cuda server for the same requests (greedy and seeded; prompts of 1, 2,
 # 17 tokens, around a page boundary and over several pages), bit for bit; the prefill
 # server attached to the decode server's device pool over CUDA IPC, every transfer verified
-# the first time, and the decode pages return to their baseline. Skips without a GPU or
-# without CUDA in this build.
+# the first time, a repeated prompt adopts the decode server's cached device pages, and the
+# decode pages return to their baseline. Skips without a GPU or without CUDA in this build.
 # TRANSPORT names another entry of tests/integ/dsv4d_pd.py's TRANSPORTS to run the same
 # test over it (t-gpu-pd-ucx-golden-tokens-match-unified.sh: ucx-shm, device pools staged
 # through pinned buffers); it then also skips when that plugin is not built.
@@ -49,7 +49,7 @@ ATTACHED = {
 }
 name = os.environ.get("TRANSPORT", "local")
 cases = prompts()
-plan(7)
+plan(8)
 u = Daemon()
 want = [generate(u, ids, temperature=t, seed=s) for ids, t, s in cases]
 ok(all(w[0] == 200 for w in want), "the unified device = cuda server answers every request", want)
@@ -72,6 +72,9 @@ ok(m.get("dsv4d_pd_transfer_bytes_total", 0) > 0
    and m.get("dsv4d_pd_checksum_mismatches_total") == 0
    and m.get("dsv4d_pd_retries_total") == 0 and m.get("dsv4d_pd_stale_messages_total") == 0,
    "every transfer verified the first time", m)
+# the seeded run of the 700-token prompt finds the greedy run's first 2 pages cached
+is_(m.get("dsv4d_prefix_cache_hit_tokens_total"), 512.0,
+    "a repeated prompt adopted its cached whole pages from the device pool, once")
 is_(held_pages(m), base, "decode pages back to the baseline")
 done()
 PY

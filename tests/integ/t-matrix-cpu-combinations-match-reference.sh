@@ -5,8 +5,8 @@
 # unified combination (indexk x hostcache x sched) and every PD one (indexk x hostcache x
 # transport, with the first scheduler: the unified rows cover the schedulers), and each
 # matches its reference exactly. The rows must have exercised what they name: host-tier
-# loads for sync/async (in a PD pair on its prefill server, which holds the prefix cache),
-# KV bytes moved for PD. (The negative controls are t-matrix-negative-controls-are-caught.)
+# loads for sync/async (in a PD pair counted on its prefill server, whose prefix cache
+# saves computing; the decode server's own saves moving pages), KV bytes moved for PD. (The negative controls are t-matrix-negative-controls-are-caught.)
 exec python3 - <<'EOF'
 import json, os, re, subprocess, sys
 sys.dont_write_bytecode = True  # nothing written into the source tree

@@ -3,8 +3,9 @@
 # of 1, 2, 17 tokens, around a page boundary and over several pages) give bit-identical
 # token ids through a unified server and through a prefill + decode pair, over
 # transport/local across processes (the decode pool in shared memory) and over transport/ucx
-# on tcp and on shared memory. Every transfer verifies (no checksum mismatch, no retry),
-# the decode server's pages return to their baseline, and the prefill server refuses client
+# on tcp and on shared memory. Every transfer verifies (no checksum mismatch, no retry), a
+# repeated prompt adopts the decode server's cached pages instead of moving them, the
+# decode server's pages return to their baseline, and the prefill server refuses client
 # completions.
 exec python3 - <<'PY'
 import os, sys
@@ -18,7 +19,7 @@ kinds = ["local"]
 if os.path.exists(os.path.join(plugins, "dsv4-transport-ucx.so")):
     kinds += ["ucx-tcp", "ucx-shm"]
 cases = prompts()
-plan(3 + 6 * 3)
+plan(3 + 7 * 3)
 
 u = Daemon()
 want = [generate(u, ids, temperature=t, seed=s) for ids, t, s in cases]
@@ -27,7 +28,7 @@ ok(all(w[0] == 200 for w in want), "the unified server answers every request", w
 p0 = None
 for kind in ["local", "ucx-tcp", "ucx-shm"]:
     if kind not in kinds:
-        for i in range(6):
+        for i in range(7):
             ok(True, "# SKIP transport/ucx not built")
         continue
     p = prefill(TRANSPORTS[kind])
@@ -45,6 +46,9 @@ for kind in ["local", "ucx-tcp", "ucx-shm"]:
        and m.get("dsv4d_pd_checksum_mismatches_total") == 0
        and m.get("dsv4d_pd_retries_total") == 0 and m.get("dsv4d_pd_stale_messages_total") == 0,
        "%s: every transfer verified the first time" % kind, m)
+    # the seeded run of the 700-token prompt finds the greedy run's first 2 pages cached
+    is_(m.get("dsv4d_prefix_cache_hit_tokens_total"), 512.0,
+        "%s: a repeated prompt adopted its cached whole pages, once" % kind)
     is_(held_pages(m), base, "%s: decode pages back to the baseline" % kind)
     pm = p.wait_idle()
     ok(held_pages(pm) == 0 and pm.get("dsv4d_pd_transfer_bytes_total") ==

@@ -114,7 +114,7 @@ int main(void)
     dsv4_pd_msg lease = {.type = DSV4_PD_LEASE,
                          .room = 11,
                          .generation = 1,
-                         .lease = {1000, tokens, 3, pages, 2, false, 0}};
+                         .lease = {1000, tokens, 3, 0, pages, 2, false, 0}};
     int rc = dsv4_pd_conn_send(a.c, &lease, dsv4_pd_deadline(1000), err, sizeof(err));
     if (rc == 0)
         rc = dsv4_pd_conn_recv(b.c, &m, dsv4_pd_deadline(1000), err, sizeof(err));

@@ -160,9 +160,10 @@ int main(void)
     dsv4_pd_msg lease;
     recv_msg(pc, &lease);
     ok(lease.type == DSV4_PD_LEASE && lease.lease.n_tokens == PROMPT - 1 &&
-           lease.lease.n_pages == 3 && lease.lease.with_state &&
+           lease.lease.first_page == 0 && lease.lease.n_pages == 3 && lease.lease.with_state &&
            memcmp(lease.lease.tokens, prompt, (PROMPT - 1) * sizeof(int32_t)) == 0,
-       "the lease carries all prompt tokens but the last and 3 destination pages");
+       "the lease carries all prompt tokens but the last and 3 destination pages from the "
+       "first (nothing cached)");
     uint64_t room = lease.room, gen = lease.generation;
     dsv4_pd_blocks blocks = {lease.lease.pages, lease.lease.n_pages, true, lease.lease.state_slot};
     size_t n_sums = dsv4_pd_sum_count(lay, &blocks);

@@ -68,7 +68,7 @@ static void le32(uint8_t *p, uint32_t v)
 
 int main(void)
 {
-    plan(34);
+    plan(36);
     int32_t tokens[] = {1, -2, 300000, 4};
     uint32_t pages[] = {9, 3, 4};
     uint64_t sums[] = {0x0123456789abcdefull, 0, ~0ull};
@@ -105,15 +105,15 @@ int main(void)
     dsv4_pd_msg lease = {.type = DSV4_PD_LEASE,
                          .room = 0xfeedfacecafebeefull,
                          .generation = 7,
-                         .lease = {1500, tokens, 4, pages, 3, true, 2}};
+                         .lease = {1500, tokens, 4, 6, pages, 3, true, 2}};
     f = seal(&lease, 5, &len);
     rc = dsv4_pd_frame_open(key, sizeof(key), 5, f, len, &m, err, sizeof(err));
     ok(rc == 0 && m.type == DSV4_PD_LEASE && m.room == lease.room && m.generation == 7 &&
            m.lease.deadline_ms == 1500 && m.lease.n_tokens == 4 &&
-           memcmp(m.lease.tokens, tokens, sizeof(tokens)) == 0 && m.lease.n_pages == 3 &&
-           memcmp(m.lease.pages, pages, sizeof(pages)) == 0 && m.lease.with_state &&
-           m.lease.state_slot == 2,
-       "lease round-trips (room, generation, deadline, tokens, pages, state slot)");
+           memcmp(m.lease.tokens, tokens, sizeof(tokens)) == 0 && m.lease.first_page == 6 &&
+           m.lease.n_pages == 3 && memcmp(m.lease.pages, pages, sizeof(pages)) == 0 &&
+           m.lease.with_state && m.lease.state_slot == 2,
+       "lease round-trips (room, generation, deadline, tokens, first page, pages, state slot)");
     dsv4_pd_msg_clear(&m);
 
     /* ---- every truncation of a valid frame is refused */
@@ -147,10 +147,15 @@ int main(void)
     f[0] ^= 1;
     ok(refused(f, len, DSV4_EFORMAT, "not a dsv4d pd frame"), "wrong magic");
     f[0] ^= 1;
-    f[4] = 2;
-    ok(refused(f, len, DSV4_EFORMAT, "protocol version 2 not supported (this side speaks 1)"),
-       "unknown version");
-    f[4] = 1;
+    f[4] = DSV4_PD_VERSION + 1;
+    char want[128];
+    snprintf(want, sizeof(want), "protocol version %u not supported (this side speaks %u)",
+             DSV4_PD_VERSION + 1, DSV4_PD_VERSION);
+    ok(refused(f, len, DSV4_EFORMAT, want), "unknown version");
+    f[4] = DSV4_PD_VERSION - 1;
+    snprintf(want, sizeof(want), "protocol version %u not supported", DSV4_PD_VERSION - 1);
+    ok(refused(f, len, DSV4_EFORMAT, want), "an older version (a peer not yet upgraded)");
+    f[4] = DSV4_PD_VERSION;
     f[6] = DSV4_PD_TYPE_MAX + 1;
     ok(refused(f, len, DSV4_EFORMAT, "unknown message type 10"), "unknown type");
     f[6] = DSV4_PD_LEASE;
@@ -172,36 +177,37 @@ int main(void)
     uint8_t b[128] = {0};
     le32(b + 16, 1000); /* deadline */
     le32(b + 20, 5);    /* five tokens, two present */
-    f = raw(1, DSV4_PD_LEASE, b, 32, &len);
+    f = raw(DSV4_PD_VERSION, DSV4_PD_LEASE, b, 32, &len);
     ok(refused(f, len, DSV4_EFORMAT, "malformed body (token count)"),
        "token count beyond the body");
     free(f);
     le32(b + 20, DSV4_PD_MAX_TOKENS + 1);
-    f = raw(1, DSV4_PD_LEASE, b, 128, &len);
+    f = raw(DSV4_PD_VERSION, DSV4_PD_LEASE, b, 128, &len);
     ok(refused(f, len, DSV4_EFORMAT, "token count"), "token count over the cap");
     free(f);
     le32(b + 20, 0); /* no tokens */
-    le32(b + 24, 0); /* no pages */
-    b[28] = 2;       /* state flag must be 0 or 1 */
-    f = raw(1, DSV4_PD_LEASE, b, 33, &len);
+    le32(b + 24, 0); /* first page */
+    le32(b + 28, 0); /* no pages */
+    b[32] = 2;       /* state flag must be 0 or 1 */
+    f = raw(DSV4_PD_VERSION, DSV4_PD_LEASE, b, 37, &len);
     ok(refused(f, len, DSV4_EFORMAT, "state flag"), "a state flag other than 0 or 1");
     free(f);
-    b[28] = 1;
-    f = raw(1, DSV4_PD_LEASE, b, 34, &len);
+    b[32] = 1;
+    f = raw(DSV4_PD_VERSION, DSV4_PD_LEASE, b, 38, &len);
     ok(refused(f, len, DSV4_EFORMAT, "trailing bytes"), "trailing bytes after a lease");
     free(f);
-    f = raw(1, DSV4_PD_LEASE, b, 33, &len);
+    f = raw(DSV4_PD_VERSION, DSV4_PD_LEASE, b, 37, &len);
     ok(refused(f, len, 0, ""), "the same body without the trailing byte opens");
     free(f);
 
     memset(b, 0, sizeof(b));
     le32(b + 16, 1); /* status 1: positive statuses do not exist */
-    f = raw(1, DSV4_PD_COMPLETE, b, 28, &len);
+    f = raw(DSV4_PD_VERSION, DSV4_PD_COMPLETE, b, 28, &len);
     ok(refused(f, len, DSV4_EFORMAT, "status"), "a positive completion status");
     free(f);
     le32(b + 16, 0);
     le32(b + 24, 3); /* three checksums, none present */
-    f = raw(1, DSV4_PD_COMPLETE, b, 28, &len);
+    f = raw(DSV4_PD_VERSION, DSV4_PD_COMPLETE, b, 28, &len);
     ok(refused(f, len, DSV4_EFORMAT, "checksum count"), "checksum count beyond the body");
     free(f);
 
@@ -209,7 +215,7 @@ int main(void)
     le32(b + 16, (uint32_t)-5);
     b[20] = 3; /* text of 3 bytes with a NUL inside */
     memcpy(b + 22, "a\0b", 3);
-    f = raw(1, DSV4_PD_ERROR, b, 25, &len);
+    f = raw(DSV4_PD_VERSION, DSV4_PD_ERROR, b, 25, &len);
     ok(refused(f, len, DSV4_EFORMAT, "error text"), "an error text holding a NUL");
     free(f);
 
@@ -220,10 +226,10 @@ int main(void)
     le32(b + o, 2);
     o += 4 + 2;
     le32(b + o, 100);
-    f = raw(1, DSV4_PD_HELLO, b, (uint32_t)(o + 4), &len);
+    f = raw(DSV4_PD_VERSION, DSV4_PD_HELLO, b, (uint32_t)(o + 4), &len);
     ok(refused(f, len, DSV4_EFORMAT, "buffer count"), "more buffers than the layers can have");
     free(f);
-    f = raw(1, DSV4_PD_READY, b, 1, &len);
+    f = raw(DSV4_PD_VERSION, DSV4_PD_READY, b, 1, &len);
     ok(refused(f, len, DSV4_EFORMAT, "trailing bytes"), "a ready frame with a body");
     free(f);
 
@@ -233,6 +239,11 @@ int main(void)
            strstr(err, "too many tokens"),
        "sealing a lease over the token cap is refused: %s", err);
     lease.lease.n_tokens = 4;
+    lease.lease.first_page = DSV4_PD_MAX_PAGES - 2; /* its 3 pages would end past the cap */
+    ok(dsv4_pd_frame_seal(key, sizeof(key), 0, &lease, &f, &len, err, sizeof(err)) == -EINVAL &&
+           strstr(err, "too many tokens or pages"),
+       "sealing a lease whose pages end past the page cap is refused: %s", err);
+    lease.lease.first_page = 6;
     dsv4_pd_msg e = {.type = DSV4_PD_ERROR, .error = {-1, NULL}};
     char longtext[DSV4_PD_MAX_TEXT + 1];
     memset(longtext, 'x', sizeof(longtext) - 1);
@@ -296,7 +307,7 @@ int main(void)
                 mut[(x >> 33) % body] = (uint8_t)(x >> 17);
         }
         uint32_t n = body - (t % 7 == 0 && body ? (uint32_t)(x >> 40) % body : 0);
-        f = raw(1, good[6], mut, n, &len);
+        f = raw(DSV4_PD_VERSION, good[6], mut, n, &len);
         rc = dsv4_pd_frame_open(key, sizeof(key), 5, f, len, &m, err, sizeof(err));
         if (rc == 0) {
             decoded++;

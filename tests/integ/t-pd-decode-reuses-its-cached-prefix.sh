@@ -1,0 +1,87 @@
+#!/bin/sh
+# t-pd-decode-reuses-its-cached-prefix: a multi-turn session through a prefill + decode pair
+# moves each turn's history once. The decode server keeps every whole page of a finished
+# request in its own prefix cache; a later turn adopts the longest cached whole-page prefix
+# of its prompt and leases only the pages after it (and the state). Checked per turn: the
+# tokens equal a unified server's (greedy and seeded), the decode server's prefix-cache hit
+# tokens grow by exactly the adopted pages, and the bytes moved are exactly those of the
+# pages after them (the page and state sizes solved from two turns, checked on the third),
+# on the decode and the prefill side alike. A second session that shares only the first
+# session's first page adopts that page; the pool returns to its baseline.
+exec python3 - <<'PY'
+import os, sys
+sys.dont_write_bytecode = True  # nothing written into the source tree
+sys.path.insert(0, os.path.join(os.environ.get("top_srcdir", "."), "tests", "integ"))
+from dsv4d_http import Daemon, plan, ok, is_, diag, done
+from dsv4d_pd import TRANSPORTS, prefill, decode, wait_connected, generate, held_pages
+
+PT = 256       # the daemon's page size in tokens
+NEW = 12       # tokens each turn generates
+plan(15)
+
+
+def pages(tokens):
+    return (tokens + PT - 1) // PT
+
+
+u = Daemon()
+p = prefill(TRANSPORTS["local"])
+d = decode(TRANSPORTS["local"], [p])
+ok(wait_connected(d, 1), "the decode server connects to its prefill server")
+base = held_pages(d.metrics())
+
+# three turns: each prompt is the last prompt, its answer and a new message
+more = [[256] + [(5 * i) % 250 for i in range(599)],
+        [(11 * i + 3) % 250 for i in range(300)],
+        [(13 * i + 7) % 250 for i in range(800)]]
+prompt, moved, hits, sent, kept = [], [], [], [], 0
+last = d.metrics()
+for turn, extra in enumerate(more):
+    prompt = prompt + extra
+    temp, seed = (0, None) if turn != 1 else (0.8, 77)
+    want = generate(u, prompt, max_tokens=NEW, temperature=temp, seed=seed)
+    got = generate(d, prompt, max_tokens=NEW, temperature=temp, seed=seed)
+    is_(got, want, "turn %d (%d prompt tokens): the unified server's tokens" % (turn + 1, len(prompt)))
+    m = d.wait_idle()
+    n_kv = len(prompt) - 1
+    # at least one page moves; the cache holds the whole pages the last turn fed
+    adopt = min(kept, (n_kv - 1) // PT)
+    moved.append(pages(n_kv) - adopt)
+    hits.append(m.get("dsv4d_prefix_cache_hit_tokens_total", 0)
+                - last.get("dsv4d_prefix_cache_hit_tokens_total", 0))
+    sent.append(m.get("dsv4d_pd_transfer_bytes_total", 0)
+                - last.get("dsv4d_pd_transfer_bytes_total", 0))
+    diag("turn %d: %d KV tokens, %d pages adopted, %d moved, %d bytes"
+         % (turn + 1, n_kv, adopt, moved[-1], sent[-1]))
+    kept = (len(prompt) + NEW - 1) // PT  # the KV of the prompt and all but the last token
+    prompt = prompt + got[1]
+    last = m
+
+is_(hits, [0, 2 * PT, 3 * PT], "the decode server adopted 0, 2 and 3 cached pages")
+ok(moved == [3, 2, 4], "so the turns moved 3, 2 and 4 of their 3, 4 and 7 pages", moved)
+page = sent[0] - sent[1]
+state = sent[0] - 3 * page
+ok(page > 0 and state > 0, "a page and the state each move bytes (%d, %d)" % (page, state))
+is_(sent[2], 4 * page + state, "the third turn moved exactly its 4 new pages and the state")
+m = d.wait_idle()
+ok(m.get("dsv4d_pd_checksum_mismatches_total") == 0 and m.get("dsv4d_pd_retries_total") == 0,
+   "every transfer verified the first time", m)
+pm = p.wait_idle()
+is_(pm.get("dsv4d_pd_transfer_bytes_total"), m.get("dsv4d_pd_transfer_bytes_total"),
+    "the prefill server wrote exactly those bytes")
+
+# another session sharing only the first page of the first one
+other = more[0][:PT] + [(17 * i + 1) % 250 for i in range(400)]
+want = generate(u, other, max_tokens=NEW)
+before = d.metrics()
+is_(generate(d, other, max_tokens=NEW), want, "a session sharing one page: the unified tokens")
+m = d.wait_idle()
+is_(m.get("dsv4d_prefix_cache_hit_tokens_total") - before.get("dsv4d_prefix_cache_hit_tokens_total"),
+    float(PT), "it adopted the shared page")
+is_(m.get("dsv4d_pd_transfer_bytes_total") - before.get("dsv4d_pd_transfer_bytes_total"),
+    float(2 * page + state), "and moved its two other pages")
+is_(held_pages(m), base, "decode pages back to the baseline (the rest is the prefix cache)")
+r = d.post("/v1/completions", {"prompt": "Hello there", "max_tokens": 3, "temperature": 0})
+is_(r.status, 200, "the decode server still serves text completions")
+done()
+PY
