@@ -92,7 +92,7 @@ def free_port():
 
 
 class Daemon:
-    def __init__(self, server="", model="", extra=""):
+    def __init__(self, server="", model="", extra="", kv_pool="64M"):
         self.tmp = tempfile.mkdtemp(prefix="dsv4-http.")
         atexit.register(self.stop)
         self.model = os.path.join(self.tmp, "model")
@@ -102,9 +102,9 @@ class Daemon:
         self.ini = os.path.join(self.tmp, "dsv4d.ini")
         with open(self.ini, "w") as f:
             f.write("[core]\ndevice = cpu\nthreads = 2\n"
-                    "[model]\npath = %s\nkv_dtype = f32\nkv_pool = 64M\nmax_context = 4096\n%s"
+                    "[model]\npath = %s\nkv_dtype = f32\nkv_pool = %s\nmax_context = 4096\n%s"
                     "[server]\nlisten = 127.0.0.1:%d\n%s%s"
-                    % (self.model, model, free_port(), server, extra))
+                    % (self.model, kv_pool, model, free_port(), server, extra))
         self.err_path = os.path.join(self.tmp, "stderr")
         self.err = open(self.err_path, "w+")
         self.proc = subprocess.Popen([DSV4D, "-c", self.ini], stdout=subprocess.DEVNULL,

@@ -47,11 +47,12 @@ def prefill(transport, secret=SECRET, model="", retries=2, port=None, server="",
 
 
 def decode(transport, peers, secret=SECRET, retries=2, server="", model="",
-           deadlines=DEADLINES):
+           deadlines=DEADLINES, kv_pool="64M"):
     """A decode server leasing to the prefill servers `peers` (Daemons or addresses);
-    server, model: more keys of those sections; deadlines as for prefill()."""
+    server, model: more keys of those sections; deadlines as for prefill(); kv_pool: its
+    [model] kv_pool."""
     addrs = ",".join(p if isinstance(p, str) else p.pd_addr for p in peers)
-    return Daemon(server="role = decode\n" + server, model=model,
+    return Daemon(server="role = decode\n" + server, model=model, kv_pool=kv_pool,
                   extra="[pd]\npeers = %s\nsecret = %s\n%s%s"
                   % (addrs, secret, deadlines % retries, transport))
 

@@ -7,7 +7,8 @@
 # tokens grow by exactly the adopted pages, and the bytes moved are exactly those of the
 # pages after them (the page and state sizes solved from two turns, checked on the third),
 # on the decode and the prefill side alike. A second session that shares only the first
-# session's first page adopts that page; the pool returns to its baseline.
+# session's first page adopts that page; the pool returns to its baseline. A decode pool
+# that its cache fills still admits a longer prompt: its pages come from eviction.
 exec python3 - <<'PY'
 import os, sys
 sys.dont_write_bytecode = True  # nothing written into the source tree
@@ -15,9 +16,10 @@ sys.path.insert(0, os.path.join(os.environ.get("top_srcdir", "."), "tests", "int
 from dsv4d_http import Daemon, plan, ok, is_, diag, done
 from dsv4d_pd import TRANSPORTS, prefill, decode, wait_connected, generate, held_pages
 
-PT = 256       # the daemon's page size in tokens
-NEW = 12       # tokens each turn generates
-plan(15)
+PT = 256             # the daemon's page size in tokens
+PAGE_BYTES = 54272   # a page of the tiny model's KV (kv f32, every buffer of every layer)
+NEW = 12             # tokens each turn generates
+plan(18)
 
 
 def pages(tokens):
@@ -83,5 +85,21 @@ is_(m.get("dsv4d_pd_transfer_bytes_total") - before.get("dsv4d_pd_transfer_bytes
 is_(held_pages(m), base, "decode pages back to the baseline (the rest is the prefix cache)")
 r = d.post("/v1/completions", {"prompt": "Hello there", "max_tokens": 3, "temperature": 0})
 is_(r.status, 200, "the decode server still serves text completions")
+d.stop()
+
+# A decode pool of 8 pages that its cache fills: a request's pages, taken at admission
+# rather than step by step, come from evicting cached ones (never "no space").
+small = decode(TRANSPORTS["local"], [p], kv_pool="%dK" % (8 * PAGE_BYTES // 1024))
+ok(wait_connected(small, 1) and small.metrics().get("dsv4d_kv_pages_total") == 8,
+   "a decode server with an 8-page pool connects")
+a = [256] + [(19 * i + 2) % 250 for i in range(899)]
+b = [256] + [(23 * i + 5) % 250 for i in range(1699)]
+got = [generate(small, x, max_tokens=NEW) for x in (a, b, a)]
+is_(got, [generate(u, x, max_tokens=NEW) for x in (a, b, a)],
+    "3, then 7 pages of KV, then the first prompt again: the unified server's tokens")
+m = small.wait_idle()
+ok(m.get("dsv4d_prefix_cache_evicted_pages_total", 0) >= 2 and
+   m.get("dsv4d_requests_failed_total") == 0,
+   "the second request's pages came from evicting the first one's", m)
 done()
 PY
