@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -102,14 +103,17 @@ static void *serve(void *arg)
     return NULL;
 }
 
-static int listen_any(dsv4_httpc_url *u)
+/* A socket on a free port of 127.0.0.1 (u gets its address), listening or only bound: a
+ * bound port nobody listens on refuses connections, and while it is held no other process
+ * can start listening there (a closed port could be taken by a test running alongside). */
+static int bind_any(dsv4_httpc_url *u, bool listening)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     socklen_t al = sizeof(a);
-    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(fd, 1) != 0 ||
-        getsockname(fd, (struct sockaddr *)&a, &al) != 0)
-        bail_out("cannot listen on 127.0.0.1");
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 ||
+        (listening && listen(fd, 1) != 0) || getsockname(fd, (struct sockaddr *)&a, &al) != 0)
+        bail_out("cannot bind on 127.0.0.1");
     snprintf(u->host, sizeof(u->host), "127.0.0.1");
     snprintf(u->port, sizeof(u->port), "%d", ntohs(a.sin_port));
     return fd;
@@ -121,7 +125,7 @@ static void test_socket(void)
     dsv4_httpc_response r;
     char err[256];
     server s = {.mode = 0};
-    s.lfd = listen_any(&u);
+    s.lfd = bind_any(&u, true);
     pthread_t th;
     pthread_create(&th, NULL, serve, &s);
     int rc = dsv4_httpc_request(&u, "POST", "/generate", "{}", 2, 5000, &r, err, sizeof(err));
@@ -141,8 +145,10 @@ static void test_socket(void)
     is_int(rc, -ETIMEDOUT, "a silent server costs the deadline, then -ETIMEDOUT");
     has_str(err, "no complete response within 300 ms", "the timeout is named");
     close(s.lfd);
+    int held = bind_any(&u, false);
     rc = dsv4_httpc_request(&u, "GET", "/health", NULL, 0, 1000, &r, err, sizeof(err));
-    is_int(rc, -ECONNREFUSED, "a closed port is -ECONNREFUSED");
+    is_int(rc, -ECONNREFUSED, "a port nobody listens on is -ECONNREFUSED");
+    close(held);
 }
 
 int main(void)

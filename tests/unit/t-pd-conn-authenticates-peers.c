@@ -224,8 +224,19 @@ int main(void)
         unpair(&a, &b);
     }
     ok(shook, "dial a TCP listener on loopback and shake hands over it");
-    close(lfd); /* nobody listens on that port any more */
+    close(lfd);
+    /* a port held by a socket that only binds: nobody listens there, and nobody can start
+     * to while it is held (a closed port could be taken by a test running alongside) */
+    int held = socket(AF_INET, SOCK_STREAM, 0);
+    sa.sin_port = 0;
+    sl = sizeof(sa);
+    if (held < 0 || bind(held, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
+        getsockname(held, (struct sockaddr *)&sa, &sl) != 0)
+        bail_out("bind on loopback");
+    snprintf(port, sizeof(port), "%u", ntohs(sa.sin_port));
     int rc2 = dsv4_pd_dial("127.0.0.1", port, dsv4_pd_deadline(5000), err, sizeof(err));
-    ok(rc2 == -ECONNREFUSED && strstr(err, port), "dialing a closed port is refused: %s", err);
+    ok(rc2 == -ECONNREFUSED && strstr(err, port), "dialing a port nobody listens on is refused: %s",
+       err);
+    close(held);
     return done_testing();
 }
