@@ -44,8 +44,8 @@ typedef struct mx {
     const dsv4_matrix_opts *o;
     dsv4_registry *reg;
     char dir[256];
-    const char *kv_pool; /* [model] kv_pool of the deployments */
-    size_t pd_sched_unrun;  /* PD rows left out by pd_one_sched */
+    const char *kv_pool;   /* [model] kv_pool of the deployments */
+    size_t pd_sched_unrun; /* PD rows left out by pd_one_sched */
     char prefill_log[336]; /* the log of the last PD pair's prefill server */
     /* what the last PD pair's run changed in its prefill server's /metrics (NULL: the
      * last deployment was unified, or the server did not answer): each server of a PD
@@ -122,11 +122,11 @@ static void make_ini(const mx *m, const deployment *c, const char *role, int htt
                      "[model]\npath = %s\nkv_dtype = f32\nkv_pool = %s\nmax_context = 16384\n"
                      "state_slots = %u\n[server]\nrole = %s\nlisten = 127.0.0.1:%d\n"
                      "max_running = %u\nshutdown_grace = 5s\n",
-                     o->threads, o->model ? o->model : "", m->kv_pool,
-                     m->concurrency + 4, role, http_port,
-                     m->concurrency);
+                     o->threads, o->model ? o->model : "", m->kv_pool, m->concurrency + 4, role,
+                     http_port, m->concurrency);
     if (c->transport)
-        n += snprintf(buf + n, len - (size_t)n, "[pd]\n%s = 127.0.0.1:%d\nsecret = dsv4ctl-matrix-pd-secret\n",
+        n += snprintf(buf + n, len - (size_t)n,
+                      "[pd]\n%s = 127.0.0.1:%d\nsecret = dsv4ctl-matrix-pd-secret\n",
                       strcmp(role, "prefill") == 0 ? "listen" : "peers", pd_port);
     n += snprintf(buf + n, len - (size_t)n,
                   "[indexk]\nplugin = %s\n[hostcache]\nplugin = %s\n[sched]\nplugin = %s\n",
@@ -419,14 +419,14 @@ static void control_unfenced(mx *m, const char *indexk)
              "control reference indexk=%s (%u sessions x %u turns at %u, records the golden)",
              indexk, m->sessions, m->turns, m->concurrency);
     bool have = run_reference(m, label, indexk, m->concurrency, golden);
-    dsv4_matrix_row *row =
-        have ? row_add(m, UNFENCED_LABEL, true)
-             : NULL;
+    dsv4_matrix_row *row = have ? row_add(m, UNFENCED_LABEL, true) : NULL;
     if (!row) {
         control_done(m);
         return;
     }
-    deployment c = {.indexk = indexk, .hostcache = "unfenced", .sched = "fcfs",
+    deployment c = {.indexk = indexk,
+                    .hostcache = "unfenced",
+                    .sched = "fcfs",
                     .hostcache_keys = "inject_delay = 200ms\n"};
     dsv4_repro *r = run_combo(m, &c, m->concurrency, golden, NULL, row->note, sizeof(row->note));
     bool found_load, found_hit;
@@ -473,8 +473,9 @@ static long chaos_corrupted(const char *log)
     while (f && fgets(line, sizeof(line), f)) {
         const char *at = strstr(line, "transport/chaos: transfers: ");
         unsigned long long clean, delayed, dropped, corrupted;
-        if (at && sscanf(at, "transport/chaos: transfers: %llu clean, %llu delayed, %llu dropped, "
-                             "%llu corrupted",
+        if (at && sscanf(at,
+                         "transport/chaos: transfers: %llu clean, %llu delayed, %llu dropped, "
+                         "%llu corrupted",
                          &clean, &delayed, &dropped, &corrupted) == 4)
             n = (long)corrupted;
     }
@@ -491,11 +492,14 @@ static void control_chaos(mx *m, const char *indexk, const char *golden)
     dsv4_matrix_row *row = row_add(m, CHAOS_LABEL, true);
     if (!row)
         return;
-    deployment c = {.indexk = indexk, .hostcache = "off", .sched = "fcfs", .transport = "chaos",
+    deployment c = {.indexk = indexk,
+                    .hostcache = "off",
+                    .sched = "fcfs",
+                    .transport = "chaos",
                     .transport_keys = "corrupt = 30\n"};
-    dsv4_repro *r = golden ? run_combo(m, &c, m->o->concurrency, golden, NULL, row->note,
-                                       sizeof(row->note))
-                           : NULL;
+    dsv4_repro *r =
+        golden ? run_combo(m, &c, m->o->concurrency, golden, NULL, row->note, sizeof(row->note))
+               : NULL;
     bool found, found_late;
     if (!golden) {
         row->status = DSV4_MX_FAILED;

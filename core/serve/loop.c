@@ -111,8 +111,8 @@ static void dsv4_serve_release(dsv4_server *srv, dsv4_sreq *r, bool insert)
     r->n_fed = 0;
 }
 
-void dsv4_serve_finish(dsv4_server *srv, dsv4_sreq *r, dsv4_gen_event_kind kind,
-                       dsv4_finish finish, int status)
+void dsv4_serve_finish(dsv4_server *srv, dsv4_sreq *r, dsv4_gen_event_kind kind, dsv4_finish finish,
+                       int status)
 {
     if (r->where == DSV4_SREQ_RUNNING || r->where == DSV4_SREQ_PD)
         dsv4_serve_release(srv, r, kind == DSV4_EV_DONE);
@@ -493,8 +493,9 @@ void *dsv4_serve_loop(void *arg)
      * cuda_device = 1 launched on GPU 0 with GPU 1's pointers before this) */
     int rc = dsv4_engine_bind_thread(srv->eng);
     if (rc != 0)
-        dsv4_log(DSV4_LOG_ERROR, "server", "engine thread: cannot make the engine's device "
-                                           "current (%s)",
+        dsv4_log(DSV4_LOG_ERROR, "server",
+                 "engine thread: cannot make the engine's device "
+                 "current (%s)",
                  dsv4_strerror(rc));
     for (;;) {
         pthread_mutex_lock(&srv->mu);

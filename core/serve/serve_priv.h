@@ -75,10 +75,10 @@ typedef struct dsv4_sreq {
     bool admitted;   /* admitted at least once (cache hits count once) */
     /* engine thread, while RUNNING */
     uint32_t seq;
-    uint32_t n_fed;        /* tokens in the sequence's KV */
-    dsv4_radix_node *node; /* the cache node the sequence started from (locked) */
-    uint32_t snap_slot;    /* state at the newest page boundary, or DSV4_RADIX_NO_SLOT */
-    uint32_t snap_pages;   /* pages that snapshot ends after */
+    uint32_t n_fed;         /* tokens in the sequence's KV */
+    dsv4_radix_node *node;  /* the cache node the sequence started from (locked) */
+    uint32_t snap_slot;     /* state at the newest page boundary, or DSV4_RADIX_NO_SLOT */
+    uint32_t snap_pages;    /* pages that snapshot ends after */
     struct dsv4_pd_job *pd; /* its PD lease while it has one (pd.h), else NULL */
 } dsv4_sreq;
 
@@ -145,8 +145,8 @@ uint32_t dsv4_serve_pages(const dsv4_server *srv, uint64_t tokens);
 void dsv4_serve_move(dsv4_server *srv, dsv4_sreq *r, dsv4_sreq_where to, bool front);
 /* Deliver r's terminal event and free it; a RUNNING or PD request gives its sequence back
  * first (an ENDED one no longer has it). */
-void dsv4_serve_finish(dsv4_server *srv, dsv4_sreq *r, dsv4_gen_event_kind kind,
-                       dsv4_finish finish, int status);
+void dsv4_serve_finish(dsv4_server *srv, dsv4_sreq *r, dsv4_gen_event_kind kind, dsv4_finish finish,
+                       int status);
 
 /* Prefix-cache glue (cache.c). */
 /* The radix cache and, with a [hostcache] plugin that keeps pages, its host tier. */
