@@ -380,6 +380,22 @@ static int deferred_protect(const struct dsv4_deferred *df, const deferred_w *w,
     return mprotect((void *)lo, hi - lo, rw ? PROT_READ | PROT_WRITE : PROT_NONE) == 0 ? 0 : -errno;
 }
 
+/* The first of df's weights that ends after address b (they are in arena order and do not
+ * overlap, so their ends are in order too): a fill or drop of one weight looks at it and its
+ * neighbours, not at every weight of the model. */
+static size_t deferred_from(const struct dsv4_deferred *df, uintptr_t b)
+{
+    size_t lo = 0, hi = df->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (deferred_end(&df->w[mid]) <= b)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
 static int deferred_cmp(const void *a, const void *b)
 {
     uintptr_t x = (uintptr_t)((const deferred_w *)a)->out,
@@ -489,10 +505,10 @@ int dsv4_model_fill(const dsv4_model *m, const void *p, size_t bytes)
     uintptr_t b = (uintptr_t)p, e = b + bytes;
     int rc = 0;
     pthread_mutex_lock(&df->mu);
-    for (size_t i = 0; rc == 0 && i < df->n; i++) {
+    for (size_t i = p ? deferred_from(df, b) : 0;
+         rc == 0 && i < df->n && (!p || (uintptr_t)df->w[i].out < e); i++) {
         deferred_w *w = &df->w[i];
-        uintptr_t wb = (uintptr_t)w->out, we = deferred_end(w);
-        if (w->filled || (p && (we <= b || wb >= e)))
+        if (w->filled)
             continue;
         if ((rc = deferred_protect(df, w, true)) == 0) {
             load_dequant(df->threads, &w->src, w->row0, w->rows, w->out);
@@ -512,7 +528,8 @@ void dsv4_model_drop(const dsv4_model *m, const void *p, size_t bytes)
         return;
     uintptr_t b = (uintptr_t)p, e = b + bytes;
     pthread_mutex_lock(&df->mu);
-    for (size_t i = 0; !df->kept && i < df->n; i++) {
+    for (size_t i = deferred_from(df, b); !df->kept && i < df->n && (uintptr_t)df->w[i].out < e;
+         i++) {
         deferred_w *w = &df->w[i];
         uintptr_t wb = (uintptr_t)w->out, we = deferred_end(w);
         /* a failed madvise or mprotect leaves the weight filled, as it was */
