@@ -306,19 +306,18 @@ int dsv4_radix_fetch(dsv4_radix *rx, dsv4_radix_node *node, uint32_t *pages, uin
     return rc;
 }
 
-/* nd takes slot as its device snapshot, unless it has one there (then slot is freed, or
- * there is none); returns nd. */
-static dsv4_radix_node *dsv4_radix_snap_keep(dsv4_radix *rx, dsv4_radix_node *nd, uint32_t slot)
+/* nd takes slot (if any) as its device snapshot, unless it has one there: then slot is
+ * freed. */
+static void dsv4_radix_snap_keep(dsv4_radix *rx, dsv4_radix_node *nd, uint32_t slot)
 {
     if (slot == DSV4_RADIX_NO_SLOT)
-        return nd;
+        return;
     if (dsv4_radix_on_device(&nd->snap)) {
         rx->hooks.slot_free(rx->hooks.ctx, slot);
     } else {
         nd->snap.device = slot; /* beside a host copy of the same state, if any */
         rx->n_slots++;
     }
-    return nd;
 }
 
 int dsv4_radix_insert(dsv4_radix *rx, const int32_t *toks, uint32_t n_pages, const uint32_t *pages,
@@ -360,8 +359,10 @@ int dsv4_radix_insert(dsv4_radix *rx, const int32_t *toks, uint32_t n_pages, con
         }
         c->used = now;
         nd = c;
-        if (i + 1 == snap_pages)
-            snap_nd = dsv4_radix_snap_keep(rx, c, slot);
+        if (i + 1 == snap_pages) {
+            snap_nd = c;
+            dsv4_radix_snap_keep(rx, c, slot);
+        }
     }
     if (slot != DSV4_RADIX_NO_SLOT && snap_pages == 0)
         rx->hooks.slot_free(rx->hooks.ctx, slot);
