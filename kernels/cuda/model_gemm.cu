@@ -789,14 +789,22 @@ __global__ static void __launch_bounds__(GEMM_WARPS * 32, 2)
     }
 }
 
-/* Y[g][r][o] = 0 for r < rows, o < out of problem g = blockIdx.y (split-K's start). */
 __global__ static void dsv4_mma_zero_kernel(float *y, size_t out, uint32_t rows, size_t ys,
                                             size_t yz)
 {
     dsv4_pdl_begin();
-    for (uint32_t r = blockIdx.x; r < rows; r += gridDim.x)
-        for (size_t o = threadIdx.x; o < out; o += blockDim.x)
-            y[blockIdx.y * yz + (size_t)r * ys + o] = 0.0f;
+    dsv4_mma_zero_rows(y, out, rows, ys, yz);
+}
+
+int dsv4_mma_zero(cudaStream_t st, const dsv4_mma_rows &R, float *y, size_t out, size_t ys,
+                  size_t yz, uint32_t probs)
+{
+    if (!dsv4_mma_adds_to_y(R))
+        return 0;
+    uint32_t n = R.w1 - R.w0;
+    dim3 zg(n < 1024 ? n : 1024, probs);
+    return dsv4_pdl_launch(dsv4_mma_zero_kernel, zg, 256, 0, st, y + (size_t)R.w0 * ys, out, n, ys,
+                           yz);
 }
 
 /* Deterministic mode's add: Y rows w0 .. w1 of problem g = blockIdx.y (grouped: those below
@@ -959,17 +967,14 @@ static int dsv4_mma_atomic(cudaStream_t st, dsv4_wdev W, const dsv4_wg_call *wg,
         dsv4_mma_rows R = {off, 0, n, ksplit, 1, NULL};
         return dsv4_wg_run(st, *wg, out, in, R, groups, rows_each, y, ys, yz);
     }
-    if (ksplit > 1) {
-        /* grouped rows are one block of n rows; batched problems each their own */
-        dim3 zg(n < 1024 ? n : 1024, off ? 1 : groups);
-        int rc = dsv4_pdl_launch(dsv4_mma_zero_kernel, zg, 256, 0, st, y, out, n, ys, off ? 0 : yz);
-        if (rc != 0)
-            return rc;
-    }
     dsv4_mma_rows R = {off, 0, n, ksplit, ksplit, NULL};
+    /* the wgmma launch zeroes Y itself (with its inputs' split where it splits them once);
+     * grouped rows are one block of n rows, batched problems each their own */
     if (wg)
         return dsv4_wg_run(st, *wg, out, in, R, groups, rows_each, y, ys, yz);
-    return dsv4_mma_run<F>(st, W, out, in, x, xs, xz, R, groups, rows_each, y, ys, yz);
+    int rc = dsv4_mma_zero(st, R, y, out, ys, off ? 0 : yz, off ? 1 : groups);
+    return rc != 0 ? rc
+                   : dsv4_mma_run<F>(st, W, out, in, x, xs, xz, R, groups, rows_each, y, ys, yz);
 }
 
 template <int F>

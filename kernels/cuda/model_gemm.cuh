@@ -84,6 +84,28 @@ struct dsv4_mma_rows {
                        atomics */
 };
 
+/* Whether R's k splits add into Y with atomics (Y zeroed before), rather than into R.part or
+ * in registers. */
+static inline bool dsv4_mma_adds_to_y(const dsv4_mma_rows &R)
+{
+    return R.kgrid > 1 && !R.part;
+}
+
+/* Y[p][w0 + r][o] = 0 for r < rows, o < out, problem p = blockIdx.y, by the blocks of a launch
+ * along x (y is row w0's address): split-K's start where its splits add into Y. */
+__device__ static inline void dsv4_mma_zero_rows(float *y, size_t out, uint32_t rows, size_t ys,
+                                                 size_t yz)
+{
+    for (uint32_t r = blockIdx.x; r < rows; r += gridDim.x)
+        for (size_t o = threadIdx.x; o < out; o += blockDim.x)
+            y[blockIdx.y * yz + (size_t)r * ys + o] = 0.0f;
+}
+
+/* The rows of R zeroed where its splits add into Y (dsv4_mma_adds_to_y), in a launch of their
+ * own; probs problems yz apart. */
+int dsv4_mma_zero(cudaStream_t st, const dsv4_mma_rows &R, float *y, size_t out, size_t ys,
+                  size_t yz, uint32_t probs);
+
 /* The weights and inputs that the wgmma kernel takes, where the device code has it. */
 struct dsv4_wg_call {
     const dsv4_cuda_blas *b;
