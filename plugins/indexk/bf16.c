@@ -51,40 +51,10 @@ static const dsv4_indexk_format bf16_format = {
     .cuda_format = DSV4_CUDA_IK_BF16,
 };
 
-static size_t bf16_page_bytes(const dsv4_indexk_geom *g)
-{
-    return dsv4_indexk_page_bytes(&bf16_format, g);
-}
-
-static int bf16_init(const dsv4_host *host, const void *config, void **state_p, char *err,
-                     size_t errlen)
-{
-    return dsv4_indexk_init(&bf16_format, host, config, state_p, err, errlen);
-}
-
 static const dsv4_option bf16_options[] = {
     DSV4_INDEXK_COMMON_OPTIONS(bf16_config),
     {.key = NULL},
 };
 
-static const dsv4_indexk_ops bf16_ops = {
-    .struct_size = sizeof(dsv4_indexk_ops),
-    .page_bytes = bf16_page_bytes,
-    .row_bytes = bf16_row_bytes,
-    .store = dsv4_indexk_store,
-    .load = dsv4_indexk_load,
-    .score = dsv4_indexk_score,
-    DSV4_INDEXK_CUDA_OPS,
-};
-
-const dsv4_plugin_desc dsv4_plugin = {
-    DSV4_INDEXK_DESC_HEADER,
-    .name = "bf16",
-    .version = PACKAGE_VERSION,
-    .description = "index-K rows as bf16 (2 B per value, round to nearest even)",
-    .flags = 0,
-    .options = bf16_options,
-    .config_size = sizeof(bf16_config),
-    .init = bf16_init,
-    .ops = &bf16_ops,
-};
+DSV4_INDEXK_PLUGIN("bf16", bf16_format, bf16_row_bytes, bf16_options, bf16_config,
+                   "index-K rows as bf16 (2 B per value, round to nearest even)");

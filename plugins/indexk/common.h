@@ -45,13 +45,6 @@ typedef struct dsv4_indexk_config {
         .offset = offsetof(conf_type, common.reject_nonfinite)                                     \
     }
 
-/* The descriptor fields that are the same for every indexk plugin. */
-#define DSV4_INDEXK_DESC_HEADER                                                                    \
-    .abi_major = DSV4_ABI_MAJOR, .abi_minor = DSV4_ABI_MINOR,                                      \
-    .struct_size = sizeof(dsv4_plugin_desc), .build_signature = DSV4_BUILD_SIGNATURE,              \
-    .family = DSV4_FAMILY_INDEXK, .family_version = DSV4_INDEXK_VERSION,                           \
-    .probe = dsv4_indexk_probe, .check = dsv4_indexk_check, .fini = dsv4_indexk_fini
-
 typedef struct dsv4_indexk_format {
     const char *subject; /* "indexk/fp8", for log messages */
     /* Bytes one row takes in a page, its share of scales included. */
@@ -112,9 +105,9 @@ int dsv4_indexk_score(void *state, const dsv4_indexk_geom *g, const void *pool,
                       const uint32_t *pages, uint32_t n_rows, const float *q, const float *w,
                       uint32_t n_heads, float scale, float *scores_out);
 
-/* The CUDA ops (cuda.c, built with CUDA only): argument checks, then kernels/cuda. A
- * plugin's ops table lists them through DSV4_INDEXK_CUDA_OPS, which leaves them NULL in a
- * build without CUDA. */
+/* The CUDA ops (cuda.c, built with CUDA only): argument checks, then kernels/cuda. The ops
+ * table lists them through DSV4_INDEXK_CUDA_OPS, which leaves them NULL in a build without
+ * CUDA. */
 #ifdef HAVE_CUDA
 int dsv4_indexk_score_cuda(void *state, const dsv4_indexk_geom *g, const void *pool_dev,
                            const uint32_t *pages_dev, const uint32_t *page_start_dev,
@@ -133,5 +126,48 @@ int dsv4_indexk_store_cuda(void *state, const dsv4_indexk_geom *g, void *pool_de
 #else
 #define DSV4_INDEXK_CUDA_OPS .score_cuda = NULL, .topk_cuda = NULL, .store_cuda = NULL
 #endif
+
+/* What the plugins differ in only by their format: the page size and init bound to format
+ * (a dsv4_indexk_format whose row_bytes is row_bytes), the ops table and the exported
+ * descriptor of plugin `name` with its options (ending in {.key = NULL}) filling a
+ * conf_type. */
+#define DSV4_INDEXK_PLUGIN(name_, format, row_bytes_, options_, conf_type, description_)           \
+    static size_t indexk_page_bytes(const dsv4_indexk_geom *g)                                     \
+    {                                                                                              \
+        return dsv4_indexk_page_bytes(&(format), g);                                               \
+    }                                                                                              \
+    static int indexk_init(const dsv4_host *host, const void *config, void **state_p, char *err,   \
+                           size_t errlen)                                                          \
+    {                                                                                              \
+        return dsv4_indexk_init(&(format), host, config, state_p, err, errlen);                    \
+    }                                                                                              \
+    static const dsv4_indexk_ops indexk_ops = {                                                    \
+        .struct_size = sizeof(dsv4_indexk_ops),                                                    \
+        .page_bytes = indexk_page_bytes,                                                           \
+        .row_bytes = row_bytes_,                                                                   \
+        .store = dsv4_indexk_store,                                                                \
+        .load = dsv4_indexk_load,                                                                  \
+        .score = dsv4_indexk_score,                                                                \
+        DSV4_INDEXK_CUDA_OPS,                                                                      \
+    };                                                                                             \
+    const dsv4_plugin_desc dsv4_plugin = {                                                         \
+        .abi_major = DSV4_ABI_MAJOR,                                                               \
+        .abi_minor = DSV4_ABI_MINOR,                                                               \
+        .struct_size = sizeof(dsv4_plugin_desc),                                                   \
+        .build_signature = DSV4_BUILD_SIGNATURE,                                                   \
+        .family = DSV4_FAMILY_INDEXK,                                                              \
+        .family_version = DSV4_INDEXK_VERSION,                                                     \
+        .name = name_,                                                                             \
+        .version = PACKAGE_VERSION,                                                                \
+        .description = description_,                                                               \
+        .flags = 0,                                                                                \
+        .options = options_,                                                                       \
+        .config_size = sizeof(conf_type),                                                          \
+        .probe = dsv4_indexk_probe,                                                                \
+        .check = dsv4_indexk_check,                                                                \
+        .init = indexk_init,                                                                       \
+        .fini = dsv4_indexk_fini,                                                                  \
+        .ops = &indexk_ops,                                                                        \
+    }
 
 #endif

@@ -36,40 +36,10 @@ static const dsv4_indexk_format f32_format = {
     .cuda_format = DSV4_CUDA_IK_F32,
 };
 
-static size_t f32_page_bytes(const dsv4_indexk_geom *g)
-{
-    return dsv4_indexk_page_bytes(&f32_format, g);
-}
-
-static int f32_init(const dsv4_host *host, const void *config, void **state_p, char *err,
-                    size_t errlen)
-{
-    return dsv4_indexk_init(&f32_format, host, config, state_p, err, errlen);
-}
-
 static const dsv4_option f32_options[] = {
     DSV4_INDEXK_COMMON_OPTIONS(f32_config),
     {.key = NULL},
 };
 
-static const dsv4_indexk_ops f32_ops = {
-    .struct_size = sizeof(dsv4_indexk_ops),
-    .page_bytes = f32_page_bytes,
-    .row_bytes = f32_row_bytes,
-    .store = dsv4_indexk_store,
-    .load = dsv4_indexk_load,
-    .score = dsv4_indexk_score,
-    DSV4_INDEXK_CUDA_OPS,
-};
-
-const dsv4_plugin_desc dsv4_plugin = {
-    DSV4_INDEXK_DESC_HEADER,
-    .name = "f32",
-    .version = PACKAGE_VERSION,
-    .description = "index-K rows as fp32 (4 B per value, lossless; for fp32 parity runs)",
-    .flags = 0,
-    .options = f32_options,
-    .config_size = sizeof(f32_config),
-    .init = f32_init,
-    .ops = &f32_ops,
-};
+DSV4_INDEXK_PLUGIN("f32", f32_format, f32_row_bytes, f32_options, f32_config,
+                   "index-K rows as fp32 (4 B per value, lossless; for fp32 parity runs)");

@@ -85,17 +85,6 @@ static const dsv4_indexk_format fp8_format = {
     .query = fp8_query,
 };
 
-static size_t fp8_page_bytes(const dsv4_indexk_geom *g)
-{
-    return dsv4_indexk_page_bytes(&fp8_format, g);
-}
-
-static int fp8_init(const dsv4_host *host, const void *config, void **state_p, char *err,
-                    size_t errlen)
-{
-    return dsv4_indexk_init(&fp8_format, host, config, state_p, err, errlen);
-}
-
 static const dsv4_option fp8_options[] = {
     DSV4_INDEXK_COMMON_OPTIONS(fp8_config),
     {.key = "scale_format",
@@ -120,24 +109,5 @@ static const dsv4_option fp8_options[] = {
     {.key = NULL},
 };
 
-static const dsv4_indexk_ops fp8_ops = {
-    .struct_size = sizeof(dsv4_indexk_ops),
-    .page_bytes = fp8_page_bytes,
-    .row_bytes = fp8_row_bytes,
-    .store = dsv4_indexk_store,
-    .load = dsv4_indexk_load,
-    .score = dsv4_indexk_score,
-    DSV4_INDEXK_CUDA_OPS,
-};
-
-const dsv4_plugin_desc dsv4_plugin = {
-    DSV4_INDEXK_DESC_HEADER,
-    .name = "fp8",
-    .version = PACKAGE_VERSION,
-    .description = "index-K rows as e4m3 with one fp32 scale per row (dim + 4 B per row)",
-    .flags = 0,
-    .options = fp8_options,
-    .config_size = sizeof(fp8_config),
-    .init = fp8_init,
-    .ops = &fp8_ops,
-};
+DSV4_INDEXK_PLUGIN("fp8", fp8_format, fp8_row_bytes, fp8_options, fp8_config,
+                   "index-K rows as e4m3 with one fp32 scale per row (dim + 4 B per row)");
