@@ -36,6 +36,27 @@ static dsv4_registry *open_registry(const char *cmd)
     return reg;
 }
 
+/* The options of a command that takes --help and one operand (*operand_p): -1 to go on, else
+ * its exit status (0 after --help, 2 after a usage error, the usage printed). */
+static int one_operand(int argc, char **argv, void (*usage)(FILE *out), const char **operand_p)
+{
+    static const struct option opts[] = {
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    int c = getopt_long(argc, argv, "h", opts, NULL);
+    if (c == 'h') {
+        usage(stdout);
+        return 0;
+    }
+    if (c != -1 || argc - optind != 1) {
+        usage(stderr);
+        return 2;
+    }
+    *operand_p = argv[optind];
+    return -1;
+}
+
 /* ---- list ------------------------------------------------------------------------------ */
 
 enum { COL_FAMILY, COL_NAME, COL_VERSION, COL_ABI, COL_PATH, COL_STATUS, NCOLS };
@@ -77,16 +98,15 @@ static int fill_row(const dsv4_plugin_entry *e, struct row *r)
 
 static void list_usage(FILE *out)
 {
-    fprintf(out,
-            "usage: dsv4ctl [--plugin-dir DIR] list [--porcelain]\n"
-            "Every plugin file in the search path, in search order, loaded or not.\n"
-            "  --porcelain  one line per plugin, tab-separated fields in this order:\n"
-            "               family, name, version, ABI, status, path\n"
-            "               (version and ABI are - when the plugin did not load; status is\n"
-            "               ok, \"not available here (\" and the plugin's reason \")\", or\n"
-            "               \"failed: \" and the reason)\n"
-            "Exit status: 0 when every plugin loaded or is only not available here, 1 when\n"
-            "any failed, 2 on usage errors.\n");
+    fprintf(out, "usage: dsv4ctl [--plugin-dir DIR] list [--porcelain]\n"
+                 "Every plugin file in the search path, in search order, loaded or not.\n"
+                 "  --porcelain  one line per plugin, tab-separated fields in this order:\n"
+                 "               family, name, version, ABI, status, path\n"
+                 "               (version and ABI are - when the plugin did not load; status is\n"
+                 "               ok, \"not available here (\" and the plugin's reason \")\", or\n"
+                 "               \"failed: \" and the reason)\n"
+                 "Exit status: 0 when every plugin loaded or is only not available here, 1 when\n"
+                 "any failed, 2 on usage errors.\n");
 }
 
 /* Human form: an aligned table with the free-text status last, so a long reason does not
@@ -272,23 +292,10 @@ static int describe_plugin(int family, const char *name)
 
 int dsv4ctl_describe(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    int c;
-
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'h': describe_usage(stdout); return 0;
-        default: describe_usage(stderr); return 2;
-        }
-    }
-    if (argc - optind != 1) {
-        describe_usage(stderr);
-        return 2;
-    }
-    const char *what = argv[optind];
+    const char *what;
+    int rc = one_operand(argc, argv, describe_usage, &what);
+    if (rc >= 0)
+        return rc;
     if (strcmp(what, "core") == 0)
         return describe_core();
 
@@ -326,28 +333,16 @@ static void check_plugin_usage(FILE *out)
 
 int dsv4ctl_check_plugin(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    int c;
-
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'h': check_plugin_usage(stdout); return 0;
-        default: check_plugin_usage(stderr); return 2;
-        }
-    }
-    if (argc - optind != 1) {
-        check_plugin_usage(stderr);
-        return 2;
-    }
+    const char *file;
+    int rc = one_operand(argc, argv, check_plugin_usage, &file);
+    if (rc >= 0)
+        return rc;
     /* A registry of its own: the file is checked alone, as if it were the only plugin. */
     dsv4_registry *reg = dsv4_registry_new(NULL);
     const dsv4_plugin_entry *e = NULL;
     int status;
     if (reg)
-        dsv4_registry_load_file(reg, argv[optind], &e);
+        dsv4_registry_load_file(reg, file, &e);
     if (!e) {
         fprintf(stderr, "dsv4ctl check-plugin: out of memory\n");
         status = 2;
