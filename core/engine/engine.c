@@ -104,7 +104,7 @@ dsv4_engine *dsv4_engine_new(const dsv4_model *model, const dsv4_engine_conf *co
         goto fail;
 #endif
     /* the CPU forward reads every weight at every step: all of them in memory for good */
-    if (!cuda && dsv4_model_fill(model, NULL, 0) != 0) {
+    if (!cuda && dsv4_model_fill(model) != 0) {
         snprintf(err, errlen, "engine: cannot read the model's weights into memory");
         goto fail;
     }

@@ -38,6 +38,9 @@
 #define FC_WCHUNK ((size_t)256 << 20)
 #define FC_WCHUNKS 1024
 #define FC_WALIGN 256
+/* The upload's two pinned buffers: a chunk of weights is read into one (dequantised from the
+ * checkpoint where the model left them there) while the other's goes to the device. */
+#define FC_UP_CHUNK ((size_t)32 << 20)
 
 /* A layer's weights: the linear layers' in their checkpoint formats (fc_wup), the rest
  * f32 (the mHC projections too: dsv4_cuda_hc_pre multiplies them itself). The linear
@@ -103,7 +106,10 @@ struct dsv4_fwd_cuda {
      * take per dsv4_cuda_wfmt */
     uint8_t *wchunk[FC_WCHUNKS];
     size_t wchunk_size[FC_WCHUNKS], n_wchunks, wchunk_used, wbytes[4];
-    float *wstage;   /* upload: one f32 weight on its way to its format */
+    float *wstage;      /* upload: one f32 weight on its way to its format */
+    uint8_t *up_buf[2]; /* upload: the pinned buffers (FC_UP_CHUNK), used in turn */
+    void *up_done[2];   /* upload: each buffer's last copy done */
+    unsigned up_next;
     uint32_t *wflag; /* upload: dsv4_cuda_weight_pack's scratch word */
 
     /* device workspace, per token of the step; the streams X in x at a block's attention
@@ -213,14 +219,22 @@ static void *fc_walloc(dsv4_fwd_cuda *f, size_t bytes)
     return p;
 }
 
-/* bytes of host weights at p copied to dst: filled first where the model left them in the
- * checkpoint (dsv4_model_load_deferred), given back once the copy is done */
+/* bytes of the model's host memory at p copied to dst on the stream, a chunk at a time
+ * through the pinned buffers in turn: read (dsv4_model_read: deferred weights dequantised
+ * straight from the checkpoint) while the chunk before is on its way */
 static bool fc_copy_weights(dsv4_fwd_cuda *f, void *dst, const void *p, size_t bytes)
 {
-    bool ok = dsv4_model_fill(f->m, p, bytes) == 0 &&
-              dsv4_cuda_copy(dst, p, bytes, f->stream) == 0 && dsv4_cuda_sync(f->stream) == 0;
-    dsv4_model_drop(f->m, p, bytes);
-    return ok;
+    for (size_t o = 0; o < bytes; o += FC_UP_CHUNK) {
+        size_t n = bytes - o < FC_UP_CHUNK ? bytes - o : FC_UP_CHUNK;
+        unsigned k = f->up_next;
+        f->up_next ^= 1;
+        if (dsv4_cuda_event_sync(f->up_done[k]) != 0 ||
+            dsv4_model_read(f->m, (const uint8_t *)p + o, n, f->up_buf[k]) != 0 ||
+            dsv4_cuda_copy((uint8_t *)dst + o, f->up_buf[k], n, f->stream) != 0 ||
+            dsv4_cuda_event_record(f->up_done[k], f->stream) != 0)
+            return false;
+    }
+    return true;
 }
 
 /* A weight on the device (NULL for a NULL host pointer, which is then not an error). */
@@ -365,6 +379,28 @@ static size_t fc_max(const size_t *v, size_t n)
     for (size_t i = 0; i < n; i++)
         m = v[i] > m ? v[i] : m;
     return m;
+}
+
+/* The pinned buffers that fc_copy_weights takes in turn, for the uploads of
+ * dsv4_fwd_cuda_new; false when they cannot be had. */
+static bool fc_upload_begin(dsv4_fwd_cuda *f)
+{
+    for (unsigned k = 0; k < 2; k++)
+        if (!(f->up_buf[k] = dsv4_cuda_host_alloc(FC_UP_CHUNK)) ||
+            dsv4_cuda_event_new(&f->up_done[k]) != 0)
+            return false;
+    return true;
+}
+
+/* The pinned buffers given back, once the stream is done with them. */
+static void fc_upload_end(dsv4_fwd_cuda *f)
+{
+    for (unsigned k = 0; k < 2; k++) {
+        dsv4_cuda_host_free(f->up_buf[k]);
+        dsv4_cuda_event_free(f->up_done[k]);
+        f->up_buf[k] = NULL;
+        f->up_done[k] = NULL;
+    }
 }
 
 static bool fc_upload_weights(dsv4_fwd_cuda *f)
@@ -594,7 +630,7 @@ dsv4_fwd_cuda *dsv4_fwd_cuda_new(const dsv4_fwd_conf *conf, bool deterministic, 
         snprintf(err, errlen, "forward (cuda): cannot start a stream and cuBLAS");
         goto fail;
     }
-    if (!fc_upload_weights(f) || !fc_alloc_workspace(f)) {
+    if (!fc_upload_begin(f) || !fc_upload_weights(f) || !fc_alloc_workspace(f)) {
         snprintf(err, errlen,
                  "forward (cuda): out of memory (weights and the workspace for %u tokens)",
                  conf->max_tokens);
@@ -622,9 +658,10 @@ dsv4_fwd_cuda *dsv4_fwd_cuda_new(const dsv4_fwd_conf *conf, bool deterministic, 
                             c->rope_compress.beta_slow};
     dsv4_k_rope_freqs(&rp, freq);
     f->freq_comp = fc_up(f, freq, c->rope_compress.dims / 2 + 1, sizeof(float), &ok);
-    /* the uploads read host memory until they complete */
+    /* the uploads read the pinned buffers until they complete */
     if (!ok || dsv4_cuda_sync(f->stream) != 0)
         goto fail_oom;
+    fc_upload_end(f);
     return f;
 
 fail_oom:
@@ -645,6 +682,7 @@ void dsv4_fwd_cuda_free(dsv4_fwd_cuda *f)
     for (size_t i = 0; i < f->n_wchunks; i++)
         dsv4_cuda_free(f->wchunk[i]);
     dsv4_cuda_free(f->wstage);
+    fc_upload_end(f);
     for (size_t i = 0; i < f->n_hallocs; i++)
         free(f->hallocs[i]);
     dsv4_cuda_free(f->pages.dev);

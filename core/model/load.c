@@ -1,8 +1,8 @@
 /* load.c: dsv4_model_load: config.json plus the checkpoint's tensors, found under either
  * naming scheme, shape-checked and dequantised to f32 into one arena (in row bands, a
  * thread per CPU); or, dsv4_model_load_deferred, the large weights left in the checkpoint
- * until dsv4_model_fill dequantises them in place (and dsv4_model_drop gives their memory
- * back). */
+ * until dsv4_model_fill dequantises them in place, dsv4_model_read meanwhile dequantising
+ * any span of them into a caller's buffer. */
 #include "config.h"
 
 #include <errno.h>
@@ -29,17 +29,17 @@
 #define LOAD_BAND_ROWS 64
 
 /* A weight left in the checkpoint: rows [row0, row0 + rows) of src, dequantised into out
- * (rows x src.cols floats of the arena) when filled. */
+ * (rows x src.cols floats of the arena) by dsv4_model_fill, or into a reader's buffer by
+ * dsv4_model_read. */
 typedef struct deferred_w {
     dsv4_wsrc src;
     uint64_t row0, rows;
     float *out;
-    bool filled;
 } deferred_w;
 
 /* A deferred load's weights. The arena is its own mapping, so that the pages wholly inside a
- * deferred weight can be given back (madvise) and made unreadable (mprotect) while it is
- * not filled: a read of an unfilled weight faults rather than seeing zeros. */
+ * deferred weight can be made unreadable (mprotect) until it is filled: a read of an
+ * unfilled weight faults rather than seeing zeros. */
 struct dsv4_deferred {
     pthread_mutex_t mu;
     dsv4_ckpt *ck; /* the weights' sources point into its mapped files */
@@ -47,7 +47,7 @@ struct dsv4_deferred {
     size_t arena_bytes, page;
     deferred_w *w; /* in arena order */
     size_t n, cap;
-    bool kept; /* all filled for good (dsv4_model_fill of every weight) */
+    bool filled; /* dsv4_model_fill ran: every weight is in the arena */
 };
 
 typedef struct loader {
@@ -211,7 +211,8 @@ static int load_index(loader *ld, const dsv4_tensor_desc *d, const dsv4_st_file 
     return 0;
 }
 
-/* Leave rows [row0, row0 + rows) of src for dsv4_model_fill to dequantise into out. */
+/* Leave rows [row0, row0 + rows) of src for dsv4_model_fill to dequantise into out (and
+ * dsv4_model_read into its buffers). */
 static int defer(loader *ld, const dsv4_wsrc *src, uint64_t row0, uint64_t rows, float *out)
 {
     struct dsv4_deferred *df = ld->dfr;
@@ -225,7 +226,7 @@ static int defer(loader *ld, const dsv4_wsrc *src, uint64_t row0, uint64_t rows,
         df->w = w;
         df->cap = cap;
     }
-    df->w[df->n++] = (deferred_w){*src, row0, rows, out, false};
+    df->w[df->n++] = (deferred_w){*src, row0, rows, out};
     return 0;
 }
 
@@ -368,20 +369,18 @@ static void deferred_pages(const struct dsv4_deferred *df, const deferred_w *w, 
         *hi = *lo;
 }
 
-/* w's interior pages readable and writable (rw), or given back and neither (!rw). */
+/* w's interior pages readable and writable (rw), or neither (!rw). */
 static int deferred_protect(const struct dsv4_deferred *df, const deferred_w *w, bool rw)
 {
     uintptr_t lo, hi;
     deferred_pages(df, w, &lo, &hi);
     if (hi == lo)
         return 0;
-    if (!rw && madvise((void *)lo, hi - lo, MADV_DONTNEED) != 0)
-        return -errno;
     return mprotect((void *)lo, hi - lo, rw ? PROT_READ | PROT_WRITE : PROT_NONE) == 0 ? 0 : -errno;
 }
 
 /* The first of df's weights that ends after address b (they are in arena order and do not
- * overlap, so their ends are in order too): a fill or drop of one weight looks at it and its
+ * overlap, so their ends are in order too): a read of one weight looks at it and its
  * neighbours, not at every weight of the model. */
 static size_t deferred_from(const struct dsv4_deferred *df, uintptr_t b)
 {
@@ -497,46 +496,81 @@ dsv4_model *dsv4_model_load_deferred(const char *dir, char *err, size_t errlen)
     return model_load(dir, true, err, errlen);
 }
 
-int dsv4_model_fill(const dsv4_model *m, const void *p, size_t bytes)
+int dsv4_model_fill(const dsv4_model *m)
 {
     struct dsv4_deferred *df = m->deferred;
     if (!df)
         return 0;
-    uintptr_t b = (uintptr_t)p, e = b + bytes;
     int rc = 0;
     pthread_mutex_lock(&df->mu);
-    for (size_t i = p ? deferred_from(df, b) : 0;
-         rc == 0 && i < df->n && (!p || (uintptr_t)df->w[i].out < e); i++) {
+    for (size_t i = 0; !df->filled && rc == 0 && i < df->n; i++) {
         deferred_w *w = &df->w[i];
-        if (w->filled)
-            continue;
-        if ((rc = deferred_protect(df, w, true)) == 0) {
+        if ((rc = deferred_protect(df, w, true)) == 0)
             load_dequant(df->threads, &w->src, w->row0, w->rows, w->out);
-            w->filled = true;
-        }
     }
-    if (rc == 0 && !p)
-        df->kept = true;
+    if (rc == 0)
+        df->filled = true;
     pthread_mutex_unlock(&df->mu);
     return rc;
 }
 
-void dsv4_model_drop(const dsv4_model *m, const void *p, size_t bytes)
+/* Floats [f0, f1) of w (row-major, src.cols a row) dequantised into out: whole rows on the
+ * loader's threads, a row that either end of the range cuts through a row buffer. */
+static int deferred_read(const struct dsv4_deferred *df, const deferred_w *w, uint64_t f0,
+                         uint64_t f1, float *out)
+{
+    uint64_t cols = w->src.cols;
+    float *row = NULL;
+    while (f0 < f1) {
+        uint64_t r = f0 / cols, c = f0 % cols;
+        if (c == 0 && f1 - f0 >= cols) {
+            uint64_t n = (f1 - f0) / cols;
+            load_dequant(df->threads, &w->src, w->row0 + r, n, out);
+            out += n * cols;
+            f0 += n * cols;
+            continue;
+        }
+        if (!row && !(row = malloc(cols * sizeof(float))))
+            return -ENOMEM;
+        uint64_t end = (r + 1) * cols < f1 ? (r + 1) * cols : f1;
+        dsv4_dequant_rows(&w->src, w->row0 + r, 1, row);
+        memcpy(out, row + c, (end - f0) * sizeof(float));
+        out += end - f0;
+        f0 = end;
+    }
+    free(row);
+    return 0;
+}
+
+int dsv4_model_read(const dsv4_model *m, const void *p, size_t bytes, void *dst)
 {
     struct dsv4_deferred *df = m->deferred;
-    if (!df)
-        return;
-    uintptr_t b = (uintptr_t)p, e = b + bytes;
-    pthread_mutex_lock(&df->mu);
-    for (size_t i = deferred_from(df, b); !df->kept && i < df->n && (uintptr_t)df->w[i].out < e;
-         i++) {
-        deferred_w *w = &df->w[i];
-        uintptr_t wb = (uintptr_t)w->out, we = deferred_end(w);
-        /* a failed madvise or mprotect leaves the weight filled, as it was */
-        if (w->filled && wb >= b && we <= e && deferred_protect(df, w, false) == 0)
-            w->filled = false;
+    if (!df) {
+        memcpy(dst, p, bytes);
+        return 0;
     }
+    uintptr_t b = (uintptr_t)p, e = b + bytes, at = b;
+    uint8_t *out = dst;
+    int rc = 0;
+    pthread_mutex_lock(&df->mu);
+    for (size_t i = df->filled ? df->n : deferred_from(df, b);
+         rc == 0 && i < df->n && (uintptr_t)df->w[i].out < e; i++) {
+        const deferred_w *w = &df->w[i];
+        uintptr_t wb = (uintptr_t)w->out > b ? (uintptr_t)w->out : b;
+        uintptr_t we = deferred_end(w) < e ? deferred_end(w) : e;
+        if ((wb - (uintptr_t)w->out) % sizeof(float) || (we - (uintptr_t)w->out) % sizeof(float)) {
+            rc = -EINVAL; /* a range that cuts a float of a deferred weight */
+            break;
+        }
+        memcpy(out + (at - b), (const void *)at, wb - at); /* what lies between: in the arena */
+        rc = deferred_read(df, w, (wb - (uintptr_t)w->out) / sizeof(float),
+                           (we - (uintptr_t)w->out) / sizeof(float), (float *)(out + (wb - b)));
+        at = we;
+    }
+    if (rc == 0)
+        memcpy(out + (at - b), (const void *)at, e - at);
     pthread_mutex_unlock(&df->mu);
+    return rc;
 }
 
 void dsv4_model_free(dsv4_model *m)

@@ -35,12 +35,12 @@ check_PROGRAMS += tests/unit/t-model-loads-mkmodel-values
 TESTS += tests/unit/t-model-loads-mkmodel-values
 tests_unit_t_model_loads_mkmodel_values_LDADD = $(TEST_CORE_LIBS)
 # dsv4_model_load_deferred against dsv4_model_load, alone and under a CPU engine
-check_PROGRAMS += tests/unit/t-model-deferred-load-fills-and-drops
-TESTS += tests/unit/t-model-deferred-load-fills-and-drops
-tests_unit_t_model_deferred_load_fills_and_drops_SOURCES = \
-	tests/unit/t-model-deferred-load-fills-and-drops.c tests/unit/engine-testmodel.c \
+check_PROGRAMS += tests/unit/t-model-deferred-load-reads-and-fills
+TESTS += tests/unit/t-model-deferred-load-reads-and-fills
+tests_unit_t_model_deferred_load_reads_and_fills_SOURCES = \
+	tests/unit/t-model-deferred-load-reads-and-fills.c tests/unit/engine-testmodel.c \
 	tests/unit/engine-testmodel.h
-tests_unit_t_model_deferred_load_fills_and_drops_LDADD = $(TEST_CORE_LIBS) -lm
+tests_unit_t_model_deferred_load_reads_and_fills_LDADD = $(TEST_CORE_LIBS) -lm
 check_PROGRAMS += tests/unit/t-model-load-rejects-bad-checkpoint
 TESTS += tests/unit/t-model-load-rejects-bad-checkpoint
 tests_unit_t_model_load_rejects_bad_checkpoint_LDADD = $(TEST_CORE_LIBS)

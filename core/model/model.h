@@ -132,19 +132,22 @@ int dsv4_model_config_parse(const char *json, size_t len, dsv4_model_config *cfg
  * [32,64]"). */
 dsv4_model *dsv4_model_load(const char *dir, char *err, size_t errlen);
 /* The same checks, but the large weights (the matrices the checkpoint stores as BF16, FP8 or
- * FP4: embeddings, head, linear layers, experts) stay in the mapped checkpoint until
- * dsv4_model_fill dequantises them in place; until then their memory is neither committed
- * nor readable (a read faults). The CUDA backend fills, uploads and drops one weight at a
- * time, so the host never holds the whole model in f32 (dsv4d and bench/decode-e2e load so
- * for the cuda device). */
+ * FP4: embeddings, head, linear layers, experts) stay in the mapped checkpoint: until
+ * dsv4_model_fill their memory is neither committed nor readable (a read faults), and
+ * dsv4_model_read dequantises them into a caller's buffer. The CUDA backend reads them a
+ * chunk at a time into pinned buffers on their way to the device, so the host never holds
+ * the model in f32 (dsv4d and bench/decode-e2e load so for the cuda device). */
 dsv4_model *dsv4_model_load_deferred(const char *dir, char *err, size_t errlen);
-/* Every deferred weight overlapping [p, p + bytes) dequantised in place (p NULL: every
- * weight, for good: dsv4_model_drop then keeps them). 0, or a negative errno where the
- * memory cannot be made writable. Nothing to do on a model loaded whole. Thread-safe. */
-int dsv4_model_fill(const dsv4_model *model, const void *p, size_t bytes);
-/* The memory of every filled deferred weight wholly inside [p, p + bytes) given back and
- * unreadable again until the next fill. Nothing to do on a model loaded whole. */
-void dsv4_model_drop(const dsv4_model *model, const void *p, size_t bytes);
+/* Every deferred weight dequantised in place, for good (the CPU backend's forward reads the
+ * model's pointers). 0, or a negative errno where the memory cannot be made writable. Nothing
+ * to do on a model loaded whole, or filled before. Thread-safe. */
+int dsv4_model_fill(const dsv4_model *model);
+/* The bytes [p, p + bytes) of the model's memory (any span of its tensors and what lies
+ * between them) into dst, as they read once filled: deferred weights not yet filled are
+ * dequantised from the checkpoint straight into dst, whole rows on the loader's threads,
+ * and stay unfilled. 0; -EINVAL where the span cuts a float of a deferred weight; -ENOMEM.
+ * Thread-safe. */
+int dsv4_model_read(const dsv4_model *model, const void *p, size_t bytes, void *dst);
 void dsv4_model_free(dsv4_model *model);
 
 /* The embedded default model: where dsv4d finds (and `dsv4ctl mkmodel --preset tiny`

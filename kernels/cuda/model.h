@@ -35,6 +35,10 @@ void *dsv4_cuda_alloc(size_t bytes);
 void dsv4_cuda_free(void *dev);
 int dsv4_cuda_stream_new(void **stream_p);
 void dsv4_cuda_stream_free(void *stream);
+/* Page-locked host memory (the device copies from it asynchronously, at the bus's speed);
+ * NULL when none can be had. */
+void *dsv4_cuda_host_alloc(size_t bytes);
+void dsv4_cuda_host_free(void *host);
 /* Events order work between streams (inside a CUDA graph capture too: a stream that waits
  * for an event recorded in the capturing stream joins the capture, and must be waited for
  * again by the capturing stream before the capture ends). */
@@ -44,6 +48,8 @@ void dsv4_cuda_event_free(void *event);
 int dsv4_cuda_event_record(void *event, void *stream);
 /* stream's later work waits for event's work */
 int dsv4_cuda_stream_wait(void *stream, void *event);
+/* The host waits for event's work (at once for an event never recorded). */
+int dsv4_cuda_event_sync(void *event);
 /* Queue a copy of n bytes between any two of host and device memory. */
 int dsv4_cuda_copy(void *dst, const void *src, size_t n, void *stream);
 /* Wait for everything queued on stream. */

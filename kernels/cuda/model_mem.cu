@@ -46,6 +46,18 @@ void dsv4_cuda_free(void *dev)
         cudaFree(dev);
 }
 
+void *dsv4_cuda_host_alloc(size_t bytes)
+{
+    void *p = NULL;
+    return cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault) == cudaSuccess ? p : NULL;
+}
+
+void dsv4_cuda_host_free(void *host)
+{
+    if (host)
+        cudaFreeHost(host);
+}
+
 int dsv4_cuda_stream_new(void **stream_p)
 {
     cudaStream_t s;
@@ -84,6 +96,11 @@ int dsv4_cuda_event_record(void *event, void *stream)
 int dsv4_cuda_stream_wait(void *stream, void *event)
 {
     return dsv4_cuda_status(cudaStreamWaitEvent((cudaStream_t)stream, (cudaEvent_t)event, 0));
+}
+
+int dsv4_cuda_event_sync(void *event)
+{
+    return dsv4_cuda_status(cudaEventSynchronize((cudaEvent_t)event));
 }
 
 int dsv4_cuda_copy(void *dst, const void *src, size_t n, void *stream)

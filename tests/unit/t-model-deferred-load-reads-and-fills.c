@@ -1,12 +1,15 @@
-/* t-model-deferred-load-fills-and-drops: dsv4_model_load_deferred on the tiny preset written
+/* t-model-deferred-load-reads-and-fills: dsv4_model_load_deferred on the tiny preset written
  * as fp8 (FP8 block scales, MXFP4 experts) and as bf16. Its large weights cannot be read
- * before dsv4_model_fill (a read faults), are then bit for bit the values dsv4_model_load
- * gives, fault again and hold no memory after dsv4_model_drop, and come back the same on the
- * next fill. A CPU engine over it (which fills every weight for good) gives the loaded
- * model's logits bit for bit, and a drop after it changes nothing. On a model loaded whole
- * fill and drop do nothing. */
+ * before dsv4_model_fill (a read faults) and hold no memory. dsv4_model_read gives the bytes
+ * of the whole load: every tensor alone, spans that cut rows at both ends, a span of several
+ * tensors with what lies between them, the model's whole arena in chunks that cut rows and
+ * tensors anywhere a float allows; the weights stay unfilled and unreadable after it, and a
+ * span that cuts a float is refused. A CPU engine over it (which fills every weight for good)
+ * gives the loaded model's logits bit for bit, and reads after the fill give the same bytes.
+ * On a model loaded whole fill does nothing and read copies. */
 #include "config.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,7 +29,7 @@
 /* One tensor of both models: where its values are and how many bytes. */
 typedef struct tensor_ref {
     const void *whole, *deferred;
-    size_t bytes;
+    size_t bytes, cols;
     bool large; /* a matrix the checkpoint stores narrower than f32: deferred */
 } tensor_ref;
 
@@ -46,9 +49,9 @@ static int collect_fn(void *ctx, const dsv4_tensor_desc *d)
     }
     size_t elem = d->wclass == DSV4_WC_INDEX ? sizeof(int32_t) : sizeof(float);
     const char *a = *dsv4_tensor_slot(r->whole, d), *b = *dsv4_tensor_slot(r->deferred, d);
-    r->t[r->n++] =
-        (tensor_ref){a + d->elem_offset * elem, b + d->elem_offset * elem, d->rows * d->cols * elem,
-                     d->ndim == 2 && d->wclass != DSV4_WC_F32 && d->wclass != DSV4_WC_INDEX};
+    r->t[r->n++] = (tensor_ref){
+        a + d->elem_offset * elem, b + d->elem_offset * elem, d->rows * d->cols * elem, d->cols,
+        d->ndim == 2 && d->wclass != DSV4_WC_F32 && d->wclass != DSV4_WC_INDEX};
     return 0;
 }
 
@@ -132,6 +135,49 @@ static float *prefill_logits(const dsv4_model *m, const dsv4_plugin_desc *ik)
     return out;
 }
 
+/* dsv4_model_read of [off, off + bytes) of both models' tensor t (offsets from the start of
+ * t) into a buffer, against the whole load's bytes. */
+static bool reads_as_whole(const refs *r, const tensor_ref *t, size_t off, size_t bytes)
+{
+    unsigned char *buf = malloc(bytes ? bytes : 1);
+    if (!buf)
+        bail_out("out of memory");
+    bool same = dsv4_model_read(r->deferred, (const char *)t->deferred + off, bytes, buf) == 0 &&
+                memcmp(buf, (const char *)t->whole + off, bytes) == 0;
+    free(buf);
+    return same;
+}
+
+/* The tensors of a span read from the deferred model (all, from ld on) that differ from the
+ * whole load's (the padding between tensors is whatever each arena held: not compared). */
+static size_t span_differing(const refs *r, const unsigned char *all, const char *ld)
+{
+    size_t bad = 0;
+    for (size_t i = 0; i < r->n; i++)
+        bad +=
+            memcmp(all + ((const char *)r->t[i].deferred - ld), r->t[i].whole, r->t[i].bytes) != 0;
+    return bad;
+}
+
+/* The tensors at the same offsets from the first one in both models (the arenas are laid
+ * out alike), and the span from the lowest to the highest byte of any tensor. */
+static bool same_layout(const refs *r, const char **lo_w, const char **lo_d, size_t *span)
+{
+    const char *lw = r->t[0].whole, *ld = r->t[0].deferred, *hw = lw;
+    for (size_t i = 0; i < r->n; i++) {
+        const char *w = r->t[i].whole;
+        if (w < lw)
+            lw = w, ld = r->t[i].deferred;
+        if (w + r->t[i].bytes > hw)
+            hw = w + r->t[i].bytes;
+    }
+    *lo_w = lw, *lo_d = ld, *span = (size_t)(hw - lw);
+    for (size_t i = 0; i < r->n; i++)
+        if ((const char *)r->t[i].whole - lw != (const char *)r->t[i].deferred - ld)
+            return false;
+    return true;
+}
+
 static void check(const char *dtype, const dsv4_plugin_desc *ik)
 {
     char dir[] = "/tmp/t-model-deferred-XXXXXX", err[512];
@@ -150,35 +196,59 @@ static void check(const char *dtype, const dsv4_plugin_desc *ik)
     if (!big || big->bytes < 4 * (size_t)sysconf(_SC_PAGESIZE))
         bail_out("tiny %s: no deferred tensor of several pages", dtype);
 
-    ok(read_faults(big), "tiny %s: a deferred weight (%zu bytes) faults when read before a fill",
-       dtype, big->bytes);
-    int rc = 0;
-    for (size_t i = 0; i < r.n; i++)
-        rc |= dsv4_model_fill(r.deferred, r.t[i].deferred, r.t[i].bytes);
-    is_int(rc, 0, "tiny %s: every tensor fills", dtype);
-    is_int(differing(&r), 0, "tiny %s: all %zu tensors equal the whole load's, bit for bit", dtype,
-           r.n);
-
-    dsv4_model_drop(r.deferred, big->deferred, big->bytes);
     ok(read_faults(big) && resident_pages(big) == 0,
-       "tiny %s: after a drop it faults again and holds no page", dtype);
-    is_int(dsv4_model_fill(r.deferred, big->deferred, big->bytes), 0, "tiny %s: it fills again",
-           dtype);
-    ok(memcmp(big->whole, big->deferred, big->bytes) == 0, "tiny %s: with the same values", dtype);
+       "tiny %s: a deferred weight (%zu bytes) faults when read before a fill, and holds no "
+       "page",
+       dtype, big->bytes);
+    size_t bad = 0;
+    for (size_t i = 0; i < r.n; i++)
+        bad += !reads_as_whole(&r, &r.t[i], 0, r.t[i].bytes);
+    is_int(bad, 0, "tiny %s: all %zu tensors read as the whole load's, bit for bit", dtype, r.n);
+    /* a span from inside row 1 to inside row 5, and one inside row 2 */
+    size_t C = big->cols, f = sizeof(float);
+    ok(C > 8 && reads_as_whole(&r, big, (C + 3) * f, (4 * C + 5) * f) &&
+           reads_as_whole(&r, big, (2 * C + 1) * f, (C - 2) * f),
+       "tiny %s: spans that cut rows at either end read as the whole load's", dtype);
+    ok(read_faults(big) && resident_pages(big) == 0,
+       "tiny %s: after the reads the weight still faults and holds no page", dtype);
 
-    dsv4_model_drop(r.deferred, big->deferred, big->bytes);
+    const char *lw, *ld;
+    size_t span;
+    if (!ok(same_layout(&r, &lw, &ld, &span), "tiny %s: both loads lay their tensors out alike",
+            dtype))
+        bail_out("cannot compare the arenas");
+    unsigned char *all = malloc(span);
+    if (!all)
+        bail_out("out of memory");
+    /* chunks of 4 KiB + 12 bytes: they cut rows and tensors at every offset a float allows */
+    int rc = 0;
+    for (size_t o = 0, n; rc == 0 && o < span; o += n) {
+        n = span - o < 4108 ? span - o : 4108;
+        rc = dsv4_model_read(r.deferred, ld + o, n, all + o);
+    }
+    ok(rc == 0 && span_differing(&r, all, ld) == 0,
+       "tiny %s: the whole arena (%zu bytes, every tensor and what lies between) read in chunks "
+       "holds the whole load's tensors",
+       dtype, span);
+    unsigned char scratch[16];
+    is_int(dsv4_model_read(r.deferred, (const char *)big->deferred + 2, 8, scratch), -EINVAL,
+           "tiny %s: a span that cuts a float of a deferred weight is refused", dtype);
+
     float *want = prefill_logits(r.whole, ik), *got = prefill_logits(r.deferred, ik);
     size_t V = r.whole->cfg.vocab_size;
     ok(memcmp(want, got, PROMPT * V * sizeof(float)) == 0,
        "tiny %s: a CPU engine over it (every weight filled) gives the same logits, bitwise", dtype);
-    dsv4_model_drop(r.deferred, big->deferred, big->bytes);
-    ok(!read_faults(big) && differing(&r) == 0,
-       "tiny %s: once the CPU forward has them, a drop keeps every weight", dtype);
+    memset(all, 0, span);
+    ok(!read_faults(big) && differing(&r) == 0 && dsv4_model_read(r.deferred, ld, span, all) == 0 &&
+           span_differing(&r, all, ld) == 0,
+       "tiny %s: once filled, every weight is in place and reads the same", dtype);
 
-    dsv4_model_drop(r.whole, big->whole, big->bytes);
-    tensor_ref w = {big->whole, big->whole, big->bytes, true};
-    ok(!read_faults(&w) && dsv4_model_fill(r.whole, NULL, 0) == 0 && differing(&r) == 0,
-       "tiny %s: on a model loaded whole, drop and fill do nothing", dtype);
+    tensor_ref w = {big->whole, big->whole, big->bytes, big->cols, true};
+    memset(all, 0, span);
+    ok(!read_faults(&w) && dsv4_model_fill(r.whole) == 0 && differing(&r) == 0 &&
+           dsv4_model_read(r.whole, lw, span, all) == 0 && span_differing(&r, all, ld) == 0,
+       "tiny %s: on a model loaded whole, fill does nothing and read copies", dtype);
+    free(all);
     free(want);
     free(got);
     free(r.t);
@@ -191,7 +261,7 @@ int main(void)
 {
     dsv4_registry *reg;
     const dsv4_plugin_desc *ik = dsv4_test_indexk(&reg, "f32");
-    plan(2 * 10);
+    plan(2 * 11);
     check("fp8", ik);
     check("bf16", ik);
     dsv4_registry_free(reg);
