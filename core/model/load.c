@@ -558,8 +558,11 @@ int dsv4_model_read(const dsv4_model *m, const void *p, size_t bytes, void *dst)
         const deferred_w *w = &df->w[i];
         uintptr_t wb = (uintptr_t)w->out > b ? (uintptr_t)w->out : b;
         uintptr_t we = deferred_end(w) < e ? deferred_end(w) : e;
-        if ((wb - (uintptr_t)w->out) % sizeof(float) || (we - (uintptr_t)w->out) % sizeof(float)) {
-            rc = -EINVAL; /* a range that cuts a float of a deferred weight */
+        /* a span that cuts a float of a deferred weight, or whose floats would land unaligned
+         * in dst (the differences are taken modulo 2^64, a multiple of 4) */
+        if (((uintptr_t)w->out - b) % sizeof(float) || (we - (uintptr_t)w->out) % sizeof(float) ||
+            (uintptr_t)dst % sizeof(float)) {
+            rc = -EINVAL;
             break;
         }
         memcpy(out + (at - b), (const void *)at, wb - at); /* what lies between: in the arena */

@@ -230,9 +230,14 @@ static void check(const char *dtype, const dsv4_plugin_desc *ik)
        "tiny %s: the whole arena (%zu bytes, every tensor and what lies between) read in chunks "
        "holds the whole load's tensors",
        dtype, span);
-    unsigned char scratch[16];
-    is_int(dsv4_model_read(r.deferred, (const char *)big->deferred + 2, 8, scratch), -EINVAL,
-           "tiny %s: a span that cuts a float of a deferred weight is refused", dtype);
+    float scratch[4];
+    is_int(dsv4_model_read(r.deferred, (const char *)big->deferred + 2, 8, scratch) +
+               dsv4_model_read(r.deferred, (const char *)big->deferred - 2, 8, scratch) +
+               dsv4_model_read(r.deferred, big->deferred, 8, (char *)scratch + 1),
+           -3 * EINVAL,
+           "tiny %s: a span that cuts a float of a deferred weight, or starts off the floats' "
+           "grid before one, or lands in an unaligned buffer, is refused",
+           dtype);
 
     float *want = prefill_logits(r.whole, ik), *got = prefill_logits(r.deferred, ik);
     size_t V = r.whole->cfg.vocab_size;
