@@ -219,9 +219,10 @@ static void *fc_walloc(dsv4_fwd_cuda *f, size_t bytes)
     return p;
 }
 
-/* bytes of the model's host memory at p copied to dst on the stream, a chunk at a time
- * through the pinned buffers in turn: read (dsv4_model_read: deferred weights dequantised
- * straight from the checkpoint) while the chunk before is on its way */
+/* bytes of host memory at p (the model's, or a table of the forward's) copied to dst on the
+ * stream, a chunk at a time through the pinned buffers in turn: read (dsv4_model_read:
+ * deferred weights dequantised straight from the checkpoint) while the chunk before is on
+ * its way */
 static bool fc_copy_weights(dsv4_fwd_cuda *f, void *dst, const void *p, size_t bytes)
 {
     for (size_t o = 0; o < bytes; o += FC_UP_CHUNK) {
