@@ -3,10 +3,11 @@
  * before dsv4_model_fill (a read faults) and hold no memory. dsv4_model_read gives the bytes
  * of the whole load: every tensor alone, spans that cut rows at both ends, a span of several
  * tensors with what lies between them, the model's whole arena in chunks that cut rows and
- * tensors anywhere a float allows; the weights stay unfilled and unreadable after it, and a
- * span that cuts a float is refused. A CPU engine over it (which fills every weight for good)
- * gives the loaded model's logits bit for bit, and reads after the fill give the same bytes.
- * On a model loaded whole fill does nothing and read copies. */
+ * tensors anywhere a float allows; the weights stay unfilled and unreadable after it, a span
+ * that cuts a float is refused, memory that is not the model's is copied. A CPU engine over
+ * it (which fills every weight for good) gives the loaded model's logits bit for bit, and
+ * reads after the fill give the same bytes. On a model loaded whole fill does nothing and
+ * read copies. */
 #include "config.h"
 
 #include <errno.h>
@@ -239,6 +240,13 @@ static void check(const char *dtype, const dsv4_plugin_desc *ik)
            "grid before one, or lands in an unaligned buffer, is refused",
            dtype);
 
+    float outside[64], copied[64];
+    for (size_t i = 0; i < 64; i++)
+        outside[i] = 0.5f * (float)i - 7.0f;
+    ok(dsv4_model_read(r.deferred, outside, sizeof(outside), copied) == 0 &&
+           memcmp(outside, copied, sizeof(outside)) == 0,
+       "tiny %s: memory that is none of the model's is copied as it is", dtype);
+
     float *want = prefill_logits(r.whole, ik), *got = prefill_logits(r.deferred, ik);
     size_t V = r.whole->cfg.vocab_size;
     ok(memcmp(want, got, PROMPT * V * sizeof(float)) == 0,
@@ -266,7 +274,7 @@ int main(void)
 {
     dsv4_registry *reg;
     const dsv4_plugin_desc *ik = dsv4_test_indexk(&reg, "f32");
-    plan(2 * 11);
+    plan(2 * 12);
     check("fp8", ik);
     check("bf16", ik);
     dsv4_registry_free(reg);
