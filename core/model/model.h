@@ -145,8 +145,9 @@ int dsv4_model_fill(const dsv4_model *model);
 /* The bytes [p, p + bytes) of the model's memory (any span of its tensors and what lies
  * between them) into dst, as they read once filled: deferred weights not yet filled are
  * dequantised from the checkpoint straight into dst, whole rows on the loader's threads,
- * and stay unfilled; memory that is none of the model's is copied as it is. 0; -EINVAL where the span cuts a float of a deferred weight (or dst is
- * not float-aligned and the span holds one); -ENOMEM. Thread-safe. */
+ * and stay unfilled; memory that is none of the model's is copied as it is. 0; -EINVAL
+ * where the span cuts a float of a deferred weight (or dst is not float-aligned and the
+ * span holds one); -ENOMEM. Thread-safe. */
 int dsv4_model_read(const dsv4_model *model, const void *p, size_t bytes, void *dst);
 void dsv4_model_free(dsv4_model *model);
 

@@ -1,5 +1,6 @@
-/* model_mem.cu: devices, device memory, streams and events, copies, the one-launch block copy, the
- * CUDA graphs of the CUDA forward and the device KV pool, and the profiler range (model.h). */
+/* model_mem.cu: devices, device and page-locked host memory, streams and events, copies, the
+ * one-launch block copy, the CUDA graphs of the CUDA forward and the device KV pool, and the
+ * profiler range (model.h). */
 #include "kernels/cuda/model.h"
 #include "kernels/cuda/status.cuh"
 
