@@ -38,7 +38,7 @@
 #define FC_WCHUNK ((size_t)256 << 20)
 #define FC_WCHUNKS 1024
 #define FC_WALIGN 256
-/* The upload's two pinned buffers: a chunk of weights is read into one (dequantised from the
+/* The upload's two pinned slots: a chunk of weights is read into one (dequantised from the
  * checkpoint where the model left them there) while the other's goes to the device. */
 #define FC_UP_CHUNK ((size_t)32 << 20)
 
@@ -106,9 +106,9 @@ struct dsv4_fwd_cuda {
      * take per dsv4_cuda_wfmt */
     uint8_t *wchunk[FC_WCHUNKS];
     size_t wchunk_size[FC_WCHUNKS], n_wchunks, wchunk_used, wbytes[4];
-    float *wstage;      /* upload: one f32 weight on its way to its format */
-    uint8_t *up_buf[2]; /* upload: the pinned buffers (FC_UP_CHUNK), used in turn */
-    void *up_done[2];   /* upload: each buffer's last copy done */
+    float *wstage;       /* upload: one f32 weight on its way to its format */
+    uint8_t *up_slot[2]; /* upload: the pinned slots (FC_UP_CHUNK bytes), used in turn */
+    void *up_done[2];    /* upload: each slot's last copy done */
     unsigned up_next;
     uint32_t *wflag; /* upload: dsv4_cuda_weight_pack's scratch word */
 
@@ -220,7 +220,7 @@ static void *fc_walloc(dsv4_fwd_cuda *f, size_t bytes)
 }
 
 /* bytes of host memory at p (the model's, or a table of the forward's) copied to dst on the
- * stream, a chunk at a time through the pinned buffers in turn: read (dsv4_model_read:
+ * stream, a chunk at a time through the pinned slots in turn: read (dsv4_model_read:
  * deferred weights dequantised straight from the checkpoint) while the chunk before is on
  * its way */
 static bool fc_copy_weights(dsv4_fwd_cuda *f, void *dst, const void *p, size_t bytes)
@@ -230,8 +230,8 @@ static bool fc_copy_weights(dsv4_fwd_cuda *f, void *dst, const void *p, size_t b
         unsigned k = f->up_next;
         f->up_next ^= 1;
         if (dsv4_cuda_event_sync(f->up_done[k]) != 0 ||
-            dsv4_model_read(f->m, (const uint8_t *)p + o, n, f->up_buf[k]) != 0 ||
-            dsv4_cuda_copy((uint8_t *)dst + o, f->up_buf[k], n, f->stream) != 0 ||
+            dsv4_model_read(f->m, (const uint8_t *)p + o, n, f->up_slot[k]) != 0 ||
+            dsv4_cuda_copy((uint8_t *)dst + o, f->up_slot[k], n, f->stream) != 0 ||
             dsv4_cuda_event_record(f->up_done[k], f->stream) != 0)
             return false;
     }
@@ -382,24 +382,24 @@ static size_t fc_max(const size_t *v, size_t n)
     return m;
 }
 
-/* The pinned buffers that fc_copy_weights takes in turn, for the uploads of
+/* The pinned slots that fc_copy_weights takes in turn, for the uploads of
  * dsv4_fwd_cuda_new; false when they cannot be had. */
 static bool fc_upload_begin(dsv4_fwd_cuda *f)
 {
     for (unsigned k = 0; k < 2; k++)
-        if (!(f->up_buf[k] = dsv4_cuda_host_alloc(FC_UP_CHUNK)) ||
+        if (!(f->up_slot[k] = dsv4_cuda_host_alloc(FC_UP_CHUNK)) ||
             dsv4_cuda_event_new(&f->up_done[k]) != 0)
             return false;
     return true;
 }
 
-/* The pinned buffers given back, once the stream is done with them. */
+/* The pinned slots given back, once the stream is done with them. */
 static void fc_upload_end(dsv4_fwd_cuda *f)
 {
     for (unsigned k = 0; k < 2; k++) {
-        dsv4_cuda_host_free(f->up_buf[k]);
+        dsv4_cuda_host_free(f->up_slot[k]);
         dsv4_cuda_event_free(f->up_done[k]);
-        f->up_buf[k] = NULL;
+        f->up_slot[k] = NULL;
         f->up_done[k] = NULL;
     }
 }
@@ -659,7 +659,7 @@ dsv4_fwd_cuda *dsv4_fwd_cuda_new(const dsv4_fwd_conf *conf, bool deterministic, 
                             c->rope_compress.beta_slow};
     dsv4_k_rope_freqs(&rp, freq);
     f->freq_comp = fc_up(f, freq, c->rope_compress.dims / 2 + 1, sizeof(float), &ok);
-    /* the uploads read the pinned buffers until they complete */
+    /* the uploads read the pinned slots until they complete */
     if (!ok || dsv4_cuda_sync(f->stream) != 0)
         goto fail_oom;
     fc_upload_end(f);
