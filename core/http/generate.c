@@ -24,6 +24,7 @@
 #include "core/http/http_priv.h"
 #include "core/http/textstream.h"
 #include "core/serve/metrics.h"
+#include "core/util/clock.h"
 #include "core/util/status.h"
 
 /* How often a waiting handler looks at its client's socket. */
@@ -155,13 +156,6 @@ static bool client_gone(struct MHD_Connection *conn)
     return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
 }
 
-static uint64_t now_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
-}
-
 /* The next event. 0, or -ECONNRESET when the client went away. The socket is looked at
  * every WATCH_MS whether or not events keep coming, so a whole-response request whose
  * client left is cancelled early rather than run to max_tokens. */
@@ -169,7 +163,7 @@ static int next_event(gen *g, gen_event *ev)
 {
     pthread_mutex_lock(&g->mu);
     for (;;) {
-        uint64_t now = now_ms();
+        uint64_t now = dsv4_now_ms();
         if (now - g->watched >= WATCH_MS) {
             g->watched = now;
             if (client_gone(g->conn)) {

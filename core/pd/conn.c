@@ -14,8 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
+
+#include "core/util/clock.h"
 
 #define DSV4_PD_KEY_LABEL "dsv4d-pd-1"
 
@@ -29,23 +30,16 @@ struct dsv4_pd_conn {
     uint64_t send_seq, recv_seq; /* the next sequence number each way */
 };
 
-static uint64_t dsv4_pd_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 uint64_t dsv4_pd_deadline(uint32_t ms)
 {
-    return dsv4_pd_now() + (uint64_t)ms * 1000000u;
+    return dsv4_now_ns() + (uint64_t)ms * 1000000u;
 }
 
 /* Waits for events on fd until the deadline: 0, -ETIMEDOUT or -errno. */
 static int dsv4_pd_wait(int fd, short events, uint64_t deadline_ns)
 {
     for (;;) {
-        uint64_t now = dsv4_pd_now();
+        uint64_t now = dsv4_now_ns();
         if (now >= deadline_ns)
             return -ETIMEDOUT;
         uint64_t left_ms = (deadline_ns - now + 999999) / 1000000;

@@ -5,8 +5,8 @@
 #include "core/plugin/registry.h"
 
 #include <stdlib.h>
-#include <time.h>
 
+#include "core/util/clock.h"
 #include "core/util/log.h"
 
 static void *host_alloc(size_t size, size_t align)
@@ -28,20 +28,12 @@ static void host_free(void *p)
     free(p);
 }
 
-static uint64_t host_now_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static const dsv4_host default_host = {
     .struct_size = sizeof(dsv4_host),
     .log = dsv4_log,
     .alloc = host_alloc,
     .free = host_free,
-    .now_ns = host_now_ns,
+    .now_ns = dsv4_now_ns,
 };
 
 const dsv4_host *dsv4_host_default(void)

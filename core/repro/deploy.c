@@ -14,8 +14,9 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
+
+#include "core/util/clock.h"
 
 struct dsv4_deploy {
     pid_t pid;
@@ -35,13 +36,6 @@ int dsv4_deploy_free_port(void)
                  : -errno;
     close(fd);
     return rc;
-}
-
-static long long now_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (long long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
 }
 
 /* The whole log (malloc'd, NUL-terminated) or NULL. */
@@ -130,7 +124,7 @@ dsv4_deploy *dsv4_deploy_start(const char *dsv4d, const char *plugin_dir, const 
     }
     if (d->pid == 0)
         child_exec(dsv4d, plugin_dir, ini_path, log_path);
-    long long deadline = now_ms() + timeout_ms;
+    long long deadline = (long long)dsv4_now_ms() + timeout_ms;
     for (;;) {
         int st;
         if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
@@ -143,7 +137,7 @@ dsv4_deploy *dsv4_deploy_start(const char *dsv4d, const char *plugin_dir, const 
         free(log);
         if (up)
             return d;
-        if (now_ms() > deadline) {
+        if ((long long)dsv4_now_ms() > deadline) {
             log_tail(log_path, err, errlen, "did not listen in time");
             dsv4_deploy_stop(d, 1000);
             return NULL;
@@ -163,9 +157,9 @@ int dsv4_deploy_stop(dsv4_deploy *d, int grace_ms)
         return 0;
     int rc = 0, st;
     kill(d->pid, SIGTERM);
-    long long deadline = now_ms() + grace_ms;
+    long long deadline = (long long)dsv4_now_ms() + grace_ms;
     while (waitpid(d->pid, &st, WNOHANG) == 0) {
-        if (now_ms() > deadline) {
+        if ((long long)dsv4_now_ms() > deadline) {
             kill(d->pid, SIGKILL);
             waitpid(d->pid, &st, 0);
             rc = -ETIMEDOUT;

@@ -20,8 +20,9 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
+
+#include "core/util/clock.h"
 
 int dsv4_httpc_url_parse(const char *url, dsv4_httpc_url *url_p)
 {
@@ -204,18 +205,11 @@ int dsv4_httpc_parse(const char *buf, size_t n, bool eof, dsv4_httpc_response *r
     return 0;
 }
 
-static int64_t now_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
-
 /* Wait for events on fd until the deadline: 0, or -ETIMEDOUT / -errno. */
 static int wait_fd(int fd, short events, int64_t deadline)
 {
     for (;;) {
-        int64_t left = deadline - now_ms();
+        int64_t left = deadline - (int64_t)dsv4_now_ms();
         if (left <= 0)
             return -ETIMEDOUT;
         struct pollfd p = {.fd = fd, .events = events};
@@ -318,7 +312,7 @@ int dsv4_httpc_request(const dsv4_httpc_url *url, const char *method, const char
                        const char *body, size_t body_len, int timeout_ms,
                        dsv4_httpc_response *resp_p, char *err, size_t errlen)
 {
-    int64_t deadline = now_ms() + timeout_ms;
+    int64_t deadline = (int64_t)dsv4_now_ms() + timeout_ms;
     int fd = dial(url, deadline, err, errlen);
     if (fd < 0)
         return fd;

@@ -20,6 +20,7 @@
 #include "core/repro/repro_priv.h"
 #include "core/repro/scrape.h"
 #include "core/repro/workload.h"
+#include "core/util/clock.h"
 
 typedef struct run_ctx {
     dsv4_repro *r;
@@ -29,13 +30,6 @@ typedef struct run_ctx {
     atomic_uint next_session;
     atomic_uint done, failed, corrupted, active;
 } run_ctx;
-
-static double now_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
-}
 
 /* The request body for one turn. NULL on out of memory. */
 static char *generate_body(const dsv4_ids *ctx, unsigned max_tokens)
@@ -105,10 +99,10 @@ static int run_turn(run_ctx *c, unsigned s, unsigned t, const dsv4_ids *ctx)
         return -ENOMEM;
     }
     dsv4_httpc_response resp;
-    tr->start_ms = now_ms() - c->t0_ms;
+    tr->start_ms = (double)dsv4_now_ns() / 1e6 - c->t0_ms;
     int rc = dsv4_httpc_request(&c->url, "POST", "/generate", body, strlen(body), o->timeout_ms,
                                 &resp, tr->error, sizeof(tr->error));
-    tr->latency_ms = now_ms() - c->t0_ms - tr->start_ms;
+    tr->latency_ms = (double)dsv4_now_ns() / 1e6 - c->t0_ms - tr->start_ms;
     free(body);
     if (rc == 0) {
         rc = take_answer(&resp, tr);
@@ -275,7 +269,7 @@ static int run_workers(run_ctx *c)
     unsigned n_threads = o->concurrency < o->sessions ? o->concurrency : o->sessions;
     pthread_t *th = calloc(n_threads, sizeof(*th));
     unsigned started = 0;
-    c->t0_ms = now_ms();
+    c->t0_ms = (double)dsv4_now_ns() / 1e6;
     atomic_store(&c->active, n_threads);
     for (; th && started < n_threads; started++)
         if (pthread_create(&th[started], NULL, worker, c) != 0)
@@ -294,7 +288,7 @@ static int run_workers(run_ctx *c)
     for (unsigned i = 0; i < started; i++)
         pthread_join(th[i], NULL);
     free(th);
-    c->r->sum.wall_s = (now_ms() - c->t0_ms) / 1e3;
+    c->r->sum.wall_s = ((double)dsv4_now_ns() / 1e6 - c->t0_ms) / 1e3;
     if (o->progress)
         progress_draw(c, true);
     return 0;

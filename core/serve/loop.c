@@ -121,7 +121,7 @@ void dsv4_serve_finish(dsv4_server *srv, dsv4_sreq *r, dsv4_gen_event_kind kind,
     dsv4_list_unlink(&r->all);
     pthread_mutex_unlock(&srv->mu);
     dsv4_serve_gauges(srv);
-    dsv4_metric_observe(DSV4_M_E2E, (double)(dsv4_serve_now_ns() - r->t_submit_ns) / 1e9);
+    dsv4_metric_observe(DSV4_M_E2E, (double)(dsv4_now_ns() - r->t_submit_ns) / 1e9);
     if (kind == DSV4_EV_ERROR)
         dsv4_metric_add(DSV4_M_REQUESTS_FAILED, 1);
     else if (finish == DSV4_FINISH_ABORT)
@@ -167,7 +167,7 @@ static dsv4_sample_params dsv4_serve_sample_params(const dsv4_sreq *r)
  * tok on its device) give the logprob a request asks for. */
 static void dsv4_serve_emit(dsv4_server *srv, dsv4_sreq *r, int32_t tok, const float *logits)
 {
-    uint64_t now = dsv4_serve_now_ns();
+    uint64_t now = dsv4_now_ns();
     dsv4_metric_observe(r->n_gen ? DSV4_M_ITL : DSV4_M_TTFT,
                         (double)(now - (r->n_gen ? r->t_token_ns : r->t_submit_ns)) / 1e9);
     r->t_token_ns = now;
@@ -514,7 +514,7 @@ void *dsv4_serve_loop(void *arg)
 
         if (cancels)
             dsv4_serve_abort(srv, true);
-        if (stopping && dsv4_serve_now_ns() >= deadline)
+        if (stopping && dsv4_now_ns() >= deadline)
             dsv4_serve_abort(srv, false);
         if (flush != srv->flush_done) {
             dsv4_serve_cache_flush(srv);

@@ -337,7 +337,7 @@ static void pd_abort(dsv4_server *srv, dsv4_pd_job *job, int why)
     job->why = why;
     job->acked = false;
     pd_done_drop(job);
-    job->deadline_ns = dsv4_pd_now() + (uint64_t)pd->bootstrap_ms * 1000000u;
+    job->deadline_ns = dsv4_now_ns() + (uint64_t)pd->bootstrap_ms * 1000000u;
     /* a failed send leaves the deadline to decide (the connection is failing anyway) */
     dsv4_pd_send(pd, &p->conn, &p->mu, &m, p->addr);
 }
@@ -417,7 +417,7 @@ static bool pd_lease(dsv4_server *srv, dsv4_pd_job *job)
     job->peer = best;
     best->outstanding++;
     job->state = PD_LEASED;
-    job->t_lease_ns = dsv4_pd_now();
+    job->t_lease_ns = dsv4_now_ns();
     /* the prefill side's deadline plus one bootstrap period for the answer to travel */
     job->deadline_ns = job->t_lease_ns +
                        (uint64_t)(pd->waiting_ms + pd->transfer_ms + pd->bootstrap_ms) * 1000000u;
@@ -428,7 +428,7 @@ static bool pd_lease(dsv4_server *srv, dsv4_pd_job *job)
 static void pd_pending(dsv4_server *srv, dsv4_pd_job *job)
 {
     job->state = PD_PENDING;
-    job->deadline_ns = dsv4_pd_now() + (uint64_t)srv->pd->bootstrap_ms * 1000000u;
+    job->deadline_ns = dsv4_now_ns() + (uint64_t)srv->pd->bootstrap_ms * 1000000u;
     pd_lease(srv, job);
 }
 
@@ -546,7 +546,7 @@ static void pd_complete(dsv4_server *srv, dsv4_pd_job *job, const dsv4_pd_comple
     job->peer->outstanding--;
     dsv4_metric_add(DSV4_M_PD_TRANSFER_BYTES, dsv4_pd_bytes(pd, n));
     dsv4_metric_observe(DSV4_M_PD_TRANSFER_SECONDS,
-                        (double)(dsv4_pd_now() - job->t_lease_ns) / 1e9);
+                        (double)(dsv4_now_ns() - job->t_lease_ns) / 1e9);
     pd_job_end(srv, job);
     r->n_fed = dsv4_engine_seq_len(srv->eng, r->seq);
     dsv4_serve_move(srv, r, DSV4_SREQ_RUNNING, false);
@@ -775,7 +775,7 @@ void dsv4_pd_decode_step(dsv4_server *srv)
         dsv4_pd_msg_clear(&ev->m);
         free(ev);
     }
-    uint64_t now = dsv4_pd_now();
+    uint64_t now = dsv4_now_ns();
     pthread_mutex_lock(&srv->mu);
     bool stop_now = srv->stopping && now >= srv->deadline_ns;
     pthread_mutex_unlock(&srv->mu);

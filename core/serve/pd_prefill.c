@@ -151,7 +151,7 @@ static void pf_lease(dsv4_pd_pconn *pc, const dsv4_pd_msg *m)
     job->first_page = l->first_page;
     job->dst_slot = l->state_slot;
     job->n_kv = l->n_tokens;
-    job->t_lease_ns = dsv4_pd_now();
+    job->t_lease_ns = dsv4_now_ns();
     job->deadline_ns = job->t_lease_ns + (uint64_t)l->deadline_ms * 1000000u;
     atomic_init(&job->abort, false);
     atomic_init(&job->status, 0);
@@ -200,7 +200,7 @@ static void pf_abort(dsv4_pd_pconn *pc, uint64_t room, uint64_t gen)
  * already posted before their answer goes out. */
 static void pf_expire(dsv4_pd_pconn *pc, bool all)
 {
-    uint64_t now = dsv4_pd_now();
+    uint64_t now = dsv4_now_ns();
     pthread_mutex_lock(&pc->mu);
     for (dsv4_link *l = pc->jobs.next; l != &pc->jobs; l = l->next) {
         dsv4_pd_job *job = DSV4_CONTAINER(l, dsv4_pd_job, link);
@@ -524,7 +524,7 @@ static void pf_bootstrap_all(dsv4_pd *pd)
 void dsv4_pd_prefill_step(dsv4_server *srv)
 {
     dsv4_pd *pd = srv->pd;
-    uint64_t now = dsv4_pd_now();
+    uint64_t now = dsv4_now_ns();
     pthread_mutex_lock(&srv->mu);
     bool stop_now = srv->stopping && now >= srv->deadline_ns;
     pthread_mutex_unlock(&srv->mu);
@@ -554,7 +554,7 @@ void dsv4_pd_prefill_step(dsv4_server *srv)
             job->ok = true;
             dsv4_metric_add(DSV4_M_PD_TRANSFER_BYTES, dsv4_pd_bytes(pd, job->n_dst));
             dsv4_metric_observe(DSV4_M_PD_TRANSFER_SECONDS,
-                                (double)(dsv4_pd_now() - job->t_lease_ns) / 1e9);
+                                (double)(dsv4_now_ns() - job->t_lease_ns) / 1e9);
             dsv4_serve_finish(srv, r, DSV4_EV_DONE, DSV4_FINISH_LENGTH, 0);
         } else {
             dsv4_log(DSV4_LOG_WARN, "pd", "lease %llu.%llu: transfer failed (%s)",

@@ -68,12 +68,6 @@ struct dsv4_pd_job {
     dsv4_pd_msg done; /* ... that COMPLETE */
 };
 
-/* Now on the monotonic clock (ns). */
-static inline uint64_t dsv4_pd_now(void)
-{
-    return dsv4_serve_now_ns();
-}
-
 /* Splits "host:port" (the config checker already accepted it) into its parts. */
 void dsv4_pd_split_addr(const char *addr, char *host, size_t host_len, char *port, size_t port_len);
 /* Wake the engine thread (a message arrived, a peer came or went). */

@@ -10,6 +10,7 @@
 #include "core/engine/sample.h"
 #include "core/serve/radix.h"
 #include "core/serve/serve.h"
+#include "core/util/clock.h"
 
 /* An intrusive circular doubly linked list; a head is a link whose ends are itself. */
 typedef struct dsv4_link {
@@ -131,7 +132,6 @@ struct dsv4_server {
     int32_t *next;
 };
 
-uint64_t dsv4_serve_now_ns(void);
 /* The engine thread's body (loop.c). */
 void *dsv4_serve_loop(void *arg);
 

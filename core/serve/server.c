@@ -8,18 +8,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "core/serve/metrics.h"
 #include "core/serve/pd.h"
 #include "core/util/log.h"
-
-uint64_t dsv4_serve_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 /* Bytes one page takes across every paged buffer of every layer: measured on a pool of
  * one page, so this follows the pool's own layout (indexk page format, alignment). */
@@ -76,8 +68,10 @@ static int dsv4_serve_engine(dsv4_server *srv, const dsv4_config *conf, const ds
         return -EINVAL;
     }
     ec.n_pages = (uint32_t)pages;
+    uint64_t t0 = dsv4_now_ns();
     if (!(srv->eng = dsv4_engine_new(model, &ec, err, errlen)))
         return -EINVAL;
+    double took_s = (double)(dsv4_now_ns() - t0) / 1e9;
     srv->page_tokens = ec.page_tokens;
     srv->n_pages = ec.n_pages;
     srv->n_slots = ec.n_slots;
@@ -89,9 +83,9 @@ static int dsv4_serve_engine(dsv4_server *srv, const dsv4_config *conf, const ds
         ctx = model->cfg.max_positions;
     srv->max_context = (uint32_t)ctx;
     dsv4_log(DSV4_LOG_INFO, "server",
-             "engine ready (%u kv pages of %zu bytes, %u tokens each; %u state slots; context "
-             "%u tokens)",
-             srv->n_pages, page_bytes, srv->page_tokens, srv->n_slots, srv->max_context);
+             "engine ready in %.1f s (%u kv pages of %zu bytes, %u tokens each; %u state slots; "
+             "context %u tokens)",
+             took_s, srv->n_pages, page_bytes, srv->page_tokens, srv->n_slots, srv->max_context);
     return 0;
 }
 
@@ -211,7 +205,7 @@ void dsv4_server_stop(dsv4_server *srv, uint64_t grace_ms)
         return;
     pthread_mutex_lock(&srv->mu);
     srv->stopping = true;
-    srv->deadline_ns = dsv4_serve_now_ns() + grace_ms * 1000000u;
+    srv->deadline_ns = dsv4_now_ns() + grace_ms * 1000000u;
     pthread_cond_signal(&srv->wake);
     pthread_cond_broadcast(&srv->flushed);
     pthread_mutex_unlock(&srv->mu);
@@ -261,7 +255,7 @@ int dsv4_serve_submit(dsv4_server *srv, const int32_t *prompt, size_t n,
     r->pd = pd;
     atomic_init(&r->cancel, false);
     dsv4_rng_seed(&r->rng, params->seed);
-    r->t_submit_ns = dsv4_serve_now_ns();
+    r->t_submit_ns = dsv4_now_ns();
 
     pthread_mutex_lock(&srv->mu);
     if (srv->stopping) {
