@@ -494,9 +494,7 @@ void *dsv4_serve_loop(void *arg)
     int rc = dsv4_engine_bind_thread(srv->eng);
     if (rc != 0)
         dsv4_log(DSV4_LOG_ERROR, "server",
-                 "engine thread: cannot make the engine's device "
-                 "current (%s)",
-                 dsv4_strerror(rc));
+                 "engine thread: cannot make the engine's device current (%s)", dsv4_strerror(rc));
     for (;;) {
         pthread_mutex_lock(&srv->mu);
         while (!srv->stopping && !srv->cancel_pending && dsv4_list_empty(&srv->inbox) &&
