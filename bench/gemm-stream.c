@@ -10,9 +10,14 @@
  *
  * usage: gemm-stream [--rows 1,2,4,...,256] [--iters 20] [--bw BYTES_PER_S]
  *                    [--formats f32,bf16,fp8,mxfp4] [--layers wq_a,wq_b,wo_a,wo_b,experts,head]
- *                    [--modes deterministic,fast]
+ *                    [--modes deterministic,fast] [--peer]
  * Prints the ceiling, then one markdown table row per (layer, format, mode, rows). --layers
- * and --modes pick what runs (by a layer name's first word), e.g. a few launches for ncu. */
+ * and --modes pick what runs (by a layer name's first word), e.g. a few launches for ncu.
+ * --peer adds cuBLASLt's bf16 GEMM on the bf16 layers but the experts (gemm-cublaslt.h), in
+ * the same run: mode `cublaslt x` on the rows' bf16 values (less precise than ours), and
+ * `cublaslt hi|lo` on twice the rows, each row's bf16 high and low parts, the product a
+ * cuBLAS path with our precision would take (the two halves' sum not counted). The hi|lo
+ * halves summed must match our fast mode's Y, or gemm-stream stops. */
 #include "config.h"
 
 #include <getopt.h>
@@ -22,6 +27,8 @@
 #include <string.h>
 
 #include "bench/bench-util.h"
+#include "bench/gemm-cublaslt.h"
+#include "kernels/cpu/numfmt.h"
 #include "kernels/cuda/model.h"
 
 #define MAX_ROWS_LIST 16
@@ -62,6 +69,88 @@ static void die(const char *what)
     exit(1);
 }
 
+/* What one call of a dense or batched layer (not the experts) takes. */
+typedef struct dense_call {
+    const layer_shape *L;
+    size_t x_stride, y_stride; /* rows' strides: the mats' products side by side */
+} dense_call;
+
+static int ours(dsv4_cuda_blas *blas, const dsv4_cuda_weight *wt, const dense_call *d,
+                const float *x_dev, uint32_t rows, float *y_dev)
+{
+    const layer_shape *L = d->L;
+    if (L->batched)
+        return dsv4_cuda_linear_batched(blas, wt, L->out, L->in, x_dev, d->x_stride, L->in, rows,
+                                        y_dev, d->y_stride, L->out, (uint32_t)L->mats);
+    return dsv4_cuda_linear(blas, wt, L->out, L->in, x_dev, d->x_stride, rows, y_dev, d->y_stride);
+}
+
+/* The peer's rows for one layer (gemm-cublaslt.h): cuBLASLt on `rows` bf16 rows, then on
+ * their hi|lo parts, checked against our fast mode's Y of the same rows. */
+static void peer_rows(gemm_peer *peer, dsv4_cuda_blas *fast, const dsv4_cuda_weight *wt,
+                      const dense_call *d, const float *w, const float *x, const float *x_dev,
+                      uint32_t rows, int iters, double bw, void *stream)
+{
+    const layer_shape *L = d->L;
+    size_t n = L->mats * L->out * L->in, xn = 2 * (size_t)rows * d->x_stride;
+    size_t yn = 2 * (size_t)rows * d->y_stride;
+    uint16_t *w16 = malloc(n * 2), *x16 = malloc(xn * 2);
+    float *y_ours = malloc((size_t)rows * d->y_stride * sizeof(float));
+    float *y_peer = malloc(yn * sizeof(float));
+    uint16_t *w16_dev = dsv4_cuda_alloc(n * 2), *x16_dev = dsv4_cuda_alloc(xn * 2);
+    float *y_dev = dsv4_cuda_alloc(yn * sizeof(float));
+    if (!w16 || !x16 || !y_ours || !y_peer || !w16_dev || !x16_dev || !y_dev)
+        die("out of memory (peer)");
+    for (size_t i = 0; i < n; i++)
+        w16[i] = dsv4_f32_to_bf16(w[i]);
+    /* rows 0..rows-1: the high parts; rows..2 rows-1: the low parts */
+    for (size_t i = 0; i < (size_t)rows * d->x_stride; i++) {
+        x16[i] = dsv4_f32_to_bf16(x[i]);
+        x16[(size_t)rows * d->x_stride + i] = dsv4_f32_to_bf16(x[i] - dsv4_bf16_to_f32(x16[i]));
+    }
+    if (dsv4_cuda_copy(w16_dev, w16, n * 2, stream) != 0 ||
+        dsv4_cuda_copy(x16_dev, x16, xn * 2, stream) != 0 ||
+        ours(fast, wt, d, x_dev, rows, y_dev) != 0 ||
+        dsv4_cuda_copy(y_ours, y_dev, (size_t)rows * d->y_stride * sizeof(float), stream) != 0)
+        die("peer setup failed");
+    static const char *const names[2] = {"cublaslt x", "cublaslt hi|lo"};
+    for (uint32_t hilo = 0; hilo < 2; hilo++) {
+        uint32_t r = rows << hilo;
+        int algos = 0;
+        double dt = gemm_peer_time(peer, w16_dev, x16_dev, y_dev, L->mats, L->out, L->in, r,
+                                   d->x_stride, d->y_stride, iters, &algos);
+        if (dt < 0) {
+            printf("| %s | bf16 | %s | %u | no algorithm (%d) | | | |\n", L->name, names[hilo],
+                   rows, (int)dt);
+            continue;
+        }
+        if (hilo) {
+            if (dsv4_cuda_copy(y_peer, y_dev, yn * sizeof(float), stream) != 0)
+                die("copy failed");
+            double err = 0, mag = 0;
+            for (size_t i = 0; i < (size_t)rows * d->y_stride; i++) {
+                double v = (double)y_peer[i] + y_peer[(size_t)rows * d->y_stride + i];
+                err = fmax(err, fabs(v - y_ours[i]));
+                mag = fmax(mag, fabs(y_ours[i]));
+            }
+            if (err > 1e-5 * mag + 1e-6)
+                die("cuBLASLt hi|lo does not match our fast mode: the peer's layout is wrong");
+        }
+        double bytes = 2.0 * (double)n, flops = 2.0 * r * L->out * L->in * L->mats;
+        printf("| %s | bf16 | %s (best of %d) | %u | %.1f | %.0f | %.1f%% | %.2f |\n", L->name,
+               names[hilo], algos, rows, dt * 1e6, bytes / dt / 1e9, 100 * bytes / dt / bw,
+               flops / dt / 1e12);
+        fflush(stdout);
+    }
+    dsv4_cuda_free(w16_dev);
+    dsv4_cuda_free(x16_dev);
+    dsv4_cuda_free(y_dev);
+    free(w16);
+    free(x16);
+    free(y_ours);
+    free(y_peer);
+}
+
 /* Bytes read and written per second by device-to-device copies of COPY_BYTES. */
 static double copy_rate(void *stream)
 {
@@ -92,14 +181,12 @@ int main(int argc, char **argv)
     const char *layers = "wq_a,wq_b,wo_a,wo_b,experts,head", *modes_list = "deterministic,fast";
     int iters = 20;
     double bw = 0;
-    bool bw_set = false;
-    static const struct option opts[] = {{"rows", required_argument, NULL, 'r'},
-                                         {"iters", required_argument, NULL, 'i'},
-                                         {"bw", required_argument, NULL, 'w'},
-                                         {"formats", required_argument, NULL, 'f'},
-                                         {"layers", required_argument, NULL, 'l'},
-                                         {"modes", required_argument, NULL, 'm'},
-                                         {NULL, 0, NULL, 0}};
+    bool bw_set = false, with_peer = false;
+    static const struct option opts[] = {
+        {"rows", required_argument, NULL, 'r'},   {"iters", required_argument, NULL, 'i'},
+        {"bw", required_argument, NULL, 'w'},     {"formats", required_argument, NULL, 'f'},
+        {"layers", required_argument, NULL, 'l'}, {"modes", required_argument, NULL, 'm'},
+        {"peer", no_argument, NULL, 'p'},         {NULL, 0, NULL, 0}};
     for (int ch; (ch = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
         switch (ch) {
         case 'r': rows_list = optarg; break;
@@ -108,6 +195,7 @@ int main(int argc, char **argv)
         case 'f': formats = optarg; break;
         case 'l': layers = optarg; break;
         case 'm': modes_list = optarg; break;
+        case 'p': with_peer = true; break;
         default: return 2;
         }
     }
@@ -141,7 +229,9 @@ int main(int argc, char **argv)
     float *x_dev = dsv4_cuda_alloc((size_t)max_rows * 6 * in_max * sizeof(float));
     float *y_dev = dsv4_cuda_alloc((size_t)max_rows * 6 * out_max * sizeof(float));
     uint32_t *flag = dsv4_cuda_alloc(sizeof(uint32_t)), *off_dev = dsv4_cuda_alloc(9 * 4);
-    if (!modes[0] || !modes[1] || !w || !x || !src || !x_dev || !y_dev || !flag || !off_dev)
+    gemm_peer *peer = with_peer ? gemm_peer_new(stream) : NULL;
+    if (!modes[0] || !modes[1] || !w || !x || !src || !x_dev || !y_dev || !flag || !off_dev ||
+        (with_peer && !peer))
         die("out of memory");
     static const float e2m1[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
     /* 2^-10 .. 2^-4 by 32-input group (a product with a power of two is exact) */
@@ -185,6 +275,7 @@ int main(int argc, char **argv)
                 !exact)
                 die("cannot pack the weight");
             dsv4_cuda_weight wt = {(dsv4_cuda_wfmt)f, data, scale};
+            dense_call dense = {L, L->in * L->mats, L->out * L->mats};
             for (uint32_t mi = 0; mi < 2 * n_rows; mi++) {
                 if (!listed(modes_list, mi < n_rows ? "deterministic" : "fast"))
                     continue;
@@ -212,13 +303,8 @@ int main(int argc, char **argv)
                         rc = dsv4_cuda_linear_grouped(blas, &wt, L->out, L->in, x_dev, L->in,
                                                       off_dev, (uint32_t)L->mats, pairs, y_dev,
                                                       L->out);
-                    else if (L->batched)
-                        rc = dsv4_cuda_linear_batched(blas, &wt, L->out, L->in, x_dev,
-                                                      L->in * L->mats, L->in, R, y_dev,
-                                                      L->out * L->mats, L->out, (uint32_t)L->mats);
                     else
-                        rc = dsv4_cuda_linear(blas, &wt, L->out, L->in, x_dev, L->in, R, y_dev,
-                                              L->out);
+                        rc = ours(blas, &wt, &dense, x_dev, R, y_dev);
                 }
                 if (rc != 0 || dsv4_cuda_sync(stream) != 0)
                     die("GEMM failed");
@@ -232,6 +318,10 @@ int main(int argc, char **argv)
                        bytes / dt / 1e9, 100 * bytes / dt / bw, flops / dt / 1e12);
                 fflush(stdout);
             }
+            if (peer && f == DSV4_CUDA_W_BF16 && !L->grouped)
+                for (uint32_t ri = 0; ri < n_rows; ri++)
+                    peer_rows(peer, modes[1], &wt, &dense, w, x, x_dev, rows[ri], iters, bw,
+                              stream);
             dsv4_cuda_free(data);
             dsv4_cuda_free(scale);
         }
@@ -241,6 +331,7 @@ int main(int argc, char **argv)
     dsv4_cuda_free(y_dev);
     dsv4_cuda_free(flag);
     dsv4_cuda_free(off_dev);
+    gemm_peer_free(peer);
     dsv4_cuda_blas_free(modes[0]);
     dsv4_cuda_blas_free(modes[1]);
     dsv4_cuda_stream_free(stream);
