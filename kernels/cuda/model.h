@@ -121,8 +121,9 @@ void dsv4_cuda_blas_free(dsv4_cuda_blas *blas);
  * fixed by the weight's shape, the splits added in split order: an output's bits depend
  * on its weight row and input row only, whatever the row count, the grouping or the run
  * (batch-invariant by construction). Fast mode takes them from two rows a group, k split
- * by the grid and added by atomics (bits may change with the rows and between runs), the
- * streaming kernel for one-row steps and f32 steps of up to DSV4_CUDA_GEMM_STREAM_ROWS
+ * by the grid and added by atomics (bits may change with the rows and between runs), and for
+ * one-row steps of fewer than 16384 outputs (all groups) on 8 MiB of weights or more; the
+ * streaming kernel for other one-row steps and f32 steps of up to DSV4_CUDA_GEMM_STREAM_ROWS
  * rows, cuBLAS for longer f32 steps. */
 #define DSV4_CUDA_GEMM_STREAM_ROWS 256
 int dsv4_cuda_linear(dsv4_cuda_blas *blas, const dsv4_cuda_weight *w, size_t out, size_t in,

@@ -42,6 +42,9 @@
 #define FP8_BLOCK 128                /* FP8 scale block (rows and inputs) */
 #define FP4_GROUP 32                 /* MXFP4 scale group (inputs) */
 #define PACK_THREADS 256
+/* fast mode, one row, fewer outputs than that: the weight bytes from which k is split on the
+ * tensor cores rather than streamed */
+#define GEMM_SPLIT_ONE_ROW_BYTES ((size_t)8 << 20)
 /* cuBLAS's workspace, given to it once (the size NVIDIA recommends for Hopper), so a step
  * captured into a CUDA graph never makes cuBLAS allocate one while capturing */
 #define BLAS_WORKSPACE (32u << 20)
@@ -833,12 +836,17 @@ __global__ static void dsv4_mma_sum_kernel(const float *__restrict__ part, uint3
 
 /* The deterministic k split of a weight of `tiles` output tiles (of the matrices a
  * one-row step runs: every problem of a batched call, MMA_GROUPS_RUN of a grouped one)
- * and `in` inputs: the launch fills the GPU twice over at one row, each split
- * MMA_FIXED_SPLIT_KB k blocks or more. */
-static uint32_t dsv4_mma_ksplit(size_t tiles, size_t in)
+ * and `in` inputs, each split MMA_FIXED_SPLIT_KB k blocks or more: for mma.sync, until the
+ * launch fills the GPU twice over at one row; for wgmma (wave), the most splits whose
+ * blocks at one row stay within that, one wave of its two blocks a multiprocessor rather
+ * than two (H200, one row: wo_b 8192->4096 8 -> 4 splits, 26.8 -> 22.0 us; wo_a 8x
+ * 4096->1024 4 -> 2, 25.4 -> 21.7; at 64 rows 33.0 -> 28.1 and 37.5 -> 31.0). A function of
+ * the weight's shape alone: a row's bits never depend on the rows beside it. */
+static uint32_t dsv4_mma_ksplit(size_t tiles, size_t in, bool wave)
 {
     uint32_t ks = 1;
-    while (tiles * ks < MMA_BLOCKS_WANTED && in / MMA_KB / (2 * ks) >= MMA_FIXED_SPLIT_KB)
+    while ((wave ? tiles * ks * 2 <= MMA_BLOCKS_WANTED : tiles * ks < MMA_BLOCKS_WANTED) &&
+           in / MMA_KB / (2 * ks) >= MMA_FIXED_SPLIT_KB)
         ks *= 2;
     return ks;
 }
@@ -915,7 +923,8 @@ static int dsv4_mma_fixed(const dsv4_cuda_blas *b, dsv4_wdev W, const dsv4_wg_ca
     uint32_t probs = off ? 1 : groups, touts = wg ? WG_OUT : GEMM_WARPS * 16;
     size_t otiles = (out + touts - 1) / touts;
     uint32_t ksplit = dsv4_mma_ksplit(
-        otiles * (off ? (groups < MMA_GROUPS_RUN ? groups : MMA_GROUPS_RUN) : groups), in);
+        otiles * (off ? (groups < MMA_GROUPS_RUN ? groups : MMA_GROUPS_RUN) : groups), in,
+        wg != NULL);
     uint32_t tok = dsv4_mma_tok(rows_each, n), rtiles = (rows_each + tok - 1) / tok;
     bool whole =
         off ? wg != NULL
@@ -1011,9 +1020,18 @@ static int dsv4_gemm_launch(dsv4_cuda_blas *b, const dsv4_cuda_weight *w, size_t
         each = rows;
     dsv4_wdev W = {(const uint8_t *)w->data, (const uint8_t *)w->scale};
     /* tensor cores: in deterministic mode for every row count (the choice follows the
-     * weight and the call's layout, never the rows), in fast mode from two rows a group */
+     * weight and the call's layout, never the rows), in fast mode from two rows a group,
+     * and for one row where the streaming kernel would have too few outputs to fill the GPU
+     * with warps each reading a whole weight row, unless the weight is too small for the k
+     * split's extra blocks to pay. H200, one row, streaming -> tensor cores: bf16 wo_b
+     * 8192->4096 28.7 -> 21.5 us, wo_a 8x 4096->1024 31.0 -> 21.2, wq_a 4096->1024 7.2 -> 6.2;
+     * MXFP4 wo_a, wo_b 29-31 -> 23; but FP8 wq_a 6.6 -> 9.1, MXFP4 wq_a 8.5 -> 9.7 (4, 2 MB) */
     bool mma = w->fmt != DSV4_CUDA_W_F32 && vec && in % MMA_KB == 0;
-    if (mma && (b->deterministic || each > 1)) {
+    size_t scale_bytes;
+    bool narrow =
+        out * groups < GEMM_WIDE_OUTPUTS &&
+        dsv4_cuda_weight_bytes(w->fmt, groups, out, in, &scale_bytes) >= GEMM_SPLIT_ONE_ROW_BYTES;
+    if (mma && (b->deterministic || each > 1 || narrow)) {
         switch (w->fmt) {
         case DSV4_CUDA_W_BF16:
             return dsv4_mma_format<DSV4_CUDA_W_BF16>(b, W, out, in, x, xs, xz, off, groups, each,

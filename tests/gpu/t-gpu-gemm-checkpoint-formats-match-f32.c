@@ -4,8 +4,8 @@
  * no narrower one (dsv4_cuda_weight_pack is exact there and refuses the narrower ones),
  * also where the checkpoint chose a larger scale than needed (the packer picks the
  * smallest); random f32 values stay f32. Deterministic mode is batch-invariant, bitwise:
- * a row computed in a step of 1, 2, 7, 16, 31 or 64 rows (anywhere in the inputs) is the same
- * row of a 256-row step; grouped rows (the experts, uneven groups: 5, 0, 40 and 1, 37, 7 rows)
+ * a row computed in a step of 1, 2, 7, 16, 31, 64 or 100 rows (anywhere in the inputs) is the
+ * same row of a 256-row step; grouped rows (the experts, uneven groups: 5, 0, 40 and 1, 37, 7 rows)
  * are the dense GEMM of their matrix; a batched call (wo_a) gives a problem's rows the
  * same bits at 1 and 7 rows a problem. It stays within DET_TOL of the GEMM over the
  * weight's f32 values (which the f32 weights are, bitwise: the streaming kernel) and of a
@@ -18,7 +18,7 @@
  * matrix has 2048 outputs or more, or past 64 rows a group where the launch has (where the
  * launch's rows fit the split buffer), else by each output tile, with the same bits: wq_b's
  * row-count check compares both (64 and 256 rows split once, 1 .. 31 by tile), and a
- * 3 x [2048][1024] weight adds a step of LONG_ROWS rows (too many for the buffer: split by
+ * 3 x [2048][768] weight adds a step of LONG_ROWS rows (too many for the buffer: split by
  * tile) whose rows have the bits of the 256-row step (split once), grouped rows (70, 0, 160)
  * and batched problems of 70 rows with wo_a's interleaved inputs (split once) bitwise each
  * matrix's dense GEMM, and the batched problems' row 0 that of a one-row call (by tile).
@@ -31,14 +31,15 @@
  * ring of weights, 16 rows direct, 64 staged). Where the wgmma kernel's launch is dense and
  * each tile takes its whole k range, its grid is persistent (no more blocks than the GPU
  * holds, each walking several tiles): wq_b's shape at 64 and 256 rows, and [PERSIST_OUT]
- * [1024] (257 tiles of 64 outputs: deterministic mode's 2 k splits in one block, a partial
- * block of two warpgroups' outputs, 516 units at 256 rows) keep their rows' bits from 256
- * rows down to one. Where a launch of tiles of 32 or 64 rows has blocks to spare (on an
- * H200's 132 multiprocessors), each warpgroup takes two output tiles against the block's
- * inputs: wq_b's shape at 256 rows (a persistent grid), and [PAIR_OUT][1024] at 31 and 64
- * rows (2 k splits by the grid: deterministic mode's sums through the workspace, fast mode's
- * atomics; the last block's second warpgroup and its first one's second tile past the last
- * output) against its 256-row step (a tile's splits in one block, one tile a warpgroup). */
+ * [1024] (129 tiles of 64 outputs: deterministic mode's 2 k splits in one block from two row
+ * tiles, by the grid below, a partial block of two warpgroups' outputs, 260 units at 256
+ * rows) keep their rows' bits from 256 rows down to one. Where a launch of tiles of 32 or 64
+ * rows has blocks to spare (on an H200's 132 multiprocessors), each warpgroup takes two
+ * output tiles against the block's inputs: wq_b's shape at 256 rows (a persistent grid),
+ * and [PAIR_OUT][1024] at 100 rows (two row tiles in 2 k splits by the grid: deterministic
+ * mode's sums through the workspace, fast mode's atomics; the last block's second warpgroup
+ * and its first one's second tile past the last output) against its 256-row step (a tile's
+ * splits in one block, one tile a warpgroup). */
 #include "config.h"
 
 #include "tests/gpu/gpu.h"
@@ -59,16 +60,21 @@
  * block at every row count, one row included */
 #define WHOLE_OUT 32768
 #define WHOLE_IN 1024
-/* a deterministic layer of 257 output tiles whose two k splits a block takes in turn */
-#define PERSIST_OUT 16448
-/* 137 output tiles in 2 k splits, by the grid up to 64 rows: two tiles a warpgroup */
-#define PAIR_OUT 8768
+/* a deterministic layer of 129 output tiles in 2 k splits (as many as a wave of one-row
+ * blocks takes), which a block takes in turn from two row tiles (persistent at 256 rows) */
+#define PERSIST_OUT 8256
+/* 125 output tiles in 2 k splits, by the grid at two row tiles (100 rows): two output tiles
+ * a warpgroup */
+#define PAIR_OUT 8000
 /* the weight whose launches split their inputs once (2048 outputs a matrix), and a step of
- * more rows than the GEMM's split buffer (64 MiB of bf16 hi and lo) holds at SPLIT_IN */
+ * more rows than the GEMM's split buffer (64 MiB of bf16 hi and lo) holds at SPLIT_IN. The
+ * deterministic k split follows a launch's whole weight (its matrices' output tiles), so one
+ * matrix's launch and the three's compare bitwise only where both take the same split: at
+ * 768 inputs both take the most those allow, 2 */
 #define SPLIT_MATS 3
 #define SPLIT_OUT 2048
-#define SPLIT_IN 1024
-#define LONG_ROWS 16640
+#define SPLIT_IN 768
+#define LONG_ROWS 22272
 /* rows checked against the double reference: all of them, or 8 of a wide layer's */
 #define REF_ROWS(n, out) ((out) > 1024 && (n) > 8 ? 8 : (n))
 /* deterministic mode's narrow formats (tensor cores, each input the sum of two bf16)
@@ -258,10 +264,11 @@ static void check_dense(gemm_env *e, dsv4_cuda_wfmt fmt, size_t mats, size_t out
         bail_out("out of memory");
     linear(e, &q_p->w, out, in, 0, MAX_ROWS, yq);
     linear(e, &f_p->w, out, in, 0, MAX_ROWS, yf);
-    /* steps of 1, 2, 7, 16, 31 and 64 rows at several places (each tile shape the kernels
-     * have: mma.sync's 8 and 16 rows read directly, 64 staged; wgmma's 8, 16, 32 and 64
-     * rows, a row at a different column of each), and three rows alone */
-    static const size_t rows[] = {1, 2, 7, 16, 31, 64};
+    /* steps of 1, 2, 7, 16, 31, 64 and 100 rows at several places (each tile shape the
+     * kernels have: mma.sync's 8 and 16 rows read directly, 64 staged; wgmma's 8, 16, 32 and
+     * 64 rows, a row at a different column of each, and two row tiles of 64), and three rows
+     * alone */
+    static const size_t rows[] = {1, 2, 7, 16, 31, 64, 100};
     static const size_t single[] = {0, 36, MAX_ROWS - 1};
     size_t moved = 0;
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
@@ -274,7 +281,7 @@ static void check_dense(gemm_env *e, dsv4_cuda_wfmt fmt, size_t mats, size_t out
         moved += bits_differ(yn, yq + single[i] * out, out);
     }
     is_int(moved, 0,
-           "%s [%zu][%zu]: rows in steps of 1, 2, 7, 16, 31, 64 rows bitwise those of 256",
+           "%s [%zu][%zu]: rows in steps of 1, 2, 7, 16, 31, 64, 100 rows bitwise those of 256",
            fmt_names[fmt], out, in);
     double tol = fmt == DSV4_CUDA_W_F32 ? 1e-5 : DET_TOL;
     if (fmt == DSV4_CUDA_W_F32)
@@ -288,7 +295,7 @@ static void check_dense(gemm_env *e, dsv4_cuda_wfmt fmt, size_t mats, size_t out
     ok(err < tol, "%s [%zu][%zu]: within %.0e of the double reference (%.2e)", fmt_names[fmt], out,
        in, tol, err);
     if (fmt != DSV4_CUDA_W_F32) {
-        static const size_t fast_rows[] = {1, 3, 8, 37, MAX_ROWS};
+        static const size_t fast_rows[] = {1, 3, 8, 37, 100, MAX_ROWS};
         double fast = 0;
         for (size_t i = 0; i < sizeof(fast_rows) / sizeof(fast_rows[0]); i++) {
             linear_in(e, e->fast, &q_p->w, out, in, 0, fast_rows[i], yn);
@@ -417,7 +424,7 @@ static void linear_long(gemm_env *e, const dsv4_cuda_weight *w, size_t out, size
 }
 
 /* The launches that split their inputs once against those that split them by tile, bitwise
- * (the env's inputs in widths of SPLIT_IN): a 3 x [2048][1024] BF16 weight's step of
+ * (the env's inputs in widths of SPLIT_IN): a 3 x [2048][768] BF16 weight's step of
  * LONG_ROWS rows against its 256-row step, grouped rows (70, 0, 160) against the dense GEMM
  * of each matrix, batched problems of 70 rows with interleaved inputs (wo_a's layout:
  * problem g's row r at r * mats * in + g * in) against each matrix's dense GEMM and, for
