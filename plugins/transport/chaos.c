@@ -38,7 +38,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define CHAOS_SUBJECT "transport/chaos"
 
@@ -354,8 +353,9 @@ static int chaos_attach(void *state, const dsv4_kv_layout *local, const void *bl
     int dev;
     if (s->conf->corrupt > 0 && dsv4_tp_layout_device(local, &dev) == 0) {
         /* the configuration check refuses this; a host that skipped it gets the reason */
-        snprintf(err, errlen, CHAOS_SUBJECT ": corrupt copies pages through host memory, and "
-                              "this kv pool is in device memory");
+        snprintf(err, errlen,
+                 CHAOS_SUBJECT ": corrupt copies pages through host memory, and "
+                               "this kv pool is in device memory");
         free(p);
         return -ENOTSUP;
     }
@@ -378,13 +378,6 @@ static int chaos_attach(void *state, const dsv4_kv_layout *local, const void *bl
 static void chaos_detach(void *state, void *peer)
 {
     chaos_peer_free(state, peer);
-}
-
-static uint64_t chaos_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 static chaos_fault chaos_draw(chaos_state *s)
@@ -421,7 +414,7 @@ static int chaos_post(void *state, void *peer, const dsv4_xfer_req *req, void **
         x->fault = CHAOS_NONE; /* corrupt was 0 at attach time */
     int rc = 0;
     if (x->fault == CHAOS_DELAY)
-        x->start_ns = chaos_now() + (uint64_t)s->conf->delay_time * 1000000u;
+        x->start_ns = s->host->now_ns() + (uint64_t)s->conf->delay_time * 1000000u;
     if ((x->fault != CHAOS_DELAY || s->two_sided) && x->fault != CHAOS_DROP)
         rc = s->ops->post(s->inner_state, p->inner, &x->req, &x->inner);
     if (rc != 0) {
@@ -493,7 +486,7 @@ static int chaos_poll(void *state, void *xfer)
     if (x->fault == CHAOS_DELAY && !x->inner) {
         if (x->cancelled)
             return -ECANCELED;
-        if (chaos_now() < x->start_ns)
+        if (s->host->now_ns() < x->start_ns)
             return -EAGAIN;
         int rc = s->ops->post(s->inner_state, x->peer->inner, &x->req, &x->inner);
         if (rc != 0)
@@ -502,7 +495,7 @@ static int chaos_poll(void *state, void *xfer)
     if (x->shadow)
         return s->ops->poll(s->inner_state, x->shadow);
     int rc = s->ops->poll(s->inner_state, x->inner);
-    if (x->fault == CHAOS_DELAY && rc == 0 && chaos_now() < x->start_ns)
+    if (x->fault == CHAOS_DELAY && rc == 0 && s->host->now_ns() < x->start_ns)
         return -EAGAIN; /* two-sided: landed on time, reported late */
     if (x->fault == CHAOS_HANG && rc != -EAGAIN)
         return -EAGAIN; /* the writes landed, but nobody will be told */

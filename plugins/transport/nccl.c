@@ -44,7 +44,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 /* nccl.h declares ncclGroupStart() and friends without (void) */
 #pragma GCC diagnostic push
@@ -120,13 +119,6 @@ struct nccl_peer {
     size_t boot_len;
     nccl_xfer list; /* sentinel */
 };
-
-static uint64_t nccl_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 /* ---- devices ------------------------------------------------------------------------------ */
 
@@ -227,7 +219,7 @@ static void nccl_comm_step(nccl_comm *c)
     if (c->state == COMM_INIT) {
         if (st == ncclSuccess)
             c->state = COMM_READY;
-        else if (st != ncclInProgress || nccl_now() >= c->init_deadline_ns)
+        else if (st != ncclInProgress || c->p->s->host->now_ns() >= c->init_deadline_ns)
             nccl_comm_fail(c, st == ncclInProgress ? "set-up timed out" : "set-up failed", st);
     } else if (c->state == COMM_READY) {
         if (st == ncclSuccess && c->busy) {
@@ -335,7 +327,7 @@ static int nccl_comm_new(nccl_peer *p, const uint8_t id[DSV4_NCCL_ID_BYTES], int
         return -EIO;
     }
     c->state = COMM_INIT;
-    c->init_deadline_ns = nccl_now() + (uint64_t)p->s->conf->init_timeout * 1000000u;
+    c->init_deadline_ns = p->s->host->now_ns() + (uint64_t)p->s->conf->init_timeout * 1000000u;
     for (nccl_comm *old = p->comms; old; old = old->next)
         nccl_comm_kill(old, -ECONNRESET);
     c->next = p->comms;
@@ -509,7 +501,7 @@ static int nccl_bootstrap(void *state, void *peer, void *blob, size_t *len_p)
     pthread_mutex_lock(&p->mu);
     cudaSetDevice(p->dev);
     nccl_peer_step(p);
-    if (!p->boot_msg && (!p->boot_due || nccl_now() < p->boot_after_ns)) {
+    if (!p->boot_msg && (!p->boot_due || p->s->host->now_ns() < p->boot_after_ns)) {
         rc = -EAGAIN;
     } else if (!p->boot_msg) {
         ncclUniqueId id;
@@ -529,7 +521,7 @@ static int nccl_bootstrap(void *state, void *peer, void *blob, size_t *len_p)
             p->boot_len = len;
             p->boot_due = false;
         } else {
-            p->boot_after_ns = nccl_now() + NCCL_RETRY_NS;
+            p->boot_after_ns = p->s->host->now_ns() + NCCL_RETRY_NS;
         }
     }
     if (rc == 0 && p->boot_len > *len_p) {

@@ -31,7 +31,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <time.h>
 #include <ucp/api/ucp.h>
 #include <unistd.h>
 
@@ -372,13 +371,11 @@ void dsv4_ucx_ep_close(ucp_worker_h worker, const dsv4_host *host, ucp_ep_h ep, 
     void *req = ucp_ep_close_nbx(ep, &rp);
     /* a graceful close waits for the peer; a peer that never answers (shared memory
      * transports cannot tell it is gone) costs at most the bound below */
-    struct timespec t0, t;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    uint64_t end = host->now_ns() + (uint64_t)UCX_CLOSE_SECONDS * 1000000000u;
     bool closing = UCS_PTR_IS_PTR(req);
     while (closing && ucp_request_check_status(req) == UCS_INPROGRESS) {
         ucp_worker_progress(worker);
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        if (t.tv_sec - t0.tv_sec > UCX_CLOSE_SECONDS) {
+        if (host->now_ns() > end) {
             host->log(DSV4_LOG_WARN, UCX_SUBJECT, "the peer did not confirm the close within %d s",
                       UCX_CLOSE_SECONDS);
             break;

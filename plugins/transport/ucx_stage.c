@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "plugins/transport/cuda_batch.h"
@@ -37,13 +36,6 @@ typedef struct st_hdr {
     uint32_t chunk;
     int32_t status; /* ack: 0, or a negative errno of the receiver */
 } st_hdr;
-
-static double st_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static int st_errno(ucs_status_t s)
 {
@@ -408,9 +400,9 @@ void dsv4_ucx_stage_close(dsv4_ucx_stage *st)
     }
     st->wait_head = NULL;
     st->wait_tail = &st->wait_head;
-    double end = st_now() + DSV4_UCX_DRAIN_SECONDS;
+    uint64_t end = st->host->now_ns() + DSV4_UCX_DRAIN_NS;
     for (int k = 0; k < ST_SLOTS; k++) {
-        while (st->slot[k].state == RS_RECEIVING && st_now() < end)
+        while (st->slot[k].state == RS_RECEIVING && st->host->now_ns() < end)
             ucp_worker_progress(st->worker);
         if (st->slot[k].state == RS_RECEIVING) {
             /* a receive that never ends keeps its buffer: leak it rather than free memory
@@ -475,8 +467,8 @@ struct dsv4_ucx_tx {
     uint32_t acked;          /* chunks in device memory at the receiver (under snd->mu) */
     int status;              /* first failure (acks: under snd->mu) */
     bool cancelled;
-    double drain_since; /* when cancel first found sent chunks unacknowledged */
-    cudaEvent_t after;  /* the compute stream at post */
+    uint64_t drain_since; /* when cancel first found sent chunks unacknowledged (ns) */
+    cudaEvent_t after;    /* the compute stream at post */
 };
 
 static void tx_fail(dsv4_ucx_tx *x, int rc)
@@ -850,10 +842,10 @@ int dsv4_ucx_tx_cancel(dsv4_ucx_tx *x)
     bool open = tx_in_slots(x, TS_SENDING) > 0 || acked < x->sent;
     if (!open || __atomic_load_n(sp->error, __ATOMIC_ACQUIRE) != UCS_OK || !*sp->ep)
         return open && tx_in_slots(x, TS_SENDING) > 0 ? -EAGAIN : 0;
-    double now = st_now();
+    uint64_t now = sp->snd->host->now_ns();
     if (x->drain_since == 0)
         x->drain_since = now;
-    if (now - x->drain_since < DSV4_UCX_DRAIN_SECONDS)
+    if (now - x->drain_since < DSV4_UCX_DRAIN_NS)
         return -EAGAIN;
     /* silent for the whole bound: the endpoint goes, and whatever it still had with it */
     sp->snd->host->log(DSV4_LOG_WARN, ST_SUBJECT,
@@ -889,8 +881,8 @@ void dsv4_ucx_tx_release(dsv4_ucx_tx *x)
         if (s->state == TS_GATHERING)
             cudaEventSynchronize(s->gathered);
         if (s->state == TS_SENDING) {
-            double end = st_now() + DSV4_UCX_DRAIN_SECONDS;
-            while (ucp_request_check_status(s->req) == UCS_INPROGRESS && st_now() < end)
+            uint64_t end = snd->host->now_ns() + DSV4_UCX_DRAIN_NS;
+            while (ucp_request_check_status(s->req) == UCS_INPROGRESS && snd->host->now_ns() < end)
                 ucp_worker_progress(snd->worker);
             if (ucp_request_check_status(s->req) == UCS_INPROGRESS && *sp->ep) {
                 ucp_ep_h ep = *sp->ep;

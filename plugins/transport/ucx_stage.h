@@ -39,6 +39,7 @@
 #include <ucp/api/ucp.h>
 
 #define DSV4_UCX_DRAIN_SECONDS 5
+#define DSV4_UCX_DRAIN_NS ((uint64_t)DSV4_UCX_DRAIN_SECONDS * 1000000000u)
 
 typedef struct dsv4_ucx_stage dsv4_ucx_stage;   /* receiver: staging buffers, copy stream */
 typedef struct dsv4_ucx_sender dsv4_ucx_sender; /* sender: transfers awaiting acks */
