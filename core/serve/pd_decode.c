@@ -776,9 +776,7 @@ void dsv4_pd_decode_step(dsv4_server *srv)
         free(ev);
     }
     uint64_t now = dsv4_now_ns();
-    pthread_mutex_lock(&srv->mu);
-    bool stop_now = srv->stopping && now >= srv->deadline_ns;
-    pthread_mutex_unlock(&srv->mu);
+    bool stop_now = dsv4_serve_past_stop(srv, now);
     for (dsv4_link *l = srv->pd_held.next, *next; l != &srv->pd_held; l = next) {
         next = l->next;
         dsv4_sreq *r = DSV4_CONTAINER(l, dsv4_sreq, q);

@@ -139,6 +139,8 @@ void *dsv4_serve_loop(void *arg);
 int dsv4_serve_submit(dsv4_server *srv, const int32_t *prompt, size_t n,
                       const dsv4_gen_params *params, dsv4_gen_event_fn fn, void *ctx,
                       struct dsv4_pd_job *pd, uint64_t *id_p);
+/* Whether the server is stopping and its grace has run out at `now` (server.c; takes mu). */
+bool dsv4_serve_past_stop(dsv4_server *srv, uint64_t now);
 /* Pages for `tokens` tokens (loop.c). */
 uint32_t dsv4_serve_pages(const dsv4_server *srv, uint64_t tokens);
 /* Move r to the list of `to`, at its front or back (or off every list: ENDED). */

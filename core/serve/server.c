@@ -199,6 +199,14 @@ dsv4_server *dsv4_server_start(const dsv4_config *conf, const dsv4_model *model,
     return dsv4_server_start_opts(conf, model, NULL, err, errlen);
 }
 
+bool dsv4_serve_past_stop(dsv4_server *srv, uint64_t now)
+{
+    pthread_mutex_lock(&srv->mu);
+    bool past = srv->stopping && now >= srv->deadline_ns;
+    pthread_mutex_unlock(&srv->mu);
+    return past;
+}
+
 void dsv4_server_stop(dsv4_server *srv, uint64_t grace_ms)
 {
     if (!srv)
