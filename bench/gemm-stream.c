@@ -230,9 +230,10 @@ int main(int argc, char **argv)
     float *y_dev = dsv4_cuda_alloc((size_t)max_rows * 6 * out_max * sizeof(float));
     uint32_t *flag = dsv4_cuda_alloc(sizeof(uint32_t)), *off_dev = dsv4_cuda_alloc(9 * 4);
     gemm_peer *peer = with_peer ? gemm_peer_new(stream) : NULL;
-    if (!modes[0] || !modes[1] || !w || !x || !src || !x_dev || !y_dev || !flag || !off_dev ||
-        (with_peer && !peer))
+    if (!modes[0] || !modes[1] || !w || !x || !src || !x_dev || !y_dev || !flag || !off_dev)
         die("out of memory");
+    if (with_peer && !peer)
+        die("cannot start cuBLASLt (--peer)");
     static const float e2m1[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
     /* 2^-10 .. 2^-4 by 32-input group (a product with a power of two is exact) */
     float pow2[7];
