@@ -5,9 +5,9 @@
  * also where the checkpoint chose a larger scale than needed (the packer picks the
  * smallest); random f32 values stay f32. Deterministic mode is batch-invariant, bitwise:
  * a row computed in a step of 1, 2, 7, 16, 31, 64 or 100 rows (anywhere in the inputs) is the
- * same row of a 256-row step; grouped rows (the experts, uneven groups: 5, 0, 40 and 1, 37, 7 rows)
- * are the dense GEMM of their matrix; a batched call (wo_a) gives a problem's rows the
- * same bits at 1 and 7 rows a problem. It stays within DET_TOL of the GEMM over the
+ * same row of a 256-row step; grouped rows (the experts, uneven groups: 5, 0, 40 and 1, 37,
+ * 7 rows) are the dense GEMM of their matrix; a batched call (wo_a) gives a problem's rows
+ * the same bits at 1 and 7 rows a problem. It stays within DET_TOL of the GEMM over the
  * weight's f32 values (which the f32 weights are, bitwise: the streaming kernel) and of a
  * double-precision reference (1e-5 for f32 weights). Fast mode (tensor cores for these
  * formats, split-K by atomics) stays within 1e-4 of the reference, dense and grouped.
@@ -60,8 +60,8 @@
  * block at every row count, one row included */
 #define WHOLE_OUT 32768
 #define WHOLE_IN 1024
-/* a deterministic layer of 129 output tiles in 2 k splits (as many as a wave of one-row
- * blocks takes), which a block takes in turn from two row tiles (persistent at 256 rows) */
+/* a deterministic layer of 129 output tiles in 2 k splits (258 one-row blocks: one wave),
+ * which a block takes in turn from two row tiles (persistent at 256 rows) */
 #define PERSIST_OUT 8256
 /* 125 output tiles in 2 k splits, by the grid at two row tiles (100 rows): two output tiles
  * a warpgroup */
