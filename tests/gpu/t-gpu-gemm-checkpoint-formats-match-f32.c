@@ -10,7 +10,9 @@
  * the same bits at 1 and 7 rows a problem. It stays within DET_TOL of the GEMM over the
  * weight's f32 values (which the f32 weights are, bitwise: the streaming kernel) and of a
  * double-precision reference (1e-5 for f32 weights). Fast mode (tensor cores for these
- * formats, split-K by atomics) stays within 1e-4 of the reference, dense and grouped.
+ * formats, split-K by atomics) stays within 1e-4 of the reference, dense and grouped, and of
+ * the f32 GEMM at one row a group, a problem and a step of a weight too narrow for the
+ * one-row streaming kernel (3 x [4096][2048] in each narrow format: k split instead).
  * BF16 takes wgmma where the device code has it (sm_90a): the steps of 31 rows and the
  * [200][1088] experts add its tiles of 32 rows (two warpgroups) and output tiles that cross
  * a matrix's end, so a row's bits are checked at every tile height and column it can take.
@@ -75,6 +77,10 @@
 #define SPLIT_OUT 2048
 #define SPLIT_IN 768
 #define LONG_ROWS 22272
+/* a weight of three matrices too narrow for fast mode's one-row streaming (12288 outputs in
+ * all) and wide enough in bytes to split k instead, in every narrow format */
+#define NARROW_OUT 4096
+#define NARROW_IN 2048
 /* rows checked against the double reference: all of them, or 8 of a wide layer's */
 #define REF_ROWS(n, out) ((out) > 1024 && (n) > 8 ? 8 : (n))
 /* deterministic mode's narrow formats (tensor cores, each input the sum of two bf16)
@@ -423,6 +429,63 @@ static void linear_long(gemm_env *e, const dsv4_cuda_weight *w, size_t out, size
     gpu_free(y_dev);
 }
 
+/* Fast mode at one row a group, a problem and a step, for a weight of 3 x [NARROW_OUT]
+ * [NARROW_IN] in each narrow format: fewer outputs than the streaming kernel wants (12288),
+ * so the grouped and batched launches (12-48 MiB) and the dense one of matrix 0 in bf16 and
+ * fp8 (16, 8 MiB) split k on the tensor cores, MXFP4's dense one (4 MiB) streams; each
+ * within 1e-4 of the f32 GEMM. The env's inputs in widths of NARROW_IN. */
+static void check_narrow_one_row(gemm_env *e, float *w, float *src_dev)
+{
+    static const dsv4_cuda_wfmt fmts[3] = {DSV4_CUDA_W_BF16, DSV4_CUDA_W_FP8, DSV4_CUDA_W_FP4};
+    static const uint32_t off[4] = {0, 1, 1, 2}; /* matrix 0 row 0, matrix 2 row 1 */
+    size_t mats = 3, out = NARROW_OUT, in = NARROW_IN;
+    float *y = malloc(7 * mats * out * sizeof(float)),
+          *ref = malloc(7 * mats * out * sizeof(float));
+    if (!y || !ref)
+        bail_out("out of memory");
+    for (size_t i = 0; i < 3; i++) {
+        fill(fmts[i], mats, out, in, w);
+        gpu_put(src_dev, w, mats * out * in * sizeof(float));
+        packed q, f;
+        if (!pack(src_dev, mats, out, in, fmts[i], e->flag, e->stream, &q) ||
+            !pack(src_dev, mats, out, in, DSV4_CUDA_W_F32, e->flag, e->stream, &f))
+            bail_out("%s: packing in its own format was not exact", fmt_names[fmts[i]]);
+        double d = 0;
+        /* grouped: rows 0 and 1 with matrices 0 and 2 */
+        grouped(e, e->fast, &q, off, mats, out, in, y);
+        for (size_t g = 0; g < mats; g++) {
+            dsv4_cuda_weight m = matrix_of(&f, g, out, in);
+            if (off[g + 1] > off[g])
+                linear(e, &m, out, in, off[g], 1, ref + off[g] * out);
+        }
+        d = fmax(d, rel_diff(y, ref, 2 * out));
+        /* batched: problem g's one row is row 7 g, written to block g */
+        if (dsv4_cuda_linear_batched(e->fast, &q.w, out, in, e->x_dev, in, 7 * in, 1, e->y_dev, out,
+                                     7 * out, (uint32_t)mats) != 0 ||
+            dsv4_cuda_sync(e->stream) != 0)
+            bail_out("dsv4_cuda_linear_batched failed");
+        for (size_t g = 0; g < mats; g++) {
+            dsv4_cuda_weight m = matrix_of(&f, g, out, in);
+            gpu_get(y + g * out, e->y_dev + g * 7 * out, out * sizeof(float));
+            linear(e, &m, out, in, g * 7, 1, ref + g * out);
+        }
+        d = fmax(d, rel_diff(y, ref, mats * out));
+        /* dense: matrix 0, row 0 */
+        dsv4_cuda_weight q0 = matrix_of(&q, 0, out, in), f0 = matrix_of(&f, 0, out, in);
+        linear_in(e, e->fast, &q0, out, in, 0, 1, y);
+        linear(e, &f0, out, in, 0, 1, ref);
+        d = fmax(d, rel_diff(y, ref, out));
+        ok(d <= 1e-4,
+           "%s %zux[%zu][%zu], fast mode, one row a group, a problem and a step: within 1e-4 of "
+           "the f32 GEMM (%.2e)",
+           fmt_names[fmts[i]], mats, out, in, d);
+        packed_free(&q);
+        packed_free(&f);
+    }
+    free(y);
+    free(ref);
+}
+
 /* The launches that split their inputs once against those that split them by tile, bitwise
  * (the env's inputs in widths of SPLIT_IN): a 3 x [2048][768] BF16 weight's step of
  * LONG_ROWS rows against its 256-row step, grouped rows (70, 0, 160) against the dense GEMM
@@ -532,7 +595,7 @@ int main(void)
         bail_out("out of memory");
     for (size_t i = 0; i < MAX_ROWS * in_max; i++)
         e.x[i] = uniform();
-    plan(10 * 4 + 9 + 5 * 3 + 4 + 3);
+    plan(10 * 4 + 9 + 5 * 3 + 4 + 3 + 3);
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         size_t in = cases[i].in, out = cases[i].out, mats = cases[i].mats;
         /* the inputs packed for this width: row r at r * in */
@@ -552,7 +615,10 @@ int main(void)
         e.x = keep;
         free(xr);
     }
-    /* the inputs in widths of SPLIT_IN, as the loop lays them out for each case */
+    /* the inputs in widths of NARROW_IN, then SPLIT_IN, as the loop lays them out for each
+     * case */
+    gpu_put(e.x_dev, e.x, MAX_ROWS * NARROW_IN * sizeof(float));
+    check_narrow_one_row(&e, w, src_dev);
     gpu_put(e.x_dev, e.x, MAX_ROWS * SPLIT_IN * sizeof(float));
     check_split_once(&e, w, src_dev);
     gpu_free(e.flag);
