@@ -69,33 +69,28 @@ static void die(const char *what)
     exit(1);
 }
 
-/* What one call of a dense or batched layer (not the experts) takes. */
-typedef struct dense_call {
-    const layer_shape *L;
-    size_t x_stride, y_stride; /* rows' strides: the mats' products side by side */
-} dense_call;
-
-static int ours(dsv4_cuda_blas *blas, const dsv4_cuda_weight *wt, const dense_call *d,
+/* A dense or batched layer (not the experts) on `rows` rows: the mats' products side by side
+ * in a row of X (L->in each) and of Y (L->out each). */
+static int ours(dsv4_cuda_blas *blas, const dsv4_cuda_weight *wt, const layer_shape *L,
                 const float *x_dev, uint32_t rows, float *y_dev)
 {
-    const layer_shape *L = d->L;
+    size_t xs = L->in * L->mats, ys = L->out * L->mats;
     if (L->batched)
-        return dsv4_cuda_linear_batched(blas, wt, L->out, L->in, x_dev, d->x_stride, L->in, rows,
-                                        y_dev, d->y_stride, L->out, (uint32_t)L->mats);
-    return dsv4_cuda_linear(blas, wt, L->out, L->in, x_dev, d->x_stride, rows, y_dev, d->y_stride);
+        return dsv4_cuda_linear_batched(blas, wt, L->out, L->in, x_dev, xs, L->in, rows, y_dev, ys,
+                                        L->out, (uint32_t)L->mats);
+    return dsv4_cuda_linear(blas, wt, L->out, L->in, x_dev, xs, rows, y_dev, ys);
 }
 
 /* The peer's rows for one layer (gemm-cublaslt.h): cuBLASLt on `rows` bf16 rows, then on
  * their hi|lo parts, checked against our fast mode's Y of the same rows. */
 static void peer_rows(gemm_peer *peer, dsv4_cuda_blas *fast, const dsv4_cuda_weight *wt,
-                      const dense_call *d, const float *w, const float *x, const float *x_dev,
+                      const layer_shape *L, const float *w, const float *x, const float *x_dev,
                       uint32_t rows, int iters, double bw, void *stream)
 {
-    const layer_shape *L = d->L;
-    size_t n = L->mats * L->out * L->in, xn = 2 * (size_t)rows * d->x_stride;
-    size_t yn = 2 * (size_t)rows * d->y_stride;
+    size_t xs = L->in * L->mats, ys = L->out * L->mats; /* as ours() */
+    size_t n = L->mats * L->out * L->in, xn = 2 * (size_t)rows * xs, yn = 2 * (size_t)rows * ys;
     uint16_t *w16 = malloc(n * 2), *x16 = malloc(xn * 2);
-    float *y_ours = malloc((size_t)rows * d->y_stride * sizeof(float));
+    float *y_ours = malloc((size_t)rows * ys * sizeof(float));
     float *y_peer = malloc(yn * sizeof(float));
     uint16_t *w16_dev = dsv4_cuda_alloc(n * 2), *x16_dev = dsv4_cuda_alloc(xn * 2);
     float *y_dev = dsv4_cuda_alloc(yn * sizeof(float));
@@ -104,21 +99,21 @@ static void peer_rows(gemm_peer *peer, dsv4_cuda_blas *fast, const dsv4_cuda_wei
     for (size_t i = 0; i < n; i++)
         w16[i] = dsv4_f32_to_bf16(w[i]);
     /* rows 0..rows-1: the high parts; rows..2 rows-1: the low parts */
-    for (size_t i = 0; i < (size_t)rows * d->x_stride; i++) {
+    for (size_t i = 0; i < (size_t)rows * xs; i++) {
         x16[i] = dsv4_f32_to_bf16(x[i]);
-        x16[(size_t)rows * d->x_stride + i] = dsv4_f32_to_bf16(x[i] - dsv4_bf16_to_f32(x16[i]));
+        x16[(size_t)rows * xs + i] = dsv4_f32_to_bf16(x[i] - dsv4_bf16_to_f32(x16[i]));
     }
     if (dsv4_cuda_copy(w16_dev, w16, n * 2, stream) != 0 ||
         dsv4_cuda_copy(x16_dev, x16, xn * 2, stream) != 0 ||
-        ours(fast, wt, d, x_dev, rows, y_dev) != 0 ||
-        dsv4_cuda_copy(y_ours, y_dev, (size_t)rows * d->y_stride * sizeof(float), stream) != 0)
+        ours(fast, wt, L, x_dev, rows, y_dev) != 0 ||
+        dsv4_cuda_copy(y_ours, y_dev, (size_t)rows * ys * sizeof(float), stream) != 0)
         die("peer setup failed");
     static const char *const names[2] = {"cublaslt x", "cublaslt hi|lo"};
     for (uint32_t hilo = 0; hilo < 2; hilo++) {
         uint32_t r = rows << hilo;
         int algos = 0;
-        double dt = gemm_peer_time(peer, w16_dev, x16_dev, y_dev, L->mats, L->out, L->in, r,
-                                   d->x_stride, d->y_stride, iters, &algos);
+        double dt = gemm_peer_time(peer, w16_dev, x16_dev, y_dev, L->mats, L->out, L->in, r, xs, ys,
+                                   iters, &algos);
         if (dt < 0) {
             printf("| %s | bf16 | %s | %u | no algorithm (%d) | | | |\n", L->name, names[hilo],
                    rows, (int)dt);
@@ -128,8 +123,8 @@ static void peer_rows(gemm_peer *peer, dsv4_cuda_blas *fast, const dsv4_cuda_wei
             if (dsv4_cuda_copy(y_peer, y_dev, yn * sizeof(float), stream) != 0)
                 die("copy failed");
             double err = 0, mag = 0;
-            for (size_t i = 0; i < (size_t)rows * d->y_stride; i++) {
-                double v = (double)y_peer[i] + y_peer[(size_t)rows * d->y_stride + i];
+            for (size_t i = 0; i < (size_t)rows * ys; i++) {
+                double v = (double)y_peer[i] + y_peer[(size_t)rows * ys + i];
                 err = fmax(err, fabs(v - y_ours[i]));
                 mag = fmax(mag, fabs(y_ours[i]));
             }
@@ -276,7 +271,6 @@ int main(int argc, char **argv)
                 !exact)
                 die("cannot pack the weight");
             dsv4_cuda_weight wt = {(dsv4_cuda_wfmt)f, data, scale};
-            dense_call dense = {L, L->in * L->mats, L->out * L->mats};
             for (uint32_t mi = 0; mi < 2 * n_rows; mi++) {
                 if (!listed(modes_list, mi < n_rows ? "deterministic" : "fast"))
                     continue;
@@ -305,7 +299,7 @@ int main(int argc, char **argv)
                                                       off_dev, (uint32_t)L->mats, pairs, y_dev,
                                                       L->out);
                     else
-                        rc = ours(blas, &wt, &dense, x_dev, R, y_dev);
+                        rc = ours(blas, &wt, L, x_dev, R, y_dev);
                 }
                 if (rc != 0 || dsv4_cuda_sync(stream) != 0)
                     die("GEMM failed");
@@ -321,8 +315,7 @@ int main(int argc, char **argv)
             }
             if (peer && f == DSV4_CUDA_W_BF16 && !L->grouped)
                 for (uint32_t ri = 0; ri < n_rows; ri++)
-                    peer_rows(peer, modes[1], &wt, &dense, w, x, x_dev, rows[ri], iters, bw,
-                              stream);
+                    peer_rows(peer, modes[1], &wt, L, w, x, x_dev, rows[ri], iters, bw, stream);
             dsv4_cuda_free(data);
             dsv4_cuda_free(scale);
         }

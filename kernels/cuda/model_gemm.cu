@@ -1002,6 +1002,21 @@ static int dsv4_mma_format(const dsv4_cuda_blas *b, dsv4_wdev W, size_t out, siz
                               ys, yz);
 }
 
+/* Whether fast mode's one-row step of w splits k on the tensor cores: the streaming kernel
+ * would have too few outputs to fill the GPU with warps each reading a whole weight row,
+ * and the weight is large enough for the k split's extra blocks to pay. H200, one row,
+ * streaming -> tensor cores: bf16 wo_b 8192->4096 28.7 -> 21.5 us, wo_a 8x 4096->1024 31.0
+ * -> 21.2, wq_a 4096->1024 7.2 -> 6.2; MXFP4 wo_a, wo_b 29-31 -> 23; but FP8 wq_a 6.6 ->
+ * 9.1, MXFP4 wq_a 8.5 -> 9.7 (4, 2 MB). */
+static bool dsv4_gemm_one_row_splits(const dsv4_cuda_weight *w, size_t out, size_t in,
+                                     uint32_t groups)
+{
+    size_t scale_bytes;
+    return out * groups < GEMM_WIDE_OUTPUTS &&
+           dsv4_cuda_weight_bytes(w->fmt, groups, out, in, &scale_bytes) >=
+               GEMM_SPLIT_ONE_ROW_BYTES;
+}
+
 /* rows: the dense row count, or for groups the total (each group holds at most that). */
 static int dsv4_gemm_launch(dsv4_cuda_blas *b, const dsv4_cuda_weight *w, size_t out, size_t in,
                             const float *x, size_t xs, size_t xz, const uint32_t *off,
@@ -1021,17 +1036,9 @@ static int dsv4_gemm_launch(dsv4_cuda_blas *b, const dsv4_cuda_weight *w, size_t
     dsv4_wdev W = {(const uint8_t *)w->data, (const uint8_t *)w->scale};
     /* tensor cores: in deterministic mode for every row count (the choice follows the
      * weight and the call's layout, never the rows), in fast mode from two rows a group,
-     * and for one row where the streaming kernel would have too few outputs to fill the GPU
-     * with warps each reading a whole weight row, unless the weight is too small for the k
-     * split's extra blocks to pay. H200, one row, streaming -> tensor cores: bf16 wo_b
-     * 8192->4096 28.7 -> 21.5 us, wo_a 8x 4096->1024 31.0 -> 21.2, wq_a 4096->1024 7.2 -> 6.2;
-     * MXFP4 wo_a, wo_b 29-31 -> 23; but FP8 wq_a 6.6 -> 9.1, MXFP4 wq_a 8.5 -> 9.7 (4, 2 MB) */
+     * and for one row where the streaming kernel is too narrow (dsv4_gemm_one_row_splits) */
     bool mma = w->fmt != DSV4_CUDA_W_F32 && vec && in % MMA_KB == 0;
-    size_t scale_bytes;
-    bool narrow =
-        out * groups < GEMM_WIDE_OUTPUTS &&
-        dsv4_cuda_weight_bytes(w->fmt, groups, out, in, &scale_bytes) >= GEMM_SPLIT_ONE_ROW_BYTES;
-    if (mma && (b->deterministic || each > 1 || narrow)) {
+    if (mma && (b->deterministic || each > 1 || dsv4_gemm_one_row_splits(w, out, in, groups))) {
         switch (w->fmt) {
         case DSV4_CUDA_W_BF16:
             return dsv4_mma_format<DSV4_CUDA_W_BF16>(b, W, out, in, x, xs, xz, off, groups, each,
