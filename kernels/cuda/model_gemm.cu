@@ -28,6 +28,7 @@
  * output may change with the number of tokens in the step.
  */
 #include "kernels/cuda/cp_async.cuh"
+#include "kernels/cuda/evict_first.cuh"
 #include "kernels/cuda/model_gemm.cuh"
 #include "kernels/cuda/status.cuh"
 #include "kernels/cuda/pdl.cuh"
@@ -192,16 +193,16 @@ __device__ static inline void dsv4_wq_load(dsv4_wdev W, size_t g, size_t o, size
         r.p = (const float *)W.data + e0;
     } else if (F == DSV4_CUDA_W_BF16) {
         const uint4 *p = (const uint4 *)((const uint16_t *)W.data + e0);
-        uint4 a = __ldg(p), b = __ldg(p + 1);
+        uint4 a = dsv4_ld_once16(p), b = dsv4_ld_once16(p + 1);
         r.u[0] = a.x, r.u[1] = a.y, r.u[2] = a.z, r.u[3] = a.w;
         r.u[4] = b.x, r.u[5] = b.y, r.u[6] = b.z, r.u[7] = b.w;
     } else if (F == DSV4_CUDA_W_FP8) {
-        uint4 a = __ldg((const uint4 *)(W.data + e0));
+        uint4 a = dsv4_ld_once16(W.data + e0);
         r.u[0] = a.x, r.u[1] = a.y, r.u[2] = a.z, r.u[3] = a.w;
         size_t sr = (out + FP8_BLOCK - 1) / FP8_BLOCK, sc = (in + FP8_BLOCK - 1) / FP8_BLOCK;
         r.s = __ldg((const float *)W.scale + (g * sr + o / FP8_BLOCK) * sc + k / FP8_BLOCK);
     } else {
-        uint2 a = __ldg((const uint2 *)(W.data + e0 / 2));
+        uint2 a = dsv4_ld_once8(W.data + e0 / 2);
         r.u[0] = a.x, r.u[1] = a.y;
         r.s = dsv4_w_e8m0(__ldg(W.scale + (g * out + o) * (in / FP4_GROUP) + k / FP4_GROUP));
     }
@@ -212,8 +213,9 @@ template <int F>
 __device__ static inline void dsv4_wq_quarter(const dsv4_wq<F> &r, uint32_t q, float (&w)[4])
 {
     if (F == DSV4_CUDA_W_F32) {
-        float4 v = __ldg((const float4 *)r.p + q);
-        w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
+        uint4 v = dsv4_ld_once16((const float4 *)r.p + q);
+        w[0] = __uint_as_float(v.x), w[1] = __uint_as_float(v.y);
+        w[2] = __uint_as_float(v.z), w[3] = __uint_as_float(v.w);
     } else if (F == DSV4_CUDA_W_BF16) {
         w[0] = dsv4_w_bf16(r.u[2 * q] & 0xffffu), w[1] = dsv4_w_bf16(r.u[2 * q] >> 16);
         w[2] = dsv4_w_bf16(r.u[2 * q + 1] & 0xffffu), w[3] = dsv4_w_bf16(r.u[2 * q + 1] >> 16);
@@ -509,7 +511,7 @@ __device__ static inline void dsv4_mma_wload(dsv4_wdev W, size_t g, size_t o, si
     uint32_t t = threadIdx.x % 4;
     if (F == DSV4_CUDA_W_BF16) {
         const uint16_t *p = (const uint16_t *)W.data + (g * out + o) * in + k0 + 8 * t;
-        uint4 a = __ldg((const uint4 *)p), b = __ldg((const uint4 *)(p + 32));
+        uint4 a = dsv4_ld_once16(p), b = dsv4_ld_once16(p + 32);
         r.u[0] = a.x, r.u[1] = a.y, r.u[2] = a.z, r.u[3] = a.w;
         r.u[4] = b.x, r.u[5] = b.y, r.u[6] = b.z, r.u[7] = b.w;
     } else {
@@ -571,10 +573,10 @@ __device__ static inline void dsv4_mma_walk_ring(dsv4_wdev W, size_t g, size_t o
     ring += threadIdx.x;
     auto issue = [&](size_t kb, uint32_t slot) {
         uint4 *d = ring + slot * 4 * T;
-        dsv4_cp_async16(d, pa + kb);
-        dsv4_cp_async16(d + T, pa + kb + h2);
-        dsv4_cp_async16(d + 2 * T, pb + kb);
-        dsv4_cp_async16(d + 3 * T, pb + kb + h2);
+        dsv4_cp_async16_once(d, pa + kb);
+        dsv4_cp_async16_once(d + T, pa + kb + h2);
+        dsv4_cp_async16_once(d + 2 * T, pb + kb);
+        dsv4_cp_async16_once(d + 3 * T, pb + kb + h2);
     };
 #pragma unroll
     for (uint32_t u = 0; u + 1 < MMA_RING; u++) {

@@ -1,6 +1,7 @@
 /* model_gemm_wgmma.cu: the GEMM of BF16 weights on wgmma (sm_90a), weights and inputs
  * streamed into shared memory by TMA tensor-map copies, for the linear layers of
  * model_gemm.cu; its rows, k splits and sums are the mma.sync kernel's (model_gemm.cuh). */
+#include "kernels/cuda/evict_first.cuh"
 #include "kernels/cuda/model_gemm.cuh"
 #include "kernels/cuda/mbarrier.cuh"
 #include "kernels/cuda/pdl.cuh"
@@ -305,6 +306,7 @@ __global__ static void __launch_bounds__(128 * WGS + 32, WGS == 1 ? 2 : 1)
             }
             return it;
         };
+        const uint64_t w_policy = dsv4_evict_first(); /* the weights' lines (evict_first.cuh) */
         /* stage it's barrier armed for all its bytes, and its weights */
         auto load_w = [&](uint32_t it, size_t kb, int row) {
             uint32_t st = it % S::stages, full = full0 + 8 * st;
@@ -318,9 +320,10 @@ __global__ static void __launch_bounds__(128 * WGS + 32, WGS == 1 ? 2 : 1)
             for (uint32_t w = 0; w < WGS * MT; w++)
                 asm volatile(
                     "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::"
-                    "complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(a + w * WG_A_BYTES),
+                    "complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(
+                        a + w * WG_A_BYTES),
                     "l"((uint64_t)&tm.w), "r"((int)(kb * WG_KB)), "r"(row + (int)(w * WG_OUT)),
-                    "r"(full)
+                    "r"(full), "l"(w_policy)
                     : "memory");
         };
         /* stage it's inputs */
