@@ -469,17 +469,31 @@ static int nccl_expose(void *state, const dsv4_kv_layout *l, void *blob, size_t 
     return dsv4_nccl_expose_encode(l, &gpu, blob, len_p);
 }
 
+/* The decoder of a peer's message: its expose blob or its bootstrap message (nccl_proto.h). */
+typedef int (*nccl_decode_fn)(const void *msg, size_t len, const dsv4_kv_layout *local,
+                              dsv4_nccl_peer_info *info, char *err, size_t errlen);
+
+/* This side's GPU for `local` and the peer's message decoded into info, refused where both
+ * sides are one GPU (attach and accept alike). */
+static int nccl_meet(const dsv4_kv_layout *local, nccl_decode_fn decode, const void *msg,
+                     size_t len, int *dev, dsv4_nccl_gpu *gpu, dsv4_nccl_peer_info *info, char *err,
+                     size_t errlen)
+{
+    int rc = nccl_local(local, dev, gpu, err, errlen);
+    if (rc == 0)
+        rc = decode(msg, len, local, info, err, errlen);
+    if (rc == 0 && dsv4_nccl_same_gpu(gpu, &info->gpu))
+        rc = nccl_same_gpu_refusal(gpu, err, errlen);
+    return rc;
+}
+
 static int nccl_attach(void *state, const dsv4_kv_layout *local, const void *blob, size_t len,
                        void **peer_p, char *err, size_t errlen)
 {
     int dev;
     dsv4_nccl_gpu gpu;
     dsv4_nccl_peer_info info = {0};
-    int rc = nccl_local(local, &dev, &gpu, err, errlen);
-    if (rc == 0)
-        rc = dsv4_nccl_expose_decode(blob, len, local, &info, err, errlen);
-    if (rc == 0 && dsv4_nccl_same_gpu(&gpu, &info.gpu))
-        rc = nccl_same_gpu_refusal(&gpu, err, errlen);
+    int rc = nccl_meet(local, dsv4_nccl_expose_decode, blob, len, &dev, &gpu, &info, err, errlen);
     nccl_peer *p = rc == 0 ? nccl_peer_new(state, true, local, dev, &gpu, &info) : NULL;
     if (rc == 0 && !p) {
         snprintf(err, errlen, NCCL_SUBJECT ": out of memory");
@@ -543,11 +557,7 @@ static int nccl_accept(void *state, const dsv4_kv_layout *local, const void *msg
     int dev;
     dsv4_nccl_gpu gpu;
     dsv4_nccl_peer_info info = {0};
-    int rc = nccl_local(local, &dev, &gpu, err, errlen);
-    if (rc == 0)
-        rc = dsv4_nccl_boot_decode(msg, len, local, &info, err, errlen);
-    if (rc == 0 && dsv4_nccl_same_gpu(&gpu, &info.gpu))
-        rc = nccl_same_gpu_refusal(&gpu, err, errlen);
+    int rc = nccl_meet(local, dsv4_nccl_boot_decode, msg, len, &dev, &gpu, &info, err, errlen);
     nccl_peer *p = *peer_p;
     if (rc == 0 && !p && !(p = nccl_peer_new(state, false, local, dev, &gpu, &info))) {
         snprintf(err, errlen, NCCL_SUBJECT ": out of memory");
