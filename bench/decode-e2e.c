@@ -9,7 +9,7 @@
  * usage: decode-e2e [--model DIR | --preset small] [--batches 1,2,4,...,256] [--prompt 256]
  *                   [--steps 16] [--backend cuda|cpu] [--bw 4.3e12] [--profile]
  *                   [--parity OUT.safetensors] [--parity-steps 8] [--parity-prompt N]
- *                   [--modes fast,deterministic] [--host-logits]
+ *                   [--modes fast,deterministic] [--host-logits] [--prefill 1024,8192,...]
  * Prints one markdown table row per (mode, batch), progress on stderr. Needs
  * DSV4D_PLUGIN_PATH (indexk/fp8; indexk/f32 for --parity).
  *
@@ -35,7 +35,19 @@
  *
  * --profile: after the timed steps, one more decode step runs inside the CUDA profiler's
  * range, so `ncu --profile-from-start off decode-e2e --profile` records one graph-replayed
- * step per (mode, batch) and nothing of the prefill or the warm-up. */
+ * step per (mode, batch) and nothing of the prefill or the warm-up; with --prefill, each
+ * timed prefill of the second table runs inside the range too (the warm-up's does not).
+ *
+ * --prefill: after the decode table, a second one: per mode, one sequence at a time
+ * prefilled with each prompt length (the engine's 2048-token chunks, as dsv4d's default
+ * prefill_chunk; the last position's logits copied out, so the time is the prefill's
+ * whole), after one warm-up prefill of up to 2048 tokens: seconds, tokens/s and the linear
+ * layers' FLOP rate (token_linear_flops: attention, the indexer's scores and the
+ * compressors' pooling are not counted, so the rate is a lower bound of the work done).
+ * On the CUDA backend the rate is also given against the bf16 GEMM ceiling measured in the
+ * same run: cuBLASLt's fastest algorithm on 8192 x 8192 x 8192 bf16 operands (f32 out;
+ * bench/gemm-cublaslt.h). The forward's GEMMs multiply each activation as two bf16 parts
+ * (model.h), twice the tensor-core work of a bf16 product: half that ceiling is theirs. */
 #include "config.h"
 
 #include <errno.h>
@@ -53,6 +65,7 @@
 #include "core/plugin/registry.h"
 #include "core/util/status.h"
 #ifdef HAVE_CUDA
+#include "bench/gemm-cublaslt.h"
 #include "kernels/cuda/model.h"
 #endif
 
@@ -61,6 +74,7 @@
 
 typedef struct bench_opts {
     uint32_t batch[MAX_BATCHES], n_batches, batch_max;
+    uint32_t prefill[MAX_BATCHES], n_prefill, prefill_max; /* --prefill's prompt lengths */
     unsigned prompt, steps, parity_steps, parity_prompt;
     bool cuda, profile, host_logits;
     bool mode_off[2]; /* --modes: CUDA's fast (0) and deterministic (1) mode not asked for */
@@ -138,22 +152,23 @@ static double step_bytes(const dsv4_model *m, uint32_t batch)
     return w.bytes;
 }
 
-/* Parse "1,2,4" into o->batch. 0, or -EINVAL for an empty, zero or overlong list. */
-static int batches_parse(const char *list, bench_opts *o)
+/* Parse "1,2,4" into v[0..*n) (at most MAX_BATCHES values, each 1..top), *max the largest.
+ * 0, or -EINVAL for an empty, zero, too large or overlong list. */
+static int list_parse(const char *list, unsigned long top, uint32_t *v, uint32_t *n, uint32_t *max)
 {
     char buf[256], *save;
     if (snprintf(buf, sizeof(buf), "%s", list) >= (int)sizeof(buf))
         return -EINVAL;
-    o->n_batches = o->batch_max = 0;
+    *n = *max = 0;
     for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         char *end;
         unsigned long b = strtoul(tok, &end, 10);
-        if (*end || b == 0 || b > 65536 || o->n_batches == MAX_BATCHES)
+        if (*end || b == 0 || b > top || *n == MAX_BATCHES)
             return -EINVAL;
-        o->batch[o->n_batches++] = (uint32_t)b;
-        o->batch_max = b > o->batch_max ? (uint32_t)b : o->batch_max;
+        v[(*n)++] = (uint32_t)b;
+        *max = b > *max ? (uint32_t)b : *max;
     }
-    return o->n_batches ? 0 : -EINVAL;
+    return *n ? 0 : -EINVAL;
 }
 
 static const char *mode_name(const bench_opts *o, int mode)
@@ -243,6 +258,21 @@ static int profiled_step(dsv4_engine *eng, bench_step *st, uint32_t B, const uin
     return rc != 0 ? rc : stop;
 #else
     (void)eng, (void)st, (void)B, (void)seqs;
+    return -ENOTSUP;
+#endif
+}
+
+/* One prefill of a prompt of len tokens inside the profiler's range (--profile --prefill). */
+static int profiled_prefill(dsv4_engine *eng, unsigned len, uint32_t *seq, float *logits)
+{
+#ifdef HAVE_CUDA
+    int rc = dsv4_cuda_profile(true);
+    if (rc == 0)
+        rc = prompts_prefill(eng, 1, len, seq, DSV4_LOGITS_LAST, logits);
+    int stop = dsv4_cuda_profile(false);
+    return rc != 0 ? rc : stop;
+#else
+    (void)eng, (void)len, (void)seq, (void)logits;
     return -ENOTSUP;
 #endif
 }
@@ -339,6 +369,93 @@ static int bench_run(const dsv4_model *m, const dsv4_plugin_desc *ik, const benc
     return rc;
 }
 
+/* token_linear_flops' walk: twice each linear weight's elements, a routed expert's scaled by
+ * the share of the experts a token takes (top_k / experts); the head is left out (a
+ * prefill computes one row of it). */
+static int flop_tensor(void *ctx, const dsv4_tensor_desc *d)
+{
+    double *f = ctx, share = *f;
+    if (d->ndim != 2 || d->init != DSV4_WI_LINEAR || strcmp(d->name, "head.weight") == 0)
+        return 0;
+    f[1] += 2.0 * (double)d->rows * d->cols * (d->expert >= 0 ? share : 1);
+    return 0;
+}
+
+/* The FLOPs one prompt token costs in the linear layers (see --prefill). */
+static double token_linear_flops(const dsv4_model *m)
+{
+    double f[2] = {(double)m->cfg.top_k / m->cfg.n_experts, 0};
+    dsv4_tensor_each(&m->cfg, flop_tensor, f);
+    return f[1];
+}
+
+#ifdef HAVE_CUDA
+#define CEILING_N 8192
+/* The bf16 GEMM ceiling in FLOP/s (see --prefill), or a negative errno. The operands hold
+ * small varied values (a GEMM of zeros draws less power, and clocks higher, than a real one). */
+static double gemm_ceiling(void)
+{
+    size_t n = (size_t)CEILING_N * CEILING_N;
+    uint16_t *h = malloc(n * 2), *w = dsv4_cuda_alloc(n * 2), *x = dsv4_cuda_alloc(n * 2);
+    float *y = dsv4_cuda_alloc(n * sizeof(float));
+    gemm_peer *p = gemm_peer_new(NULL);
+    double dt = -ENOMEM;
+    if (h && w && x && y && p) {
+        for (size_t i = 0; i < n; i++) /* bf16 of +-(1 + k / 128) / 64, k < 128 */
+            h[i] = (uint16_t)(0x3c80u | (uint32_t)(i * 2654435761u) >> 25 | (i & 1u) << 15);
+        int algos = 0;
+        dt = dsv4_cuda_copy(w, h, n * 2, NULL) == 0 && dsv4_cuda_copy(x, h, n * 2, NULL) == 0
+                 ? gemm_peer_time(p, w, x, y, 1, CEILING_N, CEILING_N, CEILING_N, CEILING_N,
+                                  CEILING_N, 10, &algos)
+                 : -EIO;
+    }
+    gemm_peer_free(p);
+    dsv4_cuda_free(y);
+    dsv4_cuda_free(x);
+    dsv4_cuda_free(w);
+    free(h);
+    return dt > 0 ? 2.0 * CEILING_N * CEILING_N * CEILING_N / dt : dt;
+}
+#endif
+
+/* --prefill's rows of one mode (ceiling: the bf16 GEMM ceiling in FLOP/s, or 0). 0 or a
+ * negative status with err. */
+static int prefill_run(const dsv4_model *m, const dsv4_plugin_desc *ik, const bench_opts *o,
+                       int mode, double ceiling, char *err, size_t errlen)
+{
+    uint32_t pages = (o->prefill_max + 255) / 256, seq;
+    dsv4_engine *eng = engine_open(m, ik, DSV4_KV_BF16, 1, pages, o, mode, err, errlen);
+    if (!eng)
+        return DSV4_EFORMAT;
+    float *logits = malloc((size_t)m->cfg.vocab_size * sizeof(float));
+    double flops = token_linear_flops(m);
+    int rc = logits ? 0 : -ENOMEM;
+    for (int i = -1; rc == 0 && i < (int)o->n_prefill; i++) {
+        unsigned len = i >= 0 ? o->prefill[i] : o->prefill_max < 2048 ? o->prefill_max : 2048;
+        bool prof = i >= 0 && o->profile && o->cuda;
+        double t0 = now_s();
+        rc = prof ? profiled_prefill(eng, len, &seq, logits)
+                  : prompts_prefill(eng, 1, len, &seq, DSV4_LOGITS_LAST, logits);
+        double dt = now_s() - t0, rate = len * flops / dt;
+        if (rc != 0)
+            break;
+        dsv4_engine_seq_free(eng, seq);
+        if (i < 0)
+            continue;
+        char of[32] = "-";
+        if (ceiling > 0)
+            snprintf(of, sizeof(of), "%.1f%%", 100 * rate / ceiling);
+        printf("| prefill | %s | %u | %.2f | %.0f | %.2f | %s |\n", mode_name(o, mode), len, dt,
+               len / dt, rate * 1e-12, of);
+        fflush(stdout);
+    }
+    if (rc != 0)
+        snprintf(err, errlen, "prefill failed (%s)", dsv4_strerror(rc));
+    dsv4_engine_free(eng);
+    free(logits);
+    return rc;
+}
+
 /* Declare one mode's parity tensors in w. */
 static int parity_add(dsv4_st_writer *w, const char *mode, const parity_out *p, uint32_t S,
                       uint32_t V, char *err, size_t errlen)
@@ -376,6 +493,7 @@ int main(int argc, char **argv)
 {
     const char *preset = "small", *model_dir = NULL, *batches = "1,2,4,8,16,32,64,128,256";
     const char *backend = "cuda", *parity = NULL, *modes_arg = "fast,deterministic";
+    const char *prefill = NULL;
     bench_opts o = {.prompt = 256, .steps = 16, .parity_steps = 8, .bw = 4.3e12};
     /* clang-format off */
     static const struct option opts[] = {
@@ -385,7 +503,7 @@ int main(int argc, char **argv)
         {"profile", no_argument, NULL, 'P'},        {"model", required_argument, NULL, 'm'},
         {"parity", required_argument, NULL, 'y'},   {"parity-steps", required_argument, NULL, 'Y'},
         {"parity-prompt", required_argument, NULL, 'z'}, {"modes", required_argument, NULL, 'M'},
-        {"host-logits", no_argument, NULL, 'L'},
+        {"host-logits", no_argument, NULL, 'L'}, {"prefill", required_argument, NULL, 'F'},
         {NULL, 0, NULL, 0}};
     /* clang-format on */
     for (int ch; (ch = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
@@ -403,6 +521,7 @@ int main(int argc, char **argv)
         case 'z': o.parity_prompt = (unsigned)atoi(optarg); break;
         case 'M': modes_arg = optarg; break;
         case 'L': o.host_logits = true; break;
+        case 'F': prefill = optarg; break;
         default: return 2;
         }
     }
@@ -410,8 +529,10 @@ int main(int argc, char **argv)
     o.parity_prompt = o.parity_prompt ? o.parity_prompt : o.prompt;
     o.mode_off[0] = o.cuda && !strstr(modes_arg, "fast");
     o.mode_off[1] = !strstr(modes_arg, "deterministic");
-    if (batches_parse(batches, &o) != 0 || o.prompt == 0 || o.steps == 0) {
-        fprintf(stderr, "decode-e2e: bad --batches, --prompt or --steps\n");
+    if (list_parse(batches, 65536, o.batch, &o.n_batches, &o.batch_max) != 0 || o.prompt == 0 ||
+        o.steps == 0 ||
+        (prefill && list_parse(prefill, 1u << 20, o.prefill, &o.n_prefill, &o.prefill_max) != 0)) {
+        fprintf(stderr, "decode-e2e: bad --batches, --prompt, --steps or --prefill\n");
         return 2;
     }
     char dir[] = "/tmp/dsv4-bench-XXXXXX", err[512] = "";
@@ -451,6 +572,22 @@ int main(int argc, char **argv)
     for (int mode = 0; rc == 0 && mode < modes; mode++)
         if (!o.mode_off[mode])
             rc = bench_run(m, ik, &o, mode, err, sizeof(err));
+    double ceiling = 0;
+#ifdef HAVE_CUDA
+    if (rc == 0 && o.n_prefill && o.cuda && (ceiling = gemm_ceiling()) > 0)
+        printf("\nbf16 GEMM ceiling (cuBLASLt, %u x %u x %u): %.1f TFLOP/s\n", CEILING_N, CEILING_N,
+               CEILING_N, ceiling * 1e-12);
+    else if (rc == 0 && o.n_prefill && o.cuda)
+        fprintf(stderr, "decode-e2e: no bf16 GEMM ceiling (%s)\n", dsv4_strerror((int)ceiling));
+#endif
+    if (rc == 0 && o.n_prefill) {
+        printf("\n| prefill | mode | prompt tokens | s | tokens/s | linear TFLOP/s | of the bf16 "
+               "GEMM ceiling |\n|---|---|---:|---:|---:|---:|---:|\n");
+        fprintf(stderr, "decode-e2e: linear-layer FLOPs a token: %.3g\n", token_linear_flops(m));
+    }
+    for (int mode = 0; rc == 0 && o.n_prefill && mode < modes; mode++)
+        if (!o.mode_off[mode])
+            rc = prefill_run(m, ik, &o, mode, ceiling, err, sizeof(err));
     if (rc != 0)
         fprintf(stderr, "decode-e2e: %s\n", err);
     for (int mode = 0; mode < modes; mode++) {

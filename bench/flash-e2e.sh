@@ -5,12 +5,13 @@
 # (bench/decode-e2e, fast and deterministic mode, with the parity run), then transformers
 # over the same files (bench/hf-decode.py), and one table: batch, dsv4d fast and
 # deterministic tokens/s, fast mode's share of the bandwidth roofline, transformers
-# tokens/s, and fast dsv4d over transformers.
+# tokens/s, and fast dsv4d over transformers; with --prefill, decode-e2e's prefill table
+# after it (one prompt of each length, against the bf16 GEMM ceiling of the same run).
 #
 # usage: bench/flash-e2e.sh --bin BUILDDIR [--out DIR] [--ckpt DIR] [--batches 1,2,...,256]
 #            [--prompt 256] [--steps 16] [--hf-steps 8] [--hf-budget SECONDS] [--no-hf]
 #            [--parity-prompt 300] [--preset flash-shape] [--dsv4d-limit SECONDS (0: none)]
-#            [--hf-parity-only] [--modes fast,deterministic]
+#            [--hf-parity-only] [--modes fast,deterministic] [--prefill 1024,8192,...]
 # BUILDDIR holds dsv4ctl and bench/decode-e2e; DSV4D_PLUGIN_PATH must name the indexk
 # plugins (fp8 and f32). The checkpoint (32 GB) is written once into --ckpt (default
 # /tmp/dsv4-flash-bf16) and reused by later runs while its config.json says it is that
@@ -23,7 +24,7 @@ set -euo pipefail
 
 bin='' out=. ckpt=/tmp/dsv4-flash-bf16 batches=1,2,4,8,16,32,64,128,256
 prompt=256 steps=16 hf_steps=8 hf_budget=1e9 hf=1 preset=flash-shape limit=0
-parity_prompt=300 hf_only=() modes=fast,deterministic
+parity_prompt=300 hf_only=() modes=fast,deterministic prefill=()
 while [ $# -gt 0 ]; do
     case $1 in
     --bin) bin=$2; shift ;;
@@ -40,6 +41,7 @@ while [ $# -gt 0 ]; do
     --parity-prompt) parity_prompt=$2; shift ;;
     --hf-parity-only) hf_only=(--parity-only) ;;
     --modes) modes=$2; shift ;;
+    --prefill) prefill=(--prefill "$2"); shift ;;
     *) echo "flash-e2e: unknown option '$1'" >&2; exit 2 ;;
     esac
     shift
@@ -68,7 +70,7 @@ rm -f "$ckpt.parity.safetensors"
 say "dsv4d: decode-e2e (batches $batches, prompt $prompt, $steps steps)"
 timeout "$limit" "$bin/bench/decode-e2e" --model "$ckpt" --batches "$batches" --prompt "$prompt" \
     --steps "$steps" --parity "$ckpt.parity.safetensors" --parity-prompt "$parity_prompt" \
-    --modes "$modes" >"$out/dsv4d.md" \
+    --modes "$modes" "${prefill[@]}" >"$out/dsv4d.md" \
     2> >(tee "$out/dsv4d.log" >&2) || say "decode-e2e failed (see dsv4d.log)"
 cat "$out/dsv4d.md" >&2
 
@@ -111,3 +113,5 @@ for b in sorted(set(rows) | set(hf)):
           f"{f'{ht:.1f}' if ht else h.get('status', '-')} | "
           f"{f'{fast / ht:.1f}x' if fast and ht else '-'} |")
 EOF
+# decode-e2e's prefill table (--prefill), as it printed it
+sed -n '/^bf16 GEMM ceiling\|^| prefill | mode/,$p' "$out/dsv4d.md" | tee -a "$out/table.md"
