@@ -120,84 +120,233 @@ int dsv4_cuda_qkv(const dsv4_cuda_dims *d, const dsv4_cuda_step *s, float *q_dev
                            freq_dev, rope, fmt, dsv4_k_row_bytes(&fmt), kvs_dev, iq_dev);
 }
 
+/* A compressor's rows of one sequence in a step, as the carry (the state slot's pending
+ * window and the window before it) and the step's tokens hold them: a position at or past
+ * `start` is a token of the step (its k, and its g plus the slot's ape), an earlier one a
+ * pending row of the carry (written by an earlier step); the "a" half of window w0 - 1 (w0:
+ * the window pending when the step began) is the carry's prev. */
+struct dsv4_cmp_src {
+    const dsv4_cuda_compressor *cp;
+    float *pend_kv, *pend_lg, *prev_kv, *prev_lg;
+    uint32_t start, first, width, w0;
+};
+
+__device__ static inline dsv4_cmp_src dsv4_cmp_src_of(const dsv4_cuda_compressor &cp,
+                                                      const dsv4_cuda_step &s, uint32_t sq,
+                                                      uint32_t start)
+{
+    uint32_t width = (cp.overlap ? 2 : 1) * cp.dim;
+    float *pend_kv = (float *)(cp.carry.base + (size_t)s.slot[sq] * cp.carry.block_bytes);
+    float *pend_lg = pend_kv + (size_t)cp.rate * width;
+    float *prev_kv = pend_lg + (size_t)cp.rate * width;
+    return {&cp,
+            pend_kv,
+            pend_lg,
+            prev_kv,
+            prev_kv + (size_t)cp.rate * cp.dim,
+            start,
+            s.first[sq] + (start - s.start[sq]),
+            width,
+            start / cp.rate};
+}
+
+/* Channel ch (of the row's width) of position p: its kv and its logit. */
+__device__ static inline void dsv4_cmp_row(const dsv4_cmp_src &r, uint32_t p, uint32_t ch,
+                                           float *kv, float *lg)
+{
+    const dsv4_cuda_compressor &cp = *r.cp;
+    uint32_t j = p % cp.rate;
+    if (p >= r.start) {
+        size_t t = r.first + (p - r.start);
+        *kv = cp.k[t * cp.kg_stride + ch];
+        *lg = cp.g[t * cp.kg_stride + ch] + cp.ape[j * r.width + ch];
+    } else {
+        *kv = r.pend_kv[j * r.width + ch];
+        *lg = r.pend_lg[j * r.width + ch];
+    }
+}
+
+/* Channel c of window w's "a" half at slot j: the carry's prev for window w0 - 1, else the
+ * rows. */
+__device__ static inline void dsv4_cmp_prev(const dsv4_cmp_src &r, uint32_t w, uint32_t j,
+                                            uint32_t c, float *kv, float *lg)
+{
+    if (w < r.w0) {
+        *kv = r.prev_kv[j * r.cp->dim + c];
+        *lg = r.prev_lg[j * r.cp->dim + c];
+    } else {
+        dsv4_cmp_row(r, w * r.cp->rate + j, c, kv, lg);
+    }
+}
+
+/* Channel c of window w's pooled row: softmax over the slots' logits of their kv, the slots
+ * the previous window's "a" half (none for the first window) then this window's "b" half
+ * (or the whole row without overlap), each in slot order. */
+__device__ static float dsv4_cmp_pool(const dsv4_cmp_src &r, uint32_t w, uint32_t c)
+{
+    const dsv4_cuda_compressor &cp = *r.cp;
+    uint32_t rate = cp.rate, b_at = cp.overlap ? cp.dim : 0;
+    bool with_prev = cp.overlap && w > 0;
+    float m = -INFINITY, sum = 0, acc = 0, kv, lg;
+    for (uint32_t j = 0; with_prev && j < rate; j++) {
+        dsv4_cmp_prev(r, w - 1, j, c, &kv, &lg);
+        m = lg > m ? lg : m;
+    }
+    for (uint32_t j = 0; j < rate; j++) {
+        dsv4_cmp_row(r, w * rate + j, b_at + c, &kv, &lg);
+        m = lg > m ? lg : m;
+    }
+    for (uint32_t j = 0; with_prev && j < rate; j++) {
+        dsv4_cmp_prev(r, w - 1, j, c, &kv, &lg);
+        float e = expf(lg - m);
+        sum += e;
+        acc += e * kv;
+    }
+    for (uint32_t j = 0; j < rate; j++) {
+        dsv4_cmp_row(r, w * rate + j, b_at + c, &kv, &lg);
+        float e = expf(lg - m);
+        sum += e;
+        acc += e * kv;
+    }
+    return acc / sum;
+}
+
+/* Window w of sequence sq pooled (dsv4_cmp_pool) into out (the block's shared row), then
+ * normalised, rotated and stored: as a row of the paged rows, or as row ik_out of out_rows
+ * for the token t that completed it. Every thread of the block calls it. */
+__device__ static void dsv4_cmp_window(const dsv4_cmp_src &r, const dsv4_cuda_dims &d,
+                                       const dsv4_cuda_step &s, uint32_t sq, uint32_t w,
+                                       const float *freq, dsv4_k_rowfmt fmt, float *out, float *red)
+{
+    const dsv4_cuda_compressor &cp = *r.cp;
+    uint32_t dim = cp.dim, R = d.rope_comp;
+    for (uint32_t c = threadIdx.x; c < dim; c += blockDim.x)
+        out[c] = dsv4_cmp_pool(r, w, c);
+    __syncthreads();
+    float rs = dsv4_block_rms_scale(out, dim, d.eps, red);
+    for (uint32_t c = threadIdx.x; c < dim; c += blockDim.x)
+        out[c] = cp.norm[c] * (out[c] * rs);
+    __syncthreads();
+    for (uint32_t j = threadIdx.x; j < R / 2; j += blockDim.x)
+        dsv4_rope_pair(out + dim - R, freq, j, (float)w * (float)cp.rate, false);
+    __syncthreads();
+    if (cp.rows.base) {
+        dsv4_row_store_block(dsv4_paged_row(cp.rows, s, sq, w), out, fmt, cp.rows.row_bytes);
+    } else {
+        size_t t = r.first + ((w + 1) * cp.rate - 1 - r.start);
+        for (uint32_t c = threadIdx.x; c < dim; c += blockDim.x)
+            cp.out_rows[(size_t)s.ik_out[t] * dim + c] = out[c];
+    }
+    __syncthreads();
+}
+
+/* prev after a step that ends before position `end`: the "a" half of the last window the
+ * step completed, where it completed one (every thread of the block calls it, once the
+ * step's windows have read the old prev). */
+__device__ static void dsv4_cmp_carry_prev(const dsv4_cmp_src &r, uint32_t end)
+{
+    const dsv4_cuda_compressor &cp = *r.cp;
+    uint32_t rate = cp.rate, dim = cp.dim, wend = end / rate;
+    if (!cp.overlap || wend <= r.w0)
+        return;
+    for (uint32_t i = threadIdx.x; i < rate * dim; i += blockDim.x) {
+        float kv, lg;
+        dsv4_cmp_row(r, (wend - 1) * rate + i / dim, i % dim, &kv, &lg);
+        r.prev_kv[i] = kv;
+        r.prev_lg[i] = lg;
+    }
+}
+
+/* The pending slots after a step that ends before position `end`: each the row of the
+ * step's last position that falls on it (others keep theirs), as a token-by-token walk
+ * leaves them: the step's last `rate` positions at most. After dsv4_cmp_carry_prev, which
+ * may read the rows it replaces. */
+__device__ static void dsv4_cmp_carry_pend(const dsv4_cmp_src &r, uint32_t end)
+{
+    uint32_t rate = r.cp->rate, from = end - r.start > rate ? end - rate : r.start;
+    for (uint32_t i = threadIdx.x; i < (end - from) * r.width; i += blockDim.x) {
+        uint32_t p = from + i / r.width, ch = i % r.width;
+        float kv, lg;
+        dsv4_cmp_row(r, p, ch, &kv, &lg);
+        r.pend_kv[p % rate * r.width + ch] = kv;
+        r.pend_lg[p % rate * r.width + ch] = lg;
+    }
+}
+
 /* The compressors of one launch. */
 struct dsv4_compress_args {
     dsv4_cuda_compressor c[DSV4_CUDA_COMPRESSORS];
 };
 
-/* Block (sequence, compressor y): the sequence's tokens in order (the carry is
- * sequential); threads split the channels. Shared: the largest dim floats (the pooled
- * row). a is __grid_constant__, so that picking compressor y reads it in place rather than
- * from a copy in local memory. */
-__global__ static void dsv4_compress_kernel(dsv4_cuda_dims d, dsv4_cuda_step s,
-                                            const __grid_constant__ dsv4_compress_args a,
-                                            const float *freq, dsv4_k_rowfmt fmt)
+/* A step of one token a sequence (decode): block (sequence, compressor y) stores the token's
+ * row in the carry and, where it completes a window, pools and stores the window (all of
+ * whose rows the carry then holds) and moves its "a" half to prev. Shared: the largest dim
+ * floats (the pooled row). a is __grid_constant__, so that picking compressor y reads it in
+ * place rather than from a copy in local memory. */
+__global__ static void dsv4_compress_token_kernel(dsv4_cuda_dims d, dsv4_cuda_step s,
+                                                  const __grid_constant__ dsv4_compress_args a,
+                                                  const float *freq, dsv4_k_rowfmt fmt)
 {
     dsv4_pdl_begin();
     extern __shared__ float out[];
     __shared__ float red[32];
     const dsv4_cuda_compressor &cp = a.c[blockIdx.y];
-    bool overlap = cp.overlap;
-    uint32_t rate = cp.rate, dim = cp.dim;
-    const float *k = cp.k, *g = cp.g, *ape = cp.ape, *norm = cp.norm;
-    size_t kg_stride = cp.kg_stride;
-    const dsv4_cuda_kvbuf &carry = cp.carry, &rows = cp.rows;
-    float *out_rows = cp.out_rows;
-    uint32_t sq = blockIdx.x, width = (overlap ? 2 : 1) * dim, R = d.rope_comp;
-    float *pend_kv = (float *)(carry.base + (size_t)s.slot[sq] * carry.block_bytes);
-    float *pend_lg = pend_kv + (size_t)rate * width;
-    float *prev_kv = pend_lg + (size_t)rate * width, *prev_lg = prev_kv + (size_t)rate * dim;
+    uint32_t sq = blockIdx.x, p = s.start[sq];
+    if (s.count[sq] == 0)
+        return;
+    dsv4_cmp_src step = dsv4_cmp_src_of(cp, s, sq, p);
+    dsv4_cmp_carry_pend(step, p + 1);
+    __syncthreads();
+    if ((p + 1) % cp.rate != 0)
+        return;
+    /* every row of the window is pending now, the window before it prev's (read before the
+     * window's own "a" half replaces it) */
+    dsv4_cmp_window(dsv4_cmp_src_of(cp, s, sq, p + 1), d, s, sq, p / cp.rate, freq, fmt, out, red);
+    dsv4_cmp_carry_prev(step, p + 1);
+}
 
-    for (uint32_t i = 0; i < s.count[sq]; i++) {
-        uint32_t t = s.first[sq] + i, p = s.start[sq] + i, r = p % rate, w = p / rate;
-        for (uint32_t c = threadIdx.x; c < width; c += blockDim.x) {
-            pend_kv[r * width + c] = k[(size_t)t * kg_stride + c];
-            pend_lg[r * width + c] = g[(size_t)t * kg_stride + c] + ape[r * width + c];
+/* A longer step, the windows it completes in parallel: block (i, compressor y) pools the
+ * step's windows i, i + gridDim.x, ... of all sequences (in sequence order, each
+ * sequence's in window order), reading the carry as the step found it; the carry kernel
+ * runs after it. The same sums as the token kernel's, so the same bits. A block a sequence
+ * walking its tokens in turn took 6.3 ms a launch for one 2048-token prefill chunk on an
+ * H200 (28% of a 4-layer flash-shape step); prefill of 8k-32k tokens 1.33-1.49x
+ * (bench/results/2026-12-01-prefill-h200.md). */
+__global__ static void dsv4_compress_windows_kernel(dsv4_cuda_dims d, dsv4_cuda_step s,
+                                                    const __grid_constant__ dsv4_compress_args a,
+                                                    const float *freq, dsv4_k_rowfmt fmt)
+{
+    dsv4_pdl_begin();
+    extern __shared__ float out[];
+    __shared__ float red[32];
+    const dsv4_cuda_compressor &cp = a.c[blockIdx.y];
+    uint32_t rate = cp.rate, sq = 0, before = 0; /* windows of the sequences before sq */
+    for (uint32_t i = blockIdx.x;; i += gridDim.x) {
+        uint32_t n = 0;
+        for (; sq < s.n_seqs; before += n, sq++) {
+            uint32_t start = s.start[sq];
+            n = (start + s.count[sq]) / rate - start / rate;
+            if (i < before + n)
+                break;
         }
-        __syncthreads();
-        if (r != rate - 1)
-            continue;
-        /* slots: the previous window's "a" half (none for the first row), then this
-         * window's "b" half (or the whole row without overlap); per channel, in order */
-        uint32_t b_at = overlap ? dim : 0;
-        bool with_prev = overlap && w > 0;
-        for (uint32_t c = threadIdx.x; c < dim; c += blockDim.x) {
-            float m = -INFINITY, sum = 0, acc = 0;
-            for (uint32_t j = 0; with_prev && j < rate; j++)
-                m = prev_lg[j * dim + c] > m ? prev_lg[j * dim + c] : m;
-            for (uint32_t j = 0; j < rate; j++)
-                m = pend_lg[j * width + b_at + c] > m ? pend_lg[j * width + b_at + c] : m;
-            for (uint32_t j = 0; with_prev && j < rate; j++) {
-                float e = expf(prev_lg[j * dim + c] - m);
-                sum += e;
-                acc += e * prev_kv[j * dim + c];
-            }
-            for (uint32_t j = 0; j < rate; j++) {
-                float e = expf(pend_lg[j * width + b_at + c] - m);
-                sum += e;
-                acc += e * pend_kv[j * width + b_at + c];
-            }
-            out[c] = acc / sum;
-            for (uint32_t j = 0; overlap && j < rate; j++) {
-                prev_kv[j * dim + c] = pend_kv[j * width + c];
-                prev_lg[j * dim + c] = pend_lg[j * width + c];
-            }
-        }
-        __syncthreads();
-        float rs = dsv4_block_rms_scale(out, dim, d.eps, red);
-        for (uint32_t c = threadIdx.x; c < dim; c += blockDim.x)
-            out[c] = norm[c] * (out[c] * rs);
-        __syncthreads();
-        for (uint32_t j = threadIdx.x; j < R / 2; j += blockDim.x)
-            dsv4_rope_pair(out + dim - R, freq, j, (float)w * (float)rate, false);
-        __syncthreads();
-        if (rows.base)
-            dsv4_row_store_block(dsv4_paged_row(rows, s, sq, w), out, fmt, rows.row_bytes);
-        else
-            for (uint32_t c = threadIdx.x; c < dim; c += blockDim.x)
-                out_rows[(size_t)s.ik_out[t] * dim + c] = out[c];
-        __syncthreads();
+        if (sq == s.n_seqs)
+            return;
+        dsv4_cmp_src r = dsv4_cmp_src_of(cp, s, sq, s.start[sq]);
+        dsv4_cmp_window(r, d, s, sq, r.w0 + (i - before), freq, fmt, out, red);
     }
+}
+
+/* After dsv4_compress_windows_kernel: block (sequence, compressor y) leaves the carry as a
+ * token-by-token walk of the step would (dsv4_cmp_carry_prev, then _pend). */
+__global__ static void dsv4_compress_carry_kernel(dsv4_cuda_step s,
+                                                  const __grid_constant__ dsv4_compress_args a)
+{
+    dsv4_pdl_begin();
+    uint32_t sq = blockIdx.x, end = s.start[sq] + s.count[sq];
+    dsv4_cmp_src r = dsv4_cmp_src_of(a.c[blockIdx.y], s, sq, s.start[sq]);
+    dsv4_cmp_carry_prev(r, end);
+    __syncthreads();
+    dsv4_cmp_carry_pend(r, end);
 }
 
 int dsv4_cuda_compress(const dsv4_cuda_dims *d, const dsv4_cuda_step *s,
@@ -207,17 +356,29 @@ int dsv4_cuda_compress(const dsv4_cuda_dims *d, const dsv4_cuda_step *s,
     if (n_cs == 0 || n_cs > DSV4_CUDA_COMPRESSORS)
         return -EINVAL;
     dsv4_compress_args a = {};
-    uint32_t dim = 0;
+    uint32_t dim = 0, rate = UINT32_MAX;
     for (uint32_t i = 0; i < n_cs; i++) {
         if (cs[i].rate == 0 || (!cs[i].rows.base && !cs[i].out_rows))
             return -EINVAL;
         a.c[i] = cs[i];
         dim = cs[i].dim > dim ? cs[i].dim : dim;
+        rate = cs[i].rate < rate ? cs[i].rate : rate;
     }
     if (s->n_seqs == 0)
         return 0;
-    return dsv4_pdl_launch(dsv4_compress_kernel, dim3(s->n_seqs, n_cs), DSV4_CUDA_BLOCK,
-                           dim * sizeof(float), (cudaStream_t)stream, *d, *s, a, freq_dev, fmt);
+    cudaStream_t st = (cudaStream_t)stream;
+    size_t smem = dim * sizeof(float);
+    /* one token a sequence (every sequence has one): one launch */
+    if (s->n_tok == s->n_seqs)
+        return dsv4_pdl_launch(dsv4_compress_token_kernel, dim3(s->n_seqs, n_cs), DSV4_CUDA_BLOCK,
+                               smem, st, *d, *s, a, freq_dev, fmt);
+    /* a sequence of c tokens completes at most c / rate + 1 windows */
+    uint32_t windows = s->n_tok / rate + s->n_seqs;
+    int rc = dsv4_pdl_launch(dsv4_compress_windows_kernel, dim3(windows, n_cs), DSV4_CUDA_BLOCK,
+                             smem, st, *d, *s, a, freq_dev, fmt);
+    return rc != 0 ? rc
+                   : dsv4_pdl_launch(dsv4_compress_carry_kernel, dim3(s->n_seqs, n_cs),
+                                     DSV4_CUDA_BLOCK, 0, st, *s, a);
 }
 
 __global__ static void dsv4_index_rows_kernel(dsv4_cuda_dims d, dsv4_cuda_step s, uint32_t rate,
