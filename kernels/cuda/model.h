@@ -124,7 +124,8 @@ void dsv4_cuda_blas_free(dsv4_cuda_blas *blas);
  * by the grid and added by atomics (bits may change with the rows and between runs), and for
  * one-row steps of fewer than 16384 outputs (all groups) on 8 MiB of weights or more; the
  * streaming kernel for other one-row steps and f32 steps of up to DSV4_CUDA_GEMM_STREAM_ROWS
- * rows, cuBLAS for longer f32 steps. */
+ * rows, cuBLAS for longer f32 steps and for longer BF16 steps (a bf16 GEMM on the inputs'
+ * hi and lo parts, the two products added in f32: the tensor-core kernels' precision). */
 #define DSV4_CUDA_GEMM_STREAM_ROWS 256
 int dsv4_cuda_linear(dsv4_cuda_blas *blas, const dsv4_cuda_weight *w, size_t out, size_t in,
                      const float *x_dev, size_t x_stride, size_t n, float *y_dev, size_t y_stride);

@@ -23,8 +23,9 @@
  * BF16 weights on wgmma: a tile's splits in one block, in order). BF16 weights take wgmma
  * where the device code is built for sm_90a (model_gemm_wgmma.cu: weights streamed into
  * shared memory by TMA), the other formats, and BF16 elsewhere, mma.sync. Fast
- * mode hands long steps (prefill) of f32 weights to cuBLAS (fp32 SGEMM, pedantic math),
- * which picks its kernel, tile and split-K by the problem size: in fast mode a token's
+ * mode hands long steps (prefill) of f32 weights to cuBLAS (fp32 SGEMM, pedantic math), and
+ * of BF16 weights to its bf16 GEMM on the inputs' hi and lo parts (dsv4_gemm_blas_bf16);
+ * cuBLAS picks its kernel, tile and split-K by the problem size: in fast mode a token's
  * output may change with the number of tokens in the step.
  */
 #include "kernels/cuda/cp_async.cuh"
@@ -1070,12 +1071,50 @@ static int dsv4_gemm_launch(dsv4_cuda_blas *b, const dsv4_cuda_weight *w, size_t
     return -EINVAL;
 }
 
-/* cuBLAS takes the step: fast mode, a long step, f32 weights, sizes it can address. */
+/* cuBLAS takes the step: fast mode, a long step, f32 weights or BF16 ones whose inputs split
+ * into the split buffer at least a row at a time (dsv4_gemm_blas_bf16), sizes it can
+ * address. */
 static bool dsv4_gemm_blas(const dsv4_cuda_blas *b, const dsv4_cuda_weight *w, size_t out,
-                           size_t in, size_t n)
+                           size_t in, size_t n, const float *x, size_t xs, size_t xz,
+                           uint32_t batch)
 {
-    return !b->deterministic && w->fmt == DSV4_CUDA_W_F32 && n > DSV4_CUDA_GEMM_STREAM_ROWS &&
-           n <= INT32_MAX && out <= INT32_MAX && in <= INT32_MAX;
+    bool bf16 = w->fmt == DSV4_CUDA_W_BF16 && b->split && in % 4 == 0 && xs % 4 == 0 &&
+                xz % 4 == 0 && (uintptr_t)x % 16 == 0 && (size_t)batch * 4 * in <= WG_SPLIT_BYTES;
+    return !b->deterministic && (w->fmt == DSV4_CUDA_W_F32 || bf16) &&
+           n > DSV4_CUDA_GEMM_STREAM_ROWS && n <= INT32_MAX && out <= INT32_MAX && in <= INT32_MAX;
+}
+
+/* A long fast-mode step of BF16 weights on cuBLAS's bf16 GEMM at our precision: the inputs
+ * split into bf16 hi and lo parts (dsv4_wg_split_inputs: hi + lo is each input to 16
+ * significant bits, as the tensor-core kernels take it), then Y = W hi and Y += W lo, each
+ * accumulated in f32 (cuBLAS picks kernel, tile and split-K by the shape, as for f32
+ * weights), in windows of rows whose split fits the split buffer; `batch` problems W + g out
+ * in, X + g xz, Y + g yz. H200, 4- and 6-layer flash shapes: prefill of 8k-32k tokens
+ * 1.04-1.05x; a 2048-token step's dense GEMMs 7.1 ms (the split included) against the
+ * wgmma kernel's 7.7 (under ncu); the handle's pedantic math made no difference; the first
+ * step of a new shape pays cuBLAS's kernel loading (bench/results/2026-12-01-prefill-h200.md). */
+static int dsv4_gemm_blas_bf16(dsv4_cuda_blas *b, const dsv4_cuda_weight *w, size_t out, size_t in,
+                               const float *x, size_t xs, size_t xz, size_t n, float *y, size_t ys,
+                               size_t yz, uint32_t batch)
+{
+    const float one = 1.0f, zero = 0.0f;
+    size_t win = WG_SPLIT_BYTES / ((size_t)batch * 4 * in);
+    int rc = 0;
+    for (size_t r0 = 0; rc == 0 && r0 < n; r0 += win) {
+        size_t r = n - r0 < win ? n - r0 : win;
+        rc = dsv4_wg_split_inputs(b->stream, x + r0 * xs, xs, xz, in, 0, (uint32_t)r, batch,
+                                  b->split, NULL, out, ys, yz);
+        for (int part = 0; rc == 0 && part < 2; part++) {
+            const uint16_t *xp = (const uint16_t *)b->split + part * r * in;
+            cublasStatus_t st = cublasGemmStridedBatchedEx(
+                b->handle, CUBLAS_OP_T, CUBLAS_OP_N, (int)out, (int)r, (int)in, &one, w->data,
+                CUDA_R_16BF, (int)in, (long long)(out * in), xp, CUDA_R_16BF, (int)in,
+                (long long)(2 * r * in), part ? &one : &zero, y + r0 * ys, CUDA_R_32F, (int)ys,
+                (long long)yz, (int)batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+            rc = st == CUBLAS_STATUS_SUCCESS ? 0 : -EIO;
+        }
+    }
+    return rc;
 }
 
 int dsv4_cuda_linear(dsv4_cuda_blas *b, const dsv4_cuda_weight *w, size_t out, size_t in,
@@ -1083,10 +1122,13 @@ int dsv4_cuda_linear(dsv4_cuda_blas *b, const dsv4_cuda_weight *w, size_t out, s
 {
     if (n == 0 || out == 0)
         return 0;
-    if (!dsv4_gemm_blas(b, w, out, in, n) || x_stride > INT32_MAX || y_stride > INT32_MAX)
+    if (!dsv4_gemm_blas(b, w, out, in, n, x_dev, x_stride, 0, 1) || x_stride > INT32_MAX ||
+        y_stride > INT32_MAX)
         return n > UINT32_MAX ? -EINVAL
                               : dsv4_gemm_launch(b, w, out, in, x_dev, x_stride, 0, NULL, 1,
                                                  (uint32_t)n, y_dev, y_stride, 0);
+    if (w->fmt == DSV4_CUDA_W_BF16)
+        return dsv4_gemm_blas_bf16(b, w, out, in, x_dev, x_stride, 0, n, y_dev, y_stride, 0, 1);
     /* cuBLAS is column-major: it sees W as an in x out matrix (op T gives out x in), X as
      * in x n and Y as out x n, all with our row strides as leading dimensions */
     const float one = 1.0f, zero = 0.0f;
@@ -1110,11 +1152,14 @@ int dsv4_cuda_linear_batched(dsv4_cuda_blas *b, const dsv4_cuda_weight *w, size_
 {
     if (n == 0 || out == 0 || batch == 0)
         return 0;
-    if (!dsv4_gemm_blas(b, w, out, in, n) || x_stride > INT32_MAX || y_stride > INT32_MAX ||
-        x_batch > INT32_MAX || y_batch > INT32_MAX)
+    if (!dsv4_gemm_blas(b, w, out, in, n, x_dev, x_stride, x_batch, batch) ||
+        x_stride > INT32_MAX || y_stride > INT32_MAX || x_batch > INT32_MAX || y_batch > INT32_MAX)
         return n > UINT32_MAX ? -EINVAL
                               : dsv4_gemm_launch(b, w, out, in, x_dev, x_stride, x_batch, NULL,
                                                  batch, (uint32_t)n, y_dev, y_stride, y_batch);
+    if (w->fmt == DSV4_CUDA_W_BF16)
+        return dsv4_gemm_blas_bf16(b, w, out, in, x_dev, x_stride, x_batch, n, y_dev, y_stride,
+                                   y_batch, batch);
     /* as dsv4_cuda_linear, problem g at W + g out in, X + g x_batch, Y + g y_batch */
     const float one = 1.0f, zero = 0.0f;
     cublasStatus_t st = cublasSgemmStridedBatched(

@@ -124,6 +124,14 @@ int dsv4_wg_run(cudaStream_t st, const dsv4_wg_call &c, size_t out, size_t in,
                 const dsv4_mma_rows &R, uint32_t groups, uint32_t rows_each, float *y, size_t ys,
                 size_t yz);
 
+/* Rows w0 .. w0 + rows of probs problems' inputs (x: rows xs apart, problems xz apart; in a
+ * multiple of 4, rows 16-byte aligned) split into bf16 hi and lo parts (dsv4_mma_split's
+ * bits) as [problem][hi, lo][rows][in] at split (WG_SPLIT_BYTES at most); with y set, those
+ * rows of Y zeroed too (row w0's address, out outputs a row, rows ys and problems yz apart). */
+int dsv4_wg_split_inputs(cudaStream_t st, const float *x, size_t xs, size_t xz, size_t in,
+                         uint32_t w0, uint32_t rows, uint32_t probs, void *split, float *y,
+                         size_t out, size_t ys, size_t yz);
+
 /* Fast mode's k split for a dense or batched wgmma launch of one row tile, or 0 where it
  * has more (the caller's rule then). */
 uint32_t dsv4_wg_stream_ksplit(const dsv4_wg_call &c, size_t out, size_t in, uint32_t groups,

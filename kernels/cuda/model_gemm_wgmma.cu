@@ -662,17 +662,25 @@ int dsv4_wg_run(cudaStream_t st, const dsv4_wg_call &c, size_t out, size_t in,
                 const dsv4_mma_rows &R, uint32_t groups, uint32_t rows_each, float *y, size_t ys,
                 size_t yz)
 {
-    size_t probs = R.off ? 1 : groups, rows = R.w1 - R.w0, recs = rows * (in / 4);
+    size_t probs = R.off ? 1 : groups, rows = R.w1 - R.w0;
     size_t zyz = R.off ? 0 : yz; /* the zeroing's problems: grouped rows are one block */
     if (!dsv4_wg_split_once(rows_each, out, groups) || probs * 2 * rows * in * 2 > WG_SPLIT_BYTES) {
         int rc = dsv4_mma_zero(st, R, y, out, ys, zyz, (uint32_t)probs);
         return rc != 0 ? rc
                        : dsv4_wg_run_split<false>(st, c, out, in, R, groups, rows_each, y, ys, yz);
     }
-    dim3 sg((unsigned)((recs + 255) / 256 < 1024 ? (recs + 255) / 256 : 1024), (unsigned)probs);
-    int rc = dsv4_pdl_launch(dsv4_wg_split_kernel, sg, 256, 0, st, c.x, c.xs, c.xz, in, R.w0,
-                             (uint32_t)rows, (uint2 *)c.b->split,
-                             dsv4_mma_adds_to_y(R) ? y + (size_t)R.w0 * ys : (float *)NULL, out, ys,
-                             zyz);
+    int rc = dsv4_wg_split_inputs(
+        st, c.x, c.xs, c.xz, in, R.w0, (uint32_t)rows, (uint32_t)probs, c.b->split,
+        dsv4_mma_adds_to_y(R) ? y + (size_t)R.w0 * ys : (float *)NULL, out, ys, zyz);
     return rc != 0 ? rc : dsv4_wg_run_split<true>(st, c, out, in, R, groups, rows_each, y, ys, yz);
+}
+
+int dsv4_wg_split_inputs(cudaStream_t st, const float *x, size_t xs, size_t xz, size_t in,
+                         uint32_t w0, uint32_t rows, uint32_t probs, void *split, float *y,
+                         size_t out, size_t ys, size_t yz)
+{
+    size_t recs = (size_t)rows * (in / 4);
+    dim3 sg((unsigned)((recs + 255) / 256 < 1024 ? (recs + 255) / 256 : 1024), probs);
+    return dsv4_pdl_launch(dsv4_wg_split_kernel, sg, 256, 0, st, x, xs, xz, in, w0, rows,
+                           (uint2 *)split, y, out, ys, yz);
 }

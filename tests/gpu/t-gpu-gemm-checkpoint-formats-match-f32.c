@@ -24,6 +24,8 @@
  * tile) whose rows have the bits of the 256-row step (split once), grouped rows (70, 0, 160)
  * and batched problems of 70 rows with wo_a's interleaved inputs (split once) bitwise each
  * matrix's dense GEMM, and the batched problems' row 0 that of a one-row call (by tile).
+ * Fast mode's steps of more than 256 rows of BF16 weights (cuBLAS on the inputs' hi and lo
+ * parts) stay within 1e-5 of the deterministic step: the LONG_ROWS step and a batched one.
  * Shapes take the tensor cores (inputs a multiple of 64) and the streaming kernel's
  * vector path (f32) and element path (1000 inputs), a tail chunk (1088 = 2 x 512 + 64),
  * partial output tiles and scale blocks, a layer of 16384 outputs (fast mode's one-row
@@ -77,6 +79,8 @@
 #define SPLIT_OUT 2048
 #define SPLIT_IN 768
 #define LONG_ROWS 22272
+/* a batched step long enough for fast mode's cuBLAS path (more than 256 rows) */
+#define LONG_BATCH_ROWS 300
 /* a weight of three matrices too narrow for fast mode's one-row streaming (12288 outputs in
  * all) and wide enough in bytes to split k instead, in every narrow format */
 #define NARROW_OUT 4096
@@ -413,18 +417,40 @@ static void check_groups(gemm_env *e, const packed *q, const packed *f, size_t m
     free(yf);
 }
 
-/* Y of the env's inputs in a deterministic step of n rows of w (row r the inputs of row
- * r % MAX_ROWS, in widths of in), back on the host in y. */
-static void linear_long(gemm_env *e, const dsv4_cuda_weight *w, size_t out, size_t in, size_t n,
-                        float *y)
+/* n rows of inputs of width in on the device, row r the env's row r % MAX_ROWS. */
+static float *long_inputs(gemm_env *e, size_t in, size_t n)
 {
-    float *x_dev = gpu_alloc(n * in * sizeof(float)), *y_dev = gpu_alloc(n * out * sizeof(float));
+    float *x_dev = gpu_alloc(n * in * sizeof(float));
     for (size_t r = 0; r < n; r += MAX_ROWS)
         gpu_put(x_dev + r * in, e->x, (n - r < MAX_ROWS ? n - r : MAX_ROWS) * in * sizeof(float));
-    if (dsv4_cuda_linear(e->blas, w, out, in, x_dev, in, n, y_dev, out) != 0 ||
+    return x_dev;
+}
+
+/* Y of a step of n rows of long_inputs through b, back on the host in y. */
+static void linear_long(gemm_env *e, dsv4_cuda_blas *b, const dsv4_cuda_weight *w, size_t out,
+                        size_t in, size_t n, float *y)
+{
+    float *x_dev = long_inputs(e, in, n), *y_dev = gpu_alloc(n * out * sizeof(float));
+    if (dsv4_cuda_linear(b, w, out, in, x_dev, in, n, y_dev, out) != 0 ||
         dsv4_cuda_sync(e->stream) != 0)
         bail_out("dsv4_cuda_linear failed (%zu rows)", n);
     gpu_get(y, y_dev, n * out * sizeof(float));
+    gpu_free(x_dev);
+    gpu_free(y_dev);
+}
+
+/* Y of a batched step through b: `mats` problems of n rows each of long_inputs, interleaved
+ * (wo_a's layout: problem g's row r at r mats in + g in), back on the host in y (row r of
+ * problem g at (r mats + g) out). */
+static void batched_long(gemm_env *e, dsv4_cuda_blas *b, const dsv4_cuda_weight *w, size_t mats,
+                         size_t out, size_t in, size_t n, float *y)
+{
+    float *x_dev = long_inputs(e, in, n * mats), *y_dev = gpu_alloc(n * mats * out * sizeof(float));
+    if (dsv4_cuda_linear_batched(b, w, out, in, x_dev, mats * in, in, n, y_dev, mats * out, out,
+                                 (uint32_t)mats) != 0 ||
+        dsv4_cuda_sync(e->stream) != 0)
+        bail_out("dsv4_cuda_linear_batched failed (%zu rows a problem)", n);
+    gpu_get(y, y_dev, n * mats * out * sizeof(float));
     gpu_free(x_dev);
     gpu_free(y_dev);
 }
@@ -486,6 +512,36 @@ static void check_narrow_one_row(gemm_env *e, float *w, float *src_dev)
     free(ref);
 }
 
+/* Fast mode's long steps of a BF16 weight (q: SPLIT_MATS x [SPLIT_OUT][SPLIT_IN]), which
+ * cuBLAS takes on the inputs' bf16 hi and lo parts: a dense step of LONG_ROWS rows (two
+ * windows of the split buffer) against the deterministic step's rows yl, and a batched
+ * step of LONG_BATCH_ROWS rows a problem against the deterministic batched step, each
+ * within 1e-5 (the same hi and lo parts, the f32 sums in another order). */
+static void check_fast_long(gemm_env *e, const packed *q, const float *yl)
+{
+    size_t mats = SPLIT_MATS, out = SPLIT_OUT, in = SPLIT_IN, n = LONG_BATCH_ROWS;
+    float *y = malloc((size_t)LONG_ROWS * out * sizeof(float));
+    float *yd = malloc(n * mats * out * sizeof(float));
+    if (!y || !yd)
+        bail_out("out of memory");
+    dsv4_cuda_weight m0 = matrix_of(q, 0, out, in);
+    linear_long(e, e->fast, &m0, out, in, LONG_ROWS, y);
+    double d = rel_diff(y, yl, (size_t)LONG_ROWS * out);
+    ok(d <= 1e-5,
+       "bf16 [%zu][%zu], fast mode, a step of %d rows: within 1e-5 of the "
+       "deterministic step (%.2e)",
+       out, in, LONG_ROWS, d);
+    batched_long(e, e->fast, &q->w, mats, out, in, n, y);
+    batched_long(e, e->blas, &q->w, mats, out, in, n, yd);
+    d = rel_diff(y, yd, n * mats * out);
+    ok(d <= 1e-5,
+       "bf16 %zux[%zu][%zu] batched, fast mode, %zu rows a problem: within 1e-5 of "
+       "the deterministic step (%.2e)",
+       mats, out, in, n, d);
+    free(y);
+    free(yd);
+}
+
 /* The launches that split their inputs once against those that split them by tile, bitwise
  * (the env's inputs in widths of SPLIT_IN): a 3 x [2048][768] BF16 weight's step of
  * LONG_ROWS rows against its 256-row step, grouped rows (70, 0, 160) against the dense GEMM
@@ -509,7 +565,7 @@ static void check_split_once(gemm_env *e, float *w, float *src_dev)
     if (!yl || !y256 || !yg || !yd || !yb || !y1)
         bail_out("out of memory");
     dsv4_cuda_weight m0 = matrix_of(&q, 0, out, in);
-    linear_long(e, &m0, out, in, LONG_ROWS, yl);
+    linear_long(e, e->blas, &m0, out, in, LONG_ROWS, yl);
     linear(e, &m0, out, in, 0, MAX_ROWS, y256);
     size_t differ = 0;
     for (size_t r = 0; r < LONG_ROWS; r++)
@@ -518,6 +574,7 @@ static void check_split_once(gemm_env *e, float *w, float *src_dev)
            "bf16 [%zu][%zu]: a step of %d rows (inputs split by tile) bitwise the 256-row step's "
            "rows (split once)",
            out, in, LONG_ROWS);
+    check_fast_long(e, &q, yl);
     grouped(e, e->blas, &q, off, mats, out, in, yg);
     for (size_t g = 0; g < mats; g++) {
         dsv4_cuda_weight m = matrix_of(&q, g, out, in);
@@ -595,7 +652,7 @@ int main(void)
         bail_out("out of memory");
     for (size_t i = 0; i < MAX_ROWS * in_max; i++)
         e.x[i] = uniform();
-    plan(10 * 4 + 9 + 5 * 3 + 4 + 3 + 3);
+    plan(10 * 4 + 9 + 5 * 3 + 4 + 3 + 3 + 2);
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         size_t in = cases[i].in, out = cases[i].out, mats = cases[i].mats;
         /* the inputs packed for this width: row r at r * in */
