@@ -418,17 +418,16 @@ static double gemm_ceiling(void)
 }
 #endif
 
-/* --prefill's rows of one mode (ceiling: the bf16 GEMM ceiling in FLOP/s, or 0). 0 or a
- * negative status with err. */
+/* --prefill's rows of one mode (flops: token_linear_flops; ceiling: the bf16 GEMM ceiling in
+ * FLOP/s, or 0). 0 or a negative status with err. */
 static int prefill_run(const dsv4_model *m, const dsv4_plugin_desc *ik, const bench_opts *o,
-                       int mode, double ceiling, char *err, size_t errlen)
+                       int mode, double flops, double ceiling, char *err, size_t errlen)
 {
     uint32_t pages = (o->prefill_max + 255) / 256, seq;
     dsv4_engine *eng = engine_open(m, ik, DSV4_KV_BF16, 1, pages, o, mode, err, errlen);
     if (!eng)
         return DSV4_EFORMAT;
     float *logits = malloc((size_t)m->cfg.vocab_size * sizeof(float));
-    double flops = token_linear_flops(m);
     int rc = logits ? 0 : -ENOMEM;
     for (int i = -1; rc == 0 && i < (int)o->n_prefill; i++) {
         unsigned len = i >= 0 ? o->prefill[i] : o->prefill_max < 2048 ? o->prefill_max : 2048;
@@ -572,7 +571,7 @@ int main(int argc, char **argv)
     for (int mode = 0; rc == 0 && mode < modes; mode++)
         if (!o.mode_off[mode])
             rc = bench_run(m, ik, &o, mode, err, sizeof(err));
-    double ceiling = 0;
+    double ceiling = 0, flops = o.n_prefill ? token_linear_flops(m) : 0;
 #ifdef HAVE_CUDA
     if (rc == 0 && o.n_prefill && o.cuda && (ceiling = gemm_ceiling()) > 0)
         printf("\nbf16 GEMM ceiling (cuBLASLt, %u x %u x %u): %.1f TFLOP/s\n", CEILING_N, CEILING_N,
@@ -583,11 +582,11 @@ int main(int argc, char **argv)
     if (rc == 0 && o.n_prefill) {
         printf("\n| prefill | mode | prompt tokens | s | tokens/s | linear TFLOP/s | of the bf16 "
                "GEMM ceiling |\n|---|---|---:|---:|---:|---:|---:|\n");
-        fprintf(stderr, "decode-e2e: linear-layer FLOPs a token: %.3g\n", token_linear_flops(m));
+        fprintf(stderr, "decode-e2e: linear-layer FLOPs a token: %.3g\n", flops);
     }
     for (int mode = 0; rc == 0 && o.n_prefill && mode < modes; mode++)
         if (!o.mode_off[mode])
-            rc = prefill_run(m, ik, &o, mode, ceiling, err, sizeof(err));
+            rc = prefill_run(m, ik, &o, mode, flops, ceiling, err, sizeof(err));
     if (rc != 0)
         fprintf(stderr, "decode-e2e: %s\n", err);
     for (int mode = 0; mode < modes; mode++) {
