@@ -10,12 +10,15 @@
 # timeout); /health still answers on every server; memory is flat; the pools are back to
 # their baseline (no request running or waiting, no kv page held outside the prefix cache,
 # nothing quarantined, state slots at most the cache's snapshots above the baseline); the
-# PD fault counters show the faults happened and were caught.
+# PD fault counters show the faults happened and were caught; and every greedy answer was
+# its recipe's first byte for byte (SOAK_GREEDY recipes, 16: serve-load -g), whichever
+# prefill server, retry or cache state served it.
 #
 #   bench/pd-soak.sh [BUILDDIR]
 #
 # SOAK_SECONDS (1800), SOAK_CLIENTS (80), SOAK_ABORT percent (5), SOAK_PROMPTS and
-# SOAK_OUTS (bench/serve-load -p, -o); CHAOS: transport/chaos keys for the prefill servers
+# SOAK_OUTS (bench/serve-load -p, -o); SOAK_DEVICE, SOAK_KV_DTYPE, SOAK_KV_POOL and SOAK_INI
+# as for bench/soak.sh (every daemon); CHAOS: transport/chaos keys for the prefill servers
 # ("corrupt = 2, drop = 2, hang = 1, delay = 5"); PD_SOAK_SAMPLE seconds between memory
 # samples (30); SOAK_OUT names a markdown file to write the result to, COMMIT the commit it
 # names (default: the source tree's HEAD).
@@ -33,7 +36,7 @@ exec python3 - <<'EOF'
 import os, re, subprocess, sys, time
 sys.dont_write_bytecode = True  # nothing written into the source tree
 sys.path.insert(0, os.path.join(os.environ["top_srcdir"], "tests", "integ"))
-from dsv4d_http import plan, ok, is_, diag, done
+from dsv4d_http import plan, ok, is_, diag, done, soak_daemon
 from dsv4d_pd import TRANSPORTS, chaos, prefill, decode, wait_connected, held_pages
 
 clients = int(os.environ.get("SOAK_CLIENTS", "80"))
@@ -44,6 +47,8 @@ faults = dict((k.strip(), v.strip()) for k, v in
               (kv.split("=") for kv in
                os.environ.get("CHAOS", "corrupt = 2, drop = 2, hang = 1, delay = 5").split(",")))
 out = os.environ.get("SOAK_OUT")
+greedy = int(os.environ.get("SOAK_GREEDY", "16"))
+kw, sections = soak_daemon()
 warmup = min(300.0, seconds / 3)
 READ_TIMEOUT = 300  # a request silent this long counts as hung
 # As bench/soak.sh: fewer batch places than clients, so requests also wait.
@@ -55,12 +60,13 @@ DEADLINES = ("bootstrap_timeout = 10s\nwaiting_timeout = 120s\ntransfer_timeout 
 CLEAN_ERROR = re.compile(r'^serve-load: request \d+: not a text_completion chunk '
                          r'\(\{"error": ?\{')
 
-plan(13)
+plan(14)
 load_avg = open("/proc/loadavg").read().split()[0]
 pre = [prefill(chaos("local", seed=11 + i, **faults), server="max_running = %d\n" % MAX_RUNNING,
-               deadlines=DEADLINES) for i in range(2)]
+               deadlines=DEADLINES, sections=sections, **kw) for i in range(2)]
 dec = decode(TRANSPORTS["local"], pre, server="max_running = %d\n" % MAX_RUNNING,
-             model="state_slots = %d\n" % STATE_SLOTS, deadlines=DEADLINES)
+             model="state_slots = %d\n" % STATE_SLOTS, deadlines=DEADLINES, sections=sections,
+             **kw)
 ok(wait_connected(dec, 2), "both prefill servers connected to the decode server")
 daemons = [("decode", dec)] + [("prefill%d" % i, p) for i, p in enumerate(pre)]
 base = dict((n, d.wait_idle()) for n, d in daemons)
@@ -78,7 +84,8 @@ def rss_kib(d):
 load = [os.path.join(os.environ["top_builddir"], "bench", "serve-load"), "-P", str(dec.port),
         "-c", str(clients), "-a", str(abort_pct), "-t", str(READ_TIMEOUT),
         "-p", os.environ.get("SOAK_PROMPTS", "16,64,256,1024,2048"),
-        "-o", os.environ.get("SOAK_OUTS", "8,32,128,512"), "-s", "31", "-d", str(seconds)]
+        "-o", os.environ.get("SOAK_OUTS", "8,32,128,512"), "-s", "31", "-d", str(seconds),
+        "-g", str(greedy)]
 diag(" ".join(load))
 samples = []  # (seconds since the start, {daemon: VmRSS KiB})
 t0 = time.time()
@@ -102,6 +109,9 @@ completed, aborted, bad = (int(res.get(k, -1)) for k in ("completed", "aborted",
 ok(lp.returncode is not None and wall < seconds + 2 * READ_TIMEOUT + 60,
    "the load generator ended (no request hung past its read timeout)", wall)
 ok(completed > 0 and aborted > 0, "requests completed and clients hung up mid-stream", stdout)
+ok(int(res.get("greedy_repeats", 0)) > 0, "greedy recipes were asked again and compared with "
+   "their first answers (%s repeats; one that differed would count as bad below)"
+   % res.get("greedy_repeats"), stdout)
 
 health = dict((n, (d.proc.poll(), d.request("GET", "/health").status)) for n, d in daemons)
 is_(health, dict((n, (None, 200)) for n, _ in daemons), "every server still runs and answers "
@@ -152,6 +162,13 @@ ok(0 <= slots - base["decode"].get("dsv4d_kv_state_slots_used", 0)
    {"slots": slots, "base": base["decode"].get("dsv4d_kv_state_slots_used"),
     "cache_pages": m.get("dsv4d_prefix_cache_pages")})
 
+# the host tier's traffic, where the daemons have one (SOAK_INI)
+HC = ("dsv4d_hostcache_loads_total", "dsv4d_hostcache_hits_total",
+      "dsv4d_hostcache_load_bytes_total", "dsv4d_hostcache_save_bytes_total",
+      "dsv4d_hostcache_load_wait_seconds_total")
+for n in names:
+    diag("%s host tier: %s" % (n, dict((k, after[n][k]) for k in HC if k in after[n])))
+
 # faults
 PD = ("dsv4d_pd_leases_total", "dsv4d_pd_checksum_mismatches_total", "dsv4d_pd_timeouts_total",
       "dsv4d_pd_retries_total", "dsv4d_pd_stale_messages_total")
@@ -188,19 +205,24 @@ if out:
         ["git", "-C", os.environ["top_srcdir"], "rev-parse", "--short", "HEAD"],
         stdout=subprocess.PIPE, text=True).stdout.strip()
     with open(out, "w") as f:
-        f.write("# dsv4d prefill/decode soak under transport faults on the CPU (%s)\n\n"
-                % time.strftime("%Y-%m-%d", time.gmtime()))
+        f.write("# dsv4d prefill/decode soak under transport faults on the %s (%s)\n\n"
+                % ("CPU" if "device = cpu" in kw["core"] else kw["core"].split("=")[1].strip(),
+                   time.strftime("%Y-%m-%d", time.gmtime())))
         f.write("Commit %s; %d cores (`nproc`) shared with other work, load average %s at the "
                 "start (1 min) and %s at the end.\n\n"
                 % (rev, os.cpu_count(), load_avg, open("/proc/loadavg").read().split()[0]))
         f.write("`bench/pd-soak.sh`: one decode server and two prefill servers on 127.0.0.1, "
-                "tiny synthetic model (`dsv4ctl mkmodel --preset tiny --seed 5`), cpu backend "
-                "with 2 threads each, kv f32, 64M pool each, [server] max_running %d, decode "
-                "[model] state_slots %d. Decode transport local; each prefill server sends "
+                "tiny synthetic model (`dsv4ctl mkmodel --preset tiny --seed 5`), [core] %s "
+                "each, kv %s, %s pool each, [server] max_running %d, decode [model] "
+                "state_slots %d%s. Decode transport local; each prefill server sends "
                 "through transport/chaos around local (cross-process shared memory) with %s "
-                "(percent of transfers; seeds 11 and 12). [pd] %s.\n\n"
-                % (MAX_RUNNING, STATE_SLOTS, ", ".join("%s %s" % kv for kv in faults.items()),
-                   DEADLINES.replace("\n", ", ").rstrip(", ") % 2))
+                "(percent of transfers; seeds 11 and 12). [pd] %s. Greedy requests from %d "
+                "recipes (serve-load -g).\n\n"
+                % (kw["core"].strip().replace("\n", ", "), kw["kv_dtype"], kw["kv_pool"],
+                   MAX_RUNNING, STATE_SLOTS,
+                   "; more sections: " + sections.strip().replace("\n", " ") if sections else "",
+                   ", ".join("%s %s" % kv for kv in faults.items()),
+                   DEADLINES.replace("\n", ", ").rstrip(", ") % 2, greedy))
         f.write("`%s` (%.0f s wall)\n\n" % (" ".join(["bench/serve-load"] + load[1:]), wall))
         f.write("    %s\n\n" % stdout.strip())
         if described:
@@ -219,7 +241,9 @@ if out:
                   "dsv4d_prefix_cache_pages", "dsv4d_kv_state_slots_used",
                   "dsv4d_pd_quarantined_pages", "dsv4d_requests_total",
                   "dsv4d_requests_aborted_total", "dsv4d_requests_failed_total",
-                  "dsv4d_http_errors_total", "dsv4d_generation_tokens_total") + PD:
+                  "dsv4d_http_errors_total", "dsv4d_generation_tokens_total") + PD + HC:
+            if all(k not in after[n] for n in names):
+                continue
             f.write("| %s | %s |\n" % (k, " | ".join(
                 "%g | %g" % (base[n].get(k, float("nan")), after[n].get(k, float("nan")))
                 for n in names)))

@@ -8,6 +8,11 @@
  * shared text of SHARED_LEN bytes (more than two 256-token pages with the byte tokenizer),
  * so the prefix cache is used as a chat service's system prompt uses it; greedy and
  * sampled requests alternate. --abort PCT of the requests hang up after a few tokens.
+ * With -g K the greedy requests draw their prompt and max_tokens from K recipes instead, so
+ * each recipe is asked many times, under other batches, cache states and (behind a PD
+ * decode server) other prefill servers: every greedy answer read to its end must be the
+ * recipe's first one byte for byte, which a server in deterministic mode guarantees; one
+ * that differs is counted bad (a garbled answer, not only a malformed one).
  *
  * Every answer that is read to its end is checked: 200 text/event-stream, every event a
  * `data:` line with a text_completion chunk of one id, exactly one finish_reason (length
@@ -17,8 +22,9 @@
  * Prints one line of key=value pairs: requests completed, aborted and bad; throughput
  * (completed requests/s, output tokens/s over the wall time); TTFT (send to the first
  * text) and ITL (gaps between text events as the client receives them) percentiles in
- * ms. The first bad answers are described on stderr. Exit 0 when every answer was good, 1
- * when one was not, 2 on a usage error.
+ * ms; with -g, greedy_repeats: the greedy answers compared with their recipe's first. The first bad
+ * answers are described on stderr. Exit 0 when every answer was good, 1 when one was not, 2 on a
+ * usage error.
  */
 #include "config.h"
 
@@ -45,6 +51,8 @@
 #define MAX_MIX 16
 #define MAX_REPORTED 8
 #define SHARED_LEN 640
+#define MAX_RECIPES 4096
+#define RECIPE_SALT 0x5eed4ec1u
 
 typedef struct load_opts {
     const char *host, *port, *api_key;
@@ -56,6 +64,7 @@ typedef struct load_opts {
     int timeout; /* seconds a read may wait */
     uint32_t prompts[MAX_MIX], outs[MAX_MIX];
     int n_prompts, n_outs;
+    int recipes; /* -g: greedy requests draw from this many recipes; 0: each its own */
 } load_opts;
 
 /* Samples of one thread, merged at the end. */
@@ -67,8 +76,16 @@ typedef struct samples {
 typedef struct worker {
     pthread_t thread;
     samples ttft, itl;
-    uint64_t completed, aborted, bad, out_tokens;
+    uint64_t completed, aborted, bad, out_tokens, greedy_repeats;
 } worker;
+
+/* The first complete answer to a greedy recipe (-g), the one every later answer must be. */
+typedef struct recipe_answer {
+    pthread_mutex_t mu;
+    char *text; /* NULL until the first complete answer */
+    size_t len;
+    uint64_t first; /* the request that gave it */
+} recipe_answer;
 
 static load_opts opts;
 static _Atomic uint64_t next_req;
@@ -76,6 +93,7 @@ static uint64_t t_start, t_deadline;
 static pthread_mutex_t report_mu = PTHREAD_MUTEX_INITIALIZER;
 static int n_reported;
 static char shared_text[SHARED_LEN + 1];
+static recipe_answer *recipe_answers;
 
 static uint64_t now_ns(void)
 {
@@ -132,14 +150,20 @@ static void report_bad(uint64_t i, const char *fmt, const char *detail)
     pthread_mutex_unlock(&report_mu);
 }
 
-/* The request body of request i; *max_tokens_p gets its max_tokens. */
-static char *request_body(uint64_t i, uint32_t *max_tokens_p)
+/* The request body of request i; *max_tokens_p gets its max_tokens, *recipe_p the greedy
+ * recipe it asks (-g) or -1. */
+static char *request_body(uint64_t i, uint32_t *max_tokens_p, int *recipe_p)
 {
     static const char *const words[] = {"paged",  "cache", "token", "prefill", "decode",
                                         "kernel", "batch", "radix", "stream",  "latency",
                                         "server", "model", "the",   "of",      "and",
                                         "a",      "to",    "in",    "is",      "for"};
     uint64_t h = mix64(opts.seed ^ mix64(i));
+    *recipe_p = -1;
+    if (((h >> 33) & 1) && opts.recipes) { /* greedy: the recipe's draw, still greedy */
+        *recipe_p = (int)((h >> 40) % (uint64_t)opts.recipes);
+        h = mix64(opts.seed ^ mix64(RECIPE_SALT ^ (uint64_t)*recipe_p)) | (uint64_t)1 << 33;
+    }
     uint32_t plen = opts.prompts[h % (uint64_t)opts.n_prompts];
     uint32_t max_tokens = opts.outs[(h >> 16) % (uint64_t)opts.n_outs];
     char *prompt = malloc(plen + 16);
@@ -214,6 +238,9 @@ typedef struct answer {
     uint64_t i, sent_ns, last_text_ns;
     uint32_t max_tokens, abort_after; /* abort_after 0: read to the end */
     uint32_t text_events;
+    int recipe; /* -g: the greedy recipe asked, else -1 */
+    char *text; /* every text field in order (-g only) */
+    size_t text_len, text_cap;
     char id[128];
     char finish[16];
     json_int_t prompt_tokens, completion_tokens, total_tokens;
@@ -228,6 +255,47 @@ static void answer_fail(answer *a, const char *why, const char *detail)
         return;
     a->bad = why;
     snprintf(a->bad_detail, sizeof(a->bad_detail), "%s", detail ? detail : "");
+}
+
+/* Text of a greedy recipe's answer appended to a->text; false when out of memory. */
+static bool answer_text_add(answer *a, const char *text, size_t len)
+{
+    if (a->text_len + len > a->text_cap) {
+        size_t cap = 2 * (a->text_len + len);
+        char *grown = realloc(a->text, cap);
+        if (!grown)
+            return false;
+        a->text = grown;
+        a->text_cap = cap;
+    }
+    memcpy(a->text + a->text_len, text, len);
+    a->text_len += len;
+    return true;
+}
+
+/* A complete greedy answer against its recipe's first: the first one is kept, a later one
+ * that differs fails the answer (where the two part, as a byte offset). */
+static void answer_check_recipe(answer *a, worker *w)
+{
+    recipe_answer *r = &recipe_answers[a->recipe];
+    char where[96];
+    pthread_mutex_lock(&r->mu);
+    if (!r->text) {
+        r->text = a->text;
+        r->len = a->text_len;
+        r->first = a->i;
+        a->text = NULL;
+    } else {
+        size_t n = r->len < a->text_len ? r->len : a->text_len, k = 0;
+        while (k < n && r->text[k] == a->text[k])
+            k++;
+        w->greedy_repeats++;
+        snprintf(where, sizeof(where), "recipe %d, request %llu's answer; byte %zu of %zu / %zu",
+                 a->recipe, (unsigned long long)r->first, k, r->len, a->text_len);
+        if (k < n || r->len != a->text_len)
+            answer_fail(a, "greedy answer differs from its recipe's first (%s)", where);
+    }
+    pthread_mutex_unlock(&r->mu);
 }
 
 /* Check one event's data; count and time its text. */
@@ -290,6 +358,8 @@ static void answer_event(answer *a, worker *w, const char *data, size_t len)
                 answer_fail(a, "unknown finish_reason (%s)", f);
             snprintf(a->finish, sizeof(a->finish), "%s", f);
         }
+        if (text_len > 0 && a->recipe >= 0 && !answer_text_add(a, text, text_len))
+            answer_fail(a, "out of memory%s", NULL);
         if (text_len > 0) {
             uint64_t t = now_ns();
             if (a->text_events++ == 0)
@@ -375,7 +445,7 @@ static void run_request(worker *w, uint64_t i)
 {
     answer a = {.i = i};
     uint64_t h = mix64(opts.seed ^ mix64(i) ^ 0xab0e7u);
-    char *body = request_body(i, &a.max_tokens);
+    char *body = request_body(i, &a.max_tokens, &a.recipe);
     if ((double)(h % 10000) < opts.abort_pct * 100.0)
         a.abort_after = 1 + (uint32_t)((h >> 20) % (a.max_tokens > 2 ? a.max_tokens / 2 : 1));
     char head[512];
@@ -465,6 +535,7 @@ static void run_request(worker *w, uint64_t i)
     free(ev);
     if (hung_up && !a.bad) {
         w->aborted++;
+        free(a.text);
         return;
     }
     if (!a.bad && !a.done)
@@ -483,6 +554,9 @@ static void run_request(worker *w, uint64_t i)
             a.text_events > a.completion_tokens)
             answer_fail(&a, "usage does not add up (%s)", counts);
     }
+    if (!a.bad && a.recipe >= 0)
+        answer_check_recipe(&a, w);
+    free(a.text);
     if (a.bad) {
         w->bad++;
         report_bad(i, a.bad, a.bad_detail);
@@ -525,7 +599,8 @@ static void usage(void)
 {
     fprintf(stderr, "usage: serve-load [-H host] -P port [-c clients] [-n requests] [-d seconds]\n"
                     "                  [-a abort-percent] [-p prompt,lengths] [-o max,tokens]\n"
-                    "                  [-s seed] [-k api-key] [-t read-timeout-seconds]\n");
+                    "                  [-s seed] [-k api-key] [-t read-timeout-seconds]\n"
+                    "                  [-g greedy-recipes]\n");
     exit(2);
 }
 
@@ -542,7 +617,7 @@ int main(int argc, char **argv)
     opts.n_prompts = parse_mix("16,64,256,1024", opts.prompts);
     opts.n_outs = parse_mix("8,32,128", opts.outs);
     int c;
-    while ((c = getopt(argc, argv, "H:P:c:n:d:a:p:o:s:k:t:")) != -1) {
+    while ((c = getopt(argc, argv, "H:P:c:n:d:a:p:o:s:k:t:g:")) != -1) {
         switch (c) {
         case 'H': opts.host = optarg; break;
         case 'P': opts.port = optarg; break;
@@ -555,18 +630,23 @@ int main(int argc, char **argv)
         case 's': opts.seed = strtoull(optarg, NULL, 10); break;
         case 'k': opts.api_key = optarg; break;
         case 't': opts.timeout = atoi(optarg); break;
+        case 'g': opts.recipes = atoi(optarg); break;
         default: usage();
         }
     }
     if (!opts.port || opts.clients < 1 || opts.clients > 4096 || opts.n_prompts < 1 ||
         opts.n_outs < 1 || opts.abort_pct < 0 || opts.abort_pct > 100 || opts.timeout < 1 ||
-        (!opts.requests && opts.duration <= 0) || optind != argc)
+        opts.recipes < 0 || opts.recipes > MAX_RECIPES || (!opts.requests && opts.duration <= 0) ||
+        optind != argc)
         usage();
 
     shared_text_fill();
     worker *ws = calloc((size_t)opts.clients, sizeof(*ws));
-    if (!ws)
+    recipe_answers = calloc(opts.recipes ? (size_t)opts.recipes : 1, sizeof(*recipe_answers));
+    if (!ws || !recipe_answers)
         return 2;
+    for (int k = 0; k < opts.recipes; k++)
+        pthread_mutex_init(&recipe_answers[k].mu, NULL);
     t_start = now_ns();
     t_deadline = opts.duration > 0 ? t_start + (uint64_t)(opts.duration * 1e9) : 0;
     for (int k = 0; k < opts.clients; k++) {
@@ -582,6 +662,7 @@ int main(int argc, char **argv)
         all.aborted += ws[k].aborted;
         all.bad += ws[k].bad;
         all.out_tokens += ws[k].out_tokens;
+        all.greedy_repeats += ws[k].greedy_repeats;
         merge(&all.ttft, &ws[k].ttft);
         merge(&all.itl, &ws[k].itl);
     }
@@ -590,12 +671,20 @@ int main(int argc, char **argv)
     qsort(all.itl.v, all.itl.n, sizeof(double), cmp_double);
     printf("clients=%d completed=%llu aborted=%llu bad=%llu wall_s=%.2f req_s=%.3f "
            "out_tok_s=%.1f ttft_p50_ms=%.1f ttft_p90_ms=%.1f ttft_p99_ms=%.1f "
-           "itl_p50_ms=%.2f itl_p90_ms=%.2f itl_p99_ms=%.2f\n",
+           "itl_p50_ms=%.2f itl_p90_ms=%.2f itl_p99_ms=%.2f",
            opts.clients, (unsigned long long)all.completed, (unsigned long long)all.aborted,
            (unsigned long long)all.bad, wall, (double)all.completed / wall,
            (double)all.out_tokens / wall, percentile(&all.ttft, 50), percentile(&all.ttft, 90),
            percentile(&all.ttft, 99), percentile(&all.itl, 50), percentile(&all.itl, 90),
            percentile(&all.itl, 99));
+    if (opts.recipes)
+        printf(" greedy_repeats=%llu", (unsigned long long)all.greedy_repeats);
+    putchar('\n');
+    for (int k = 0; k < opts.recipes; k++) {
+        free(recipe_answers[k].text);
+        pthread_mutex_destroy(&recipe_answers[k].mu);
+    }
+    free(recipe_answers);
     free(all.ttft.v);
     free(all.itl.v);
     free(ws);

@@ -3,13 +3,18 @@
 # mid-stream; then dsv4d must still answer /health, every answer read to its end must have
 # been well formed (bench/serve-load checks each), and the pool must be back to its
 # baseline: no request running or waiting, no kv page held outside the prefix cache, and
-# no state slot held beyond what the cache's snapshots can account for. Prints TAP.
+# no state slot held beyond what the cache's snapshots can account for. The greedy requests
+# draw from SOAK_GREEDY (16) recipes, and every greedy answer must be its recipe's first
+# byte for byte (serve-load -g): deterministic mode makes an answer independent of the
+# batch and the cache state it met, so one that differs was garbled. Prints TAP.
 #
 #   bench/soak.sh [BUILDDIR]
 #
 # SOAK_CLIENTS (80), SOAK_ABORT percent (5), and either SOAK_SECONDS (600) or
 # SOAK_REQUESTS (a fixed count: the bounded run the test suite makes); SOAK_PROMPTS and
-# SOAK_OUTS the prompt lengths and max_tokens to mix (bench/serve-load -p, -o); SOAK_OUT
+# SOAK_OUTS the prompt lengths and max_tokens to mix (bench/serve-load -p, -o); SOAK_DEVICE,
+# SOAK_KV_DTYPE, SOAK_KV_POOL and SOAK_INI the daemon's backend, KV and more sections
+# (tests/integ/dsv4d_http.py soak_daemon: the CPU by default); SOAK_OUT
 # names a markdown file to write the result to, COMMIT the commit it names (default: the
 # source tree's HEAD; set it when BUILDDIR was built from a snapshot).
 set -eu
@@ -22,24 +27,28 @@ exec python3 - <<'EOF'
 import os, subprocess, sys, time
 sys.dont_write_bytecode = True  # nothing written into the source tree
 sys.path.insert(0, os.path.join(os.environ["top_srcdir"], "tests", "integ"))
-from dsv4d_http import Daemon, plan, ok, is_, diag, done
+from dsv4d_http import Daemon, plan, ok, is_, diag, done, soak_daemon
 
 clients = int(os.environ.get("SOAK_CLIENTS", "80"))
 abort_pct = float(os.environ.get("SOAK_ABORT", "5"))
 requests = int(os.environ.get("SOAK_REQUESTS", "0"))
 seconds = float(os.environ.get("SOAK_SECONDS", "600"))
 out = os.environ.get("SOAK_OUT")
+greedy = int(os.environ.get("SOAK_GREEDY", "16"))
+device = os.environ.get("SOAK_DEVICE", "cpu")
 # fewer batch places than clients, so requests also wait; the snapshots the prefix cache
 # may take are bounded by the slots above max_running (core/serve/cache.c)
 MAX_RUNNING, STATE_SLOTS = 64, 96
 
-plan(9)
-d = Daemon(server="max_running = %d\n" % MAX_RUNNING, model="state_slots = %d\n" % STATE_SLOTS)
+plan(10)
+kw, sections = soak_daemon()
+d = Daemon(server="max_running = %d\n" % MAX_RUNNING, model="state_slots = %d\n" % STATE_SLOTS,
+           extra=sections, **kw)
 base = d.wait_idle()
 load = [os.path.join(os.environ["top_builddir"], "bench", "serve-load"), "-P", str(d.port),
         "-c", str(clients), "-a", str(abort_pct),
         "-p", os.environ.get("SOAK_PROMPTS", "16,64,256,1024,2048"),
-        "-o", os.environ.get("SOAK_OUTS", "8,32,128,512"), "-s", "29"]
+        "-o", os.environ.get("SOAK_OUTS", "8,32,128,512"), "-s", "29", "-g", str(greedy)]
 load += ["-n", str(requests)] if requests else ["-d", str(seconds)]
 diag(" ".join(load))
 t0 = time.time()
@@ -49,8 +58,11 @@ wall = time.time() - t0
 diag(r.stdout.strip())
 res = dict(kv.split("=", 1) for kv in r.stdout.split())
 ok(r.returncode == 0 and res.get("bad") == "0",
-   "every answer read to its end was well formed (SSE, JSON chunks, finish_reason, usage)",
+   "every answer read to its end was well formed (SSE, JSON chunks, finish_reason, usage) "
+   "and every greedy one its recipe's first",
    r.stderr)
+ok(int(res.get("greedy_repeats", 0)) > 0, "greedy recipes were asked again and compared "
+   "(%s repeats)" % res.get("greedy_repeats"), r.stdout)
 completed, aborted = int(res.get("completed", 0)), int(res.get("aborted", 0))
 ok(aborted > 0 and completed > 0, "clients hung up mid-stream and others completed",
    r.stdout)
@@ -77,6 +89,11 @@ ok(0 <= slots - base.get("dsv4d_kv_state_slots_used", 0)
    "state slots in use are back to the baseline plus at most the cache's snapshots",
    {"slots": slots, "base": base.get("dsv4d_kv_state_slots_used"),
     "cache_pages": m.get("dsv4d_prefix_cache_pages")})
+# the host tier's traffic, where the daemon has one (SOAK_INI)
+HC = ("dsv4d_hostcache_loads_total", "dsv4d_hostcache_hits_total",
+      "dsv4d_hostcache_load_bytes_total", "dsv4d_hostcache_save_bytes_total",
+      "dsv4d_hostcache_load_wait_seconds_total")
+diag("host tier: %s" % dict((k, m[k]) for k in HC if k in m))
 errors = [l for l in d.log().splitlines() if ": error: " in l]
 ok(not errors, "dsv4d logged no error", "\n".join(errors[:10]))
 d.signal()
@@ -86,12 +103,15 @@ if out:
         ["git", "-C", os.environ["top_srcdir"], "rev-parse", "--short", "HEAD"],
         stdout=subprocess.PIPE, text=True).stdout.strip()
     with open(out, "w") as f:
-        f.write("# dsv4d soak on the CPU (%s)\n\n" % time.strftime("%Y-%m-%d", time.gmtime()))
+        f.write("# dsv4d soak on the %s (%s)\n\n"
+                % ("CPU" if device == "cpu" else device, time.strftime("%Y-%m-%d", time.gmtime())))
         f.write("Commit %s; %d cores (`nproc`), load average before the run: %s.\n\n"
                 % (rev, os.cpu_count(), open("/proc/loadavg").read().split()[0]))
-        f.write("Tiny synthetic model (`dsv4ctl mkmodel --preset tiny --seed 5`), kv f32, "
-                "64M pool, [server] max_running %d, [model] state_slots %d.\n\n"
-                % (MAX_RUNNING, STATE_SLOTS))
+        f.write("Tiny synthetic model (`dsv4ctl mkmodel --preset tiny --seed 5`), [core] %s, "
+                "kv %s, %s pool, [server] max_running %d, [model] state_slots %d%s.\n\n"
+                % (kw["core"].strip().replace("\n", ", "), kw["kv_dtype"], kw["kv_pool"],
+                   MAX_RUNNING, STATE_SLOTS,
+                   "; more sections: " + sections.strip().replace("\n", " ") if sections else ""))
         f.write("`%s` (%.0f s wall)\n\n" % (" ".join(["bench/serve-load"] + load[1:]), wall))
         f.write("    %s\n\n" % r.stdout.strip())
         f.write("| | baseline | after |\n|---|---|---|\n")
@@ -100,8 +120,9 @@ if out:
                   "dsv4d_requests_total", "dsv4d_requests_aborted_total",
                   "dsv4d_requests_failed_total", "dsv4d_http_errors_total",
                   "dsv4d_retractions_total", "dsv4d_prefix_cache_evicted_pages_total",
-                  "dsv4d_prefix_cache_hit_tokens_total", "dsv4d_generation_tokens_total"):
-            f.write("| %s | %g | %g |\n" % (k, base.get(k, float("nan")), m.get(k, float("nan"))))
+                  "dsv4d_prefix_cache_hit_tokens_total", "dsv4d_generation_tokens_total") + HC:
+            if k in m:
+                f.write("| %s | %g | %g |\n" % (k, base.get(k, 0), m[k]))
         f.write("\n/health after the run: %d %s; dsv4d exit status on SIGTERM: %s.\n"
                 % (h.status, h.body.decode().strip(), rc))
 is_(rc, 0, "SIGTERM: dsv4d exits 0")

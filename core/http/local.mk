@@ -52,6 +52,10 @@ bench_serve_load_LDADD = $(JANSSON_LIBS) $(PTHREAD_LIBS) -lm
 TESTS += tests/integ/t-soak-80-clients-with-aborts-leak-nothing.sh
 EXTRA_DIST += tests/integ/t-soak-80-clients-with-aborts-leak-nothing.sh bench/soak.sh \
 	bench/serve-load.sh
+# The load generator's garbling check (-g) against a scripted server: it passes answers
+# that repeat and catches one that differs.
+TESTS += tests/integ/t-serve-load-flags-differing-greedy-answers.sh
+EXTRA_DIST += tests/integ/t-serve-load-flags-differing-greedy-answers.sh
 # A stream waiting for its tokens longer than idle_timeout keeps its connection.
 TESTS += tests/integ/t-http-stream-queued-past-idle-timeout-is-served.sh
 EXTRA_DIST += tests/integ/t-http-stream-queued-past-idle-timeout-is-served.sh

@@ -82,6 +82,20 @@ class Response:
                 and (param is None or e["param"] == param))
 
 
+def soak_daemon():
+    """The soak drivers' Daemon settings from the environment: SOAK_DEVICE cpu (2 threads,
+    the default) or cuda, SOAK_KV_DTYPE (f32), SOAK_KV_POOL (64M), SOAK_INI (a file of more
+    sections, e.g. [indexk] and [hostcache]). Returns (Daemon keywords, the sections)."""
+    device = os.environ.get("SOAK_DEVICE", "cpu")
+    core = "device = cpu\nthreads = 2\n" if device == "cpu" else "device = %s\n" % device
+    sections = ""
+    if os.environ.get("SOAK_INI"):
+        with open(os.environ["SOAK_INI"]) as f:
+            sections = f.read()
+    return (dict(core=core, kv_dtype=os.environ.get("SOAK_KV_DTYPE", "f32"),
+                 kv_pool=os.environ.get("SOAK_KV_POOL", "64M")), sections)
+
+
 def free_port():
     """A port nothing listens on now (the kernel's pick for port 0)."""
     s = socket.socket()
@@ -92,7 +106,10 @@ def free_port():
 
 
 class Daemon:
-    def __init__(self, server="", model="", extra="", kv_pool="64M"):
+    def __init__(self, server="", model="", extra="", kv_pool="64M",
+                 core="device = cpu\nthreads = 2\n", kv_dtype="f32"):
+        """server, model: more keys of those sections; extra: more sections; core: the
+        [core] keys (the CPU backend on 2 threads unless a caller picks another)."""
         self.tmp = tempfile.mkdtemp(prefix="dsv4-http.")
         atexit.register(self.stop)
         self.model = os.path.join(self.tmp, "model")
@@ -101,10 +118,10 @@ class Daemon:
                        timeout=START_TIMEOUT)
         self.ini = os.path.join(self.tmp, "dsv4d.ini")
         with open(self.ini, "w") as f:
-            f.write("[core]\ndevice = cpu\nthreads = 2\n"
-                    "[model]\npath = %s\nkv_dtype = f32\nkv_pool = %s\nmax_context = 4096\n%s"
+            f.write("[core]\n%s"
+                    "[model]\npath = %s\nkv_dtype = %s\nkv_pool = %s\nmax_context = 4096\n%s"
                     "[server]\nlisten = 127.0.0.1:%d\n%s%s"
-                    % (self.model, kv_pool, model, free_port(), server, extra))
+                    % (core, self.model, kv_dtype, kv_pool, model, free_port(), server, extra))
         self.err_path = os.path.join(self.tmp, "stderr")
         self.err = open(self.err_path, "w+")
         self.proc = subprocess.Popen([DSV4D, "-c", self.ini], stdout=subprocess.DEVNULL,

@@ -34,27 +34,28 @@ def chaos(inner="local", inner_options="", **faults):
 
 
 def prefill(transport, secret=SECRET, model="", retries=2, port=None, server="",
-            deadlines=DEADLINES):
+            deadlines=DEADLINES, sections="", **daemon):
     """A prefill server (on control port `port`, or a free one); its control address is
     .pd_addr. server: more [server] keys; deadlines: the [pd] deadline keys, with %d for
-    retries (the soak driver uses the longer ones of a loaded machine)."""
+    retries (the soak driver uses the longer ones of a loaded machine); sections: more
+    sections; daemon: Daemon's core, kv_dtype, kv_pool."""
     port = port or free_port()
     d = Daemon(server="role = prefill\n" + server, model=model,
-               extra="[pd]\nlisten = 127.0.0.1:%d\nsecret = %s\n%s%s"
-               % (port, secret, deadlines % retries, transport))
+               extra="[pd]\nlisten = 127.0.0.1:%d\nsecret = %s\n%s%s%s"
+               % (port, secret, deadlines % retries, transport, sections), **daemon)
     d.pd_addr = "127.0.0.1:%d" % port
     return d
 
 
 def decode(transport, peers, secret=SECRET, retries=2, server="", model="",
-           deadlines=DEADLINES, kv_pool="64M"):
+           deadlines=DEADLINES, sections="", **daemon):
     """A decode server leasing to the prefill servers `peers` (Daemons or addresses);
-    server, model: more keys of those sections; deadlines as for prefill(); kv_pool: its
-    [model] kv_pool."""
+    server, model: more keys of those sections; deadlines, sections, daemon as for
+    prefill()."""
     addrs = ",".join(p if isinstance(p, str) else p.pd_addr for p in peers)
-    return Daemon(server="role = decode\n" + server, model=model, kv_pool=kv_pool,
-                  extra="[pd]\npeers = %s\nsecret = %s\n%s%s"
-                  % (addrs, secret, deadlines % retries, transport))
+    return Daemon(server="role = decode\n" + server, model=model,
+                  extra="[pd]\npeers = %s\nsecret = %s\n%s%s%s"
+                  % (addrs, secret, deadlines % retries, transport, sections), **daemon)
 
 
 def wait_log(d, pattern, timeout=30):
