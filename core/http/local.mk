@@ -52,6 +52,10 @@ bench_serve_load_LDADD = $(JANSSON_LIBS) $(PTHREAD_LIBS) -lm
 TESTS += tests/integ/t-soak-80-clients-with-aborts-leak-nothing.sh
 EXTRA_DIST += tests/integ/t-soak-80-clients-with-aborts-leak-nothing.sh bench/soak.sh \
 	bench/serve-load.sh
+# The soaks on one GPU: PD under chaos with bf16 index-K and the async host tier garbles no
+# answer, and the unfenced host tier (the negative control) is caught (skips without one).
+TESTS += tests/gpu/t-gpu-soak-pd-async-host-tier-garbles-nothing.sh
+EXTRA_DIST += tests/gpu/t-gpu-soak-pd-async-host-tier-garbles-nothing.sh
 # The load generator's garbling check (-g) against a scripted server: it passes answers
 # that repeat and catches one that differs.
 TESTS += tests/integ/t-serve-load-flags-differing-greedy-answers.sh
