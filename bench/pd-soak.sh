@@ -206,7 +206,7 @@ if out:
         stdout=subprocess.PIPE, text=True).stdout.strip()
     with open(out, "w") as f:
         f.write("# dsv4d prefill/decode soak under transport faults on the %s (%s)\n\n"
-                % ("CPU" if "device = cpu" in kw["core"] else kw["core"].split("=")[1].strip(),
+                % ("CPU" if "device = cpu" in kw["core"] else "GPU (%s)" % kw["core"].strip(),
                    time.strftime("%Y-%m-%d", time.gmtime())))
         f.write("Commit %s; %d cores (`nproc`) shared with other work, load average %s at the "
                 "start (1 min) and %s at the end.\n\n"

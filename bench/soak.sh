@@ -104,7 +104,8 @@ if out:
         stdout=subprocess.PIPE, text=True).stdout.strip()
     with open(out, "w") as f:
         f.write("# dsv4d soak on the %s (%s)\n\n"
-                % ("CPU" if device == "cpu" else device, time.strftime("%Y-%m-%d", time.gmtime())))
+                % ("CPU" if device == "cpu" else "GPU (device = %s)" % device,
+                   time.strftime("%Y-%m-%d", time.gmtime())))
         f.write("Commit %s; %d cores (`nproc`), load average before the run: %s.\n\n"
                 % (rev, os.cpu_count(), open("/proc/loadavg").read().split()[0]))
         f.write("Tiny synthetic model (`dsv4ctl mkmodel --preset tiny --seed 5`), [core] %s, "

@@ -76,10 +76,10 @@ ok(hc.get("dsv4d_hostcache_loads_total", 0) > 0 and
    tap)
 
 tap = soak("soak.sh", "unfenced", "2ms")
-m = re.search(r"^# clients=.* bad=(\d+) .*greedy_repeats=(\d+)", tap, re.M)
-diag(m.group(0) if m else "no serve-load summary")
+m = re.search(r"^# (clients=.* bad=(\d+) .*greedy_repeats=\d+)", tap, re.M)
+diag(m.group(1) if m else "no serve-load summary")
 ok(re.search(r"^not ok 1 - every answer read to its end was well formed .* and every greedy "
-             r"one its recipe's first$", tap, re.M) and m and int(m.group(1)) > 0,
+             r"one its recipe's first$", tap, re.M) and m and int(m.group(2)) > 0,
    "unfenced (negative control): the soak fails on answers that differ", tap)
 ok("greedy answer differs from its recipe's first" in tap,
    "and serve-load names them as greedy answers that differ from their recipe's first", tap)
