@@ -21,7 +21,7 @@
 # as for bench/soak.sh (every daemon); CHAOS: transport/chaos keys for the prefill servers
 # ("corrupt = 2, drop = 2, hang = 1, delay = 5"); PD_SOAK_SAMPLE seconds between memory
 # samples (30); SOAK_OUT names a markdown file to write the result to, COMMIT the commit it
-# names (default: the source tree's HEAD).
+# names (default: the source tree's HEAD); SOAK_LOGS a directory to keep the daemons' logs in.
 #
 # "Flat" memory: after a warm-up of min(300 s, a third of the run) every daemon's last
 # sample is at most 1.1 x its sample at the end of the warm-up (the pool and the prefix
@@ -199,6 +199,11 @@ for n, d in daemons:
     d.signal()
 for n, d in daemons:
     rcs[n] = d.wait(120)
+if os.environ.get("SOAK_LOGS"):  # every daemon's log kept, for reading after a run
+    os.makedirs(os.environ["SOAK_LOGS"], exist_ok=True)
+    for n, d in daemons:
+        with open(os.path.join(os.environ["SOAK_LOGS"], n + ".log"), "w") as f:
+            f.write(d.log())
 
 if out:
     rev = os.environ.get("COMMIT") or subprocess.run(

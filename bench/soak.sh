@@ -16,7 +16,8 @@
 # SOAK_KV_DTYPE, SOAK_KV_POOL and SOAK_INI the daemon's backend, KV and more sections
 # (tests/integ/dsv4d_http.py soak_daemon: the CPU by default); SOAK_OUT
 # names a markdown file to write the result to, COMMIT the commit it names (default: the
-# source tree's HEAD; set it when BUILDDIR was built from a snapshot).
+# source tree's HEAD; set it when BUILDDIR was built from a snapshot); SOAK_LOGS a directory
+# to keep the daemon's log in.
 set -eu
 src=$(cd "$(dirname "$0")/.." && pwd)
 : "${top_srcdir:=$src}"
@@ -98,6 +99,10 @@ errors = [l for l in d.log().splitlines() if ": error: " in l]
 ok(not errors, "dsv4d logged no error", "\n".join(errors[:10]))
 d.signal()
 rc = d.wait(120)
+if os.environ.get("SOAK_LOGS"):  # the daemon's log kept, for reading after a run
+    os.makedirs(os.environ["SOAK_LOGS"], exist_ok=True)
+    with open(os.path.join(os.environ["SOAK_LOGS"], "dsv4d.log"), "w") as f:
+        f.write(d.log())
 if out:
     rev = os.environ.get("COMMIT") or subprocess.run(
         ["git", "-C", os.environ["top_srcdir"], "rev-parse", "--short", "HEAD"],
