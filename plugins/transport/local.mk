@@ -33,7 +33,8 @@ tests_unit_t_transport_local_blob_round_trips_and_refuses_LDADD = tests/libtap.l
 check_PROGRAMS += tests/gpu/t-gpu-transport-local-ipc-moves-every-buffer
 TESTS += tests/gpu/t-gpu-transport-local-ipc-moves-every-buffer \
 	tests/gpu/t-gpu-pd-local-golden-tokens-match-unified.sh
-EXTRA_DIST += tests/gpu/t-gpu-pd-local-golden-tokens-match-unified.sh
+EXTRA_DIST += tests/gpu/t-gpu-pd-local-golden-tokens-match-unified.sh \
+	tests/gpu/skip-without-cuda-daemon.sh
 tests_gpu_t_gpu_transport_local_ipc_moves_every_buffer_SOURCES = \
 	tests/gpu/t-gpu-transport-local-ipc-moves-every-buffer.c $(GPU_TEST_SRC) \
 	$(HOSTCACHE_GPU_KIT) $(LOCAL_BLOB) $(TRANSPORT_COMMON)

@@ -9,15 +9,8 @@
 # TRANSPORT names another entry of tests/integ/dsv4d_pd.py's TRANSPORTS to run the same
 # test over it (t-gpu-pd-ucx-golden-tokens-match-unified.sh: ucx-shm, device pools staged
 # through pinned buffers); it then also skips when that plugin is not built.
-if ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
-    echo "1..0 # SKIP no GPU visible"
-    exit 0
-fi
+. "${top_srcdir:-.}/tests/gpu/skip-without-cuda-daemon.sh"
 top=${top_builddir:-.}
-if "${DSV4D:-$top/dsv4d}" -VV | grep -qx 'cuda: no CUDA'; then
-    echo "1..0 # SKIP dsv4d is built without CUDA"
-    exit 0
-fi
 if [ "${TRANSPORT:-local}" != local ] && \
     [ ! -f "${DSV4D_PLUGIN_PATH:-$top/plugins/.libs}/dsv4-transport-${TRANSPORT%%-*}.so" ]; then
     echo "1..0 # SKIP transport/${TRANSPORT%%-*} is not built"

@@ -9,15 +9,7 @@
 # and the fence waited; with unfenced (the negative control: every layer reported landed at
 # once) greedy answers differ and the soak fails on them. Skips without a GPU or without
 # CUDA in this build.
-if ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
-    echo "1..0 # SKIP no GPU visible"
-    exit 0
-fi
-top=${top_builddir:-.}
-if "${DSV4D:-$top/dsv4d}" -VV | grep -qx 'cuda: no CUDA'; then
-    echo "1..0 # SKIP dsv4d is built without CUDA"
-    exit 0
-fi
+. "${top_srcdir:-.}/tests/gpu/skip-without-cuda-daemon.sh"
 exec python3 - <<'PY'
 import ast, os, re, subprocess, sys, tempfile
 sys.dont_write_bytecode = True  # nothing written into the source tree
