@@ -36,7 +36,7 @@ exec python3 - <<'EOF'
 import os, re, subprocess, sys, time
 sys.dont_write_bytecode = True  # nothing written into the source tree
 sys.path.insert(0, os.path.join(os.environ["top_srcdir"], "tests", "integ"))
-from dsv4d_http import plan, ok, is_, diag, done, soak_daemon
+from dsv4d_http import plan, ok, is_, diag, done, soak_daemon, HOSTCACHE_METRICS
 from dsv4d_pd import TRANSPORTS, chaos, prefill, decode, wait_connected, held_pages
 
 clients = int(os.environ.get("SOAK_CLIENTS", "80"))
@@ -48,7 +48,7 @@ faults = dict((k.strip(), v.strip()) for k, v in
                os.environ.get("CHAOS", "corrupt = 2, drop = 2, hang = 1, delay = 5").split(",")))
 out = os.environ.get("SOAK_OUT")
 greedy = int(os.environ.get("SOAK_GREEDY", "16"))
-kw, sections = soak_daemon()
+kw, sections, machine = soak_daemon()
 warmup = min(300.0, seconds / 3)
 READ_TIMEOUT = 300  # a request silent this long counts as hung
 # As bench/soak.sh: fewer batch places than clients, so requests also wait.
@@ -162,12 +162,9 @@ ok(0 <= slots - base["decode"].get("dsv4d_kv_state_slots_used", 0)
    {"slots": slots, "base": base["decode"].get("dsv4d_kv_state_slots_used"),
     "cache_pages": m.get("dsv4d_prefix_cache_pages")})
 
-# the host tier's traffic, where the daemons have one (SOAK_INI)
-HC = ("dsv4d_hostcache_loads_total", "dsv4d_hostcache_hits_total",
-      "dsv4d_hostcache_load_bytes_total", "dsv4d_hostcache_save_bytes_total",
-      "dsv4d_hostcache_load_wait_seconds_total")
 for n in names:
-    diag("%s host tier: %s" % (n, dict((k, after[n][k]) for k in HC if k in after[n])))
+    diag("%s host tier: %s"
+         % (n, dict((k, after[n][k]) for k in HOSTCACHE_METRICS if k in after[n])))
 
 # faults
 PD = ("dsv4d_pd_leases_total", "dsv4d_pd_checksum_mismatches_total", "dsv4d_pd_timeouts_total",
@@ -211,7 +208,7 @@ if out:
         stdout=subprocess.PIPE, text=True).stdout.strip()
     with open(out, "w") as f:
         f.write("# dsv4d prefill/decode soak under transport faults on the %s (%s)\n\n"
-                % ("CPU" if "device = cpu" in kw["core"] else "GPU (%s)" % kw["core"].strip(),
+                % (machine,
                    time.strftime("%Y-%m-%d", time.gmtime())))
         f.write("Commit %s; %d cores (`nproc`) shared with other work, load average %s at the "
                 "start (1 min) and %s at the end.\n\n"
@@ -246,7 +243,8 @@ if out:
                   "dsv4d_prefix_cache_pages", "dsv4d_kv_state_slots_used",
                   "dsv4d_pd_quarantined_pages", "dsv4d_requests_total",
                   "dsv4d_requests_aborted_total", "dsv4d_requests_failed_total",
-                  "dsv4d_http_errors_total", "dsv4d_generation_tokens_total") + PD + HC:
+                  "dsv4d_http_errors_total",
+                  "dsv4d_generation_tokens_total") + PD + HOSTCACHE_METRICS:
             if all(k not in after[n] for n in names):
                 continue
             f.write("| %s | %s |\n" % (k, " | ".join(

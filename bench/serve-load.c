@@ -22,9 +22,9 @@
  * Prints one line of key=value pairs: requests completed, aborted and bad; throughput
  * (completed requests/s, output tokens/s over the wall time); TTFT (send to the first
  * text) and ITL (gaps between text events as the client receives them) percentiles in
- * ms; with -g, greedy_repeats: the greedy answers compared with their recipe's first. The first bad
- * answers are described on stderr. Exit 0 when every answer was good, 1 when one was not, 2 on a
- * usage error.
+ * ms; with -g, greedy_repeats: the greedy answers compared with their recipe's first. The
+ * first bad answers are described on stderr. Exit 0 when every answer was good, 1 when one
+ * was not, 2 on a usage error.
  */
 #include "config.h"
 

@@ -12,12 +12,12 @@
 #
 # SOAK_CLIENTS (80), SOAK_ABORT percent (5), and either SOAK_SECONDS (600) or
 # SOAK_REQUESTS (a fixed count: the bounded run the test suite makes); SOAK_PROMPTS and
-# SOAK_OUTS the prompt lengths and max_tokens to mix (bench/serve-load -p, -o); SOAK_DEVICE,
-# SOAK_KV_DTYPE, SOAK_KV_POOL and SOAK_INI the daemon's backend, KV and more sections
-# (tests/integ/dsv4d_http.py soak_daemon: the CPU by default); SOAK_OUT
-# names a markdown file to write the result to, COMMIT the commit it names (default: the
-# source tree's HEAD; set it when BUILDDIR was built from a snapshot); SOAK_LOGS a directory
-# to keep the daemon's log in.
+# SOAK_OUTS the prompt lengths and max_tokens to mix (bench/serve-load -p, -o); SOAK_GREEDY
+# the greedy recipes (16); SOAK_DEVICE, SOAK_KV_DTYPE, SOAK_KV_POOL and SOAK_INI the
+# daemon's backend, KV and more sections (tests/integ/dsv4d_http.py soak_daemon: the CPU by
+# default); SOAK_OUT names a markdown file to write the result to, COMMIT the commit it
+# names (default: the source tree's HEAD; set it when BUILDDIR was built from a snapshot);
+# SOAK_LOGS a directory to keep the daemon's log in.
 set -eu
 src=$(cd "$(dirname "$0")/.." && pwd)
 : "${top_srcdir:=$src}"
@@ -28,7 +28,7 @@ exec python3 - <<'EOF'
 import os, subprocess, sys, time
 sys.dont_write_bytecode = True  # nothing written into the source tree
 sys.path.insert(0, os.path.join(os.environ["top_srcdir"], "tests", "integ"))
-from dsv4d_http import Daemon, plan, ok, is_, diag, done, soak_daemon
+from dsv4d_http import Daemon, plan, ok, is_, diag, done, soak_daemon, HOSTCACHE_METRICS
 
 clients = int(os.environ.get("SOAK_CLIENTS", "80"))
 abort_pct = float(os.environ.get("SOAK_ABORT", "5"))
@@ -36,13 +36,12 @@ requests = int(os.environ.get("SOAK_REQUESTS", "0"))
 seconds = float(os.environ.get("SOAK_SECONDS", "600"))
 out = os.environ.get("SOAK_OUT")
 greedy = int(os.environ.get("SOAK_GREEDY", "16"))
-device = os.environ.get("SOAK_DEVICE", "cpu")
 # fewer batch places than clients, so requests also wait; the snapshots the prefix cache
 # may take are bounded by the slots above max_running (core/serve/cache.c)
 MAX_RUNNING, STATE_SLOTS = 64, 96
 
 plan(10)
-kw, sections = soak_daemon()
+kw, sections, machine = soak_daemon()
 d = Daemon(server="max_running = %d\n" % MAX_RUNNING, model="state_slots = %d\n" % STATE_SLOTS,
            extra=sections, **kw)
 base = d.wait_idle()
@@ -90,11 +89,7 @@ ok(0 <= slots - base.get("dsv4d_kv_state_slots_used", 0)
    "state slots in use are back to the baseline plus at most the cache's snapshots",
    {"slots": slots, "base": base.get("dsv4d_kv_state_slots_used"),
     "cache_pages": m.get("dsv4d_prefix_cache_pages")})
-# the host tier's traffic, where the daemon has one (SOAK_INI)
-HC = ("dsv4d_hostcache_loads_total", "dsv4d_hostcache_hits_total",
-      "dsv4d_hostcache_load_bytes_total", "dsv4d_hostcache_save_bytes_total",
-      "dsv4d_hostcache_load_wait_seconds_total")
-diag("host tier: %s" % dict((k, m[k]) for k in HC if k in m))
+diag("host tier: %s" % dict((k, m[k]) for k in HOSTCACHE_METRICS if k in m))
 errors = [l for l in d.log().splitlines() if ": error: " in l]
 ok(not errors, "dsv4d logged no error", "\n".join(errors[:10]))
 d.signal()
@@ -109,8 +104,7 @@ if out:
         stdout=subprocess.PIPE, text=True).stdout.strip()
     with open(out, "w") as f:
         f.write("# dsv4d soak on the %s (%s)\n\n"
-                % ("CPU" if device == "cpu" else "GPU (device = %s)" % device,
-                   time.strftime("%Y-%m-%d", time.gmtime())))
+                % (machine, time.strftime("%Y-%m-%d", time.gmtime())))
         f.write("Commit %s; %d cores (`nproc`), load average before the run: %s.\n\n"
                 % (rev, os.cpu_count(), open("/proc/loadavg").read().split()[0]))
         f.write("Tiny synthetic model (`dsv4ctl mkmodel --preset tiny --seed 5`), [core] %s, "
@@ -126,7 +120,8 @@ if out:
                   "dsv4d_requests_total", "dsv4d_requests_aborted_total",
                   "dsv4d_requests_failed_total", "dsv4d_http_errors_total",
                   "dsv4d_retractions_total", "dsv4d_prefix_cache_evicted_pages_total",
-                  "dsv4d_prefix_cache_hit_tokens_total", "dsv4d_generation_tokens_total") + HC:
+                  "dsv4d_prefix_cache_hit_tokens_total",
+                  "dsv4d_generation_tokens_total") + HOSTCACHE_METRICS:
             if k in m:
                 f.write("| %s | %g | %g |\n" % (k, base.get(k, 0), m[k]))
         f.write("\n/health after the run: %d %s; dsv4d exit status on SIGTERM: %s.\n"

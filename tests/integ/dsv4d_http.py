@@ -82,10 +82,17 @@ class Response:
                 and (param is None or e["param"] == param))
 
 
+# The host tier's counters (0 where a daemon has none), which the soaks report.
+HOSTCACHE_METRICS = ("dsv4d_hostcache_loads_total", "dsv4d_hostcache_hits_total",
+                     "dsv4d_hostcache_load_bytes_total", "dsv4d_hostcache_save_bytes_total",
+                     "dsv4d_hostcache_load_wait_seconds_total")
+
+
 def soak_daemon():
     """The soak drivers' Daemon settings from the environment: SOAK_DEVICE cpu (2 threads,
     the default) or cuda, SOAK_KV_DTYPE (f32), SOAK_KV_POOL (64M), SOAK_INI (a file of more
-    sections, e.g. [indexk] and [hostcache]). Returns (Daemon keywords, the sections)."""
+    sections, e.g. [indexk] and [hostcache]). Returns (Daemon keywords, the sections, the
+    machine in words for a write-up)."""
     device = os.environ.get("SOAK_DEVICE", "cpu")
     core = "device = cpu\nthreads = 2\n" if device == "cpu" else "device = %s\n" % device
     sections = ""
@@ -93,7 +100,8 @@ def soak_daemon():
         with open(os.environ["SOAK_INI"]) as f:
             sections = f.read()
     return (dict(core=core, kv_dtype=os.environ.get("SOAK_KV_DTYPE", "f32"),
-                 kv_pool=os.environ.get("SOAK_KV_POOL", "64M")), sections)
+                 kv_pool=os.environ.get("SOAK_KV_POOL", "64M")), sections,
+            "CPU" if device == "cpu" else "GPU (device = %s)" % device)
 
 
 def free_port():
