@@ -52,6 +52,11 @@ bench_serve_load_LDADD = $(JANSSON_LIBS) $(PTHREAD_LIBS) -lm
 TESTS += tests/integ/t-soak-80-clients-with-aborts-leak-nothing.sh
 EXTRA_DIST += tests/integ/t-soak-80-clients-with-aborts-leak-nothing.sh bench/soak.sh \
 	bench/serve-load.sh
+# The host tier's fence through the HTTP server under load: async keeps every greedy answer,
+# unfenced (the negative control) garbles some and the soak catches it.
+TESTS += tests/integ/t-soak-host-tier-fence-keeps-answers-unfenced-is-caught.sh
+EXTRA_DIST += tests/integ/t-soak-host-tier-fence-keeps-answers-unfenced-is-caught.sh \
+	tests/integ/dsv4d_soak.py
 # The soaks on one GPU: PD under chaos with bf16 index-K and the async host tier garbles no
 # answer, and the unfenced host tier (the negative control) is caught (skips without one).
 TESTS += tests/gpu/t-gpu-soak-pd-async-host-tier-garbles-nothing.sh
