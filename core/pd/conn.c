@@ -22,7 +22,9 @@
 
 struct dsv4_pd_conn {
     int fd;
-    bool broken;
+    /* Each direction's own: the receiving thread and the (serialized) senders use the
+     * connection at the same time, so a receive in progress never fails a send. */
+    bool send_broken, recv_broken;
     uint8_t *secret;
     size_t secret_len;
     uint8_t send_key[32], recv_key[32];
@@ -168,11 +170,17 @@ int dsv4_pd_conn_fd(const dsv4_pd_conn *c)
     return c->fd;
 }
 
+/* The handshake failed: neither direction may be used. */
+static void dsv4_pd_conn_fail_handshake(dsv4_pd_conn *c)
+{
+    c->send_broken = c->recv_broken = true;
+}
+
 static int dsv4_pd_send_keyed(dsv4_pd_conn *c, const uint8_t *key, size_t key_len,
                               const dsv4_pd_msg *m, uint64_t deadline_ns, char *err, size_t errlen)
 {
-    if (c->broken) {
-        snprintf(err, errlen, "pd connection: broken by an earlier failure");
+    if (c->send_broken) {
+        snprintf(err, errlen, "pd connection: sending broken by an earlier failure");
         return -EPIPE;
     }
     uint8_t *frame;
@@ -183,7 +191,10 @@ static int dsv4_pd_send_keyed(dsv4_pd_conn *c, const uint8_t *key, size_t key_le
     rc = dsv4_pd_io(c->fd, frame, NULL, len, &done, deadline_ns);
     free(frame);
     if (rc != 0) {
-        c->broken = true;
+        /* part of a frame may have gone out, or a frame the peer waits for did not: the
+         * stream ends here, and the peer's receive sees that rather than a deadline */
+        c->send_broken = true;
+        shutdown(c->fd, SHUT_WR);
         snprintf(err, errlen, "pd send %s: %s", dsv4_pd_type_name(m->type), dsv4_pd_io_text(rc));
         return rc;
     }
@@ -194,19 +205,19 @@ static int dsv4_pd_send_keyed(dsv4_pd_conn *c, const uint8_t *key, size_t key_le
 static int dsv4_pd_recv_keyed(dsv4_pd_conn *c, const uint8_t *key, size_t key_len, dsv4_pd_msg *m_p,
                               uint64_t deadline_ns, char *err, size_t errlen)
 {
-    if (c->broken) {
-        snprintf(err, errlen, "pd connection: broken by an earlier failure");
+    if (c->recv_broken) {
+        snprintf(err, errlen, "pd connection: receiving broken by an earlier failure");
         return -EPIPE;
     }
     uint8_t header[DSV4_PD_HEADER_BYTES];
     size_t rest, done;
     int rc = dsv4_pd_io(c->fd, NULL, header, sizeof(header), &done, deadline_ns);
     if (rc != 0) {
-        c->broken = rc != -ETIMEDOUT || done > 0;
+        c->recv_broken = rc != -ETIMEDOUT || done > 0;
         snprintf(err, errlen, "pd receive: %s", dsv4_pd_io_text(rc));
         return rc;
     }
-    c->broken = true; /* until the frame is whole and valid */
+    c->recv_broken = true; /* until the frame is whole and valid */
     rc = dsv4_pd_frame_header(header, &rest, err, errlen);
     if (rc != 0)
         return rc;
@@ -225,7 +236,7 @@ static int dsv4_pd_recv_keyed(dsv4_pd_conn *c, const uint8_t *key, size_t key_le
     free(frame);
     if (rc != 0)
         return rc;
-    c->broken = false;
+    c->recv_broken = false;
     c->recv_seq++;
     return 0;
 }
@@ -255,7 +266,7 @@ int dsv4_pd_conn_recv(dsv4_pd_conn *c, dsv4_pd_msg *m_p, uint64_t deadline_ns, c
     if (m.type == DSV4_PD_HELLO || m.type == DSV4_PD_READY) {
         snprintf(err, errlen, "pd receive: %s after the handshake", dsv4_pd_type_name(m.type));
         dsv4_pd_msg_clear(&m);
-        c->broken = true;
+        c->recv_broken = true;
         return DSV4_EFORMAT;
     }
     *m_p = m;
@@ -278,7 +289,7 @@ static int dsv4_pd_conn_confirm(dsv4_pd_conn *c, const dsv4_pd_hello *mine, cons
                                 uint64_t deadline_ns, char *err, size_t errlen)
 {
     if (memcmp(mine->nonce, peer->hello.nonce, DSV4_PD_NONCE_BYTES) == 0) {
-        c->broken = true;
+        dsv4_pd_conn_fail_handshake(c);
         snprintf(err, errlen, "pd handshake: the peer echoed our nonce (reflected hello)");
         return DSV4_EPEER;
     }
@@ -293,7 +304,7 @@ static int dsv4_pd_conn_confirm(dsv4_pd_conn *c, const dsv4_pd_hello *mine, cons
     int rc = dsv4_pd_send_keyed(c, c->send_key, sizeof(c->send_key), &m, deadline_ns, err, errlen);
     if (refused) {
         snprintf(err, errlen, "%s", why);
-        c->broken = true;
+        dsv4_pd_conn_fail_handshake(c);
         return refused;
     }
     if (rc != 0)
@@ -312,7 +323,7 @@ static int dsv4_pd_conn_confirm(dsv4_pd_conn *c, const dsv4_pd_hello *mine, cons
             snprintf(err, errlen, "pd handshake: %s where ready was expected",
                      dsv4_pd_type_name(m.type));
         dsv4_pd_msg_clear(&m);
-        c->broken = true;
+        dsv4_pd_conn_fail_handshake(c);
         return DSV4_EPEER;
     }
     return 0;
@@ -339,7 +350,7 @@ int dsv4_pd_conn_handshake(dsv4_pd_conn *c, const dsv4_pd_hello *mine, dsv4_pd_m
         snprintf(err, errlen, "pd handshake: %s where hello was expected",
                  dsv4_pd_type_name(peer.type));
         dsv4_pd_msg_clear(&peer);
-        c->broken = true;
+        dsv4_pd_conn_fail_handshake(c);
         rc = DSV4_EFORMAT;
     } else if (rc == DSV4_EPEER) {
         snprintf(err, errlen,

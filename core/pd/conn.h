@@ -16,8 +16,13 @@
  * HELLO is only trusted after READY verifies). Every later frame carries the next
  * sequence number of its direction; anything out of order is refused.
  *
- * After any failed receive the connection is broken (the stream position is unknown): the
- * caller closes it. The connection owns fd and closes it in dsv4_pd_conn_free.
+ * One thread may receive while others send (the senders serialize among themselves): the
+ * two directions keep their own state, so a receive waiting for the rest of a frame never
+ * fails a send. After a failed receive the receiving direction is broken (the stream
+ * position is unknown): the caller closes the connection. After a failed send the sending
+ * direction is broken and half-closed (shutdown SHUT_WR), so the peer reads the end of the
+ * stream and winds the connection down instead of waiting for frames that cannot come.
+ * The connection owns fd and closes it in dsv4_pd_conn_free.
  */
 #ifndef DSV4_CORE_PD_CONN_H
 #define DSV4_CORE_PD_CONN_H

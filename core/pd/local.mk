@@ -21,6 +21,7 @@ PD_TESTS = tests/unit/t-pd-checksum-catches-any-corrupt-byte \
 	tests/unit/t-pd-plan-merges-contiguous-runs \
 	tests/unit/t-pd-wire-refuses-malformed-frames \
 	tests/unit/t-pd-conn-authenticates-peers \
+	tests/unit/t-pd-conn-send-and-receive-fail-apart \
 	tests/unit/t-pd-shared-pool-is-visible-to-another-process
 check_PROGRAMS += $(PD_TESTS)
 TESTS += $(PD_TESTS)
@@ -30,7 +31,14 @@ tests_unit_t_pd_checksum_catches_any_corrupt_byte_LDADD = $(TEST_CORE_LIBS) -lm
 tests_unit_t_pd_plan_merges_contiguous_runs_LDADD = $(TEST_CORE_LIBS)
 tests_unit_t_pd_wire_refuses_malformed_frames_CFLAGS = $(AM_CFLAGS) $(CRYPTO_CFLAGS)
 tests_unit_t_pd_wire_refuses_malformed_frames_LDADD = $(TEST_CORE_LIBS) $(CRYPTO_LIBS)
+# The connection tests share a socket pair with the handshake done.
+PD_CONN_PAIR = tests/unit/pd-conn-pair.c tests/unit/pd-conn-pair.h
+tests_unit_t_pd_conn_authenticates_peers_SOURCES = \
+	tests/unit/t-pd-conn-authenticates-peers.c $(PD_CONN_PAIR)
 tests_unit_t_pd_conn_authenticates_peers_LDADD = $(TEST_CORE_LIBS)
+tests_unit_t_pd_conn_send_and_receive_fail_apart_SOURCES = \
+	tests/unit/t-pd-conn-send-and-receive-fail-apart.c $(PD_CONN_PAIR)
+tests_unit_t_pd_conn_send_and_receive_fail_apart_LDADD = $(TEST_CORE_LIBS)
 # The frames two-sided transports (transport/nccl) add: BOOTSTRAP and XFER.
 check_PROGRAMS += tests/unit/t-nccl-pd-frames-carry-bootstrap-and-xfer
 TESTS += tests/unit/t-nccl-pd-frames-carry-bootstrap-and-xfer

@@ -17,92 +17,17 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "core/pd/conn.h"
 #include "tests/tap.h"
-
-static const char secret[] = "a shared secret of some length";
-static uint8_t kinds[] = {0, 1, 2};
-static dsv4_pd_buf_geom bufs[] = {{3, 0, 64}, {0, 1, 32}, {2, 2, 16}};
-
-typedef struct side {
-    dsv4_pd_conn *c;
-    dsv4_pd_hello hello;
-    dsv4_pd_msg peer;
-    int rc;
-    char err[1024];
-} side;
-
-static dsv4_pd_hello hello_of(uint32_t role, uint32_t page_tokens, const char *transport)
-{
-    return (dsv4_pd_hello){.role = role,
-                           .geom = {page_tokens, DSV4_KV_BF16, 16, 3, 3, "fp8", kinds, bufs},
-                           .transport = transport,
-                           .blob = (const uint8_t *)"blob",
-                           .blob_len = 4};
-}
-
-static void *run_handshake(void *arg)
-{
-    side *s = arg;
-    s->rc = dsv4_pd_conn_handshake(s->c, &s->hello, &s->peer, dsv4_pd_deadline(5000), s->err,
-                                   sizeof(s->err));
-    return NULL;
-}
-
-/* Both ends of a socket pair shake hands concurrently. */
-static void pair(side *a, side *b, const char *secret_b, uint32_t page_tokens_b)
-{
-    int fds[2];
-    char err[256];
-    if (socketpair(AF_UNIX, SOCK_STREAM, 0, fds) != 0)
-        bail_out("socketpair");
-    memset(a, 0, sizeof(*a));
-    memset(b, 0, sizeof(*b));
-    a->c = dsv4_pd_conn_new(fds[0], secret, strlen(secret), err, sizeof(err));
-    b->c = dsv4_pd_conn_new(fds[1], secret_b, strlen(secret_b), err, sizeof(err));
-    if (!a->c || !b->c)
-        bail_out("%s", err);
-    a->hello = hello_of(DSV4_ROLE_DECODE, 16, "local");
-    b->hello = hello_of(DSV4_ROLE_PREFILL, page_tokens_b, "local");
-    pthread_t t;
-    pthread_create(&t, NULL, run_handshake, b);
-    run_handshake(a);
-    pthread_join(t, NULL);
-}
-
-static void unpair(side *a, side *b)
-{
-    dsv4_pd_msg_clear(&a->peer);
-    dsv4_pd_msg_clear(&b->peer);
-    dsv4_pd_conn_free(a->c);
-    dsv4_pd_conn_free(b->c);
-}
-
-/* Reads one whole frame off fd (for the replay trials). */
-static uint8_t *grab(int fd, size_t *len_p)
-{
-    uint8_t h[DSV4_PD_HEADER_BYTES];
-    size_t rest;
-    char err[256];
-    if (recv(fd, h, sizeof(h), MSG_WAITALL) != (ssize_t)sizeof(h) ||
-        dsv4_pd_frame_header(h, &rest, err, sizeof(err)) != 0)
-        bail_out("grab: no frame");
-    uint8_t *f = malloc(sizeof(h) + rest);
-    memcpy(f, h, sizeof(h));
-    if (recv(fd, f + sizeof(h), rest, MSG_WAITALL) != (ssize_t)rest)
-        bail_out("grab: short frame");
-    *len_p = sizeof(h) + rest;
-    return f;
-}
+#include "tests/unit/pd-conn-pair.h"
 
 int main(void)
 {
     plan(17);
-    side a, b;
+    pd_side a, b;
     char err[1024];
     dsv4_pd_msg m;
 
-    pair(&a, &b, secret, 16);
+    pd_pair(&a, &b, pd_pair_secret, 16);
     ok(a.rc == 0 && b.rc == 0, "same secret and geometry: both sides connect (%s / %s)", a.err,
        b.err);
     ok(a.rc == 0 && a.peer.hello.role == DSV4_ROLE_PREFILL &&
@@ -140,7 +65,7 @@ int main(void)
      * b's stream twice (through a's end of the pair) */
     size_t len;
     rc = dsv4_pd_conn_send(a.c, &lease, dsv4_pd_deadline(1000), err, sizeof(err));
-    uint8_t *frame = grab(dsv4_pd_conn_fd(b.c), &len);
+    uint8_t *frame = pd_pair_grab(dsv4_pd_conn_fd(b.c), &len);
     int afd = dsv4_pd_conn_fd(a.c);
     bool sent =
         send(afd, frame, len, 0) == (ssize_t)len && send(afd, frame, len, 0) == (ssize_t)len;
@@ -150,10 +75,10 @@ int main(void)
         dsv4_pd_msg_clear(&m);
     rc = dsv4_pd_conn_recv(b.c, &m, dsv4_pd_deadline(1000), err, sizeof(err));
     ok(rc == DSV4_ESTALE && strstr(err, "replayed"), "its replay is refused: %s", err);
-    unpair(&a, &b);
+    pd_unpair(&a, &b);
 
     /* replay on a later connection with the same secret: new nonces, new keys */
-    pair(&a, &b, secret, 16);
+    pd_pair(&a, &b, pd_pair_secret, 16);
     ok(a.rc == 0 && b.rc == 0, "a second connection");
     afd = dsv4_pd_conn_fd(a.c);
     /* advance a's sequence to the captured frame's, so only the key differs */
@@ -167,28 +92,28 @@ int main(void)
     ok(sent && rc == DSV4_EPEER && strstr(err, "authentication failed"),
        "a frame from an earlier connection is refused on a new one: %s", err);
     free(frame);
-    unpair(&a, &b);
+    pd_unpair(&a, &b);
 
     /* wrong secret: refused on both sides, so no lease can follow */
-    pair(&a, &b, "not the shared secret at all", 16);
+    pd_pair(&a, &b, "not the shared secret at all", 16);
     ok(a.rc == DSV4_EPEER && strstr(a.err, "does not verify with our shared secret"),
        "a peer with another secret is refused: %s", a.err);
     ok(b.rc == DSV4_EPEER, "and it refuses us too: %s", b.err);
     rc = dsv4_pd_conn_send(b.c, &lease, dsv4_pd_deadline(1000), err, sizeof(err));
     ok(rc != 0, "the refused peer cannot send a lease: %s", err);
-    unpair(&a, &b);
+    pd_unpair(&a, &b);
 
     /* geometry mismatch: both sides say what differs */
-    pair(&a, &b, secret, 32);
+    pd_pair(&a, &b, pd_pair_secret, 32);
     ok(a.rc == DSV4_EPEER &&
            strstr(a.err, "geometry differs (page_tokens 16 here, 32 at the peer)"),
        "a geometry mismatch is refused with what differs: %s", a.err);
     ok(b.rc == DSV4_EPEER && strstr(b.err, "page_tokens 32 here, 16 at the peer"),
        "on both sides: %s", b.err);
-    unpair(&a, &b);
+    pd_unpair(&a, &b);
 
     /* a closed peer */
-    pair(&a, &b, secret, 16);
+    pd_pair(&a, &b, pd_pair_secret, 16);
     dsv4_pd_conn_free(a.c);
     a.c = NULL;
     rc = dsv4_pd_conn_recv(b.c, &m, dsv4_pd_deadline(1000), err, sizeof(err));
@@ -212,16 +137,16 @@ int main(void)
     if (cfd >= 0 && sfd >= 0) {
         memset(&a, 0, sizeof(a));
         memset(&b, 0, sizeof(b));
-        a.c = dsv4_pd_conn_new(cfd, secret, strlen(secret), err, sizeof(err));
-        b.c = dsv4_pd_conn_new(sfd, secret, strlen(secret), err, sizeof(err));
-        a.hello = hello_of(DSV4_ROLE_DECODE, 16, "ucx");
-        b.hello = hello_of(DSV4_ROLE_PREFILL, 16, "ucx");
+        a.c = dsv4_pd_conn_new(cfd, pd_pair_secret, strlen(pd_pair_secret), err, sizeof(err));
+        b.c = dsv4_pd_conn_new(sfd, pd_pair_secret, strlen(pd_pair_secret), err, sizeof(err));
+        a.hello = pd_pair_hello(DSV4_ROLE_DECODE, 16, "ucx");
+        b.hello = pd_pair_hello(DSV4_ROLE_PREFILL, 16, "ucx");
         pthread_t t;
-        pthread_create(&t, NULL, run_handshake, &b);
-        run_handshake(&a);
+        pthread_create(&t, NULL, pd_pair_handshake, &b);
+        pd_pair_handshake(&a);
         pthread_join(t, NULL);
         shook = a.rc == 0 && b.rc == 0;
-        unpair(&a, &b);
+        pd_unpair(&a, &b);
     }
     ok(shook, "dial a TCP listener on loopback and shake hands over it");
     close(lfd);
