@@ -10,7 +10,8 @@
 # timeout); /health still answers on every server; memory is flat; the pools are back to
 # their baseline (no request running or waiting, no kv page held outside the prefix cache,
 # nothing quarantined, state slots at most the cache's snapshots above the baseline); the
-# PD fault counters show the faults happened and were caught; and every greedy answer was
+# PD fault counters show the faults happened and were caught, and every retry answers a
+# counted fault (no control connection was lost); and every greedy answer was
 # its recipe's first byte for byte (SOAK_GREEDY recipes, 16: serve-load -g), whichever
 # prefill server, retry or cache state served it.
 #
@@ -60,7 +61,7 @@ DEADLINES = ("bootstrap_timeout = 10s\nwaiting_timeout = 120s\ntransfer_timeout 
 CLEAN_ERROR = re.compile(r'^serve-load: request \d+: not a text_completion chunk '
                          r'\(\{"error": ?\{')
 
-plan(14)
+plan(15)
 load_avg = open("/proc/loadavg").read().split()[0]
 pre = [prefill(chaos("local", seed=11 + i, **faults), server="max_running = %d\n" % MAX_RUNNING,
                deadlines=DEADLINES, sections=sections, **kw) for i in range(2)]
@@ -175,6 +176,13 @@ ok(pdc["dsv4d_pd_checksum_mismatches_total"] > 0 and pdc["dsv4d_pd_retries_total
    and (pdc["dsv4d_pd_timeouts_total"] > 0 or int(faults.get("hang", "0")) == 0),
    "faults happened and were caught: checksum mismatches (drop, corrupt) and timeouts "
    "(hang) counted, transfers retried", pdc)
+# A lease is retried after a checksum mismatch or a deadline (both counted) or when its
+# connection is lost, which retries every lease on it: with no prefill server killed here,
+# more retries than counted faults means connections were lost.
+ok(pdc["dsv4d_pd_retries_total"] <= pdc["dsv4d_pd_checksum_mismatches_total"]
+   + pdc["dsv4d_pd_timeouts_total"],
+   "every retry answers a counted fault (retries <= checksum mismatches + timeouts): no "
+   "connection was lost", pdc)
 
 # errors the servers logged, by kind (numbers dropped)
 logged = {}

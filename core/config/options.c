@@ -120,7 +120,8 @@ const dsv4_option dsv4_pd_options[] = {
      "deadline for a request to start prefill once accepted (queueing on the prefill server)",
      offsetof(dsv4_pd_conf, waiting_timeout_ms)},
     {"transfer_timeout", DSV4_OPT_DURATION, "30s", 100, 600000, NULL,
-     "deadline for the KV pages of a prefilled request to land and verify",
+     "deadline for the KV pages of a prefilled request to land once its transfer is posted "
+     "(the prefill server cancels it then); with waiting_timeout, the lease's deadline",
      offsetof(dsv4_pd_conf, transfer_timeout_ms)},
     {"retries", DSV4_OPT_INT, "2", 0, 16, NULL,
      "times a failed or timed-out transfer is retried on another prefill server before the "

@@ -12,8 +12,9 @@
  *
  * Every lease gets exactly one answer, sent from the request's terminal event (so never
  * while a write of it can still land): COMPLETE with the checksums once the writes are
- * visible; COMPLETE with a negative status when it failed or its deadline passed (the
- * transfer was cancelled and cancel() returned 0 first); ABORT_ACK when the decode server
+ * visible; COMPLETE with a negative status when it failed or a deadline passed (the lease's,
+ * or the posted transfer's own [pd] transfer_timeout to land; the transfer was cancelled
+ * and cancel() returned 0 first); ABORT_ACK when the decode server
  * aborted it and nothing is in flight any more. An ABORT for a lease this side no longer
  * knows is answered with ABORT_ACK at once (it has nothing in flight).
  *
@@ -501,6 +502,7 @@ void dsv4_pd_prefill_handoff(dsv4_server *srv, dsv4_sreq *r)
         return;
     }
     job->r = r;
+    job->landed_by_ns = dsv4_now_ns() + (uint64_t)pd->transfer_ms * 1000000u;
     dsv4_serve_move(srv, r, DSV4_SREQ_PD, false);
 }
 
@@ -530,7 +532,8 @@ void dsv4_pd_prefill_step(dsv4_server *srv)
         next = l->next;
         dsv4_sreq *r = DSV4_CONTAINER(l, dsv4_sreq, q);
         dsv4_pd_job *job = r->pd;
-        bool late = now >= job->deadline_ns;
+        /* a posted transfer has its transfer_timeout to land, within the lease's deadline */
+        bool late = now >= job->deadline_ns || now >= job->landed_by_ns;
         int rc;
         if (late || stop_now || atomic_load(&job->abort) || atomic_load(&r->cancel)) {
             if (pd->tops->cancel(pd->tstate, job->xfer) == -EAGAIN)

@@ -55,6 +55,7 @@ struct dsv4_pd_job {
     size_t n_sums;
     dsv4_xfer_run *runs;
     void *xfer;
+    uint64_t landed_by_ns; /* engine thread: posted + [pd] transfer_timeout */
     /* decode */
     int state; /* pd_decode.c's lease state */
     struct dsv4_pd_peer *peer, *last_peer;

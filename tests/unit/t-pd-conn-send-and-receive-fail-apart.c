@@ -90,8 +90,7 @@ int main(void)
        rc ? err : "sent");
     bool rest = send(afd, frame + half, len - half, 0) == (ssize_t)(len - half);
     pthread_join(t, NULL);
-    ok(rest && r.rc == 0 && r.m.type == DSV4_PD_LEASE && r.m.room == 21 &&
-           r.m.lease.n_tokens == 64,
+    ok(rest && r.rc == 0 && r.m.type == DSV4_PD_LEASE && r.m.room == 21 && r.m.lease.n_tokens == 64,
        "the frame being received arrives whole (%s)", r.rc ? r.err : "lease 21");
     if (r.rc == 0)
         dsv4_pd_msg_clear(&r.m);
@@ -132,8 +131,7 @@ int main(void)
     if (rc == 0)
         rc = dsv4_pd_conn_recv(a.c, &m, dsv4_pd_deadline(1000), err, sizeof(err));
     ok(rc == 0 && m.type == DSV4_PD_ABORT,
-       "the side whose send failed still receives what the peer sends (%s)",
-       rc ? err : "abort");
+       "the side whose send failed still receives what the peer sends (%s)", rc ? err : "abort");
     if (rc == 0)
         dsv4_pd_msg_clear(&m);
     free(many);
