@@ -17,19 +17,9 @@ if [ "${TRANSPORT:-local}" != local ] && \
     exit 0
 fi
 exec python3 - <<'PY'
-import os, stat, sys, tempfile
+import os, sys
 sys.dont_write_bytecode = True  # nothing written into the source tree
 sys.path.insert(0, os.path.join(os.environ.get("top_srcdir", "."), "tests", "integ"))
-# The daemons of dsv4d_http run on the CPU; a wrapper moves every one to GPU 0 before
-# dsv4d reads its configuration.
-top = os.environ.get("top_builddir", ".")
-real = os.environ.get("DSV4D", os.path.join(top, "dsv4d"))
-wrap = os.path.join(tempfile.mkdtemp(prefix="dsv4-ipc."), "dsv4d")
-with open(wrap, "w") as f:
-    f.write('#!/bin/sh\nsed -i "s/^device = cpu$/device = cuda\\ncuda_device = 0/" "$2"\n'
-            'exec "%s" "$@"\n' % real)
-os.chmod(wrap, stat.S_IRWXU)
-os.environ["DSV4D"] = wrap
 from dsv4d_http import Daemon, plan, ok, is_, done
 from dsv4d_pd import TRANSPORTS, prefill, decode, wait_connected, wait_log, generate, prompts, \
     held_pages
@@ -42,14 +32,15 @@ ATTACHED = {
 }
 name = os.environ.get("TRANSPORT", "local")
 cases = prompts()
+GPU0 = dict(core="device = cuda\ncuda_device = 0\n")  # every daemon on GPU 0
 plan(8)
-u = Daemon()
+u = Daemon(**GPU0)
 want = [generate(u, ids, temperature=t, seed=s) for ids, t, s in cases]
 ok(all(w[0] == 200 for w in want), "the unified device = cuda server answers every request", want)
 u.stop()
 
-p = prefill(TRANSPORTS[name])
-d = decode(TRANSPORTS[name], [p])
+p = prefill(TRANSPORTS[name], **GPU0)
+d = decode(TRANSPORTS[name], [p], **GPU0)
 ok(wait_connected(d, 1), "the decode server connects to its prefill server")
 ok(wait_log(p, ATTACHED[name]),
    "the prefill server reached the decode server's device pool over %s" % name)

@@ -3,7 +3,7 @@
 # GPU 0, decode on GPU 1, device = cuda) over transport/nccl give the tokens of a unified
 # server on GPU 0, bit for bit, every transfer verifying the first time and the decode
 # pages back at their baseline; with one of two prefill servers behind transport/chaos
-# (delayed and hung transfers), the hung ones end at the lease deadline, abort and rebuild
+# (delayed and hung transfers), the hung ones end at their transfer_timeout, abort and rebuild
 # that prefill server's NCCL connection and are retried, clients still get the unified
 # tokens, pages return to baseline and nothing is quarantined. Skips unless two GPUs are
 # visible and transport/nccl is built.
