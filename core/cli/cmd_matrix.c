@@ -48,24 +48,33 @@ static int default_dsv4d(char *buf, size_t len)
 static int usage(FILE *out, int status)
 {
     fprintf(out, "usage: dsv4ctl matrix [--build DIR] [--dsv4d PATH] [--model DIR] [--quick] "
-                    "[--controls] [--sessions N] [--turns T] [--concurrency C] [--max-tokens M] "
-                    "[--seed S] [--threads N] [--only TEXT] [--report FILE]\n");
+                 "[--controls] [--sessions N] [--turns T] [--concurrency C] [--max-tokens M] "
+                 "[--seed S] [--threads N] [--device cpu|cuda] [--only TEXT] [--report FILE]\n");
     return status;
 }
 
 int dsv4ctl_matrix(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"build", required_argument, NULL, 'b'},      {"dsv4d", required_argument, NULL, 'd'},
-        {"model", required_argument, NULL, 'M'},      {"quick", no_argument, NULL, 'q'},
-        {"controls", no_argument, NULL, 'C'},         {"sessions", required_argument, NULL, 'n'},
-        {"turns", required_argument, NULL, 't'},      {"concurrency", required_argument, NULL, 'c'},
-        {"max-tokens", required_argument, NULL, 'm'}, {"seed", required_argument, NULL, 's'},
-        {"threads", required_argument, NULL, 'j'},    {"report", required_argument, NULL, 'R'},
-        {"only", required_argument, NULL, 'o'},       {"help", no_argument, NULL, 'h'},
+        {"build", required_argument, NULL, 'b'},
+        {"dsv4d", required_argument, NULL, 'd'},
+        {"model", required_argument, NULL, 'M'},
+        {"quick", no_argument, NULL, 'q'},
+        {"controls", no_argument, NULL, 'C'},
+        {"sessions", required_argument, NULL, 'n'},
+        {"turns", required_argument, NULL, 't'},
+        {"concurrency", required_argument, NULL, 'c'},
+        {"max-tokens", required_argument, NULL, 'm'},
+        {"seed", required_argument, NULL, 's'},
+        {"threads", required_argument, NULL, 'j'},
+        {"report", required_argument, NULL, 'R'},
+        {"only", required_argument, NULL, 'o'},
+        {"device", required_argument, NULL, 'D'},
+        {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    dsv4_matrix_opts o = {.plugin_dir = dsv4ctl_opts.plugin_dir, .seed = 1, .threads = 2};
+    dsv4_matrix_opts o = {
+        .plugin_dir = dsv4ctl_opts.plugin_dir, .device = "cpu", .seed = 1, .threads = 2};
     uint64_t sessions = 0, turns = 0, conc = 0, maxt = 0;
     const char *build = NULL, *report = NULL;
     bool quick = false;
@@ -88,6 +97,13 @@ int dsv4ctl_matrix(int argc, char **argv)
         case 'j': rc = dsv4_arg_uint(optarg, 1, 4096, &v), o.threads = (unsigned)v; break;
         case 'R': report = optarg; break;
         case 'o': o.only = optarg; break;
+        case 'D':
+            if (strcmp(optarg, "cpu") != 0 && strcmp(optarg, "cuda") != 0) {
+                fprintf(stderr, "dsv4ctl matrix: --device: '%s' is neither cpu nor cuda\n", optarg);
+                return 2;
+            }
+            o.device = optarg;
+            break;
         case 'h': return usage(stdout, 0);
         default: return usage(stderr, 2);
         }
@@ -123,9 +139,10 @@ int dsv4ctl_matrix(int argc, char **argv)
         fprintf(stderr, "dsv4ctl matrix: %s is not an executable dsv4d\n", o.dsv4d);
         return 2;
     }
-    printf("matrix: %s, %u sessions x %u turns at concurrency %u, %u tokens per turn, seed "
-           "%llu\n",
-           o.dsv4d, o.sessions, o.turns, o.concurrency, o.max_tokens, (unsigned long long)o.seed);
+    printf("matrix: %s on device = %s, %u sessions x %u turns at concurrency %u, %u tokens "
+           "per turn, seed %llu\n",
+           o.dsv4d, o.device, o.sessions, o.turns, o.concurrency, o.max_tokens,
+           (unsigned long long)o.seed);
     printf("%-*s %8s %9s %6s %9s %9s  %s\n", COMBO_W, "combination", "sessions", "corrupted",
            "failed", "p50_ms", "p99_ms", "status");
     dsv4_matrix_row *rows = NULL;

@@ -30,7 +30,8 @@ static const dsv4ctl_command commands[] = {
      "[--report FILE] [--plot FILE]",
      "run multi-turn agentic sessions against a server; record or compare every turn",
      dsv4ctl_repro},
-    {"matrix", "[--build DIR] [--quick] [--controls] [--only TEXT] [--report FILE]",
+    {"matrix", "[--build DIR] [--quick] [--controls] [--device cpu|cuda] [--only TEXT] "
+               "[--report FILE]",
      "run repro against every plugin combination and compare with the reference", dsv4ctl_matrix},
 };
 

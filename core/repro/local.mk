@@ -20,3 +20,8 @@ REPRO_INTEG_TESTS = tests/integ/t-repro-records-then-matches-golden.sh \
 	tests/integ/t-matrix-negative-controls-are-caught.sh
 TESTS += $(REPRO_INTEG_TESTS)
 EXTRA_DIST += $(REPRO_INTEG_TESTS)
+# The same two with every server on the GPU (skip without one).
+REPRO_GPU_TESTS = tests/gpu/t-gpu-matrix-combinations-match-reference.sh \
+	tests/gpu/t-gpu-matrix-negative-controls-are-caught.sh
+TESTS += $(REPRO_GPU_TESTS)
+EXTRA_DIST += $(REPRO_GPU_TESTS)

@@ -33,7 +33,9 @@
 /* 200 ms per layer of a load: the forward must reach each layer before it lands even on a
  * loaded 2-core machine (at 20 ms, a CI run under load caught only 2 of 16 sessions) */
 #define UNFENCED_LABEL "control: unified hostcache=unfenced inject_delay=200ms (must corrupt)"
-#define CHAOS_LABEL "control: pd transport=chaos corrupt=30 (mismatches counted, 0 corrupted)"
+/* The chaos control's fault: corrupt on the CPU; on CUDA drop, since chaos refuses to
+ * corrupt device pools (it would stage their pages through host memory) */
+#define CHAOS_LABEL_FMT "control: pd transport=chaos %s=30 (mismatches counted, 0 corrupted)"
 
 typedef struct name_list {
     const char *v[MAX_PLUGINS];
@@ -118,12 +120,12 @@ static void make_ini(const mx *m, const deployment *c, const char *role, int htt
 {
     const dsv4_matrix_opts *o = m->o;
     int n = snprintf(buf, len,
-                     "; written by dsv4ctl matrix\n[core]\ndevice = cpu\nthreads = %u\n"
+                     "; written by dsv4ctl matrix\n[core]\ndevice = %s\nthreads = %u\n"
                      "[model]\npath = %s\nkv_dtype = f32\nkv_pool = %s\nmax_context = 16384\n"
                      "state_slots = %u\n[server]\nrole = %s\nlisten = 127.0.0.1:%d\n"
                      "max_running = %u\nshutdown_grace = 5s\n",
-                     o->threads, o->model ? o->model : "", m->kv_pool, m->concurrency + 4, role,
-                     http_port, m->concurrency);
+                     o->device, o->threads, o->model ? o->model : "", m->kv_pool,
+                     m->concurrency + 4, role, http_port, m->concurrency);
     if (c->transport)
         n += snprintf(buf + n, len - (size_t)n,
                       "[pd]\n%s = 127.0.0.1:%d\nsecret = dsv4ctl-matrix-pd-secret\n",
@@ -462,10 +464,22 @@ static void control_unfenced(mx *m, const char *indexk)
     control_done(m);
 }
 
-/* How many transfers transport/chaos corrupted, from the count it logs when it is
- * unloaded ("transfers: ... N corrupted, ..."; the last such line is the serving
- * instance's, earlier ones come from the start-up check). -1 when the log has none. */
-static long chaos_corrupted(const char *log)
+/* The chaos control's fault on this device (CHAOS_LABEL_FMT). */
+static bool chaos_drops(const mx *m)
+{
+    return strcmp(m->o->device, "cuda") == 0;
+}
+
+static void chaos_label(const mx *m, char *buf, size_t len)
+{
+    snprintf(buf, len, CHAOS_LABEL_FMT, chaos_drops(m) ? "drop" : "corrupt");
+}
+
+/* How many transfers transport/chaos dropped or corrupted (drops), from the count it logs
+ * when it is unloaded ("transfers: ... N dropped, N corrupted, ..."; the last such line is
+ * the serving instance's, earlier ones come from the start-up check). -1 when the log has
+ * none. */
+static long chaos_faulted(const char *log, bool drops)
 {
     FILE *f = fopen(log, "r");
     char line[512];
@@ -477,26 +491,32 @@ static long chaos_corrupted(const char *log)
                          "transport/chaos: transfers: %llu clean, %llu delayed, %llu dropped, "
                          "%llu corrupted",
                          &clean, &delayed, &dropped, &corrupted) == 4)
-            n = (long)corrupted;
+            n = (long)(drops ? dropped : corrupted);
     }
     if (f)
         fclose(f);
     return n;
 }
 
-/* A PD pair over transport/chaos flipping bytes: every corrupted transfer (as the prefill's
- * chaos plugin counted them) must be refused by the decode server's checksums or discarded
- * past its deadline, at least one by a checksum, and no session may come back corrupted. */
+/* A PD pair over transport/chaos flipping bytes (dropping transfers on CUDA): every faulted
+ * transfer (as the prefill's chaos plugin counted them) must be refused by the decode
+ * server's checksums or discarded past its deadline, at least one by a checksum, and no
+ * session may come back corrupted. A dropped transfer into pages that already hold the
+ * same KV (a prefix evicted from the decode server's cache, asked for again) verifies, and
+ * rightly: for drops the checksums need not account for every one. */
 static void control_chaos(mx *m, const char *indexk, const char *golden)
 {
-    dsv4_matrix_row *row = row_add(m, CHAOS_LABEL, true);
+    char label[192];
+    chaos_label(m, label, sizeof(label));
+    dsv4_matrix_row *row = row_add(m, label, true);
     if (!row)
         return;
+    bool drops = chaos_drops(m);
     deployment c = {.indexk = indexk,
                     .hostcache = "off",
                     .sched = "fcfs",
                     .transport = "chaos",
-                    .transport_keys = "corrupt = 30\n"};
+                    .transport_keys = drops ? "drop = 30\n" : "corrupt = 30\n"};
     dsv4_repro *r =
         golden ? run_combo(m, &c, m->o->concurrency, golden, NULL, row->note, sizeof(row->note))
                : NULL;
@@ -511,24 +531,25 @@ static void control_chaos(mx *m, const char *indexk, const char *golden)
     } else {
         double mism = counter(r, "dsv4d_pd_checksum_mismatches_total", &found);
         double late = counter(r, "dsv4d_pd_timeouts_total", &found_late);
-        long corrupted = chaos_corrupted(m->prefill_log);
+        long faulted = chaos_faulted(m->prefill_log, drops);
+        const char *what = drops ? "dropped" : "corrupted";
         judge(row, r);
         row->note[0] = '\0';
-        /* each corrupted transfer is refused by a checksum, or (on a loaded machine) its
+        /* each faulted transfer is refused by a checksum, or (on a loaded machine) its
          * lease ran past its deadline first and it was discarded unverified; never used */
-        if (corrupted > 0 && mism > 0 && mism <= (double)corrupted &&
-            mism + late >= (double)corrupted && row->sum.sessions_corrupted == 0) {
+        if (faulted > 0 && mism > 0 && mism <= (double)faulted &&
+            (drops || mism + late >= (double)faulted) && row->sum.sessions_corrupted == 0) {
             row->status = DSV4_MX_PASS;
             snprintf(row->note, sizeof(row->note),
-                     "caught: %ld corrupted transfers, %.0f checksum mismatches, %.0f leases "
-                     "past their deadline, 0 sessions corrupted (%u requests failed cleanly)",
-                     corrupted, mism, late, row->sum.failed + row->sum.timed_out);
+                     "caught: %ld %s transfers, %.0f checksum mismatches, %.0f leases past "
+                     "their deadline, 0 sessions corrupted (%u requests failed cleanly)",
+                     faulted, what, mism, late, row->sum.failed + row->sum.timed_out);
         } else {
             row->status = DSV4_MX_FAILED;
             snprintf(row->note, sizeof(row->note),
-                     "NOT caught: %ld corrupted transfers%s, %.0f checksum mismatches%s, %u "
-                     "sessions corrupted",
-                     corrupted, corrupted < 0 ? " (no count in the prefill log)" : "", mism,
+                     "NOT caught: %ld %s transfers%s, %.0f checksum mismatches%s, %u sessions "
+                     "corrupted",
+                     faulted, what, faulted < 0 ? " (no count in the prefill log)" : "", mism,
                      found ? "" : " (no checksum counter)", row->sum.sessions_corrupted);
         }
     }
@@ -539,6 +560,7 @@ static void control_chaos(mx *m, const char *indexk, const char *golden)
 /* Sort the registry's plugins into runnable lists and skipped rows. */
 static void enumerate(mx *m)
 {
+    bool on_cuda = strcmp(m->o->device, "cuda") == 0;
     for (size_t i = 0; i < dsv4_registry_count(m->reg); i++) {
         const dsv4_plugin_entry *e = dsv4_registry_entry(m->reg, i);
         char what[192], why[512] = "";
@@ -554,8 +576,11 @@ static void enumerate(mx *m)
                                                              : NULL;
         if (e->stage != DSV4_STAGE_OK)
             snprintf(why, sizeof(why), "plugin did not load (%s)", e->detail);
-        else if (e->desc->flags & (DSV4_PLUGIN_NEEDS_GPU | DSV4_PLUGIN_NEEDS_CUDA))
+        else if (!on_cuda && (e->desc->flags & (DSV4_PLUGIN_NEEDS_GPU | DSV4_PLUGIN_NEEDS_CUDA)))
             snprintf(why, sizeof(why), "needs a GPU; the matrix runs device = cpu");
+        else if (on_cuda && (e->desc->flags & DSV4_PLUGIN_NEEDS_GPU) && l == &m->transport)
+            snprintf(why, sizeof(why),
+                     "needs a GPU for each server; the matrix runs every server on CUDA device 0");
         else if (e->desc->flags & DSV4_PLUGIN_TEST_ONLY) {
             m->have_unfenced |=
                 strcmp(e->family, "hostcache") == 0 && strcmp(e->name, "unfenced") == 0;
@@ -665,7 +690,9 @@ int dsv4_matrix_run(const dsv4_matrix_opts *o, dsv4_matrix_row_fn on_row, void *
     /* the controls use the first indexk plugin whose reference ran */
     if (o->controls && m.have_unfenced && wanted(o, UNFENCED_LABEL))
         control_unfenced(&m, first_ix ? first_ix : m.indexk.v[0]);
-    if (o->controls && listed(&m.transport, "chaos") && wanted(o, CHAOS_LABEL)) {
+    char chaos[192];
+    chaos_label(&m, chaos, sizeof(chaos));
+    if (o->controls && listed(&m.transport, "chaos") && wanted(o, chaos)) {
         if (!first_ix) {
             char label[192];
             first_ix = m.indexk.v[0];
@@ -708,9 +735,9 @@ json_t *dsv4_matrix_report(const dsv4_matrix_opts *o, const dsv4_matrix_row *row
                                           r->sum.latency_p99_ms));
         json_array_append_new(arr, row);
     }
-    return json_pack("{s:s, s:i, s:s, s:I, s:i, s:i, s:i, s:i, s:b, s:o}", "format",
-                     "dsv4-matrix-report", "version", 1, "dsv4d", o->dsv4d, "seed",
-                     (json_int_t)o->seed, "sessions", (int)o->sessions, "turns", (int)o->turns,
-                     "concurrency", (int)o->concurrency, "max_tokens", (int)o->max_tokens, "ok",
-                     dsv4_matrix_ok(rows, n), "rows", arr);
+    return json_pack("{s:s, s:i, s:s, s:s, s:I, s:i, s:i, s:i, s:i, s:b, s:o}", "format",
+                     "dsv4-matrix-report", "version", 1, "dsv4d", o->dsv4d, "device", o->device,
+                     "seed", (json_int_t)o->seed, "sessions", (int)o->sessions, "turns",
+                     (int)o->turns, "concurrency", (int)o->concurrency, "max_tokens",
+                     (int)o->max_tokens, "ok", dsv4_matrix_ok(rows, n), "rows", arr);
 }

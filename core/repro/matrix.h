@@ -6,13 +6,16 @@
  * over indexk x hostcache x sched x transport. For each indexk plugin the reference, a
  * unified server with hostcache/off and sched/fcfs, runs the sessions one at a time and
  * records the golden file; every combination (the reference's own configuration too) then
- * runs them at the full concurrency and is compared with it. Plugins that need a GPU,
- * test-only plugins and plugins that failed to load are listed as skipped with the reason.
+ * runs them at the full concurrency and is compared with it. Every server runs on the
+ * device of opts.device (the CPU, or CUDA device 0). Plugins that need a GPU (on the CPU)
+ * or a GPU per server (on CUDA), test-only plugins and plugins that failed to load are
+ * listed as skipped with the reason.
  *
  * Negative controls (opts.controls) check that the harness can see the bugs it is for:
  * hostcache/unfenced with a load delay must be reported corrupted, and a PD pair over
- * transport/chaos corrupting bytes must count checksum mismatches on the decode server
- * with no corrupted session. A control whose mechanism the daemon does not exercise yet
+ * transport/chaos corrupting bytes (dropping transfers on CUDA, whose device pools chaos
+ * cannot corrupt in place) must count checksum mismatches on the decode server with no
+ * corrupted session. A control whose mechanism the daemon does not exercise yet
  * (no host-tier loads, no PD transfers in /metrics) is listed as not exercised, with the
  * reason, rather than passed. */
 #ifndef DSV4_CORE_REPRO_MATRIX_H
@@ -28,12 +31,13 @@ typedef struct dsv4_matrix_opts {
     const char *dsv4d;      /* the daemon to start */
     const char *plugin_dir; /* where its plugins are (NULL: the registry's search path) */
     const char *model;      /* [model] path; "" or NULL: the embedded tiny model */
+    const char *device;     /* [core] device of every server: "cpu" or "cuda" (device 0) */
     unsigned sessions, turns, concurrency, max_tokens, threads;
     uint64_t seed;
-    bool controls;    /* run the negative controls too */
+    bool controls;     /* run the negative controls too */
     bool pd_one_sched; /* PD rows with the first sched plugin only (the unified rows cover
                           every scheduler; the PD rows are about moving KV) */
-    const char *only; /* run only the rows whose name contains this (NULL: all) */
+    const char *only;  /* run only the rows whose name contains this (NULL: all) */
 } dsv4_matrix_opts;
 
 typedef enum dsv4_matrix_status {

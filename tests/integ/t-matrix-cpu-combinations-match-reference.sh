@@ -6,7 +6,9 @@
 # transport, with the first scheduler: the unified rows cover the schedulers), and each
 # matches its reference exactly. The rows must have exercised what they name: host-tier
 # loads for sync/async (in a PD pair counted on its prefill server, whose prefix cache
-# saves computing; the decode server's own saves moving pages), KV bytes moved for PD. (The negative controls are t-matrix-negative-controls-are-caught.)
+# saves computing; the decode server's own saves moving pages), KV bytes moved for PD. (The
+# negative controls are t-matrix-negative-controls-are-caught.) MATRIX_DEVICE=cuda runs every
+# server on the GPU (tests/gpu/t-gpu-matrix-combinations-match-reference.sh).
 exec python3 - <<'EOF'
 import json, os, re, subprocess, sys
 sys.dont_write_bytecode = True  # nothing written into the source tree
@@ -15,6 +17,7 @@ import shutil, tempfile
 from dsv4d_http import DSV4CTL, DSV4D, TOP_BUILDDIR, plan, ok, is_, diag, done
 
 plugin_dir = os.environ.get("DSV4D_PLUGIN_PATH", os.path.join(TOP_BUILDDIR, "plugins", ".libs"))
+device = os.environ.get("MATRIX_DEVICE", "cpu")
 listed = subprocess.run([DSV4CTL, "--plugin-dir", plugin_dir, "list", "--porcelain"],
                         capture_output=True, text=True, timeout=60).stdout
 plugins = {}
@@ -53,7 +56,7 @@ diag("%d unified combinations expected: indexk %s, hostcache %s, sched %s"
 tmp = tempfile.mkdtemp(prefix="dsv4-matrix-test.")
 report = os.path.join(tmp, "matrix.json")
 p = subprocess.run([DSV4CTL, "--plugin-dir", plugin_dir, "matrix",
-                    "--dsv4d", DSV4D, "--quick", "--sessions", "8",
+                    "--dsv4d", DSV4D, "--device", device, "--quick", "--sessions", "8",
                     "--turns", "3", "--max-tokens", "4", "--concurrency", "8",
                     "--report", report], capture_output=True, text=True, timeout=3600)
 out = p.stdout + p.stderr
@@ -62,9 +65,10 @@ for line in p.stdout.splitlines():
 is_(p.returncode, 0, "matrix: exit 0 (no mismatch, no failure)")
 r = json.load(open(report))
 rows = {row["combination"]: row for row in r["rows"]}
-ok(r["ok"] and r["sessions"] == 8 and r["concurrency"] == 8, "report: ok, 8 sessions at 8")
+ok(r["ok"] and r["sessions"] == 8 and r["concurrency"] == 8 and r["device"] == device,
+   "report: ok, 8 sessions at 8, device = %s" % device)
 missing = [c for c in want if c not in rows]
-ok(len(want) >= 27 and not missing, "every CPU unified combination ran (%d)" % len(want),
+ok(len(want) >= 27 and not missing, "every unified combination ran on device = %s (%d)" % (device, len(want)),
    "missing: %s" % missing)
 bad = [c for c in want if c in rows and rows[c]["status"] != "pass"]
 ok(not bad, "every unified combination matches its reference exactly",
@@ -73,7 +77,7 @@ refs = [c for c in rows if c.startswith("reference indexk=")]
 is_(len(refs), len(runnable("indexk")), "one serial reference per indexk plugin")
 missing_pd = [c for c in want_pd if c not in rows]
 ok(len(transports) >= 1 and not missing_pd,
-   "every CPU PD combination ran (%d over %s)" % (len(want_pd), transports),
+   "every PD combination ran (%d over %s)" % (len(want_pd), transports),
    "missing: %s" % missing_pd)
 bad_pd = [c for c in want_pd if c in rows and rows[c]["status"] != "pass"]
 ok(not bad_pd, "every PD combination matches its reference exactly",
@@ -89,7 +93,7 @@ def rerun(combination):
     """The row of combination from a matrix run of it alone (--only), or None."""
     again = os.path.join(tmp, "again.json")
     q = subprocess.run([DSV4CTL, "--plugin-dir", plugin_dir, "matrix", "--dsv4d", DSV4D,
-                        "--quick", "--sessions", "8", "--turns", "3", "--max-tokens", "4",
+                        "--device", device, "--quick", "--sessions", "8", "--turns", "3", "--max-tokens", "4",
                         "--concurrency", "8", "--only", combination, "--report", again],
                        capture_output=True, text=True, timeout=600)
     try:

@@ -5,7 +5,8 @@
 # and a PD pair over transport/chaos corrupting 30% of transfers, each of which (as chaos
 # counted them) the decode server must refuse by checksum or discard past its deadline,
 # at least one by checksum, with no session corrupted. Both plugins are built with the tests, so a control
-# that does not run, or runs without seeing its fault, fails.
+# that does not run, or runs without seeing its fault, fails. MATRIX_DEVICE=cuda runs them on
+# the GPU (tests/gpu/t-gpu-matrix-negative-controls-are-caught.sh; chaos drops transfers there).
 exec python3 - <<'PY'
 import json, os, shutil, subprocess, sys, tempfile
 sys.dont_write_bytecode = True  # nothing written into the source tree
@@ -17,7 +18,7 @@ plan(4)
 tmp = tempfile.mkdtemp(prefix="dsv4-controls-test.")
 report = os.path.join(tmp, "matrix.json")
 p = subprocess.run([DSV4CTL, "--plugin-dir", plugin_dir, "matrix", "--dsv4d", DSV4D,
-                    "--sessions", "8", "--turns", "2", "--max-tokens", "4", "--concurrency", "8",
+                    "--device", os.environ.get("MATRIX_DEVICE", "cpu"), "--sessions", "8", "--turns", "2", "--max-tokens", "4", "--concurrency", "8",
                     "--controls", "--only", "control:", "--report", report],
                    capture_output=True, text=True, timeout=3600)
 for line in (p.stdout + p.stderr).splitlines():
@@ -38,7 +39,7 @@ def control(prefix, what):
 control("control: unified hostcache=unfenced",
         "unfenced host tier with a load delay: repro reports corrupted sessions")
 control("control: pd transport=chaos",
-        "chaos-corrupted PD transfers: each refused by checksum or discarded past its "
+        "chaos-faulted PD transfers: refused by checksum or discarded past their "
         "deadline, none used")
 shutil.rmtree(tmp, ignore_errors=True)
 done()
