@@ -73,10 +73,11 @@ tests_unit_t_kv_fp8_logits_close_to_f32_LDADD = $(TEST_CORE_LIBS) -lm
 check_PROGRAMS += bench/decode-e2e
 bench_decode_e2e_SOURCES = bench/decode-e2e.c
 bench_decode_e2e_LDADD = core/libdsv4core.la -lm
+bench_decode_e2e_CPPFLAGS = $(AM_CPPFLAGS)
 if HAVE_CUDA
 # --prefill's bf16 GEMM ceiling: cuBLASLt (bench/gemm-cublaslt.h)
 bench_decode_e2e_SOURCES += bench/gemm-cublaslt.c $(BENCH_UTIL)
-bench_decode_e2e_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
+bench_decode_e2e_CPPFLAGS += $(CUDA_CPPFLAGS)
 bench_decode_e2e_LDADD += $(CUBLAS_LIBS) $(CUDA_LIBS)
 endif
 # The Flash-shaped run: bench/flash-e2e.sh writes the checkpoint, runs decode-e2e and

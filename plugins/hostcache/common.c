@@ -72,7 +72,10 @@ static void dsv4_hc_sleep_ms(int64_t ms)
 
 static void dsv4_hc_run(const dsv4_hc_state *s, dsv4_hc_op *op)
 {
-    for (uint32_t l = 0; l < s->dev->n_layers; l++) {
+    /* read before the first layer is published: once the last one is, the waiter may go
+     * on to change or free what it attached */
+    uint32_t n_layers = s->dev->n_layers;
+    for (uint32_t l = 0; l < n_layers; l++) {
         /* the test-only delay holds each layer of a load back, so the forward reaches
          * the layer before its copy has landed and the fence has to wait */
         if (op->load && s->delay_ms > 0)
