@@ -75,6 +75,7 @@ PD_INTEG_TESTS = tests/integ/t-pd-golden-tokens-match-unified.sh \
 	tests/integ/t-pd-decode-reuses-its-cached-prefix.sh \
 	tests/integ/t-pd-chaos-faults-are-caught-and-retried.sh \
 	tests/integ/t-pd-survives-prefill-kill.sh \
-	tests/integ/t-pd-refuses-mismatched-peers.sh
+	tests/integ/t-pd-refuses-mismatched-peers.sh \
+	tests/integ/t-pd-soak-under-chaos-every-retry-answers-a-fault.sh
 TESTS += $(PD_INTEG_TESTS)
 EXTRA_DIST += $(PD_INTEG_TESTS) tests/integ/dsv4d_pd.py
