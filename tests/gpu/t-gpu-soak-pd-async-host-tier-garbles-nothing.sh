@@ -15,7 +15,7 @@ import os, sys
 sys.dont_write_bytecode = True  # nothing written into the source tree
 sys.path.insert(0, os.path.join(os.environ.get("top_srcdir", "."), "tests", "integ"))
 from dsv4d_http import plan, ok, done
-from dsv4d_soak import soak, passed, host_tier, fence_checks
+from dsv4d_soak import soak, passed, failures, host_tier, fence_checks
 
 GPU = dict(device="cuda", kv_dtype="bf16", indexk="bf16", SOAK_KV_POOL="8M", SOAK_GREEDY="64",
            SOAK_CLIENTS="80", SOAK_SECONDS=os.environ.get("SOAK_SECONDS", "30"))
@@ -23,7 +23,7 @@ plan(6)
 tap = soak("pd-soak.sh", "async", CHAOS="drop = 2, hang = 1, delay = 5", PD_SOAK_SAMPLE="10",
            **GPU)
 ok(passed(tap), "PD with chaos, bf16 index-K and the async host tier: every pd-soak check "
-   "passes (no greedy answer differs, none malformed or hung, nothing leaked)", tap)
+   "passes (no greedy answer differs, none malformed or hung, nothing leaked)", failures(tap))
 hc = host_tier(tap, "decode")
 ok(hc.get("dsv4d_hostcache_loads_total", 0) > 0,
    "the decode server's host tier loaded evicted pages back (%s loads)"

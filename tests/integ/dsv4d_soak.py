@@ -40,6 +40,20 @@ def passed(tap):
     return bool(m) and oks == int(m.group(1)) and not re.search(r"^not ok ", tap, re.M)
 
 
+def failures(tap):
+    """The checks of a TAP run that failed, each with its diagnostics, or the whole run when
+    none did (it then failed on its plan)."""
+    out, keep = [], False
+    for line in tap.splitlines():
+        if line.startswith("not ok "):
+            keep = True
+        elif line.startswith("ok ") or line.startswith("1.."):
+            keep = False
+        if keep:
+            out.append(line)
+    return "\n".join(out) if out else tap
+
+
 def host_tier(tap, who=""):
     """The host-tier counters a soak printed (server `who`'s for pd-soak)."""
     m = re.search(r"^# %shost tier: (\{.*\})$" % (who + " " if who else ""), tap, re.M)
@@ -52,7 +66,7 @@ def fence_checks(where, **kw):
     reported landed at once) on greedy answers that differ, which serve-load names."""
     tap = soak("soak.sh", "async", delay="2ms", **kw)
     ok(passed(tap), "%s, host-tier loads delayed 2 ms a layer, async: every soak check passes"
-       % where, tap)
+       % where, failures(tap))
     hc = host_tier(tap)
     ok(hc.get("dsv4d_hostcache_loads_total", 0) > 0 and
        hc.get("dsv4d_hostcache_load_wait_seconds_total", 0) > 0,
