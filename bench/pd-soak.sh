@@ -7,8 +7,8 @@
 # PD_SOAK_SAMPLE seconds. At the end, as TAP: every request completed, was aborted by its
 # client or got a clean error (an OpenAI error event in its stream, one per request the
 # decode server counts as failed) and none was malformed or hung (bench/serve-load's read
-# timeout); /health still answers on every server; memory is flat (skipped under
-# AddressSanitizer, whose quarantine keeps freed memory resident); the pools are back to
+# timeout); /health still answers on every server; memory is flat (skipped under the
+# sanitizers, which keep memory resident beyond the servers' own); the pools are back to
 # their baseline (no request running or waiting, no kv page held outside the prefix cache,
 # nothing quarantined, state slots at most the cache's snapshots above the baseline); the
 # PD fault counters show the faults happened and were caught, and every retry answers a
@@ -74,11 +74,13 @@ daemons = [("decode", dec)] + [("prefill%d" % i, p) for i, p in enumerate(pre)]
 base = dict((n, d.wait_idle()) for n, d in daemons)
 
 
-def asan(d):
-    """Whether daemon d runs with AddressSanitizer (mapped libasan)."""
+def sanitized(d):
+    """Whether daemon d runs under AddressSanitizer or ThreadSanitizer (mapped libasan or
+    libtsan)."""
     try:
         with open("/proc/%d/maps" % d.proc.pid) as f:
-            return "libasan" in f.read()
+            maps = f.read()
+        return "libasan" in maps or "libtsan" in maps
     except OSError:
         return False
 
@@ -158,9 +160,10 @@ for n in names:
          % (n, vals[0], after_warm[0], ref, last, max(vals), slope))
 FLAT = ("resident memory flat: every server's last sample <= 1.1 x its sample after the "
         "warm-up (%.0fs)" % after_warm[0])
-if any(asan(d) for _, d in daemons):
-    skip(FLAT, "AddressSanitizer build: its quarantine keeps freed memory resident "
-         "(LeakSanitizer checks for leaks when each server exits)")
+if any(sanitized(d) for _, d in daemons):
+    skip(FLAT, "sanitizer build: AddressSanitizer's quarantine and ThreadSanitizer's shadow "
+         "keep memory resident beyond the servers' own (LeakSanitizer checks for leaks when "
+         "each server exits under AddressSanitizer)")
 else:
     ok(flat, FLAT, rows)
 

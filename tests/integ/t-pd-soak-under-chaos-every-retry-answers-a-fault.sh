@@ -4,8 +4,8 @@
 # corrupted, 10% dropped, 5% delayed), the async host tier in 8M pools, 40 streamed clients
 # (5% hanging up mid-stream) for 30 s, greedy requests from 16 recipes. Every pd-soak check
 # passes: no greedy answer differs from its recipe's first, none is malformed or hung,
-# memory is flat (not judged under AddressSanitizer, whose quarantine keeps freed memory
-# resident), the pools come back, the faults were caught, and every retry answers a
+# memory is flat (not judged under the sanitizers, which keep memory resident beyond the
+# servers' own), the pools come back, the faults were caught, and every retry answers a
 # counted fault (checksum mismatch or deadline): a control connection lost under load
 # would retry every lease on it. (The GPU's version, with hung transfers and 80 clients:
 # tests/gpu/t-gpu-soak-pd-async-host-tier-garbles-nothing.sh.)
