@@ -464,15 +464,16 @@ static void control_unfenced(mx *m, const char *indexk)
     control_done(m);
 }
 
-/* The chaos control's fault on this device (CHAOS_LABEL_FMT). */
-static bool chaos_drops(const mx *m)
+/* Whether the servers run on CUDA (which skips per-server-GPU transports and makes the
+ * chaos control drop transfers: CHAOS_LABEL_FMT). */
+static bool on_cuda(const mx *m)
 {
     return strcmp(m->o->device, "cuda") == 0;
 }
 
 static void chaos_label(const mx *m, char *buf, size_t len)
 {
-    snprintf(buf, len, CHAOS_LABEL_FMT, chaos_drops(m) ? "drop" : "corrupt");
+    snprintf(buf, len, CHAOS_LABEL_FMT, on_cuda(m) ? "drop" : "corrupt");
 }
 
 /* How many transfers transport/chaos dropped or corrupted (drops), from the count it logs
@@ -511,7 +512,7 @@ static void control_chaos(mx *m, const char *indexk, const char *golden)
     dsv4_matrix_row *row = row_add(m, label, true);
     if (!row)
         return;
-    bool drops = chaos_drops(m);
+    bool drops = on_cuda(m);
     deployment c = {.indexk = indexk,
                     .hostcache = "off",
                     .sched = "fcfs",
@@ -560,7 +561,7 @@ static void control_chaos(mx *m, const char *indexk, const char *golden)
 /* Sort the registry's plugins into runnable lists and skipped rows. */
 static void enumerate(mx *m)
 {
-    bool on_cuda = strcmp(m->o->device, "cuda") == 0;
+    bool cuda = on_cuda(m);
     for (size_t i = 0; i < dsv4_registry_count(m->reg); i++) {
         const dsv4_plugin_entry *e = dsv4_registry_entry(m->reg, i);
         char what[192], why[512] = "";
@@ -576,9 +577,9 @@ static void enumerate(mx *m)
                                                              : NULL;
         if (e->stage != DSV4_STAGE_OK)
             snprintf(why, sizeof(why), "plugin did not load (%s)", e->detail);
-        else if (!on_cuda && (e->desc->flags & (DSV4_PLUGIN_NEEDS_GPU | DSV4_PLUGIN_NEEDS_CUDA)))
+        else if (!cuda && (e->desc->flags & (DSV4_PLUGIN_NEEDS_GPU | DSV4_PLUGIN_NEEDS_CUDA)))
             snprintf(why, sizeof(why), "needs a GPU; the matrix runs device = cpu");
-        else if (on_cuda && (e->desc->flags & DSV4_PLUGIN_NEEDS_GPU) && l == &m->transport)
+        else if (cuda && (e->desc->flags & DSV4_PLUGIN_NEEDS_GPU) && l == &m->transport)
             snprintf(why, sizeof(why),
                      "needs a GPU for each server; the matrix runs every server on CUDA device 0");
         else if (e->desc->flags & DSV4_PLUGIN_TEST_ONLY) {
