@@ -10,6 +10,7 @@
  *                   [--steps 16] [--backend cuda|cpu] [--bw 4.3e12] [--profile]
  *                   [--parity OUT.safetensors] [--parity-steps 8] [--parity-prompt N]
  *                   [--modes fast,deterministic] [--host-logits] [--prefill 1024,8192,...]
+ *                   [--stagger N] [--temperature T] [--top-p P]
  * Prints one markdown table row per (mode, batch), progress on stderr. Needs
  * DSV4D_PLUGIN_PATH (indexk/fp8; indexk/f32 for --parity).
  *
@@ -17,7 +18,15 @@
  * once, batch B decodes the first B of them (8 warm-up steps, then --steps timed ones), so
  * the weights are uploaded and the prompts prefilled once per mode, not once per batch.
  * Sequence i's prompt is token (7919 i + 31 j) mod vocab at position j, the ids
- * bench/hf-decode.py feeds Hugging Face.
+ * bench/hf-decode.py feeds Hugging Face; it is --prompt + i mod --stagger tokens long
+ * (stagger 1: all alike). In step, every sequence completes its compressed rows on the same
+ * steps (a step completes the index-K rows of all or none); staggered by the compression
+ * rate (4), a quarter of them complete rows every step, as in a server whose requests
+ * arrived at different times.
+ *
+ * --temperature and --top-p: the device sampler draws every row's token with those
+ * parameters (the full-vocabulary ranking dsv4d's sampled requests take, a seeded draw a
+ * row and step) instead of the greedy choice.
  *
  * A step decodes as dsv4d serves: on the CUDA backend the greedy next token is chosen on the
  * device (dsv4_engine_decode_sample) and fed back, 4 bytes a row coming back to the host;
@@ -59,6 +68,7 @@
 #include <unistd.h>
 
 #include "core/engine/engine.h"
+#include "core/engine/sample.h"
 #include "core/model/checkpoint.h"
 #include "core/model/mkmodel.h"
 #include "core/model/safetensors.h"
@@ -75,7 +85,8 @@
 typedef struct bench_opts {
     uint32_t batch[MAX_BATCHES], n_batches, batch_max;
     uint32_t prefill[MAX_BATCHES], n_prefill, prefill_max; /* --prefill's prompt lengths */
-    unsigned prompt, steps, parity_steps, parity_prompt;
+    unsigned prompt, steps, parity_steps, parity_prompt, stagger;
+    double temperature, top_p; /* the rows' sampling; temperature 0: greedy */
     bool cuda, profile, host_logits;
     bool mode_off[2]; /* --modes: CUDA's fast (0) and deterministic (1) mode not asked for */
     double bw;
@@ -193,21 +204,23 @@ static dsv4_engine *engine_open(const dsv4_model *m, const dsv4_plugin_desc *ik,
     return dsv4_engine_new(m, &ec, err, errlen);
 }
 
-/* New sequences seqs[0..n) holding their prompts; logits (mode LAST) gets sequence 0's
- * last-position logits. 0 or the engine's status. */
-static int prompts_prefill(dsv4_engine *eng, uint32_t n, unsigned prompt, uint32_t *seqs,
-                           dsv4_logits_mode mode, float *logits)
+/* New sequences seqs[0..n) holding their prompts, sequence i's prompt + i % stagger tokens
+ * long; logits (mode LAST) gets sequence 0's last-position logits. 0 or the engine's
+ * status. */
+static int prompts_prefill(dsv4_engine *eng, uint32_t n, unsigned prompt, unsigned stagger,
+                           uint32_t *seqs, dsv4_logits_mode mode, float *logits)
 {
+    size_t most = (size_t)prompt + stagger - 1;
     uint32_t vocab = dsv4_engine_vocab(eng), *lens = calloc(n, sizeof(uint32_t));
-    int32_t *toks = calloc((size_t)n * prompt, sizeof(int32_t));
+    int32_t *toks = calloc((size_t)n * most, sizeof(int32_t));
     const int32_t **tp = calloc(n, sizeof(int32_t *));
     int rc = lens && toks && tp ? 0 : -ENOMEM;
     for (uint32_t i = 0; i < n && rc == 0; i++) {
         rc = dsv4_engine_seq_new(eng, &seqs[i]);
-        for (uint32_t j = 0; j < prompt; j++)
-            toks[(size_t)i * prompt + j] = (int32_t)((i * 7919u + j * 31u) % vocab);
-        tp[i] = toks + (size_t)i * prompt;
-        lens[i] = prompt;
+        lens[i] = prompt + i % stagger;
+        for (uint32_t j = 0; j < lens[i]; j++)
+            toks[i * most + j] = (int32_t)((i * 7919u + j * 31u) % vocab);
+        tp[i] = toks + i * most;
     }
     if (rc == 0)
         rc = dsv4_engine_prefill(eng, n, seqs, tp, lens, mode, mode ? &logits : NULL);
@@ -229,7 +242,8 @@ static int32_t argmax(const float *v, uint32_t n)
 /* What a benchmark step needs for up to batch_max rows. */
 typedef struct bench_step {
     bool sample;                /* choose on the device (else logits to the host) */
-    dsv4_sample_params *params; /* greedy */
+    dsv4_sample_params *params; /* every row's: greedy, or --temperature and --top-p */
+    dsv4_rng *rngs;             /* each row's draws */
     double *draws;              /* unused by greedy rows, but the call takes them */
     int32_t *next, *chosen;     /* the tokens fed, the tokens chosen */
     float *logits;
@@ -241,6 +255,8 @@ static int decode_step(dsv4_engine *eng, bench_step *st, uint32_t B, const uint3
 {
     if (!st->sample)
         return dsv4_engine_decode(eng, B, seqs, st->next, st->logits);
+    for (uint32_t i = 0; i < B; i++)
+        st->draws[i] = dsv4_sample_draw(&st->params[i], &st->rngs[i]);
     int rc = dsv4_engine_decode_sample(eng, B, seqs, st->next, st->params, st->draws, st->chosen);
     if (rc == 0)
         memcpy(st->next, st->chosen, B * sizeof(int32_t));
@@ -268,7 +284,7 @@ static int profiled_prefill(dsv4_engine *eng, unsigned len, uint32_t *seq, float
 #ifdef HAVE_CUDA
     int rc = dsv4_cuda_profile(true);
     if (rc == 0)
-        rc = prompts_prefill(eng, 1, len, seq, DSV4_LOGITS_LAST, logits);
+        rc = prompts_prefill(eng, 1, len, 1, seq, DSV4_LOGITS_LAST, logits);
     int stop = dsv4_cuda_profile(false);
     return rc != 0 ? rc : stop;
 #else
@@ -291,7 +307,7 @@ static int parity_run(const dsv4_model *m, const dsv4_plugin_desc *ik32, const b
     out->logits = calloc((size_t)(S + 1) * V, sizeof(float));
     int rc = out->tokens && out->logits ? 0 : -ENOMEM;
     if (rc == 0)
-        rc = prompts_prefill(eng, 1, o->parity_prompt, &seq, DSV4_LOGITS_LAST, out->logits);
+        rc = prompts_prefill(eng, 1, o->parity_prompt, 1, &seq, DSV4_LOGITS_LAST, out->logits);
     for (uint32_t s = 0; rc == 0 && s <= S; s++) {
         out->tokens[s] = argmax(out->logits + (size_t)s * V, V);
         if (s < S)
@@ -315,28 +331,38 @@ static int bench_run(const dsv4_model *m, const dsv4_plugin_desc *ik, const benc
     uint32_t N = o->batch_max;
     /* every batch adds its warm-up, timed and profiled tokens to the first B sequences */
     unsigned grow = o->n_batches * (WARMUP_STEPS + o->steps + 1);
-    uint32_t per = (o->prompt + grow + 255) / 256;
+    uint32_t per = (o->prompt + o->stagger - 1 + grow + 255) / 256;
     dsv4_engine *eng = engine_open(m, ik, DSV4_KV_BF16, N, N * per, o, mode, err, errlen);
     if (!eng)
         return DSV4_EFORMAT;
     uint32_t *seqs = calloc(N, sizeof(uint32_t));
     bench_step st = {.sample = o->cuda && !o->host_logits && dsv4_engine_samples(eng),
                      .params = calloc(N, sizeof(dsv4_sample_params)),
+                     .rngs = calloc(N, sizeof(dsv4_rng)),
                      .draws = calloc(N, sizeof(double)),
                      .next = calloc(N, sizeof(int32_t)),
                      .chosen = calloc(N, sizeof(int32_t)),
                      .logits = calloc((size_t)N * c->vocab_size, sizeof(float))};
-    int rc = seqs && st.params && st.draws && st.next && st.chosen && st.logits ? 0 : -ENOMEM;
+    int rc =
+        seqs && st.params && st.rngs && st.draws && st.next && st.chosen && st.logits ? 0 : -ENOMEM;
     double t0 = now_s();
     if (rc == 0)
-        rc = prompts_prefill(eng, N, o->prompt, seqs, DSV4_LOGITS_NONE, NULL);
+        rc = prompts_prefill(eng, N, o->prompt, o->stagger, seqs, DSV4_LOGITS_NONE, NULL);
     fprintf(stderr, "decode-e2e: %s: prefill of %u x %u tokens: %.1f s\n", mode_name(o, mode), N,
             o->prompt, now_s() - t0);
-    fprintf(stderr, "decode-e2e: %s: steps %s\n", mode_name(o, mode),
-            st.sample ? "choose greedy tokens on the device" : "copy every row's logits out");
+    if (!st.sample)
+        fprintf(stderr, "decode-e2e: %s: steps copy every row's logits out\n", mode_name(o, mode));
+    else if (o->temperature > 0)
+        fprintf(stderr, "decode-e2e: %s: steps sample on the device (temperature %g, top_p %g)\n",
+                mode_name(o, mode), o->temperature, o->top_p);
+    else
+        fprintf(stderr, "decode-e2e: %s: steps choose greedy tokens on the device\n",
+                mode_name(o, mode));
     for (uint32_t i = 0; i < N; i++) {
         st.next[i] = (int32_t)(i % c->vocab_size);
-        st.params[i] = (dsv4_sample_params){.temperature = 0, .top_p = 1, .top_k = 0};
+        st.params[i] = (dsv4_sample_params){
+            .temperature = (float)o->temperature, .top_p = (float)o->top_p, .top_k = 0};
+        dsv4_rng_seed(&st.rngs[i], i);
     }
     for (uint32_t b = 0; rc == 0 && b < o->n_batches; b++) {
         uint32_t B = o->batch[b];
@@ -362,6 +388,7 @@ static int bench_run(const dsv4_model *m, const dsv4_plugin_desc *ik, const benc
     dsv4_engine_free(eng);
     free(seqs);
     free(st.params);
+    free(st.rngs);
     free(st.draws);
     free(st.next);
     free(st.chosen);
@@ -434,7 +461,7 @@ static int prefill_run(const dsv4_model *m, const dsv4_plugin_desc *ik, const be
         bool prof = i >= 0 && o->profile && o->cuda;
         double t0 = now_s();
         rc = prof ? profiled_prefill(eng, len, &seq, logits)
-                  : prompts_prefill(eng, 1, len, &seq, DSV4_LOGITS_LAST, logits);
+                  : prompts_prefill(eng, 1, len, 1, &seq, DSV4_LOGITS_LAST, logits);
         double dt = now_s() - t0, rate = len * flops / dt;
         if (rc != 0)
             break;
@@ -493,7 +520,8 @@ int main(int argc, char **argv)
     const char *preset = "small", *model_dir = NULL, *batches = "1,2,4,8,16,32,64,128,256";
     const char *backend = "cuda", *parity = NULL, *modes_arg = "fast,deterministic";
     const char *prefill = NULL;
-    bench_opts o = {.prompt = 256, .steps = 16, .parity_steps = 8, .bw = 4.3e12};
+    bench_opts o = {
+        .prompt = 256, .steps = 16, .parity_steps = 8, .stagger = 1, .top_p = 1, .bw = 4.3e12};
     /* clang-format off */
     static const struct option opts[] = {
         {"preset", required_argument, NULL, 'p'},   {"batches", required_argument, NULL, 'b'},
@@ -503,6 +531,8 @@ int main(int argc, char **argv)
         {"parity", required_argument, NULL, 'y'},   {"parity-steps", required_argument, NULL, 'Y'},
         {"parity-prompt", required_argument, NULL, 'z'}, {"modes", required_argument, NULL, 'M'},
         {"host-logits", no_argument, NULL, 'L'}, {"prefill", required_argument, NULL, 'F'},
+        {"stagger", required_argument, NULL, 'g'}, {"temperature", required_argument, NULL, 'T'},
+        {"top-p", required_argument, NULL, 'U'},
         {NULL, 0, NULL, 0}};
     /* clang-format on */
     for (int ch; (ch = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
@@ -521,6 +551,9 @@ int main(int argc, char **argv)
         case 'M': modes_arg = optarg; break;
         case 'L': o.host_logits = true; break;
         case 'F': prefill = optarg; break;
+        case 'g': o.stagger = (unsigned)atoi(optarg); break;
+        case 'T': o.temperature = atof(optarg); break;
+        case 'U': o.top_p = atof(optarg); break;
         default: return 2;
         }
     }
@@ -529,9 +562,15 @@ int main(int argc, char **argv)
     o.mode_off[0] = o.cuda && !strstr(modes_arg, "fast");
     o.mode_off[1] = !strstr(modes_arg, "deterministic");
     if (list_parse(batches, 65536, o.batch, &o.n_batches, &o.batch_max) != 0 || o.prompt == 0 ||
-        o.steps == 0 ||
+        o.steps == 0 || o.stagger == 0 || o.stagger > 4096 ||
         (prefill && list_parse(prefill, 1u << 20, o.prefill, &o.n_prefill, &o.prefill_max) != 0)) {
-        fprintf(stderr, "decode-e2e: bad --batches, --prompt, --steps or --prefill\n");
+        fprintf(stderr, "decode-e2e: bad --batches, --prompt, --steps, --stagger or --prefill\n");
+        return 2;
+    }
+    if (!(o.temperature >= 0) || !(o.top_p > 0 && o.top_p <= 1) ||
+        (o.temperature > 0 && (!o.cuda || o.host_logits))) {
+        fprintf(stderr, "decode-e2e: --temperature (>= 0) and --top-p (0 < P <= 1) set the "
+                        "device sampler's rows: CUDA without --host-logits\n");
         return 2;
     }
     char dir[] = "/tmp/dsv4-bench-XXXXXX", err[512] = "";

@@ -6,8 +6,9 @@
  * --duration has passed. Request i draws its prompt length and max_tokens from the lists
  * given (a seeded hash of i, so a run is reproducible); half the prompts open with one
  * shared text of SHARED_LEN bytes (more than two 256-token pages with the byte tokenizer),
- * so the prefix cache is used as a chat service's system prompt uses it; greedy and
- * sampled requests alternate. --abort PCT of the requests hang up after a few tokens.
+ * so the prefix cache is used as a chat service's system prompt uses it; -G PCT of the
+ * requests (50) are greedy, the others sample (temperature 0.8, top_p 0.95), drawn by the
+ * same hash. --abort PCT of the requests hang up after a few tokens.
  * With -g K the greedy requests draw their prompt and max_tokens from K recipes instead, so
  * each recipe is asked many times, under other batches, cache states and (behind a PD
  * decode server) other prefill servers: every greedy answer read to its end must be the
@@ -64,7 +65,8 @@ typedef struct load_opts {
     int timeout; /* seconds a read may wait */
     uint32_t prompts[MAX_MIX], outs[MAX_MIX];
     int n_prompts, n_outs;
-    int recipes; /* -g: greedy requests draw from this many recipes; 0: each its own */
+    int recipes;    /* -g: greedy requests draw from this many recipes; 0: each its own */
+    int greedy_pct; /* -G: the requests that are greedy, in percent (the others sample) */
 } load_opts;
 
 /* Samples of one thread, merged at the end. */
@@ -150,6 +152,17 @@ static void report_bad(uint64_t i, const char *fmt, const char *detail)
     pthread_mutex_unlock(&report_mu);
 }
 
+/* Whether the request of hash h is greedy: -G percent of them. At 50, bit 33 alone (the
+ * mix of every run before -G); otherwise that bit and h's bits above it as a draw in 50ths,
+ * which adds the other half's share (above 50) or takes only part of this one's (below). */
+static bool request_greedy(uint64_t h)
+{
+    bool odd = (h >> 33) & 1;
+    uint64_t x = (h >> 34) % 50;
+    return opts.greedy_pct <= 50 ? odd && x < (uint64_t)opts.greedy_pct
+                                 : odd || x < (uint64_t)(opts.greedy_pct - 50);
+}
+
 /* The request body of request i; *max_tokens_p gets its max_tokens, *recipe_p the greedy
  * recipe it asks (-g) or -1. */
 static char *request_body(uint64_t i, uint32_t *max_tokens_p, int *recipe_p)
@@ -159,8 +172,9 @@ static char *request_body(uint64_t i, uint32_t *max_tokens_p, int *recipe_p)
                                         "server", "model", "the",   "of",      "and",
                                         "a",      "to",    "in",    "is",      "for"};
     uint64_t h = mix64(opts.seed ^ mix64(i));
+    bool greedy = request_greedy(h);
     *recipe_p = -1;
-    if (((h >> 33) & 1) && opts.recipes) { /* greedy: the recipe's draw, still greedy */
+    if (greedy && opts.recipes) { /* the recipe's draw */
         *recipe_p = (int)((h >> 40) % (uint64_t)opts.recipes);
         h = mix64(opts.seed ^ mix64(RECIPE_SALT ^ (uint64_t)*recipe_p)) | (uint64_t)1 << 33;
     }
@@ -185,7 +199,6 @@ static char *request_body(uint64_t i, uint32_t *max_tokens_p, int *recipe_p)
             prompt[n++] = ' ';
     }
     prompt[n] = '\0';
-    bool greedy = (h >> 33) & 1;
     json_t *body =
         json_pack("{s:s, s:i, s:b, s:b, s:{s:b}, s:f, s:f, s:I}", "prompt", prompt, "max_tokens",
                   (json_int_t)max_tokens, "ignore_eos", 1, "stream", 1, "stream_options",
@@ -600,7 +613,7 @@ static void usage(void)
     fprintf(stderr, "usage: serve-load [-H host] -P port [-c clients] [-n requests] [-d seconds]\n"
                     "                  [-a abort-percent] [-p prompt,lengths] [-o max,tokens]\n"
                     "                  [-s seed] [-k api-key] [-t read-timeout-seconds]\n"
-                    "                  [-g greedy-recipes]\n");
+                    "                  [-g greedy-recipes] [-G greedy-percent]\n");
     exit(2);
 }
 
@@ -613,11 +626,12 @@ static void merge(samples *into, samples *from)
 
 int main(int argc, char **argv)
 {
-    opts = (load_opts){.host = "127.0.0.1", .clients = 1, .seed = 1, .timeout = 600};
+    opts =
+        (load_opts){.host = "127.0.0.1", .clients = 1, .seed = 1, .timeout = 600, .greedy_pct = 50};
     opts.n_prompts = parse_mix("16,64,256,1024", opts.prompts);
     opts.n_outs = parse_mix("8,32,128", opts.outs);
     int c;
-    while ((c = getopt(argc, argv, "H:P:c:n:d:a:p:o:s:k:t:g:")) != -1) {
+    while ((c = getopt(argc, argv, "H:P:c:n:d:a:p:o:s:k:t:g:G:")) != -1) {
         switch (c) {
         case 'H': opts.host = optarg; break;
         case 'P': opts.port = optarg; break;
@@ -631,13 +645,14 @@ int main(int argc, char **argv)
         case 'k': opts.api_key = optarg; break;
         case 't': opts.timeout = atoi(optarg); break;
         case 'g': opts.recipes = atoi(optarg); break;
+        case 'G': opts.greedy_pct = atoi(optarg); break;
         default: usage();
         }
     }
     if (!opts.port || opts.clients < 1 || opts.clients > 4096 || opts.n_prompts < 1 ||
         opts.n_outs < 1 || opts.abort_pct < 0 || opts.abort_pct > 100 || opts.timeout < 1 ||
-        opts.recipes < 0 || opts.recipes > MAX_RECIPES || (!opts.requests && opts.duration <= 0) ||
-        optind != argc)
+        opts.recipes < 0 || opts.recipes > MAX_RECIPES || opts.greedy_pct < 0 ||
+        opts.greedy_pct > 100 || (!opts.requests && opts.duration <= 0) || optind != argc)
         usage();
 
     shared_text_fill();

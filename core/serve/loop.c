@@ -395,9 +395,12 @@ static void dsv4_serve_decode(dsv4_server *srv)
             srv->draws[i] = dsv4_sample_draw(&srv->params[i], &batch[i]->rng);
         }
     }
+    uint64_t t0 = dsv4_now_ns();
     int rc = device ? dsv4_engine_decode_sample(srv->eng, n, srv->seqs, srv->tokens, srv->params,
                                                 srv->draws, srv->next)
                     : dsv4_engine_decode(srv->eng, n, srv->seqs, srv->tokens, srv->logits);
+    dsv4_metric_add(DSV4_M_DECODE_SECONDS, dsv4_now_ns() - t0);
+    dsv4_metric_add(DSV4_M_DECODE_STEPS, 1);
     if (rc != 0) {
         dsv4_serve_fail(srv, batch, n, rc, "decode step");
         return;
@@ -445,8 +448,10 @@ static void dsv4_serve_prefill(dsv4_server *srv)
             srv->tokp[i] = batch[i]->toks + batch[i]->n_fed;
             srv->lptr[i] = srv->logits + (size_t)i * srv->vocab;
         }
+        uint64_t t0 = dsv4_now_ns();
         int rc = dsv4_engine_prefill(srv->eng, n, srv->seqs, srv->tokp, srv->lens, DSV4_LOGITS_LAST,
                                      srv->lptr);
+        dsv4_metric_add(DSV4_M_PREFILL_SECONDS, dsv4_now_ns() - t0);
         if (rc != 0) {
             dsv4_serve_fail(srv, batch, n, rc, "prefill step");
             return;

@@ -42,6 +42,13 @@ static const dsv4_metric_def dsv4_metric_defs[DSV4_M_COUNT] = {
                               "kv pages evicted from the prefix cache"},
     [DSV4_M_ENGINE_STEPS] = {"dsv4d_engine_steps_total", DSV4_MT_COUNTER,
                              "steps of the engine loop that ran the model"},
+    [DSV4_M_DECODE_STEPS] = {"dsv4d_engine_decode_steps_total", DSV4_MT_COUNTER,
+                             "decode steps the engine loop ran (one token of every decoding "
+                             "request)"},
+    [DSV4_M_DECODE_SECONDS] = {"dsv4d_engine_decode_seconds_total", DSV4_MT_COUNTER_NS,
+                               "time the engine loop spent in the model's decode steps"},
+    [DSV4_M_PREFILL_SECONDS] = {"dsv4d_engine_prefill_seconds_total", DSV4_MT_COUNTER_NS,
+                                "time the engine loop spent in the model's prefill steps"},
     [DSV4_M_PD_LEASES] = {"dsv4d_pd_leases_total", DSV4_MT_COUNTER,
                           "pd kv leases sent to prefill servers (retries included)"},
     [DSV4_M_PD_TRANSFER_BYTES] = {"dsv4d_pd_transfer_bytes_total", DSV4_MT_COUNTER,

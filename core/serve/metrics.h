@@ -21,6 +21,9 @@ typedef enum dsv4_metric {
     DSV4_M_RETRACTIONS,            /* dsv4d_retractions_total */
     DSV4_M_EVICTED_PAGES,          /* dsv4d_prefix_cache_evicted_pages_total */
     DSV4_M_ENGINE_STEPS,           /* dsv4d_engine_steps_total */
+    DSV4_M_DECODE_STEPS,           /* dsv4d_engine_decode_steps_total */
+    DSV4_M_DECODE_SECONDS,         /* dsv4d_engine_decode_seconds_total: kept in ns */
+    DSV4_M_PREFILL_SECONDS,        /* dsv4d_engine_prefill_seconds_total: kept in ns */
     DSV4_M_PD_LEASES,              /* dsv4d_pd_leases_total: leases sent (decode) */
     DSV4_M_PD_TRANSFER_BYTES,      /* dsv4d_pd_transfer_bytes_total */
     DSV4_M_PD_CHECKSUM_MISMATCHES, /* dsv4d_pd_checksum_mismatches_total */

@@ -122,13 +122,15 @@ def free_port():
 
 class Daemon:
     def __init__(self, server="", model="", extra="", kv_pool="64M",
-                 core="device = cpu\nthreads = 2\n", kv_dtype="f32"):
+                 core="device = cpu\nthreads = 2\n", kv_dtype="f32",
+                 mkmodel=("--preset", "tiny", "--seed", "5")):
         """server, model: more keys of those sections; extra: more sections; core: the
-        [core] keys (the CPU backend on 2 threads unless a caller picks another)."""
+        [core] keys (the CPU backend on 2 threads unless a caller picks another); mkmodel:
+        the `dsv4ctl mkmodel` arguments of the checkpoint served (the tiny model)."""
         self.tmp = tempfile.mkdtemp(prefix="dsv4-http.")
         atexit.register(self.stop)
         self.model = os.path.join(self.tmp, "model")
-        subprocess.run([DSV4CTL, "mkmodel", "--preset", "tiny", "--seed", "5", "-o", self.model],
+        subprocess.run([DSV4CTL, "mkmodel", *mkmodel, "-o", self.model],
                        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                        timeout=START_TIMEOUT)
         self.ini = os.path.join(self.tmp, "dsv4d.ini")

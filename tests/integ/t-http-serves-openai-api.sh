@@ -3,14 +3,16 @@
 # /health, /v1/models, /v1/completions and /v1/chat/completions whole and streamed (SSE
 # chunks that add up to the whole answer, [DONE] last, usage when asked), stop strings
 # (matched on the text, never returned, finish_reason stop), seeded sampling, logprobs,
-# /generate with token ids (its ids decode to the completion's text) and /metrics.
+# /generate with token ids (its ids decode to the completion's text) and /metrics (its
+# counters, the engine loop's decode steps and time in decode and prefill among them).
 exec python3 - <<'EOF'
-import os, sys
+import os, sys, time
 sys.dont_write_bytecode = True  # nothing written into the source tree
 sys.path.insert(0, os.path.join(os.environ.get("top_srcdir", "."), "tests", "integ"))
 from dsv4d_http import Daemon, plan, ok, is_, diag, done, byte_decode
 
-plan(45)
+plan(46)
+t_start = time.monotonic()
 d = Daemon()
 
 r = d.request("GET", "/health")
@@ -160,6 +162,11 @@ ok(r.status == 200 and r.headers.get("Content-Type", "").startswith("text/plain;
 m = d.metrics()
 ok(m.get("dsv4d_requests_total", 0) >= 15, "/metrics counts the requests", m)
 ok(m.get("dsv4d_generation_tokens_total", 0) >= 100, "/metrics counts generated tokens")
+busy = [m.get("dsv4d_engine_%s_seconds_total" % k, 0) for k in ("decode", "prefill")]
+ok(min(busy) > 0 and sum(busy) < time.monotonic() - t_start and
+   0 < m.get("dsv4d_engine_decode_steps_total", 0) <= m.get("dsv4d_engine_steps_total", 0),
+   "/metrics: the engine loop's decode steps, and its time in decode and prefill: more than "
+   "none, less than the run", m)
 m = d.wait_idle()
 ok(m.get("dsv4d_requests_running") == 0 and
    m.get("dsv4d_kv_pages_used", -1) - m.get("dsv4d_prefix_cache_pages", 0) == 0,

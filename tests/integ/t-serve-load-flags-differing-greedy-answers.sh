@@ -3,7 +3,8 @@
 # completions server (no dsv4d), so the soaks' garbling check is itself checked: where the
 # server answers a prompt the same every time, every repeat of a greedy recipe is compared
 # and none is bad; where a repeat's text differs (one byte, or one token shorter), serve-load
-# counts it bad, says where the answers part, and exits 1.
+# counts it bad, says where the answers part, and exits 1. -G sets the share of greedy
+# requests.
 export top_builddir="${top_builddir:-.}"
 exec python3 - <<'PYEOF'
 import hashlib, http.server, json, os, subprocess, sys, threading
@@ -67,7 +68,7 @@ def load(*extra):
     return r, res
 
 
-plan(6)
+plan(12)
 r, res = load("-g", "3")
 is_((r.returncode, res.get("bad")), (0, "0"), "answers the same every time: none is bad")
 ok(int(res.get("greedy_repeats", 0)) >= 20, "greedy recipes were asked again and compared "
@@ -83,6 +84,23 @@ ok("greedy answer differs from its recipe's first (recipe " in r.stderr and "byt
 r, res = load()
 is_((r.returncode, res.get("bad"), "greedy_repeats" in res), (0, "0", False),
     "without -g each request has its own prompt: nothing compared, nothing bad")
+state["mode"] = "stable"
+for pct, want in (("100", 60), ("0", 0)):
+    before = state["greedy"]
+    r, res = load("-G", pct)
+    is_((r.returncode, state["greedy"] - before), (0, want),
+        "-G %s: %d of the 60 requests greedy" % (pct, want))
+for pct, lo, hi in (("25", 5, 25), ("75", 35, 55)):
+    before = state["greedy"]
+    r, res = load("-G", pct)
+    got = state["greedy"] - before
+    ok(r.returncode == 0 and lo <= got <= hi,
+       "-G %s: about that share of the 60 requests greedy (%d)" % (pct, got))
+r, res = load("-G", "100", "-g", "3")
+is_((r.returncode, res.get("bad"), res.get("greedy_repeats")), (0, "0", "57"),
+    "-G 100 -g 3: every request asks one of 3 recipes, each repeat compared")
+r, _ = load("-G", "101")
+is_(r.returncode, 2, "-G 101: a usage error, exit 2")
 srv.shutdown()
 done()
 PYEOF
