@@ -75,10 +75,13 @@ def server_view(m0, m1, wall_s):
     steps = delta("dsv4d_engine_decode_steps_total") or 1
     decode_s, prefill_s = (delta("dsv4d_engine_%s_seconds_total" % k) for k in ("decode", "prefill"))
     tokens = delta("dsv4d_generation_tokens_total") - delta("dsv4d_requests_total")
-    return "%d | %.1f | %.2f | %.2f | %.2f | %.1f / %.2f" % (
+    return "%d | %.1f | %.2f | %.2f | %.2f | %.1f / %.2f | %d / %d (%.2f s) / %d" % (
         steps, tokens / steps, 1e3 * decode_s / steps, prefill_s,
         1e3 * max(wall_s - decode_s - prefill_s, 0) / steps,
-        mean_ms("dsv4d_time_to_first_token_seconds"), mean_ms("dsv4d_inter_token_latency_seconds"))
+        mean_ms("dsv4d_time_to_first_token_seconds"), mean_ms("dsv4d_inter_token_latency_seconds"),
+        delta("dsv4d_engine_graph_replays_total"), delta("dsv4d_engine_graph_captures_total"),
+        delta("dsv4d_engine_graph_capture_seconds_total"),
+        delta("dsv4d_engine_direct_passes_total"))
 
 
 run(4, 16, 999)  # warm-up: first pages touched, threads started
@@ -119,11 +122,14 @@ with open(os.environ["OUT"], "w") as f:
             "first token of each request comes from its prefill), ms a decode step in the "
             "model (dsv4d_engine_decode_seconds_total), seconds in prefill steps, the rest of "
             "the level's wall time a decode step (scheduling, delivery, idle), and the mean "
-            "TTFT / ITL as the loop emitted the tokens.\n\n")
+            "TTFT / ITL as the loop emitted the tokens; and the forward passes (prefill and "
+            "decode) replayed from CUDA graphs / recorded into one (the time recording took) "
+            "/ launched kernel by kernel (all 0 on the CPU).\n\n")
     f.write("| clients | requests | wall s | req/s | output tok/s | TTFT p50 / p90 / p99 ms "
             "| ITL p50 / p90 / p99 ms | decode steps | tokens a step | decode ms a step "
-            "| prefill s | other ms a step | server TTFT / ITL mean ms |\n"
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+            "| prefill s | other ms a step | server TTFT / ITL mean ms "
+            "| passes replayed / recorded / direct |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
     f.write("\n".join(rows) + "\n")
 print("serve-load.sh: wrote " + os.environ["OUT"])
 EOF

@@ -296,6 +296,17 @@ static int dsv4_engine_check(const dsv4_engine *eng, size_t n, const uint32_t *s
     return 0;
 }
 
+void dsv4_engine_graph_stats_get(const dsv4_engine *eng, dsv4_engine_graph_stats *st)
+{
+    *st = (dsv4_engine_graph_stats){0};
+#ifdef HAVE_CUDA
+    if (eng->cfwd)
+        dsv4_fwd_cuda_graph_stats(eng->cfwd, st);
+#else
+    (void)eng;
+#endif
+}
+
 /* One forward step of the built step entries on the engine's backend. */
 static int dsv4_engine_step(dsv4_engine *eng, uint32_t ns)
 {

@@ -105,6 +105,16 @@ int dsv4_engine_decode_sample(dsv4_engine *eng, size_t n, const uint32_t *seqs,
                               const int32_t *tokens, const dsv4_sample_params *params,
                               const double *draws, int32_t *next);
 
+/* The forward passes (prefill and decode steps) so far by how their layers ran on the
+ * CUDA backend: replayed from a captured CUDA graph, recorded into one (a step shape's
+ * second coming; then launched from it) and the time the recording took, or launched
+ * kernel by kernel (a shape's first coming, and everything where graphs cannot be used).
+ * All zero on the CPU backend. */
+typedef struct dsv4_engine_graph_stats {
+    uint64_t replayed, captured, direct, capture_ns;
+} dsv4_engine_graph_stats;
+void dsv4_engine_graph_stats_get(const dsv4_engine *eng, dsv4_engine_graph_stats *st);
+
 const dsv4_kv_pool *dsv4_engine_kv(const dsv4_engine *eng);
 /* The backend the engine runs on (CPU or CUDA, never AUTO). */
 dsv4_backend dsv4_engine_backend(const dsv4_engine *eng);

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/util/clock.h"
 #include "core/util/log.h"
 #include "kernels/cuda/model.h"
 #include "kernels/cuda/sample.h"
@@ -141,6 +142,7 @@ struct dsv4_fwd_cuda {
     fc_graph graphs[FC_GRAPHS];
     uint32_t graph_next; /* the entry the next new shape replaces */
     bool graphs_off;     /* a capture failed: every step runs its launches directly */
+    dsv4_engine_graph_stats graph_stats;
     dsv4_indexk_slot *ik_slots;
     float *ik_rows_host, *iq_host, *iw_host, *scores_host, *logits_host;
     uint8_t *ik_stage_host;
@@ -1270,8 +1272,11 @@ static int fc_graph_capture(dsv4_fwd_cuda *f, fc_graph *g, dsv4_kv_layer_view *v
 static int fc_body(dsv4_fwd_cuda *f)
 {
     dsv4_kv_layer_view views[DSV4_MAX_LAYERS];
-    if (f->graphs_off || f->ik_host_score || f->ik_host_store)
+    dsv4_engine_graph_stats *gs = &f->graph_stats;
+    if (f->graphs_off || f->ik_host_score || f->ik_host_store) {
+        gs->direct++;
         return fc_layers(f, false, NULL);
+    }
     fc_shape sh;
     memset(&sh, 0, sizeof(sh)); /* its padding too: shapes are compared by memcmp */
     sh.n_tok = f->st.n_tok;
@@ -1282,16 +1287,33 @@ static int fc_body(dsv4_fwd_cuda *f)
     sh.pages = f->pages.dev;
     bool seen;
     fc_graph *g = fc_graph_entry(f, &sh, &seen);
-    if (!seen)
+    if (!seen) {
+        gs->direct++;
         return fc_layers(f, false, NULL);
+    }
     for (uint32_t l = 0; l < f->c->n_layers; l++) {
         int rc = fc_layer_view(f, l, &views[l]);
         if (rc != 0)
             return rc;
     }
-    if (!g->graph && fc_graph_capture(f, g, views) != 0)
-        return fc_layers(f, true, views);
+    if (!g->graph) {
+        uint64_t t0 = dsv4_now_ns();
+        int rc = fc_graph_capture(f, g, views);
+        gs->capture_ns += dsv4_now_ns() - t0;
+        if (rc != 0) {
+            gs->direct++;
+            return fc_layers(f, true, views);
+        }
+        gs->captured++;
+    } else {
+        gs->replayed++;
+    }
     return dsv4_cuda_graph_launch(g->graph, f->stream);
+}
+
+void dsv4_fwd_cuda_graph_stats(const dsv4_fwd_cuda *f, dsv4_engine_graph_stats *st)
+{
+    *st = f->graph_stats;
 }
 
 int dsv4_fwd_cuda_step(dsv4_fwd_cuda *f, const dsv4_fwd_seq *seqs, size_t n_seqs)

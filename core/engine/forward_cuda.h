@@ -21,6 +21,7 @@
 #ifndef DSV4_CORE_FORWARD_CUDA_H
 #define DSV4_CORE_FORWARD_CUDA_H
 
+#include "core/engine/engine.h"
 #include "core/engine/forward.h"
 
 typedef struct dsv4_fwd_cuda dsv4_fwd_cuda;
@@ -32,5 +33,7 @@ dsv4_fwd_cuda *dsv4_fwd_cuda_new(const dsv4_fwd_conf *conf, bool deterministic, 
 void dsv4_fwd_cuda_free(dsv4_fwd_cuda *fwd);
 /* As dsv4_fwd_step; also -EIO when CUDA failed. */
 int dsv4_fwd_cuda_step(dsv4_fwd_cuda *fwd, const dsv4_fwd_seq *seqs, size_t n_seqs);
+/* The forward passes so far by how their layers ran (dsv4_engine_graph_stats_get). */
+void dsv4_fwd_cuda_graph_stats(const dsv4_fwd_cuda *fwd, dsv4_engine_graph_stats *st);
 
 #endif

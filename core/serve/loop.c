@@ -73,6 +73,12 @@ static void dsv4_serve_gauges(const dsv4_server *srv)
     dsv4_metric_set(DSV4_M_PAGES_USED, srv->n_pages - dsv4_kv_pages_free(pool));
     dsv4_metric_set(DSV4_M_PAGES_CACHED, dsv4_serve_cache_evictable_pages(srv));
     dsv4_metric_set(DSV4_M_SLOTS_USED, srv->n_slots - dsv4_kv_slots_free(pool));
+    dsv4_engine_graph_stats gs;
+    dsv4_engine_graph_stats_get(srv->eng, &gs);
+    dsv4_metric_set(DSV4_M_GRAPH_REPLAYS, (int64_t)gs.replayed);
+    dsv4_metric_set(DSV4_M_GRAPH_CAPTURES, (int64_t)gs.captured);
+    dsv4_metric_set(DSV4_M_GRAPH_CAPTURE_SECONDS, (int64_t)gs.capture_ns);
+    dsv4_metric_set(DSV4_M_DIRECT_PASSES, (int64_t)gs.direct);
     dsv4_serve_cache_metrics(srv);
 }
 

@@ -49,6 +49,16 @@ static const dsv4_metric_def dsv4_metric_defs[DSV4_M_COUNT] = {
                                "time the engine loop spent in the model's decode steps"},
     [DSV4_M_PREFILL_SECONDS] = {"dsv4d_engine_prefill_seconds_total", DSV4_MT_COUNTER_NS,
                                 "time the engine loop spent in the model's prefill steps"},
+    [DSV4_M_GRAPH_REPLAYS] = {"dsv4d_engine_graph_replays_total", DSV4_MT_COUNTER,
+                              "forward passes replayed from a captured CUDA graph"},
+    [DSV4_M_GRAPH_CAPTURES] = {"dsv4d_engine_graph_captures_total", DSV4_MT_COUNTER,
+                               "forward passes recorded into a CUDA graph (a step shape's "
+                               "second coming)"},
+    [DSV4_M_GRAPH_CAPTURE_SECONDS] = {"dsv4d_engine_graph_capture_seconds_total",
+                                      DSV4_MT_COUNTER_NS, "time spent recording CUDA graphs"},
+    [DSV4_M_DIRECT_PASSES] = {"dsv4d_engine_direct_passes_total", DSV4_MT_COUNTER,
+                              "forward passes launched kernel by kernel on the CUDA device (a "
+                              "step shape's first coming, or no graph possible)"},
     [DSV4_M_PD_LEASES] = {"dsv4d_pd_leases_total", DSV4_MT_COUNTER,
                           "pd kv leases sent to prefill servers (retries included)"},
     [DSV4_M_PD_TRANSFER_BYTES] = {"dsv4d_pd_transfer_bytes_total", DSV4_MT_COUNTER,

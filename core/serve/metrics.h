@@ -24,6 +24,10 @@ typedef enum dsv4_metric {
     DSV4_M_DECODE_STEPS,           /* dsv4d_engine_decode_steps_total */
     DSV4_M_DECODE_SECONDS,         /* dsv4d_engine_decode_seconds_total: kept in ns */
     DSV4_M_PREFILL_SECONDS,        /* dsv4d_engine_prefill_seconds_total: kept in ns */
+    DSV4_M_GRAPH_REPLAYS,          /* dsv4d_engine_graph_replays_total */
+    DSV4_M_GRAPH_CAPTURES,         /* dsv4d_engine_graph_captures_total */
+    DSV4_M_GRAPH_CAPTURE_SECONDS,  /* dsv4d_engine_graph_capture_seconds_total: kept in ns */
+    DSV4_M_DIRECT_PASSES,          /* dsv4d_engine_direct_passes_total */
     DSV4_M_PD_LEASES,              /* dsv4d_pd_leases_total: leases sent (decode) */
     DSV4_M_PD_TRANSFER_BYTES,      /* dsv4d_pd_transfer_bytes_total */
     DSV4_M_PD_CHECKSUM_MISMATCHES, /* dsv4d_pd_checksum_mismatches_total */

@@ -4,7 +4,8 @@
  * [core] deterministic = true bitwise the logits of the same tokens prefilled whole
  * (direct launches): one sequence alone and three side by side, with index-K rows stored
  * on the device (indexk fp8 and bf16, store_cuda) and chosen by the plugin's CUDA scorer
- * once more rows exist than index_topk. */
+ * once more rows exist than index_topk; and the engine's graph counts say the decode steps
+ * were in fact replayed. */
 #include "config.h"
 
 #include <stdlib.h>
@@ -51,6 +52,17 @@ static void check(const dsv4_model *m, const char *indexk, uint32_t n)
                memcmp(got[i], whole[i], (size_t)(PRE + i + DEC - (n - 1)) * V * sizeof(float)) == 0;
     ok(same, "indexk %s, %u sequence%s: prefill then %u decode steps = whole prefill, bitwise",
        indexk, n, n > 1 ? "s" : "", DEC - (n - 1));
+    /* the decode loop's shapes (n_new cycling with the index-K rows) each come once
+     * directly, once recorded, then replay: most steps are replays */
+    dsv4_engine_graph_stats gs;
+    dsv4_engine_graph_stats_get(e, &gs);
+    uint64_t passes = gs.replayed + gs.captured + gs.direct;
+    ok(gs.captured > 0 && gs.replayed >= DEC / 2 && passes >= DEC - (n - 1) + 2 &&
+           gs.capture_ns > 0,
+       "indexk %s, %u sequence%s: the decode steps were replayed from CUDA graphs (%llu "
+       "replayed, %llu recorded, %llu direct)",
+       indexk, n, n > 1 ? "s" : "", (unsigned long long)gs.replayed,
+       (unsigned long long)gs.captured, (unsigned long long)gs.direct);
     dsv4_engine_free(e);
     for (uint32_t i = 0; i < n; i++) {
         free(whole[i]);
@@ -68,7 +80,7 @@ int main(void)
     shape.index_dim = 64;
     shape.index_heads = 4;
     dsv4_model *m = dsv4_test_model_new(&shape, 9);
-    plan(4);
+    plan(8);
     check(m, "fp8", 1);
     check(m, "fp8", 3);
     check(m, "bf16", 1);

@@ -4,14 +4,15 @@
 # chunks that add up to the whole answer, [DONE] last, usage when asked), stop strings
 # (matched on the text, never returned, finish_reason stop), seeded sampling, logprobs,
 # /generate with token ids (its ids decode to the completion's text) and /metrics (its
-# counters, the engine loop's decode steps and time in decode and prefill among them).
+# counters, the engine loop's decode steps and time in decode and prefill among them, and
+# its CUDA graph counts at zero on the CPU).
 exec python3 - <<'EOF'
 import os, sys, time
 sys.dont_write_bytecode = True  # nothing written into the source tree
 sys.path.insert(0, os.path.join(os.environ.get("top_srcdir", "."), "tests", "integ"))
 from dsv4d_http import Daemon, plan, ok, is_, diag, done, byte_decode
 
-plan(46)
+plan(47)
 t_start = time.monotonic()
 d = Daemon()
 
@@ -167,6 +168,9 @@ ok(min(busy) > 0 and sum(busy) < time.monotonic() - t_start and
    0 < m.get("dsv4d_engine_decode_steps_total", 0) <= m.get("dsv4d_engine_steps_total", 0),
    "/metrics: the engine loop's decode steps, and its time in decode and prefill: more than "
    "none, less than the run", m)
+graphs = ["dsv4d_engine_graph_%s_total" % k for k in ("replays", "captures", "capture_seconds")]
+is_([m.get(k) for k in graphs + ["dsv4d_engine_direct_passes_total"]], [0, 0, 0, 0],
+    "/metrics: no CUDA graph or direct pass on the CPU backend")
 m = d.wait_idle()
 ok(m.get("dsv4d_requests_running") == 0 and
    m.get("dsv4d_kv_pages_used", -1) - m.get("dsv4d_prefix_cache_pages", 0) == 0,
