@@ -6,7 +6,11 @@
  *      32-bit key that orders like dsv4_k_topk: higher logit first, -0 as +0, NaN last);
  *   2. one cub::DeviceRadixSort of (key, id) over every sorted slot at once: the slot
  *      bits keep the rows apart, and the sort is stable with the ids starting ascending,
- *      so equal logits keep the lower id first;
+ *      so equal logits keep the lower id first. A row with 1 < top_k <= DSV4_CUDA_TOPK_MAX
+ *      (and below the vocabulary) takes no part in it: the indexer's exact top-k selection
+ *      (topk.cu, the same order) ranks its first top_k candidates into its slot, which is
+ *      all the steps below read of it (H200: the sort took 540 us for 64 rows of 129280
+ *      at top_k 50, bench/results/2026-11-29-sample-h200.md);
  *   3. for the drawing rows, over every multiprocessor: sp_runs computes each of the first
  *      k sorted candidates' probability with the CPU's formula and sums runs of them in
  *      order, sp_offsets scans the run sums (one block per row, a fixed order), sp_ends
@@ -21,6 +25,7 @@
  * segmented sort gives each row one block, which took 0.9 ms for one row of 129280
  * (bench/sample-decode); the device-wide sort spreads a row over every multiprocessor. */
 #include "kernels/cuda/sample.h"
+#include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/status.cuh"
 
 #include <cub/block/block_reduce.cuh>
@@ -44,10 +49,19 @@ struct dsv4_cuda_sampler {
     dsv4_cuda_sample_row *rows_dev; /* [max_rows] */
     uint32_t *map_host, *map_dev;   /* [2 * max_rows]: each row's slot (UINT32_MAX: no
                                        sort), then each slot's row */
-    double *run_sum, *run_off, *run_end; /* [max_rows * SP_RUNS] per sorted slot */
+    double *run_sum, *run_off, *run_end;    /* [max_rows * SP_RUNS] per sorted slot */
+    uint32_t *sel_rows_host, *sel_rows_dev; /* [max_rows]: vocab for a selected row, else 0 */
+    uint32_t *sel_idx; /* [max_rows * DSV4_CUDA_TOPK_MAX]: the selected rows' top-k */
     void *temp;
     size_t temp_bytes;
 };
+
+/* Whether a drawing row's candidates come from the top-k selection rather than the sort:
+ * 1 < top_k <= DSV4_CUDA_TOPK_MAX, below the vocabulary (sp_k's k is then top_k). */
+static inline bool sp_selected(const dsv4_cuda_sample_row *p, uint32_t vocab)
+{
+    return p->top_k > 1 && p->top_k <= DSV4_CUDA_TOPK_MAX && p->top_k < vocab;
+}
 
 /* Greedy as dsv4_sample decides it (the host sorts the other rows only). */
 __host__ __device__ static inline bool sp_greedy(const dsv4_cuda_sample_row *p)
@@ -89,6 +103,21 @@ __global__ void sp_prep(const float *logits, uint32_t vocab, const uint32_t *map
     uint32_t r = map[max_rows + c];
     if (j < vocab)
         keys[(size_t)c * vocab + j] = (uint64_t)c << 32 | sp_key(logits[(size_t)r * vocab + j]);
+}
+
+/* Selected slot c = first + blockIdx.y (row r): its top_k candidates from the top-k
+ * selection idx (kmax a row) into the sorted arrays, as the sort would have put them. */
+__global__ void sp_from_topk(const float *logits, uint32_t vocab, const uint32_t *map,
+                             uint32_t max_rows, uint32_t first, const dsv4_cuda_sample_row *rows,
+                             const uint32_t *idx, uint32_t kmax, uint64_t *keys, uint32_t *ids)
+{
+    uint32_t c = first + blockIdx.y, j = blockIdx.x * blockDim.x + threadIdx.x;
+    uint32_t r = map[max_rows + c];
+    if (j >= rows[r].top_k)
+        return;
+    uint32_t id = idx[(size_t)r * kmax + j];
+    ids[(size_t)c * vocab + j] = id;
+    keys[(size_t)c * vocab + j] = (uint64_t)c << 32 | sp_key(logits[(size_t)r * vocab + id]);
 }
 
 /* A candidate for the greedy choice. */
@@ -336,7 +365,8 @@ extern "C" dsv4_cuda_sampler *dsv4_cuda_sampler_new(uint32_t max_rows, uint32_t 
     s->max_rows = max_rows;
     s->vocab = vocab;
     s->map_host = (uint32_t *)calloc(2 * max_rows, sizeof(uint32_t));
-    bool ok = s->map_host && cudaMalloc(&s->keys_in, n * 8) == cudaSuccess &&
+    s->sel_rows_host = (uint32_t *)calloc(max_rows, sizeof(uint32_t));
+    bool ok = s->map_host && s->sel_rows_host && cudaMalloc(&s->keys_in, n * 8) == cudaSuccess &&
               cudaMalloc(&s->keys_out, n * 8) == cudaSuccess &&
               cudaMalloc(&s->ids_in, n * 4) == cudaSuccess &&
               cudaMalloc(&s->ids_out, n * 4) == cudaSuccess &&
@@ -344,7 +374,10 @@ extern "C" dsv4_cuda_sampler *dsv4_cuda_sampler_new(uint32_t max_rows, uint32_t 
               cudaMalloc(&s->map_dev, 2 * max_rows * sizeof(uint32_t)) == cudaSuccess &&
               cudaMalloc(&s->run_sum, max_rows * SP_RUNS * sizeof(double)) == cudaSuccess &&
               cudaMalloc(&s->run_off, max_rows * SP_RUNS * sizeof(double)) == cudaSuccess &&
-              cudaMalloc(&s->run_end, max_rows * SP_RUNS * sizeof(double)) == cudaSuccess;
+              cudaMalloc(&s->run_end, max_rows * SP_RUNS * sizeof(double)) == cudaSuccess &&
+              cudaMalloc(&s->sel_rows_dev, max_rows * sizeof(uint32_t)) == cudaSuccess &&
+              cudaMalloc(&s->sel_idx, (size_t)max_rows * DSV4_CUDA_TOPK_MAX * sizeof(uint32_t)) ==
+                  cudaSuccess;
     ok = ok && cub::DeviceRadixSort::SortPairs(nullptr, s->temp_bytes, s->keys_in, s->keys_out,
                                                s->ids_in, s->ids_out, (int)n, 0,
                                                32 + sp_slot_bits(max_rows)) == cudaSuccess;
@@ -374,7 +407,10 @@ extern "C" void dsv4_cuda_sampler_free(dsv4_cuda_sampler *s)
     cudaFree(s->run_off);
     cudaFree(s->run_end);
     cudaFree(s->temp);
+    cudaFree(s->sel_rows_dev);
+    cudaFree(s->sel_idx);
     free(s->map_host);
+    free(s->sel_rows_host);
     free(s);
 }
 
@@ -386,27 +422,38 @@ extern "C" int dsv4_cuda_sample(dsv4_cuda_sampler *s, const float *logits_dev, u
     if (n > s->max_rows)
         return -EINVAL;
     cudaStream_t st = (cudaStream_t)stream;
-    uint32_t V = s->vocab, m = 0, *map = s->map_host;
-    for (uint32_t i = 0; i < n; i++) {
-        bool sorted = !rows[i].skip && !sp_greedy(&rows[i]);
-        map[i] = sorted ? m : UINT32_MAX;
-        if (sorted)
-            map[s->max_rows + m++] = i;
-    }
+    uint32_t V = s->vocab, m = 0, ms = 0, kmax = 0, *map = s->map_host, *sel = s->sel_rows_host;
+    /* slots: the sorted rows first (the sort takes slots 0 .. ms - 1), then the selected */
+    for (int pass = 0; pass < 2; pass++)
+        for (uint32_t i = 0; i < n; i++) {
+            bool drawn = !rows[i].skip && !sp_greedy(&rows[i]);
+            bool selected = drawn && sp_selected(&rows[i], V);
+            if (pass == 0) {
+                map[i] = UINT32_MAX;
+                sel[i] = selected ? V : 0;
+                kmax = selected && rows[i].top_k > kmax ? rows[i].top_k : kmax;
+            }
+            if (drawn && selected == (pass == 1)) {
+                map[i] = m;
+                map[s->max_rows + m++] = i;
+            }
+            if (pass == 0 && drawn && !selected)
+                ms++;
+        }
     /* copies from pageable memory: they return once the host buffers are staged */
     int rc = dsv4_cuda_status(
         cudaMemcpyAsync(s->rows_dev, rows, n * sizeof(*rows), cudaMemcpyHostToDevice, st));
     if (rc == 0)
         rc = dsv4_cuda_status(cudaMemcpyAsync(s->map_dev, map, 2 * s->max_rows * sizeof(uint32_t),
                                               cudaMemcpyHostToDevice, st));
-    if (rc == 0 && m > 0) {
-        int items = (int)((size_t)m * V), end_bit = 32 + sp_slot_bits(m);
+    if (rc == 0 && ms > 0) {
+        int items = (int)((size_t)ms * V), end_bit = 32 + sp_slot_bits(ms);
         size_t temp_bytes = 0;
         if (cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, s->keys_in, s->keys_out, s->ids_in,
                                             s->ids_out, items, 0, end_bit) != cudaSuccess ||
             temp_bytes > s->temp_bytes)
             return -EIO;
-        dim3 grid((V + SP_PREP_THREADS - 1) / SP_PREP_THREADS, m);
+        dim3 grid((V + SP_PREP_THREADS - 1) / SP_PREP_THREADS, ms);
         sp_prep<<<grid, SP_PREP_THREADS, 0, st>>>(logits_dev, V, s->map_dev, s->max_rows,
                                                   s->keys_in);
         rc = dsv4_cuda_launch_status();
@@ -415,6 +462,19 @@ extern "C" int dsv4_cuda_sample(dsv4_cuda_sampler *s, const float *logits_dev, u
             rc = dsv4_cuda_status(
                 cub::DeviceRadixSort::SortPairs(s->temp, temp_bytes, s->keys_in, s->keys_out,
                                                 s->ids_in, s->ids_out, items, 0, end_bit, st));
+    }
+    if (rc == 0 && m > ms) {
+        rc = dsv4_cuda_status(cudaMemcpyAsync(s->sel_rows_dev, sel, n * sizeof(uint32_t),
+                                              cudaMemcpyHostToDevice, st));
+        if (rc == 0)
+            rc = dsv4_cuda_topk(logits_dev, V, s->sel_rows_dev, n, kmax, s->sel_idx, st);
+        if (rc == 0) {
+            dim3 grid((kmax + SP_PREP_THREADS - 1) / SP_PREP_THREADS, m - ms);
+            sp_from_topk<<<grid, SP_PREP_THREADS, 0, st>>>(logits_dev, V, s->map_dev, s->max_rows,
+                                                           ms, s->rows_dev, s->sel_idx, kmax,
+                                                           s->keys_out, s->ids_out);
+            rc = dsv4_cuda_launch_status();
+        }
     }
     /* the sort read the keys: their buffer now holds the probabilities */
     float *probs = (float *)s->keys_in;

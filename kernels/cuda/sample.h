@@ -48,8 +48,10 @@ void dsv4_cuda_sampler_free(dsv4_cuda_sampler *s);
 /* The rows' tokens: tokens_dev[i] for rows[i] (host memory, free to reuse on return),
  * i < n <= max_rows, from logits logits_dev[i * vocab ..]. One fixed sequence for the
  * whole batch (the rows' params up, a prep kernel, one radix sort of the rows that draw,
- * a pick kernel with one block per row); greedy rows skip the sort. Queues work only: 0,
- * -EINVAL (n too large), or -EIO. */
+ * a pick kernel with one block per row); greedy rows skip the sort, and drawing rows with
+ * 1 < top_k <= DSV4_CUDA_TOPK_MAX below the vocabulary take the exact top-k selection
+ * (dsv4_cuda_topk, the same order) instead. Queues work only: 0, -EINVAL (n too large), or
+ * -EIO. */
 int dsv4_cuda_sample(dsv4_cuda_sampler *s, const float *logits_dev, uint32_t n,
                      const dsv4_cuda_sample_row *rows, int32_t *tokens_dev, void *stream);
 
