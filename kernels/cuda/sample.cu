@@ -19,9 +19,9 @@
  *      row; the others find the run where the cumulative sum passes top_p * total, then
  *      the one where it passes the draw, and walk only those runs.
  *
- * Why a full sort rather than a select: top_k = 0 with top_p needs every candidate in
- * order anyway, and one stable radix sort keeps a single path whose order is exactly the
- * CPU's for every top_k. Why one device-wide sort rather than a segmented one: a
+ * Why a full sort for the other drawing rows rather than a select: top_k = 0 needs every
+ * candidate in order (the total sums them all, best first), and so does a top_k past what
+ * the selection takes. Why one device-wide sort rather than a segmented one: a
  * segmented sort gives each row one block, which took 0.9 ms for one row of 129280
  * (bench/sample-decode); the device-wide sort spreads a row over every multiprocessor. */
 #include "kernels/cuda/sample.h"
@@ -47,8 +47,8 @@ struct dsv4_cuda_sampler {
     uint32_t *ids_in;               /* [max_rows * vocab] 0..vocab-1 per row, written once */
     uint32_t *ids_out;              /* [max_rows * vocab] ids in sorted order */
     dsv4_cuda_sample_row *rows_dev; /* [max_rows] */
-    uint32_t *map_host, *map_dev;   /* [2 * max_rows]: each row's slot (UINT32_MAX: no
-                                       sort), then each slot's row */
+    uint32_t *map_host, *map_dev;   /* [2 * max_rows]: each row's slot (UINT32_MAX: none,
+                                       greedy or skipped), then each slot's row */
     double *run_sum, *run_off, *run_end;    /* [max_rows * SP_RUNS] per sorted slot */
     uint32_t *sel_rows_host, *sel_rows_dev; /* [max_rows]: vocab for a selected row, else 0 */
     uint32_t *sel_idx; /* [max_rows * DSV4_CUDA_TOPK_MAX]: the selected rows' top-k */
