@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/engine/graph_cache.h"
 #include "core/util/clock.h"
 #include "core/util/log.h"
 #include "kernels/cuda/model.h"
@@ -31,8 +32,6 @@
 /* The step's position bound (dsv4_cuda_step.pos_bound) is rounded up to a multiple of
  * this: a decode loop keeps one shape (and one CUDA graph) for this many positions. */
 #define FC_POS_BOUND_STEP 128u
-/* Step shapes remembered, each with its CUDA graph once it has been seen twice. */
-#define FC_GRAPHS 8
 /* The weights live in device chunks of FC_WCHUNK bytes (a larger weight gets a chunk of
  * its own), handed out in order: the thousands of weights of a Flash-sized model in a few
  * dozen allocations. */
@@ -67,12 +66,12 @@ typedef struct fc_shape {
     uint32_t n_tok, n_seqs, n_new, score_rows, pos_bound;
     const void *pages; /* the page list's device buffer, which may move as it grows */
 } fc_shape;
+_Static_assert(sizeof(fc_shape) <= DSV4_GRAPH_CACHE_KEY_BYTES, "a step shape is a graph cache key");
 
-typedef struct fc_graph {
-    fc_shape shape;
-    dsv4_cuda_graph *graph; /* NULL: seen once, not captured yet */
-    bool used;
-} fc_graph;
+static void fc_graph_free(void *graph)
+{
+    dsv4_cuda_graph_free(graph);
+}
 
 /* A host buffer and its device twin that grow on demand (fallback paths). */
 typedef struct fc_grow {
@@ -138,10 +137,9 @@ struct dsv4_fwd_cuda {
     uint32_t *hdesc;
     dsv4_cuda_step st;
     uint32_t n_seqs, n_pages_total, max_valid, n_new, n_touch, n_head;
-    uint32_t score_rows; /* the scores' row stride, 0 when no token chooses its rows */
-    fc_graph graphs[FC_GRAPHS];
-    uint32_t graph_next; /* the entry the next new shape replaces */
-    bool graphs_off;     /* a capture failed: every step runs its launches directly */
+    uint32_t score_rows;     /* the scores' row stride, 0 when no token chooses its rows */
+    dsv4_graph_cache graphs; /* step shapes met, with their CUDA graphs */
+    bool graphs_off;         /* a capture failed: every step runs its launches directly */
     dsv4_engine_graph_stats graph_stats;
     dsv4_indexk_slot *ik_slots;
     float *ik_rows_host, *iq_host, *iw_host, *scores_host, *logits_host;
@@ -598,6 +596,7 @@ dsv4_fwd_cuda *dsv4_fwd_cuda_new(const dsv4_fwd_conf *conf, bool deterministic, 
         snprintf(err, errlen, "forward (cuda): out of memory");
         return NULL;
     }
+    dsv4_graph_cache_init(&f->graphs, sizeof(fc_shape), fc_graph_free);
     f->m = m;
     f->c = c;
     f->pool = conf->pool;
@@ -692,8 +691,7 @@ void dsv4_fwd_cuda_free(dsv4_fwd_cuda *f)
     free(f->pages.host);
     dsv4_cuda_free(f->host_pages.dev);
     free(f->host_pages.host);
-    for (size_t i = 0; i < FC_GRAPHS; i++)
-        dsv4_cuda_graph_free(f->graphs[i].graph);
+    dsv4_graph_cache_clear(&f->graphs);
     dsv4_cuda_sampler_free(f->sampler);
     dsv4_cuda_blas_free(f->blas);
     dsv4_cuda_event_free(f->mix_join);
@@ -1224,34 +1222,14 @@ static int fc_layers(dsv4_fwd_cuda *f, bool prefenced, dsv4_kv_layer_view *views
     return rc;
 }
 
-/* The graph entry of this step's shape: found, or a fresh one that replaces the oldest;
- * *seen_p says whether the shape was met before. */
-static fc_graph *fc_graph_entry(dsv4_fwd_cuda *f, const fc_shape *sh, bool *seen_p)
-{
-    for (size_t i = 0; i < FC_GRAPHS; i++) {
-        fc_graph *g = &f->graphs[i];
-        if (g->used && !memcmp(&g->shape, sh, sizeof(*sh))) {
-            *seen_p = true;
-            return g;
-        }
-    }
-    fc_graph *g = &f->graphs[f->graph_next];
-    f->graph_next = (f->graph_next + 1) % FC_GRAPHS;
-    dsv4_cuda_graph_free(g->graph);
-    *g = (fc_graph){.graph = NULL, .used = true};
-    memcpy(&g->shape, sh, sizeof(*sh)); /* byte for byte, padding included */
-    *seen_p = false;
-    return g;
-}
-
-/* Record the layers into g's graph (the second time its shape comes), nothing launched.
+/* Record the layers into *graph_p (the second time their shape comes), nothing launched.
  * A failure turns graphs off for this forward; the caller then launches directly. */
-static int fc_graph_capture(dsv4_fwd_cuda *f, fc_graph *g, dsv4_kv_layer_view *views)
+static int fc_graph_capture(dsv4_fwd_cuda *f, dsv4_cuda_graph **graph_p, dsv4_kv_layer_view *views)
 {
     int rc = dsv4_cuda_capture_begin(f->stream);
     if (rc == 0) {
         int run = fc_layers(f, true, views);
-        rc = dsv4_cuda_capture_end(f->stream, run == 0, &g->graph);
+        rc = dsv4_cuda_capture_end(f->stream, run == 0, graph_p);
         if (rc == 0 && run != 0)
             rc = run;
     }
@@ -1286,7 +1264,7 @@ static int fc_body(dsv4_fwd_cuda *f)
     sh.pos_bound = f->st.pos_bound;
     sh.pages = f->pages.dev;
     bool seen;
-    fc_graph *g = fc_graph_entry(f, &sh, &seen);
+    void **slot = dsv4_graph_cache_slot(&f->graphs, &sh, &seen);
     if (!seen) {
         gs->direct++;
         return fc_layers(f, false, NULL);
@@ -1296,19 +1274,21 @@ static int fc_body(dsv4_fwd_cuda *f)
         if (rc != 0)
             return rc;
     }
-    if (!g->graph) {
+    dsv4_cuda_graph *graph = *slot;
+    if (!graph) {
         uint64_t t0 = dsv4_now_ns();
-        int rc = fc_graph_capture(f, g, views);
+        int rc = fc_graph_capture(f, &graph, views);
         gs->capture_ns += dsv4_now_ns() - t0;
         if (rc != 0) {
             gs->direct++;
             return fc_layers(f, true, views);
         }
+        *slot = graph;
         gs->captured++;
     } else {
         gs->replayed++;
     }
-    return dsv4_cuda_graph_launch(g->graph, f->stream);
+    return dsv4_cuda_graph_launch(graph, f->stream);
 }
 
 void dsv4_fwd_cuda_graph_stats(const dsv4_fwd_cuda *f, dsv4_engine_graph_stats *st)

@@ -4,6 +4,7 @@ core_libdsv4core_la_SOURCES += \
 	core/engine/kvpool.c core/engine/kvpool.h \
 	core/engine/backend.c core/engine/backend.h \
 	core/engine/forward.c core/engine/forward.h core/engine/forward_cuda.h \
+	core/engine/graph_cache.c core/engine/graph_cache.h \
 	core/engine/engine.c core/engine/engine.h core/engine/engine_priv.h \
 	core/engine/prefix.c \
 	core/engine/sample.c core/engine/sample.h
@@ -29,6 +30,8 @@ tests_unit_t_engine_pool_returns_to_baseline_SOURCES = \
 	tests/unit/t-engine-pool-returns-to-baseline.c $(ENGINE_TEST_HELPER)
 tests_unit_t_engine_pool_returns_to_baseline_LDADD = $(TEST_CORE_LIBS)
 ENGINE_TESTS += tests/unit/t-engine-backend-resolves-device
+ENGINE_TESTS += tests/unit/t-graph-cache-keeps-the-shape-met-every-step
+tests_unit_t_graph_cache_keeps_the_shape_met_every_step_LDADD = $(TEST_CORE_LIBS)
 tests_unit_t_engine_backend_resolves_device_SOURCES = \
 	tests/unit/t-engine-backend-resolves-device.c $(ENGINE_TEST_HELPER)
 tests_unit_t_engine_backend_resolves_device_LDADD = $(TEST_CORE_LIBS)
