@@ -47,9 +47,10 @@ static int default_dsv4d(char *buf, size_t len)
 
 static int usage(FILE *out, int status)
 {
-    fprintf(out, "usage: dsv4ctl matrix [--build DIR] [--dsv4d PATH] [--model DIR] [--quick] "
-                 "[--controls] [--sessions N] [--turns T] [--concurrency C] [--max-tokens M] "
-                 "[--seed S] [--threads N] [--device cpu|cuda] [--only TEXT] [--report FILE]\n");
+    fprintf(out, "usage: dsv4ctl [--plugin-dir DIR] matrix [--build DIR] [--dsv4d PATH] "
+                 "[--model DIR] [--quick] [--controls] [--sessions N] [--turns T] "
+                 "[--concurrency C] [--max-tokens M] [--seed S] [--threads N] "
+                 "[--device cpu|cuda] [--only TEXT] [--report FILE]\n");
     return status;
 }
 

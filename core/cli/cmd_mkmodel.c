@@ -16,7 +16,7 @@ static void usage(FILE *out)
     fprintf(out, "usage: dsv4ctl mkmodel --preset tiny|small|flash-shape [--seed N] "
                  "[--dtype f32|bf16|fp8]\n"
                  "                        [--names upstream|hf] [--shards N] [--threads N] "
-                 "-o DIR\n");
+                 "[--layers N] -o DIR\n");
 }
 
 /* An unsigned number in [lo, hi] into *v_p; false (with a message) otherwise. */
