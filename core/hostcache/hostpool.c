@@ -17,6 +17,7 @@ typedef struct dsv4_hp_ids {
     uint32_t *free;
     uint8_t *taken;
     uint32_t n_free;
+    uint32_t high_water; /* one past the highest id ever taken */
 } dsv4_hp_ids;
 
 struct dsv4_host_pool {
@@ -75,6 +76,8 @@ static int dsv4_hp_ids_alloc(dsv4_hp_ids *ids, uint32_t *id_p)
         return -ENOSPC;
     uint32_t id = ids->free[--ids->n_free];
     ids->taken[id] = 1;
+    if (id >= ids->high_water)
+        ids->high_water = id + 1;
     *id_p = id;
     return 0;
 }
@@ -179,4 +182,15 @@ uint32_t dsv4_host_pool_pages_free(const dsv4_host_pool *pool)
 uint32_t dsv4_host_pool_slots_free(const dsv4_host_pool *pool)
 {
     return pool->slots.n_free;
+}
+
+size_t dsv4_host_pool_high_water_bytes(const dsv4_host_pool *pool)
+{
+    size_t bytes = 0;
+    for (uint32_t i = 0; i < pool->layout.n_buffers; i++) {
+        const dsv4_kv_buffer *b = &pool->buffers[i];
+        bytes += b->block_bytes *
+                 (dsv4_buf_is_paged(b->kind) ? pool->pages.high_water : pool->slots.high_water);
+    }
+    return bytes;
 }

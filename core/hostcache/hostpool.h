@@ -35,5 +35,9 @@ int dsv4_host_pool_slot_alloc(dsv4_host_pool *pool, uint32_t *slot_p);
 void dsv4_host_pool_slot_free(dsv4_host_pool *pool, uint32_t slot);
 uint32_t dsv4_host_pool_pages_free(const dsv4_host_pool *pool);
 uint32_t dsv4_host_pool_slots_free(const dsv4_host_pool *pool);
+/* Bytes of every buffer up to the highest page and state block ever taken: the part of the
+ * slab written to so far, which stays resident (a free id is taken again before a fresh
+ * one, so this grows only while more are in use at once than ever before). */
+size_t dsv4_host_pool_high_water_bytes(const dsv4_host_pool *pool);
 
 #endif

@@ -393,5 +393,6 @@ void dsv4_hc_tier_stats(const dsv4_hc_tier *t, dsv4_hc_stats *stats_p)
     if (t->hp) {
         stats_p->host_pages_used = t->stats.host_pages - dsv4_host_pool_pages_free(t->hp);
         stats_p->host_slots_used = t->stats.host_slots - dsv4_host_pool_slots_free(t->hp);
+        stats_p->host_high_water_bytes = dsv4_host_pool_high_water_bytes(t->hp);
     }
 }

@@ -129,6 +129,7 @@ typedef struct dsv4_hc_stats {
     uint64_t load_wait_ns; /* time the forward spent waiting in the fence */
     uint32_t host_pages, host_pages_used;
     uint32_t host_slots, host_slots_used;
+    uint64_t host_high_water_bytes; /* dsv4_host_pool_high_water_bytes: never shrinks */
 } dsv4_hc_stats;
 void dsv4_hc_tier_stats(const dsv4_hc_tier *tier, dsv4_hc_stats *stats_p);
 

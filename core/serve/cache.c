@@ -266,4 +266,5 @@ void dsv4_serve_cache_metrics(const dsv4_server *srv)
     dsv4_metric_set(DSV4_M_HOST_PAGES_USED, st.host_pages_used);
     dsv4_metric_set(DSV4_M_HOST_PAGES_TOTAL, st.host_pages);
     dsv4_metric_set(DSV4_M_HOST_SLOTS_USED, st.host_slots_used);
+    dsv4_metric_set(DSV4_M_HOST_HIGH_WATER, (int64_t)st.host_high_water_bytes);
 }

@@ -100,6 +100,9 @@ static const dsv4_metric_def dsv4_metric_defs[DSV4_M_COUNT] = {
                                  "pages in the host tier (0 without one)"},
     [DSV4_M_HOST_SLOTS_USED] = {"dsv4d_kv_host_slots_used", DSV4_MT_GAUGE,
                                 "host tier state blocks holding prefix snapshots"},
+    [DSV4_M_HOST_HIGH_WATER] = {"dsv4d_kv_host_high_water_bytes", DSV4_MT_GAUGE,
+                                "host tier bytes up to its highest page and state block ever "
+                                "used: the host memory it has written to"},
     [DSV4_M_TTFT] = {"dsv4d_time_to_first_token_seconds", DSV4_MT_HISTOGRAM,
                      "time from submission to the first generated token"},
     [DSV4_M_ITL] = {"dsv4d_inter_token_latency_seconds", DSV4_MT_HISTOGRAM,

@@ -50,6 +50,7 @@ typedef enum dsv4_metric {
     DSV4_M_HOST_PAGES_USED,      /* dsv4d_kv_host_pages_used */
     DSV4_M_HOST_PAGES_TOTAL,     /* dsv4d_kv_host_pages_total */
     DSV4_M_HOST_SLOTS_USED,      /* dsv4d_kv_host_slots_used */
+    DSV4_M_HOST_HIGH_WATER,      /* dsv4d_kv_host_high_water_bytes */
     /* histograms (seconds) */
     DSV4_M_TTFT,                /* dsv4d_time_to_first_token_seconds */
     DSV4_M_ITL,                 /* dsv4d_inter_token_latency_seconds */

@@ -6,6 +6,7 @@
 #include <errno.h>
 
 #include "core/engine/kvpool.h"
+#include "core/hostcache/hostpool.h"
 #include "tests/tap.h"
 #include "tests/unit/engine-testmodel.h"
 #include "tests/unit/hostcache-testkit.h"
@@ -28,7 +29,7 @@ static dsv4_hc_residency evict(dsv4_hc_tier *t, dsv4_hc_entry *e)
 
 int main(void)
 {
-    plan(12);
+    plan(14);
     dsv4_registry *reg;
     const dsv4_plugin_desc *fp8 = dsv4_test_indexk(&reg, "fp8");
     dsv4_test_shape shape = dsv4_test_shape_default();
@@ -50,6 +51,9 @@ int main(void)
     dsv4_hc_tier_stats(wt.tier, &st);
     ok(dsv4_hc_entry_residency(&a) == DSV4_HC_GONE && st.host_pages_used == 0 && st.save_bytes > 0,
        "drop gives the host page back (%u used of %u)", st.host_pages_used, st.host_pages);
+    size_t page_bytes = dsv4_host_pool_page_bytes(dsv4_kv_pool_layout(pool));
+    is_int(st.host_high_water_bytes, page_bytes,
+           "the high-water mark stays at the one page written (%zu bytes)", page_bytes);
     /* fill the host pool, then one more backup is skipped, not an error */
     uint32_t cap = st.host_pages, i;
     dsv4_hc_entry e;
@@ -59,6 +63,10 @@ int main(void)
             break;
     }
     is_int(i, cap, "the host pool holds host_size / page bytes pages (%u)", cap);
+    dsv4_hc_tier_stats(wt.tier, &st);
+    is_int(st.host_high_water_bytes, (uint64_t)cap * page_bytes,
+           "filled, the high-water mark is every page (the page given back was taken again "
+           "first)");
     e = dsv4_hc_entry_on_device(cap);
     is_int(hit(wt.tier, &e), DSV4_HC_DEVICE, "with the host pool full a backup is skipped");
     hc_test_tier_free(&wt);
