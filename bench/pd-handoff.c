@@ -12,7 +12,6 @@
  */
 #include "config.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,7 +22,7 @@
 #include <dsv4d/transport.h>
 
 #include "bench/bench-util.h"
-#include "core/config/schema.h"
+#include "bench/bench-xfer.h"
 #include "core/engine/kvpool.h"
 #include "core/plugin/registry.h"
 #include "core/pd/checksum.h"
@@ -52,24 +51,6 @@ static dsv4_kv_pool *pool_new(const dsv4_indexk_ops *ik, uint32_t pages, bool sh
         memset(l->buffers[i].base, (int)(i * 7 + 1),
                l->buffers[i].block_bytes * l->buffers[i].n_blocks);
     return p;
-}
-
-static void *transport_new(const dsv4_plugin_desc *d, char **kv, int n_kv)
-{
-    void *conf = calloc(1, d->config_size ? d->config_size : 1);
-    char err[512];
-    if (!conf || dsv4_schema_defaults(d->options, conf, err, sizeof(err)) != 0)
-        die("transport config");
-    for (int i = 0; i < n_kv; i++) {
-        char *eq = strchr(kv[i], '=');
-        const dsv4_option *o = eq ? (*eq = 0, dsv4_schema_find(d->options, kv[i])) : NULL;
-        if (!o || dsv4_schema_set(o, conf, eq + 1, err, sizeof(err)) != 0)
-            die("bad transport key=value");
-    }
-    void *st;
-    if (d->init(dsv4_host_default(), conf, &st, err, sizeof(err)) != 0)
-        die(err);
-    return st;
 }
 
 int main(int argc, char **argv)
@@ -121,67 +102,35 @@ int main(int argc, char **argv)
     if (fork_rx) {
         child = fork();
         if (child == 0) {
-            rx = transport_new(tp, kv, n_kv);
-            uint64_t l64 = 0;
-            if (ops->expose(rx, dl, blob, &len) == 0)
-                l64 = len;
-            if (write(pipe_blob[1], &l64, 8) != 8 || write(pipe_blob[1], blob, len) != (ssize_t)len)
-                _exit(1);
+            rx = bench_transport_new(tp, kv, n_kv);
             char c;
-            if (read(pipe_done[0], &c, 1) != 1)
+            if (bench_send_exposed(ops, rx, dl, pipe_blob[1]) != 0 ||
+                read(pipe_done[0], &c, 1) != 1)
                 _exit(1);
             tp->fini(rx);
             _exit(0);
         }
-        uint64_t l64 = 0;
-        if (read(pipe_blob[0], &l64, 8) != 8 || l64 == 0 || l64 > sizeof(blob))
-            die("receiver failed to expose");
-        for (size_t got = 0; got < l64;) {
-            ssize_t r = read(pipe_blob[0], blob + got, l64 - got);
-            if (r <= 0)
-                die("blob");
-            got += (size_t)r;
-        }
-        len = l64;
+        len = bench_read_exposed(pipe_blob[0], blob, sizeof(blob));
     } else {
-        rx = transport_new(tp, kv, n_kv);
+        rx = bench_transport_new(tp, kv, n_kv);
         if (ops->expose(rx, dl, blob, &len) != 0)
             die("expose");
     }
-    void *tx = transport_new(tp, kv, n_kv), *peer;
+    void *tx = bench_transport_new(tp, kv, n_kv), *peer;
     char err[512];
     if (ops->attach(tx, sl, blob, len, &peer, err, sizeof(err)) != 0)
         die(err);
 
-    /* source pages 2..n+1 go to two destination runs, the second half first */
     uint32_t *sp = malloc(n * sizeof(*sp)), *dp = malloc(n * sizeof(*dp));
-    for (uint32_t i = 0; i < n; i++) {
-        sp[i] = 2 + i;
-        dp[i] = i < n / 2 ? n + 3 + i : i - n / 2;
-    }
+    bench_plan_pages(n, sp, dp);
     dsv4_xfer_run *runs = malloc(n * sizeof(*runs));
     size_t n_runs;
     if (dsv4_pd_plan_runs(sp, dp, n, runs, &n_runs) != 0)
         die("plan");
     dsv4_xfer_req req = {sizeof(req), 1, 1, runs, n_runs, true, 0, 1};
-    uint64_t bytes = 0;
-    for (uint32_t i = 0; i < sl->n_buffers; i++)
-        bytes += sl->buffers[i].block_bytes * (dsv4_buf_is_paged(sl->buffers[i].kind) ? n : 1);
-
+    uint64_t bytes = bench_request_bytes(sl, n);
     uint64_t *t = malloc((reps + 1) * sizeof(*t));
-    for (uint32_t r = 0; r <= reps; r++) { /* repetition 0 warms up */
-        void *x;
-        uint64_t t0 = bench_now_ns();
-        if (ops->post(tx, peer, &req, &x) != 0)
-            die("post");
-        int rc;
-        while ((rc = ops->poll(tx, x)) == -EAGAIN)
-            ;
-        t[r] = bench_now_ns() - t0;
-        ops->release(tx, x);
-        if (rc != 0)
-            die("transfer failed");
-    }
+    bench_time_transfers(ops, tx, peer, &req, t, reps); /* t[0] warms up */
     /* the last request landed whole (the receiver shares dst with us) */
     dsv4_pd_blocks a = {sp, n, true, 0}, b = {dp, n, true, 1};
     size_t cnt = dsv4_pd_sum_count(sl, &a);
@@ -195,7 +144,7 @@ int main(int argc, char **argv)
     uint64_t med = t[1 + reps / 2], best = t[1];
     printf("transport=%s options=\"", name);
     for (int i = 0; i < n_kv; i++)
-        printf("%s%s=%s", i ? " " : "", kv[i], kv[i] + strlen(kv[i]) + 1);
+        printf("%s%s", i ? " " : "", kv[i]);
     printf("\" processes=%d tokens=%u pages=%u runs=%zu buffers=%u bytes=%llu reps=%u "
            "median_ms=%.3f best_ms=%.3f gbps=%.2f",
            fork_rx ? 2 : 1, tokens, n, n_runs, sl->n_buffers, (unsigned long long)bytes, reps,

@@ -22,7 +22,6 @@
 #include "config.h"
 
 #include <cuda_runtime_api.h>
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,7 +32,7 @@
 #include <dsv4d/transport.h>
 
 #include "bench/bench-util.h"
-#include "core/config/schema.h"
+#include "bench/bench-xfer.h"
 #include "core/engine/kvpool.h"
 #include "core/pd/plan.h"
 #include "core/plugin/registry.h"
@@ -75,37 +74,6 @@ static dsv4_kv_pool *pool_new(const dsv4_indexk_ops *ik, uint32_t pages, bool fi
     return p;
 }
 
-/* The transport with its defaults and the --option keys (KEY=VALUE each). */
-static void *transport_new(const dsv4_plugin_desc *d, char **options, uint32_t n_options)
-{
-    void *conf = calloc(1, d->config_size ? d->config_size : 1), *st;
-    char err[512];
-    if (!conf || dsv4_schema_defaults(d->options, conf, err, sizeof(err)) != 0)
-        die("transport config");
-    for (uint32_t k = 0; k < n_options; k++) {
-        char *eq = strchr(options[k], '=');
-        if (!eq)
-            die("--option wants KEY=VALUE");
-        *eq = 0;
-        const dsv4_option *opt = dsv4_schema_find(d->options, options[k]);
-        if (!opt || dsv4_schema_set(opt, conf, eq + 1, err, sizeof(err)) != 0)
-            die(opt ? err : "--option: no such key");
-        *eq = '=';
-    }
-    if (d->init(dsv4_host_default(), conf, &st, err, sizeof(err)) != 0)
-        die(err);
-    return st;
-}
-
-/* Request pages: source 2..n+1 to destination pages n+3.. (first half) and 0.. (second). */
-static void plan_pages(uint32_t n, uint32_t *sp, uint32_t *dp)
-{
-    for (uint32_t i = 0; i < n; i++) {
-        sp[i] = 2 + i;
-        dp[i] = i < n / 2 ? n + 3 + i : i - n / 2;
-    }
-}
-
 /* The receiver's blocks of the last request (pages dp, state slot 1) hold fill(i): the
  * count of bytes that do not. */
 static size_t receiver_mismatches(const dsv4_kv_layout *l, uint32_t n)
@@ -114,7 +82,7 @@ static size_t receiver_mismatches(const dsv4_kv_layout *l, uint32_t n)
     size_t bad = 0;
     if (!sp || !dp)
         die("out of memory");
-    plan_pages(n, sp, dp);
+    bench_plan_pages(n, sp, dp);
     for (uint32_t i = 0; i < l->n_buffers; i++) {
         const dsv4_kv_buffer *b = &l->buffers[i];
         bool paged = dsv4_buf_is_paged(b->kind);
@@ -143,11 +111,8 @@ static void receiver(const dsv4_plugin_desc *tp, char **options, uint32_t n_opti
     cuda_ok(cudaSetDevice(0), "cudaSetDevice");
     dsv4_kv_pool *pool = pool_new(ik->ops, pages, false);
     const dsv4_transport_ops *ops = tp->ops;
-    void *rx = transport_new(tp, options, n_options);
-    static uint8_t blob[1 << 20];
-    size_t len = sizeof(blob);
-    uint64_t l64 = ops->expose(rx, dsv4_kv_pool_layout(pool), blob, &len) == 0 ? len : 0;
-    if (write(out, &l64, 8) != 8 || write(out, blob, l64) != (ssize_t)l64)
+    void *rx = bench_transport_new(tp, options, n_options);
+    if (bench_send_exposed(ops, rx, dsv4_kv_pool_layout(pool), out) != 0)
         _exit(1);
     uint32_t n;
     while (read(in, &n, 4) == 4 && n > 0) {
@@ -243,16 +208,8 @@ int main(int argc, char **argv)
     dsv4_kv_pool *src = pool_new(ik->ops, pages, true);
     const dsv4_kv_layout *sl = dsv4_kv_pool_layout(src);
     static uint8_t blob[1 << 20];
-    uint64_t len = 0;
-    if (read(from_rx[0], &len, 8) != 8 || len == 0 || len > sizeof(blob))
-        die("receiver failed to expose");
-    for (size_t got = 0; got < len;) {
-        ssize_t r = read(from_rx[0], blob + got, len - got);
-        if (r <= 0)
-            die("blob");
-        got += (size_t)r;
-    }
-    void *tx = transport_new(tp, options, n_options), *peer;
+    size_t len = bench_read_exposed(from_rx[0], blob, sizeof(blob));
+    void *tx = bench_transport_new(tp, options, n_options), *peer;
     char err[512];
     if (ops->attach(tx, sl, blob, len, &peer, err, sizeof(err)) != 0)
         die(err);
@@ -272,30 +229,15 @@ int main(int argc, char **argv)
     for (uint32_t k = 0; k < n_len; k++) {
         uint32_t n = (tokens[k] + PAGE_TOKENS - 1) / PAGE_TOKENS;
         size_t n_runs;
-        plan_pages(n, sp, dp);
+        bench_plan_pages(n, sp, dp);
         if (dsv4_pd_plan_runs(sp, dp, n, runs, &n_runs) != 0)
             die("plan");
         dsv4_xfer_req req = {sizeof(req), 1, 1, runs, n_runs, true, 0, 1};
-        uint64_t bytes = 0;
+        uint64_t bytes = bench_request_bytes(sl, n);
         uint32_t copies = 0;
-        for (uint32_t i = 0; i < sl->n_buffers; i++) {
-            bool paged = dsv4_buf_is_paged(sl->buffers[i].kind);
-            bytes += sl->buffers[i].block_bytes * (paged ? n : 1);
-            copies += paged ? (uint32_t)n_runs : 1;
-        }
-        for (uint32_t r = 0; r <= reps; r++) { /* repetition 0 warms up */
-            void *x;
-            uint64_t t0 = bench_now_ns();
-            if (ops->post(tx, peer, &req, &x) != 0)
-                die("post");
-            int rc;
-            while ((rc = ops->poll(tx, x)) == -EAGAIN)
-                ;
-            t[r] = bench_now_ns() - t0;
-            ops->release(tx, x);
-            if (rc != 0)
-                die("transfer failed");
-        }
+        for (uint32_t i = 0; i < sl->n_buffers; i++)
+            copies += dsv4_buf_is_paged(sl->buffers[i].kind) ? (uint32_t)n_runs : 1;
+        bench_time_transfers(ops, tx, peer, &req, t, reps); /* t[0] warms up */
         uint64_t bad = 1;
         if (write(to_rx[1], &n, 4) != 4 || read(from_rx[0], &bad, 8) != 8)
             die("receiver gone");

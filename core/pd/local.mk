@@ -59,7 +59,7 @@ tests_gpu_t_pd_checksum_on_device_matches_host_LDADD = $(TEST_CORE_LIBS) $(CUDA_
 
 # The handoff micro-benchmark (bench/pd-handoff.sh runs it); built with the tests only.
 check_PROGRAMS += bench/pd-handoff
-bench_pd_handoff_SOURCES = bench/pd-handoff.c $(BENCH_UTIL)
+bench_pd_handoff_SOURCES = bench/pd-handoff.c $(BENCH_UTIL) $(BENCH_XFER)
 bench_pd_handoff_LDADD = core/libdsv4core.la
 EXTRA_DIST += bench/pd-handoff.sh bench/pd-soak.sh
 

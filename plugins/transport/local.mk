@@ -172,6 +172,6 @@ dist_man_MANS += man/dsv4d-transport.5
 if HAVE_CUDA
 noinst_PROGRAMS += bench/pd-ipc-handoff
 endif
-bench_pd_ipc_handoff_SOURCES = bench/pd-ipc-handoff.c $(BENCH_UTIL)
+bench_pd_ipc_handoff_SOURCES = bench/pd-ipc-handoff.c $(BENCH_UTIL) $(BENCH_XFER)
 bench_pd_ipc_handoff_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
 bench_pd_ipc_handoff_LDADD = core/libdsv4core.la $(CUDA_LIBS)
