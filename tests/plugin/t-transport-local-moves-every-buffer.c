@@ -11,7 +11,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "core/pd/checksum.h"
 #include "tests/plugin/plugin-harness.h"
 #include "tests/plugin/transport-harness.h"
 #include "tests/tap.h"
@@ -21,21 +20,6 @@
 
 static const dsv4_plugin_desc *desc;
 static const dsv4_transport_ops *ops;
-
-/* Checksums of the request on the sending side, verified on the receiving side. */
-static bool sums_agree(const dsv4_kv_layout *src, const uint32_t *sp, const dsv4_kv_layout *dst,
-                       const uint32_t *dp, uint32_t n, uint32_t ss, uint32_t ds)
-{
-    dsv4_pd_blocks a = {sp, n, true, ss}, b = {dp, n, true, ds};
-    size_t cnt = dsv4_pd_sum_count(src, &a);
-    uint64_t *sums = malloc(cnt * sizeof(*sums));
-    dsv4_pd_sum_bad bad;
-    uint32_t n_bad;
-    bool fine = dsv4_pd_sum_compute(src, &a, sums, cnt) == 0 &&
-                dsv4_pd_sum_verify(dst, &b, sums, cnt, &bad, &n_bad) == 0;
-    free(sums);
-    return fine;
-}
 
 /* Bytes of every block of dst that is not in the request, compared with before. */
 static bool others_untouched(const dsv4_kv_layout *dst, const uint8_t *const *before,
@@ -149,7 +133,7 @@ int main(void)
        "every paged buffer at every page and every state buffer landed");
     ok(others_untouched(dst.l, (const uint8_t *const *)before, dp, 6, 0),
        "no other block of the receiver changed");
-    ok(sums_agree(src.l, sp, dst.l, dp, 6, 2, 0), "the checksums of both sides agree");
+    ok(tpool_sums_agree(src.l, sp, dst.l, dp, 6, 2, 0), "the checksums of both sides agree");
 
     dsv4_xfer_run bad_run = {0, PAGES - 1, 2};
     dsv4_xfer_req bad = {sizeof(bad), 7, 2, &bad_run, 1, false, 0, 0};
@@ -206,7 +190,7 @@ int main(void)
     tpool shared = tpool_new(PAGES, SLOTS, true, 2);
     len = expose(st, shared.l);
     ok(run_child(len, sp, dp, 6) == 0 && tpool_same(src.l, sp, shared.l, dp, 6, true, 2, 0) &&
-           sums_agree(src.l, sp, shared.l, dp, 6, 2, 0),
+           tpool_sums_agree(src.l, sp, shared.l, dp, 6, 2, 0),
        "another process writes every buffer of the request into a shared pool");
 
     snapshot_free(dst.l, before);

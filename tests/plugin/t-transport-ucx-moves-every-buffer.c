@@ -17,7 +17,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "core/pd/checksum.h"
 #include "tests/plugin/plugin-harness.h"
 #include "tests/plugin/transport-harness.h"
 #include "tests/tap.h"
@@ -27,20 +26,6 @@
 
 static const dsv4_plugin_desc *desc;
 static const dsv4_transport_ops *ops;
-
-static bool sums_agree(const dsv4_kv_layout *src, const uint32_t *sp, const dsv4_kv_layout *dst,
-                       const uint32_t *dp, uint32_t n, uint32_t ss, uint32_t ds)
-{
-    dsv4_pd_blocks a = {sp, n, true, ss}, b = {dp, n, true, ds};
-    size_t cnt = dsv4_pd_sum_count(src, &a);
-    uint64_t *sums = malloc(cnt * sizeof(*sums));
-    dsv4_pd_sum_bad bad;
-    uint32_t n_bad;
-    bool fine = dsv4_pd_sum_compute(src, &a, sums, cnt) == 0 &&
-                dsv4_pd_sum_verify(dst, &b, sums, cnt, &bad, &n_bad) == 0;
-    free(sums);
-    return fine;
-}
 
 static void reports(dsv4_diag *diag, const char *section, const char *key, const char *fmt, ...)
 {
@@ -148,7 +133,7 @@ static void over(const char *tls)
        "tls = %s: the receiver exposes its pool, the sender attaches (status %d, %d)", tls, st_tx,
        st_rx);
     ok(!(fails & 1) && tpool_same(src.l, sp, dst.l, dp, 6, true, 2, 0) &&
-           sums_agree(src.l, sp, dst.l, dp, 6, 2, 0),
+           tpool_sums_agree(src.l, sp, dst.l, dp, 6, 2, 0),
        "tls = %s: every buffer of the request landed and the checksums agree", tls);
     ok(!(fails & 2), "tls = %s: cancel of a finished transfer returns 0", tls);
     tpool_fill(src.l, 13);

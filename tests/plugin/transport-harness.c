@@ -2,9 +2,11 @@
 #include "tests/plugin/transport-harness.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "core/pd/checksum.h"
 #include "core/pd/plan.h"
 
 #include "tests/tap.h"
@@ -81,6 +83,20 @@ static int tx_loop(int (*fn)(void *, void *), void *state, void *xfer, uint32_t 
     for (uint32_t i = 0; i < ms && (rc = fn(state, xfer)) == -EAGAIN; i++)
         nanosleep(&(struct timespec){0, 1000000}, NULL);
     return rc;
+}
+
+bool tpool_sums_agree(const dsv4_kv_layout *src, const uint32_t *sp, const dsv4_kv_layout *dst,
+                      const uint32_t *dp, uint32_t n, uint32_t ss, uint32_t ds)
+{
+    dsv4_pd_blocks a = {sp, n, true, ss}, b = {dp, n, true, ds};
+    size_t cnt = dsv4_pd_sum_count(src, &a);
+    uint64_t *sums = malloc(cnt * sizeof(*sums));
+    dsv4_pd_sum_bad bad;
+    uint32_t n_bad;
+    bool fine = sums && dsv4_pd_sum_compute(src, &a, sums, cnt) == 0 &&
+                dsv4_pd_sum_verify(dst, &b, sums, cnt, &bad, &n_bad) == 0;
+    free(sums);
+    return fine;
 }
 
 int tx_wait(const dsv4_transport_ops *ops, void *state, void *xfer, uint32_t ms)

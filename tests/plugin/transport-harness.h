@@ -24,6 +24,10 @@ void tpool_fill(const dsv4_kv_layout *l, uint64_t seed);
 bool tpool_same(const dsv4_kv_layout *a, const uint32_t *src_pages, const dsv4_kv_layout *b,
                 const uint32_t *dst_pages, uint32_t n_pages, bool with_state, uint32_t src_slot,
                 uint32_t dst_slot);
+/* True when the checksums of a request's blocks in src (pages sp, state slot ss) verify
+ * against its blocks in dst (pages dp, slot ds), as a decode server checks a transfer. */
+bool tpool_sums_agree(const dsv4_kv_layout *src, const uint32_t *sp, const dsv4_kv_layout *dst,
+                      const uint32_t *dp, uint32_t n, uint32_t ss, uint32_t ds);
 
 /* Polls until the transfer leaves -EAGAIN, at most ms milliseconds (a guard against a
  * hung test, not a timing assertion); returns the last poll result. */
