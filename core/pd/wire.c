@@ -507,6 +507,14 @@ int dsv4_pd_frame_open(const uint8_t *key, size_t key_len, uint64_t expect_seq,
         dsv4_pd_msg_clear(&m);
         return DSV4_EFORMAT;
     }
+    /* the caps a sender obeys (dsv4_pd_msg_check) hold for what is read too, so a reader
+     * never accepts a message no sender could seal */
+    char why[256];
+    if (dsv4_pd_msg_check(&m, why, sizeof(why)) != 0) {
+        snprintf(err, errlen, "pd frame %s: malformed body (%s)", name, why);
+        dsv4_pd_msg_clear(&m);
+        return DSV4_EFORMAT;
+    }
     *m_p = m;
     return 0;
 }

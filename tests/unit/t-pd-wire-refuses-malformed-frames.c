@@ -68,7 +68,7 @@ static void le32(uint8_t *p, uint32_t v)
 
 int main(void)
 {
-    plan(36);
+    plan(37);
     int32_t tokens[] = {1, -2, 300000, 4};
     uint32_t pages[] = {9, 3, 4};
     uint64_t sums[] = {0x0123456789abcdefull, 0, ~0ull};
@@ -199,6 +199,12 @@ int main(void)
     f = raw(DSV4_PD_VERSION, DSV4_PD_LEASE, b, 37, &len);
     ok(refused(f, len, 0, ""), "the same body without the trailing byte opens");
     free(f);
+    le32(b + 24, UINT32_MAX); /* a first page no sender may seal (fuzz-pd-wire's finding) */
+    f = raw(DSV4_PD_VERSION, DSV4_PD_LEASE, b, 37, &len);
+    ok(refused(f, len, DSV4_EFORMAT, "too many tokens or pages"),
+       "a lease whose first page lies past the page cap is refused as the sender would");
+    free(f);
+    le32(b + 24, 0);
 
     memset(b, 0, sizeof(b));
     le32(b + 16, 1); /* status 1: positive statuses do not exist */
