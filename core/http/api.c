@@ -123,13 +123,6 @@ static int want_int(json_t *root, const char *name, json_int_t lo, json_int_t hi
  * only, refused otherwise rather than silently ignored. */
 static int check_unsupported(json_t *root, dsv4_api_error *err)
 {
-    static const char *const zero_numbers[] = {"presence_penalty", "frequency_penalty"};
-    for (size_t i = 0; i < sizeof(zero_numbers) / sizeof(*zero_numbers); i++) {
-        json_t *v = field(root, zero_numbers[i]);
-        if (v && (!json_is_number(v) || json_number_value(v) != 0))
-            return dsv4_api_fail(err, 400, "unsupported_parameter", zero_numbers[i],
-                                 "%s is not supported (only 0)", zero_numbers[i]);
-    }
     static const char *const one_ints[] = {"n", "best_of"};
     for (size_t i = 0; i < sizeof(one_ints) / sizeof(*one_ints); i++) {
         json_t *v = field(root, one_ints[i]);
@@ -301,7 +294,7 @@ static int parse_params(dsv4_api_request *req, dsv4_api_error *err)
 {
     json_t *root = req->root;
     dsv4_gen_params *p = &req->params;
-    double temperature = 1.0, top_p = 1.0;
+    double temperature = 1.0, top_p = 1.0, presence = 0, frequency = 0;
     json_int_t max_tokens = 0, top_k = 0, seed = 0, priority = 0;
     int rc = 0;
     const char *max_name =
@@ -311,6 +304,8 @@ static int parse_params(dsv4_api_request *req, dsv4_api_error *err)
         (rc = want_number(root, "temperature", 0, 2, &temperature, err)) ||
         (rc = want_number(root, "top_p", 0, 1, &top_p, err)) ||
         (rc = want_int(root, "top_k", -1, INT32_MAX, &top_k, err)) ||
+        (rc = want_number(root, "presence_penalty", -2, 2, &presence, err)) ||
+        (rc = want_number(root, "frequency_penalty", -2, 2, &frequency, err)) ||
         (rc = want_int(root, "seed", INT64_MIN, INT64_MAX, &seed, err)) ||
         (rc = want_int(root, "priority", INT32_MIN, INT32_MAX, &priority, err)) ||
         (rc = want_bool(root, "ignore_eos", &p->ignore_eos, err)) ||
@@ -322,6 +317,8 @@ static int parse_params(dsv4_api_request *req, dsv4_api_error *err)
     p->temperature = (float)temperature;
     p->top_p = (float)top_p;
     p->top_k = top_k < 0 ? 0 : (uint32_t)top_k; /* -1 is vLLM's "off" */
+    p->presence_penalty = (float)presence;
+    p->frequency_penalty = (float)frequency;
     p->seed = (uint64_t)seed;
     p->priority = (int32_t)priority;
 

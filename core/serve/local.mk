@@ -15,7 +15,8 @@ SERVE_HARNESS = tests/unit/serve-harness.c tests/unit/serve-harness.h $(ENGINE_T
 SERVE_LOOP_TESTS = tests/unit/t-serve-same-tokens-however-scheduled \
 	tests/unit/t-serve-admits-in-sched-order \
 	tests/unit/t-serve-cancel-and-stop-free-pages \
-	tests/unit/t-serve-stops-at-eos-and-max-tokens
+	tests/unit/t-serve-stops-at-eos-and-max-tokens \
+	tests/unit/t-serve-penalties-follow-openai-formula
 tests_unit_t_serve_same_tokens_however_scheduled_SOURCES = \
 	tests/unit/t-serve-same-tokens-however-scheduled.c $(SERVE_HARNESS)
 tests_unit_t_serve_same_tokens_however_scheduled_LDADD = $(TEST_CORE_LIBS) -lm
@@ -28,6 +29,9 @@ tests_unit_t_serve_cancel_and_stop_free_pages_LDADD = $(TEST_CORE_LIBS) -lm
 tests_unit_t_serve_stops_at_eos_and_max_tokens_SOURCES = \
 	tests/unit/t-serve-stops-at-eos-and-max-tokens.c $(SERVE_HARNESS)
 tests_unit_t_serve_stops_at_eos_and_max_tokens_LDADD = $(TEST_CORE_LIBS) -lm
+tests_unit_t_serve_penalties_follow_openai_formula_SOURCES = \
+	tests/unit/t-serve-penalties-follow-openai-formula.c $(SERVE_HARNESS)
+tests_unit_t_serve_penalties_follow_openai_formula_LDADD = $(TEST_CORE_LIBS) -lm
 SERVE_TESTS += $(SERVE_LOOP_TESTS)
 check_PROGRAMS += $(SERVE_TESTS)
 TESTS += $(SERVE_TESTS)

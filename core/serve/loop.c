@@ -11,7 +11,8 @@
  *      left to feed (the last sampled one); where the engine samples on its device (CUDA)
  *      the step brings back the batch's token ids only, each drawn with the request's own
  *      rng as the host sampler would, unless a request of the batch needs the logits (a
- *      logprob): then the whole batch takes the host path;
+ *      logprob, or presence and frequency penalties): then the whole batch takes the
+ *      host path;
  *   4. prefill: chunks for the running requests with more than one token to feed, up to
  *      [server] prefill_chunk tokens in the step. No chunk crosses a page boundary except
  *      at its end, so the state at every boundary can be kept for the prefix cache; a
@@ -42,6 +43,7 @@
 
 #include <dsv4d/sched.h>
 
+#include "core/engine/penalty.h"
 #include "core/serve/metrics.h"
 #include "core/serve/pd.h"
 #include "core/util/log.h"
@@ -190,26 +192,38 @@ static void dsv4_serve_emit(dsv4_server *srv, dsv4_sreq *r, int32_t tok, const f
         dsv4_serve_finish(srv, r, DSV4_EV_DONE, DSV4_FINISH_LENGTH, 0);
 }
 
-/* Sample r's next token from its logits on the host, deliver it, and end r when it is
- * done. */
+static bool dsv4_serve_penalized(const dsv4_sreq *r)
+{
+    return dsv4_penalty_active(r->params.presence_penalty, r->params.frequency_penalty);
+}
+
+/* Sample r's next token from its logits (less its penalties) on the host, deliver it, and
+ * end r when it is done. */
 static void dsv4_serve_token(dsv4_server *srv, dsv4_sreq *r, const float *logits)
 {
     if (r->pd) { /* a prefill server's lease: its KV goes to the decode server instead */
         dsv4_pd_prefill_handoff(srv, r);
         return;
     }
+    const float *choose = logits;
+    if (dsv4_serve_penalized(r)) {
+        dsv4_penalize(srv->penalized, logits, srv->vocab, r->toks + r->n_prompt, r->n_gen,
+                      r->params.presence_penalty, r->params.frequency_penalty, srv->pen_counts);
+        choose = srv->penalized;
+    }
     dsv4_sample_params sp = dsv4_serve_sample_params(r);
-    dsv4_serve_emit(srv, r, dsv4_sample(logits, srv->vocab, &sp, &r->rng, srv->scratch), logits);
+    dsv4_serve_emit(srv, r, dsv4_sample(choose, srv->vocab, &sp, &r->rng, srv->scratch), logits);
 }
 
 /* Whether the decode batch can take its tokens from the engine's device sampler: the
- * engine samples, and no request needs the logits (a logprob, a prefill lease). */
+ * engine samples, and no request needs the logits (a logprob, penalties, a prefill
+ * lease). */
 static bool dsv4_serve_device_samples(const dsv4_server *srv, dsv4_sreq *const *batch, uint32_t n)
 {
     if (!dsv4_engine_samples(srv->eng))
         return false;
     for (uint32_t i = 0; i < n; i++)
-        if (batch[i]->params.logprobs || batch[i]->pd)
+        if (batch[i]->params.logprobs || dsv4_serve_penalized(batch[i]) || batch[i]->pd)
             return false;
     return true;
 }

@@ -37,6 +37,8 @@ typedef struct dsv4_gen_params {
     int32_t priority;    /* for the priority sched plugin; larger first */
     bool logprobs;       /* fill dsv4_gen_event.logprob */
     bool ignore_eos;     /* keep going past the model's eos token */
+    /* OpenAI's penalties on tokens generated before (core/engine/penalty.h); 0 = off */
+    float presence_penalty, frequency_penalty;
 } dsv4_gen_params;
 
 typedef enum dsv4_gen_event_kind {

@@ -120,6 +120,8 @@ struct dsv4_server {
     bool keep_pages;       /* decode role: the cache keeps whole pages without a snapshot */
     float *logits;         /* [max_running][vocab] */
     void *scratch;         /* DSV4_SAMPLE_SCRATCH(vocab) */
+    float *penalized;      /* [vocab] a row's logits with its request's penalties */
+    uint32_t *pen_counts;  /* [vocab] dsv4_penalize's counters, zero between uses */
     dsv4_sreq **batch;     /* [max_running] */
     uint32_t *seqs, *lens; /* [max_running] */
     int32_t *tokens;       /* [max_running] */

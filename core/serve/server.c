@@ -115,6 +115,8 @@ static void dsv4_serve_free(dsv4_server *srv)
         srv->sched->fini(srv->sched_state);
     free(srv->logits);
     free(srv->scratch);
+    free(srv->penalized);
+    free(srv->pen_counts);
     free(srv->batch);
     free(srv->seqs);
     free(srv->lens);
@@ -164,6 +166,8 @@ dsv4_server *dsv4_server_start_opts(const dsv4_config *conf, const dsv4_model *m
     size_t R = srv->max_running;
     srv->logits = malloc(R * srv->vocab * sizeof(float));
     srv->scratch = malloc(DSV4_SAMPLE_SCRATCH(srv->vocab));
+    srv->penalized = malloc(srv->vocab * sizeof(float));
+    srv->pen_counts = calloc(srv->vocab, sizeof(uint32_t));
     srv->batch = calloc(R, sizeof(*srv->batch));
     srv->seqs = calloc(R, sizeof(uint32_t));
     srv->lens = calloc(R, sizeof(uint32_t));
@@ -173,8 +177,9 @@ dsv4_server *dsv4_server_start_opts(const dsv4_config *conf, const dsv4_model *m
     srv->next = calloc(R, sizeof(int32_t));
     srv->tokp = calloc(R, sizeof(*srv->tokp));
     srv->lptr = calloc(R, sizeof(*srv->lptr));
-    if (!srv->logits || !srv->scratch || !srv->batch || !srv->seqs || !srv->lens || !srv->tokens ||
-        !srv->params || !srv->draws || !srv->next || !srv->tokp || !srv->lptr) {
+    if (!srv->logits || !srv->scratch || !srv->penalized || !srv->pen_counts || !srv->batch ||
+        !srv->seqs || !srv->lens || !srv->tokens || !srv->params || !srv->draws || !srv->next ||
+        !srv->tokp || !srv->lptr) {
         snprintf(err, errlen, "server: out of memory");
         goto fail;
     }

@@ -3,7 +3,9 @@
 # /health, /v1/models, /v1/completions and /v1/chat/completions whole and streamed (SSE
 # chunks that add up to the whole answer, [DONE] last, usage when asked), stop strings
 # (matched on the text, never returned, finish_reason stop), seeded sampling, logprobs,
-# /generate with token ids (its ids decode to the completion's text) and /metrics (its
+# /generate with token ids (its ids decode to the completion's text), presence and
+# frequency penalties (a greedy answer repeats less under positive ones, more under
+# negative ones) and /metrics (its
 # counters, the engine loop's decode steps and time in decode and prefill among them, and
 # its CUDA graph counts at zero on the CPU).
 exec python3 - <<'EOF'
@@ -12,7 +14,7 @@ sys.dont_write_bytecode = True  # nothing written into the source tree
 sys.path.insert(0, os.path.join(os.environ.get("top_srcdir", "."), "tests", "integ"))
 from dsv4d_http import Daemon, plan, ok, is_, diag, done, byte_decode
 
-plan(47)
+plan(48)
 t_start = time.monotonic()
 d = Daemon()
 
@@ -76,6 +78,26 @@ is_(g["usage"], {"prompt_tokens": 6, "completion_tokens": 8, "total_tokens": 14}
     "/generate: usage")
 is_(byte_decode(g["output_ids"]), text,
     "/generate's ids decode (specials skipped, lossy UTF-8) to the completion text")
+
+
+def repeats(ids):
+    return len(ids) - len(set(ids))
+
+
+# --- presence and frequency penalties reach the sampler: greedy, a positive penalty makes
+# the answer repeat less than the plain one and a negative one more
+def penalized(v):
+    r = d.post("/generate", {"input_ids": prompt_ids, "max_tokens": 32, "temperature": 0,
+                             "ignore_eos": True, "frequency_penalty": v, "presence_penalty": v})
+    return r.status, r.json().get("output_ids", [])
+
+
+plain = penalized(0)[1]
+(st_pos, pos), (st_neg, neg) = penalized(2), penalized(-2)
+ok(st_pos == st_neg == 200 and len(pos) == len(neg) == 32 and pos != plain
+   and repeats(pos) <= repeats(plain) < repeats(neg),
+   "/generate with presence and frequency penalties: repeated ids of 32 at 2, 0 and -2: "
+   "%d, %d, %d" % (repeats(pos), repeats(plain), repeats(neg)), (pos, plain, neg))
 
 r = d.post("/v1/completions", dict(base, prompt=prompt_ids[1:]))
 ok(r.status == 200, "a token-id prompt is served", r.body)

@@ -29,7 +29,7 @@ static void refused(dsv4_api_kind kind, const char *body, const char *param, con
 
 int main(void)
 {
-    plan(42);
+    plan(46);
     dsv4_api_request req;
     const dsv4_api_kind C = DSV4_API_COMPLETION, CHAT = DSV4_API_CHAT, G = DSV4_API_GENERATE;
 
@@ -72,8 +72,22 @@ int main(void)
 
     is_int(parse(G, "{\"input_ids\":[5,6],\"max_tokens\":3,\"logprobs\":true}", &req), 0,
            "a /generate body parses");
-    ok(req.n_prompt_ids == 2 && req.params.logprobs, "input_ids and logprobs");
+    ok(req.n_prompt_ids == 2 && req.params.logprobs && req.params.presence_penalty == 0 &&
+           req.params.frequency_penalty == 0,
+       "input_ids and logprobs; the penalties default to 0");
     dsv4_api_request_free(&req);
+    is_int(parse(CHAT,
+                 "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],"
+                 "\"presence_penalty\":-2,\"frequency_penalty\":1.5}",
+                 &req),
+           0, "presence and frequency penalties parse");
+    ok(req.params.presence_penalty == -2.0f && req.params.frequency_penalty == 1.5f,
+       "the penalties' values");
+    dsv4_api_request_free(&req);
+    refused(C, "{\"prompt\":\"x\",\"presence_penalty\":2.5}", "presence_penalty",
+            "a presence penalty above 2");
+    refused(G, "{\"input_ids\":[1],\"frequency_penalty\":\"1\"}", "frequency_penalty",
+            "a frequency penalty as a string");
 
     refused(C, "{\"prompt\":\"x\"", NULL, "truncated JSON");
     refused(C, "[1,2]", NULL, "a body that is not an object");
