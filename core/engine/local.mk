@@ -7,7 +7,7 @@ core_libdsv4core_la_SOURCES += \
 	core/engine/graph_cache.c core/engine/graph_cache.h \
 	core/engine/engine.c core/engine/engine.h core/engine/engine_priv.h \
 	core/engine/prefix.c \
-	core/engine/penalty.c core/engine/penalty.h \
+	core/engine/adjust.c core/engine/adjust.h \
 	core/engine/sample.c core/engine/sample.h
 # the CUDA forward (its kernels come with kernels/libdsv4cudafwd.la, kernels/cuda/local.mk)
 if HAVE_CUDA

@@ -64,6 +64,7 @@ void dsv4_api_request_free(dsv4_api_request *req)
         free(req->messages[i].content);
     free(req->messages);
     free(req->prompt_ids);
+    free(req->logit_bias);
     json_decref(req->root);
     memset(req, 0, sizeof(*req));
 }
@@ -289,6 +290,47 @@ static int parse_stop(dsv4_api_request *req, dsv4_api_error *err)
     return 0;
 }
 
+/* logit_bias: an object of token ids (decimal strings, no sign or leading zero, so each
+ * id is named once) to biases from -100 to 100. */
+static int parse_logit_bias(dsv4_api_request *req, dsv4_api_error *err)
+{
+    json_t *lb = field(req->root, "logit_bias");
+    if (!lb)
+        return 0;
+    if (!json_is_object(lb))
+        return dsv4_api_fail(err, 400, "invalid_type", "logit_bias",
+                             "logit_bias must be an object of token ids to biases");
+    size_t n = json_object_size(lb);
+    if (n > DSV4_API_MAX_LOGIT_BIAS)
+        return dsv4_api_fail(err, 400, "invalid_value", "logit_bias",
+                             "logit_bias names %zu tokens (at most %d)", n,
+                             DSV4_API_MAX_LOGIT_BIAS);
+    if (n == 0)
+        return 0;
+    if (!(req->logit_bias = malloc(n * sizeof(*req->logit_bias))))
+        return dsv4_api_fail(err, 500, NULL, NULL, "out of memory");
+    const char *key;
+    json_t *v;
+    size_t i = 0;
+    json_object_foreach(lb, key, v)
+    {
+        size_t len = strlen(key);
+        bool canonical =
+            len > 0 && len <= 10 && strspn(key, "0123456789") == len && (key[0] != '0' || len == 1);
+        unsigned long long id = canonical ? strtoull(key, NULL, 10) : 0;
+        if (!canonical || id > INT32_MAX)
+            return dsv4_api_fail(err, 400, "invalid_value", "logit_bias",
+                                 "logit_bias key '%s' is not a token id", key);
+        if (!json_is_number(v) || !(json_number_value(v) >= -100 && json_number_value(v) <= 100))
+            return dsv4_api_fail(err, 400, "invalid_value", "logit_bias",
+                                 "logit_bias[%s] must be a number from -100 to 100", key);
+        req->logit_bias[i++] = (dsv4_logit_bias){(int32_t)id, (float)json_number_value(v)};
+    }
+    req->params.logit_bias = req->logit_bias;
+    req->params.n_logit_bias = (uint32_t)n;
+    return 0;
+}
+
 /* The sampling and length options every endpoint shares. */
 static int parse_params(dsv4_api_request *req, dsv4_api_error *err)
 {
@@ -319,6 +361,8 @@ static int parse_params(dsv4_api_request *req, dsv4_api_error *err)
     p->top_k = top_k < 0 ? 0 : (uint32_t)top_k; /* -1 is vLLM's "off" */
     p->presence_penalty = (float)presence;
     p->frequency_penalty = (float)frequency;
+    if ((rc = parse_logit_bias(req, err)))
+        return rc;
     p->seed = (uint64_t)seed;
     p->priority = (int32_t)priority;
 

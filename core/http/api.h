@@ -22,6 +22,8 @@
 #include "core/serve/serve.h"
 
 #define DSV4_API_MAX_STOPS 16
+/* logit_bias entries a request may name */
+#define DSV4_API_MAX_LOGIT_BIAS 1024
 
 typedef enum dsv4_api_kind {
     DSV4_API_COMPLETION, /* POST /v1/completions */
@@ -51,6 +53,8 @@ typedef struct dsv4_api_request {
     dsv4_gen_params params; /* max_tokens only meaningful when has_max_tokens */
     const char *stop[DSV4_API_MAX_STOPS];
     size_t n_stop;
+    dsv4_logit_bias *logit_bias; /* params.logit_bias points here (token ids not yet checked
+                                    against the vocabulary) */
     bool stream;
     bool include_usage; /* stream_options.include_usage */
 } dsv4_api_request;

@@ -524,7 +524,7 @@ static int prompt_ids(dsv4_http *http, dsv4_api_request *req, int32_t **ids_p, s
     return 0;
 }
 
-/* Check the prompt against the model and settle max_tokens. 0, or -EINVAL. */
+/* Check the prompt and logit_bias against the model and settle max_tokens. 0, or -EINVAL. */
 static int check_limits(dsv4_http *http, dsv4_api_request *req, const int32_t *ids, size_t n,
                         dsv4_api_error *err)
 {
@@ -538,6 +538,12 @@ static int check_limits(dsv4_http *http, dsv4_api_request *req, const int32_t *i
             return dsv4_api_fail(err, 400, "invalid_value", param,
                                  "%s[%zu] = %d is not a token id of this model (vocabulary of %u)",
                                  param, i, ids[i], vocab);
+    for (uint32_t i = 0; i < req->params.n_logit_bias; i++)
+        if ((uint32_t)req->params.logit_bias[i].token >= vocab)
+            return dsv4_api_fail(err, 400, "invalid_value", "logit_bias",
+                                 "logit_bias names %d, not a token id of this model (vocabulary "
+                                 "of %u)",
+                                 req->params.logit_bias[i].token, vocab);
     uint64_t want = (uint64_t)n + (req->has_max_tokens ? req->params.max_tokens : 1);
     if (want > ctx)
         return dsv4_api_fail(err, 400, "context_length_exceeded", param,

@@ -7,7 +7,7 @@ core_libdsv4core_la_SOURCES += \
 	core/serve/server.c core/serve/loop.c core/serve/cache.c
 
 SERVE_TESTS = tests/unit/t-metrics-render-prometheus-text
-tests_unit_t_metrics_render_prometheus_text_LDADD = $(TEST_CORE_LIBS)
+tests_unit_t_metrics_render_prometheus_text_LDADD = $(TEST_CORE_LIBS) -lpthread
 SERVE_TESTS += tests/unit/t-radix-match-insert-evict
 tests_unit_t_radix_match_insert_evict_LDADD = $(TEST_CORE_LIBS)
 # Serving-loop tests: servers over random in-memory models (the engine tests' helper).
@@ -16,7 +16,7 @@ SERVE_LOOP_TESTS = tests/unit/t-serve-same-tokens-however-scheduled \
 	tests/unit/t-serve-admits-in-sched-order \
 	tests/unit/t-serve-cancel-and-stop-free-pages \
 	tests/unit/t-serve-stops-at-eos-and-max-tokens \
-	tests/unit/t-serve-penalties-follow-openai-formula
+	tests/unit/t-serve-logit-bias-and-penalties-follow-openai
 tests_unit_t_serve_same_tokens_however_scheduled_SOURCES = \
 	tests/unit/t-serve-same-tokens-however-scheduled.c $(SERVE_HARNESS)
 tests_unit_t_serve_same_tokens_however_scheduled_LDADD = $(TEST_CORE_LIBS) -lm
@@ -29,9 +29,9 @@ tests_unit_t_serve_cancel_and_stop_free_pages_LDADD = $(TEST_CORE_LIBS) -lm
 tests_unit_t_serve_stops_at_eos_and_max_tokens_SOURCES = \
 	tests/unit/t-serve-stops-at-eos-and-max-tokens.c $(SERVE_HARNESS)
 tests_unit_t_serve_stops_at_eos_and_max_tokens_LDADD = $(TEST_CORE_LIBS) -lm
-tests_unit_t_serve_penalties_follow_openai_formula_SOURCES = \
-	tests/unit/t-serve-penalties-follow-openai-formula.c $(SERVE_HARNESS)
-tests_unit_t_serve_penalties_follow_openai_formula_LDADD = $(TEST_CORE_LIBS) -lm
+tests_unit_t_serve_logit_bias_and_penalties_follow_openai_SOURCES = \
+	tests/unit/t-serve-logit-bias-and-penalties-follow-openai.c $(SERVE_HARNESS)
+tests_unit_t_serve_logit_bias_and_penalties_follow_openai_LDADD = $(TEST_CORE_LIBS) -lm
 SERVE_TESTS += $(SERVE_LOOP_TESTS)
 check_PROGRAMS += $(SERVE_TESTS)
 TESTS += $(SERVE_TESTS)

@@ -11,7 +11,7 @@
  *      left to feed (the last sampled one); where the engine samples on its device (CUDA)
  *      the step brings back the batch's token ids only, each drawn with the request's own
  *      rng as the host sampler would, unless a request of the batch needs the logits (a
- *      logprob, or presence and frequency penalties): then the whole batch takes the
+ *      logprob, or logit_bias and penalties to apply): then the whole batch takes the
  *      host path;
  *   4. prefill: chunks for the running requests with more than one token to feed, up to
  *      [server] prefill_chunk tokens in the step. No chunk crosses a page boundary except
@@ -43,7 +43,6 @@
 
 #include <dsv4d/sched.h>
 
-#include "core/engine/penalty.h"
 #include "core/serve/metrics.h"
 #include "core/serve/pd.h"
 #include "core/util/log.h"
@@ -142,6 +141,7 @@ void dsv4_serve_finish(dsv4_server *srv, dsv4_sreq *r, dsv4_gen_event_kind kind,
                          .cached_tokens = r->cached,
                          .completion_tokens = r->n_gen};
     r->fn(r->ctx, &ev);
+    free(r->bias);
     free(r->toks);
     free(r);
 }
@@ -192,13 +192,20 @@ static void dsv4_serve_emit(dsv4_server *srv, dsv4_sreq *r, int32_t tok, const f
         dsv4_serve_finish(srv, r, DSV4_EV_DONE, DSV4_FINISH_LENGTH, 0);
 }
 
-static bool dsv4_serve_penalized(const dsv4_sreq *r)
+static dsv4_logit_adjust dsv4_serve_adjust(const dsv4_sreq *r)
 {
-    return dsv4_penalty_active(r->params.presence_penalty, r->params.frequency_penalty);
+    return (dsv4_logit_adjust){r->params.presence_penalty, r->params.frequency_penalty,
+                               r->params.logit_bias, r->params.n_logit_bias};
 }
 
-/* Sample r's next token from its logits (less its penalties) on the host, deliver it, and
- * end r when it is done. */
+static bool dsv4_serve_adjusts(const dsv4_sreq *r)
+{
+    dsv4_logit_adjust a = dsv4_serve_adjust(r);
+    return dsv4_logit_adjust_active(&a);
+}
+
+/* Sample r's next token from its logits (as its logit_bias and penalties adjust them) on
+ * the host, deliver it, and end r when it is done. */
 static void dsv4_serve_token(dsv4_server *srv, dsv4_sreq *r, const float *logits)
 {
     if (r->pd) { /* a prefill server's lease: its KV goes to the decode server instead */
@@ -206,24 +213,25 @@ static void dsv4_serve_token(dsv4_server *srv, dsv4_sreq *r, const float *logits
         return;
     }
     const float *choose = logits;
-    if (dsv4_serve_penalized(r)) {
-        dsv4_penalize(srv->penalized, logits, srv->vocab, r->toks + r->n_prompt, r->n_gen,
-                      r->params.presence_penalty, r->params.frequency_penalty, srv->pen_counts);
-        choose = srv->penalized;
+    dsv4_logit_adjust a = dsv4_serve_adjust(r);
+    if (dsv4_logit_adjust_active(&a)) {
+        dsv4_logit_adjust_apply(srv->adjusted, logits, srv->vocab, &a, r->toks + r->n_prompt,
+                                r->n_gen, srv->counts);
+        choose = srv->adjusted;
     }
     dsv4_sample_params sp = dsv4_serve_sample_params(r);
     dsv4_serve_emit(srv, r, dsv4_sample(choose, srv->vocab, &sp, &r->rng, srv->scratch), logits);
 }
 
 /* Whether the decode batch can take its tokens from the engine's device sampler: the
- * engine samples, and no request needs the logits (a logprob, penalties, a prefill
- * lease). */
+ * engine samples, and no request needs the logits (a logprob, logit adjustments, a
+ * prefill lease). */
 static bool dsv4_serve_device_samples(const dsv4_server *srv, dsv4_sreq *const *batch, uint32_t n)
 {
     if (!dsv4_engine_samples(srv->eng))
         return false;
     for (uint32_t i = 0; i < n; i++)
-        if (batch[i]->params.logprobs || dsv4_serve_penalized(batch[i]) || batch[i]->pd)
+        if (batch[i]->params.logprobs || dsv4_serve_adjusts(batch[i]) || batch[i]->pd)
             return false;
     return true;
 }

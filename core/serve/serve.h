@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "core/config/config.h"
+#include "core/engine/adjust.h"
 #include "core/engine/engine.h"
 
 typedef struct dsv4_server dsv4_server;
@@ -37,8 +38,12 @@ typedef struct dsv4_gen_params {
     int32_t priority;    /* for the priority sched plugin; larger first */
     bool logprobs;       /* fill dsv4_gen_event.logprob */
     bool ignore_eos;     /* keep going past the model's eos token */
-    /* OpenAI's penalties on tokens generated before (core/engine/penalty.h); 0 = off */
+    /* OpenAI's logit adjustments (core/engine/adjust.h): penalties on tokens generated
+     * before (0 = off) and logit_bias (n_logit_bias entries, each token once; read at
+     * submit, the server keeps a copy) */
     float presence_penalty, frequency_penalty;
+    const dsv4_logit_bias *logit_bias;
+    uint32_t n_logit_bias;
 } dsv4_gen_params;
 
 typedef enum dsv4_gen_event_kind {

@@ -70,6 +70,7 @@ typedef struct dsv4_sreq {
     /* the prompt, then the generated tokens: [n_prompt + params.max_tokens] */
     int32_t *toks;
     uint32_t n_prompt, n_gen;
+    dsv4_logit_bias *bias; /* params.logit_bias's copy, which params points at */
     dsv4_rng rng;
     uint64_t t_submit_ns, t_token_ns;
     uint32_t cached; /* prompt tokens the first admission took from the cache */
@@ -120,8 +121,8 @@ struct dsv4_server {
     bool keep_pages;       /* decode role: the cache keeps whole pages without a snapshot */
     float *logits;         /* [max_running][vocab] */
     void *scratch;         /* DSV4_SAMPLE_SCRATCH(vocab) */
-    float *penalized;      /* [vocab] a row's logits with its request's penalties */
-    uint32_t *pen_counts;  /* [vocab] dsv4_penalize's counters, zero between uses */
+    float *adjusted;       /* [vocab] a row's logits as its request adjusts them */
+    uint32_t *counts;      /* [vocab] dsv4_logit_adjust_apply's counters, zero between */
     dsv4_sreq **batch;     /* [max_running] */
     uint32_t *seqs, *lens; /* [max_running] */
     int32_t *tokens;       /* [max_running] */

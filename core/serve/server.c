@@ -115,8 +115,8 @@ static void dsv4_serve_free(dsv4_server *srv)
         srv->sched->fini(srv->sched_state);
     free(srv->logits);
     free(srv->scratch);
-    free(srv->penalized);
-    free(srv->pen_counts);
+    free(srv->adjusted);
+    free(srv->counts);
     free(srv->batch);
     free(srv->seqs);
     free(srv->lens);
@@ -166,8 +166,8 @@ dsv4_server *dsv4_server_start_opts(const dsv4_config *conf, const dsv4_model *m
     size_t R = srv->max_running;
     srv->logits = malloc(R * srv->vocab * sizeof(float));
     srv->scratch = malloc(DSV4_SAMPLE_SCRATCH(srv->vocab));
-    srv->penalized = malloc(srv->vocab * sizeof(float));
-    srv->pen_counts = calloc(srv->vocab, sizeof(uint32_t));
+    srv->adjusted = malloc(srv->vocab * sizeof(float));
+    srv->counts = calloc(srv->vocab, sizeof(uint32_t));
     srv->batch = calloc(R, sizeof(*srv->batch));
     srv->seqs = calloc(R, sizeof(uint32_t));
     srv->lens = calloc(R, sizeof(uint32_t));
@@ -177,7 +177,7 @@ dsv4_server *dsv4_server_start_opts(const dsv4_config *conf, const dsv4_model *m
     srv->next = calloc(R, sizeof(int32_t));
     srv->tokp = calloc(R, sizeof(*srv->tokp));
     srv->lptr = calloc(R, sizeof(*srv->lptr));
-    if (!srv->logits || !srv->scratch || !srv->penalized || !srv->pen_counts || !srv->batch ||
+    if (!srv->logits || !srv->scratch || !srv->adjusted || !srv->counts || !srv->batch ||
         !srv->seqs || !srv->lens || !srv->tokens || !srv->params || !srv->draws || !srv->next ||
         !srv->tokp || !srv->lptr) {
         snprintf(err, errlen, "server: out of memory");
@@ -226,10 +226,17 @@ void dsv4_server_stop(dsv4_server *srv, uint64_t grace_ms)
     dsv4_serve_free(srv);
 }
 
-static bool dsv4_serve_params_ok(const dsv4_gen_params *p)
+static bool dsv4_serve_params_ok(const dsv4_server *srv, const dsv4_gen_params *p)
 {
-    return p->max_tokens >= 1 && isfinite(p->temperature) && p->temperature >= 0 && p->top_p > 0 &&
-           p->top_p <= 1;
+    if (!(p->max_tokens >= 1 && isfinite(p->temperature) && p->temperature >= 0 && p->top_p > 0 &&
+          p->top_p <= 1 && isfinite(p->presence_penalty) && isfinite(p->frequency_penalty) &&
+          (p->n_logit_bias == 0 || p->logit_bias)))
+        return false;
+    for (uint32_t i = 0; i < p->n_logit_bias; i++)
+        if (p->logit_bias[i].token < 0 || (uint32_t)p->logit_bias[i].token >= srv->vocab ||
+            !isfinite(p->logit_bias[i].bias))
+            return false;
+    return true;
 }
 
 int dsv4_server_submit(dsv4_server *srv, const int32_t *prompt, size_t n,
@@ -245,7 +252,7 @@ int dsv4_serve_submit(dsv4_server *srv, const int32_t *prompt, size_t n,
                       const dsv4_gen_params *params, dsv4_gen_event_fn fn, void *ctx,
                       struct dsv4_pd_job *pd, uint64_t *id_p)
 {
-    if (!prompt || n == 0 || !params || !fn || !dsv4_serve_params_ok(params) ||
+    if (!prompt || n == 0 || !params || !fn || !dsv4_serve_params_ok(srv, params) ||
         n > srv->max_context || params->max_tokens > srv->max_context - n)
         return -EINVAL;
     for (size_t i = 0; i < n; i++)
@@ -253,15 +260,22 @@ int dsv4_serve_submit(dsv4_server *srv, const int32_t *prompt, size_t n,
             return -EINVAL;
     dsv4_sreq *r = calloc(1, sizeof(*r));
     int32_t *toks = malloc((n + params->max_tokens) * sizeof(int32_t));
-    if (!r || !toks) {
+    dsv4_logit_bias *bias =
+        params->n_logit_bias ? malloc(params->n_logit_bias * sizeof(*bias)) : NULL;
+    if (!r || !toks || (params->n_logit_bias && !bias)) {
         free(r);
         free(toks);
+        free(bias);
         return -ENOMEM;
     }
     memcpy(toks, prompt, n * sizeof(int32_t));
+    if (bias)
+        memcpy(bias, params->logit_bias, params->n_logit_bias * sizeof(*bias));
     r->toks = toks;
     r->n_prompt = (uint32_t)n;
     r->params = *params;
+    r->bias = bias;
+    r->params.logit_bias = bias;
     r->fn = fn;
     r->ctx = ctx;
     r->snap_slot = DSV4_RADIX_NO_SLOT;
@@ -273,6 +287,7 @@ int dsv4_serve_submit(dsv4_server *srv, const int32_t *prompt, size_t n,
     pthread_mutex_lock(&srv->mu);
     if (srv->stopping) {
         pthread_mutex_unlock(&srv->mu);
+        free(bias);
         free(toks);
         free(r);
         return -ESHUTDOWN;

@@ -2,8 +2,8 @@
 # t-http-rejects-bad-input: every kind of bad request gets its 4xx with an OpenAI-style
 # error body {"error":{"message","type","param","code"}} (malformed JSON, wrong types,
 # unknown endpoint, wrong method, a prompt over the context, token ids outside the
-# vocabulary, negative or huge max_tokens, n > 1, an unknown model, an oversized body,
-# a missing or wrong API key); slow clients are disconnected after [server]
+# vocabulary (in the prompt or logit_bias), negative or huge max_tokens, n > 1, an unknown
+# model, an oversized body, a missing or wrong API key); slow clients are disconnected after [server]
 # idle_timeout; clients that hang up mid-stream or mid-request have their request
 # cancelled and its pages freed; and through all of it the server keeps serving.
 exec python3 - <<'EOF'
@@ -12,7 +12,7 @@ sys.dont_write_bytecode = True  # nothing written into the source tree
 sys.path.insert(0, os.path.join(os.environ.get("top_srcdir", "."), "tests", "integ"))
 from dsv4d_http import Daemon, plan, ok, is_, diag, done, raw_socket, recv_all
 
-plan(39)
+plan(40)
 KEY = "s3cret-key"
 d = Daemon(server="api_key = %s\nmax_body = 4K\nidle_timeout = 1s\n" % KEY,
            model="")
@@ -74,6 +74,9 @@ r = post("/generate", {"input_ids": [1, 2, 320], "max_tokens": 2})
 ok(r.error_ok(400, "input_ids") and "320" in r.json()["error"]["message"],
    "a token id outside the vocabulary: 400 naming it", r.body)
 ok(post("/generate", {"input_ids": [1, -2]}).error_ok(400, "input_ids"), "a negative token id: 400")
+r = post("/generate", {"input_ids": [1, 2], "max_tokens": 2, "logit_bias": {"320": 5}})
+ok(r.error_ok(400, "logit_bias") and "320" in r.json()["error"]["message"],
+   "a logit_bias id outside the vocabulary: 400 naming it", r.body)
 ok(post("/v1/completions", {"prompt": [5, 999999]}).error_ok(400, "prompt"),
    "a completions prompt id outside the vocabulary: 400")
 ok(post("/v1/completions", dict(good, n=3)).error_ok(400, "n"), "n = 3: 400 n")

@@ -5,7 +5,7 @@
 # (matched on the text, never returned, finish_reason stop), seeded sampling, logprobs,
 # /generate with token ids (its ids decode to the completion's text), presence and
 # frequency penalties (a greedy answer repeats less under positive ones, more under
-# negative ones) and /metrics (its
+# negative ones), logit_bias (a token biased by 100 is every answer) and /metrics (its
 # counters, the engine loop's decode steps and time in decode and prefill among them, and
 # its CUDA graph counts at zero on the CPU).
 exec python3 - <<'EOF'
@@ -14,7 +14,7 @@ sys.dont_write_bytecode = True  # nothing written into the source tree
 sys.path.insert(0, os.path.join(os.environ.get("top_srcdir", "."), "tests", "integ"))
 from dsv4d_http import Daemon, plan, ok, is_, diag, done, byte_decode
 
-plan(48)
+plan(49)
 t_start = time.monotonic()
 d = Daemon()
 
@@ -98,6 +98,10 @@ ok(st_pos == st_neg == 200 and len(pos) == len(neg) == 32 and pos != plain
    and repeats(pos) <= repeats(plain) < repeats(neg),
    "/generate with presence and frequency penalties: repeated ids of 32 at 2, 0 and -2: "
    "%d, %d, %d" % (repeats(pos), repeats(plain), repeats(neg)), (pos, plain, neg))
+r = d.post("/generate", {"input_ids": prompt_ids, "max_tokens": 8, "temperature": 0.9,
+                         "seed": 5, "ignore_eos": True, "logit_bias": {"65": 100}})
+is_((r.status, r.json().get("output_ids")), (200, [65] * 8),
+    "/generate with logit_bias {65: 100}, sampled: every output id is 65")
 
 r = d.post("/v1/completions", dict(base, prompt=prompt_ids[1:]))
 ok(r.status == 200, "a token-id prompt is served", r.body)

@@ -29,7 +29,7 @@ static void refused(dsv4_api_kind kind, const char *body, const char *param, con
 
 int main(void)
 {
-    plan(46);
+    plan(53);
     dsv4_api_request req;
     const dsv4_api_kind C = DSV4_API_COMPLETION, CHAT = DSV4_API_CHAT, G = DSV4_API_GENERATE;
 
@@ -86,6 +86,25 @@ int main(void)
     dsv4_api_request_free(&req);
     refused(C, "{\"prompt\":\"x\",\"presence_penalty\":2.5}", "presence_penalty",
             "a presence penalty above 2");
+    is_int(parse(C, "{\"prompt\":\"x\",\"logit_bias\":{\"7\":-100,\"0\":2.5,\"123\":100}}", &req),
+           0, "a logit_bias object parses");
+    bool found = req.params.n_logit_bias == 3;
+    for (uint32_t i = 0; found && i < 3; i++) {
+        const dsv4_logit_bias *b = &req.params.logit_bias[i];
+        found = (b->token == 7 && b->bias == -100) || (b->token == 0 && b->bias == 2.5f) ||
+                (b->token == 123 && b->bias == 100);
+    }
+    ok(found, "its three token ids and biases");
+    dsv4_api_request_free(&req);
+    refused(C, "{\"prompt\":\"x\",\"logit_bias\":[1]}", "logit_bias", "logit_bias as an array");
+    refused(C, "{\"prompt\":\"x\",\"logit_bias\":{\"07\":1}}", "logit_bias",
+            "a logit_bias id with a leading zero (it could name an id twice)");
+    refused(C, "{\"prompt\":\"x\",\"logit_bias\":{\"-1\":1}}", "logit_bias",
+            "a negative logit_bias id");
+    refused(C, "{\"prompt\":\"x\",\"logit_bias\":{\"5\":101}}", "logit_bias",
+            "a logit_bias over 100");
+    refused(C, "{\"prompt\":\"x\",\"logit_bias\":{\"99999999999\":1}}", "logit_bias",
+            "a logit_bias id past 32 bits");
     refused(G, "{\"input_ids\":[1],\"frequency_penalty\":\"1\"}", "frequency_penalty",
             "a frequency penalty as a string");
 

@@ -1,11 +1,13 @@
-/* t-serve-penalties-follow-openai-formula: presence and frequency penalties. A reference
- * decodes the same prompt through an engine of its own and, before each choice, lowers
- * the logit of every token generated so far by count * frequency + presence (written out
- * here, not through core/engine/penalty.c), then picks greedily or draws with an rng
- * seeded as the server seeds a request's. The server's tokens equal the reference's for
- * positive and negative penalties, greedy and sampled; the penalties change the greedy
- * answer (the test model repeats itself without them); logprobs stay the model's own;
- * penalties of 0 give the unpenalized tokens. */
+/* t-serve-logit-bias-and-penalties-follow-openai: logit_bias and presence and frequency
+ * penalties. A reference decodes the same prompt through an engine of its own and, before
+ * each choice, sets the logit of every token named in logit_bias or generated so far to
+ * logit + bias - (count * frequency + presence) (written out here, not through
+ * core/engine/adjust.c), then picks greedily or draws with an rng seeded as the server
+ * seeds a request's. The server's tokens equal the reference's for positive and negative
+ * penalties and biases, greedy and sampled, alone and batched with others; the penalties
+ * change the greedy answer (the test model repeats itself without them), a bias of 100
+ * makes its token every answer and one of -100 keeps its token out; logprobs stay the
+ * model's own; nothing to adjust gives the plain tokens. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,21 +40,24 @@ static float log_softmax_at(const float *x, uint32_t n, int32_t t)
     return (float)(x[t] - m - log(s));
 }
 
-/* The penalized logits of the reference: every distinct generated token once. */
-static void penalize(float *out, const float *logits, uint32_t V, const int32_t *gen, uint32_t n,
-                     const dsv4_gen_params *p)
+/* The reference's adjusted logits: each token of the vocabulary looked up in the bias and
+ * counted among the generated ones. */
+static void adjust(float *out, const float *logits, uint32_t V, const int32_t *gen, uint32_t n,
+                   const dsv4_gen_params *p)
 {
-    memcpy(out, logits, V * sizeof(float));
-    for (uint32_t i = 0; i < n; i++) {
-        bool first = true;
+    for (uint32_t t = 0; t < V; t++) {
         uint32_t count = 0;
-        for (uint32_t j = 0; j < n; j++) {
-            first = first && !(j < i && gen[j] == gen[i]);
-            count += gen[j] == gen[i];
-        }
-        if (first)
-            out[gen[i]] = logits[gen[i]] -
-                          (float)((double)count * p->frequency_penalty + p->presence_penalty);
+        double bias = 0;
+        bool named = false;
+        for (uint32_t j = 0; j < n; j++)
+            count += gen[j] == (int32_t)t;
+        for (uint32_t j = 0; j < p->n_logit_bias; j++)
+            if (p->logit_bias[j].token == (int32_t)t) {
+                bias = p->logit_bias[j].bias;
+                named = true;
+            }
+        double penalty = count ? (double)count * p->frequency_penalty + p->presence_penalty : 0;
+        out[t] = count || named ? (float)((double)logits[t] + bias - penalty) : logits[t];
     }
 }
 
@@ -71,7 +76,7 @@ static reference decode_reference(dsv4_engine *eng, const dsv4_gen_params *p)
     dsv4_sample_params sp = {p->temperature, p->top_p, p->top_k};
     reference ref;
     for (uint32_t t = 0; t < NEW; t++) {
-        penalize(pen, logits, V, ref.tokens, t, p);
+        adjust(pen, logits, V, ref.tokens, t, p);
         ref.tokens[t] = dsv4_sample(pen, V, &sp, &rng, scratch);
         ref.logprobs[t] = log_softmax_at(logits, V, ref.tokens[t]);
         if (t + 1 < NEW && dsv4_engine_decode(eng, 1, &seq, &ref.tokens[t], logits) != 0)
@@ -121,7 +126,7 @@ static uint32_t repeats(const int32_t *t, uint32_t n)
 
 int main(void)
 {
-    plan(9);
+    plan(13);
     dsv4_th_init(9);
     const dsv4_model *m = dsv4_th_model();
     dsv4_test_tokens(prompt, LEN, m->cfg.vocab_size, 41);
@@ -169,13 +174,47 @@ int main(void)
     serve(&again, &p);
     ok(dsv4_th_same_tokens(&req, &again), "and the same seed gives them again");
 
-    dsv4_gen_params sampled = p;
+    /* logit_bias: one token made every answer, the plain first token kept out, and a mixed
+     * bias with the penalties, drawn */
+    int32_t star = (plain.tokens[0] + 7) % (int32_t)m->cfg.vocab_size;
+    dsv4_logit_bias always[1] = {{star, 100}}, never[1] = {{plain.tokens[0], -100}};
+    dsv4_gen_params b = {.max_tokens = NEW, .top_p = 1, .ignore_eos = true, .logprobs = true};
+    b.logit_bias = always;
+    b.n_logit_bias = 1;
+    serve(&req, &b);
+    ref = decode_reference(eng, &b);
+    uint32_t stars = 0;
+    for (uint32_t t = 0; t < req.n_tokens; t++)
+        stars += req.tokens[t] == star;
+    ok(same(&req, &ref, true) && stars == NEW,
+       "logit_bias {%d: 100}: every token is %d, as the reference's, logprobs the model's own",
+       star, star);
+    b.logit_bias = never;
+    serve(&req, &b);
+    ref = decode_reference(eng, &b);
+    uint32_t banned = 0;
+    for (uint32_t t = 0; t < req.n_tokens; t++)
+        banned += req.tokens[t] == plain.tokens[0];
+    ok(same(&req, &ref, false) && banned == 0,
+       "logit_bias {%d: -100}: the reference's tokens, none of them %d (the plain first one)",
+       plain.tokens[0], plain.tokens[0]);
+    dsv4_logit_bias mixed[3] = {{plain.tokens[1], 2.5f}, {plain.tokens[2], -1.25f}, {star, 0.75f}};
+    dsv4_gen_params sampled = p, biased = p;
+    biased.logit_bias = mixed;
+    biased.n_logit_bias = 3;
+    dsv4_th_req biased_req;
+    serve(&biased_req, &biased);
+    ref = decode_reference(eng, &biased);
+    ok(same(&biased_req, &ref, false) && !dsv4_th_same_tokens(&biased_req, &again),
+       "a mixed logit_bias with the penalties, sampled: the reference's draws, not the ones "
+       "without the bias");
+
     p.frequency_penalty = 0;
     p.presence_penalty = 0;
     p.temperature = 0;
     p.top_p = 1;
     serve(&req, &p);
-    ok(dsv4_th_same_tokens(&req, &plain), "penalties of 0 give the unpenalized answer");
+    ok(dsv4_th_same_tokens(&req, &plain), "penalties of 0 give the plain answer");
 
     /* one server, the three in one batch: the counters one row leaves must not reach the
      * next, nor a penalty a request that has none */
@@ -195,6 +234,14 @@ int main(void)
            same(&both[2], &want_greedy, false),
        "batched together, the sampled and the greedy penalized requests and a plain one each "
        "answer as alone");
+    srv = dsv4_th_start(&cfg);
+    memset(both, 0, sizeof(both));
+    dsv4_th_submit(srv, &both[0], prompt, LEN, &biased);
+    dsv4_th_submit(srv, &both[1], prompt, LEN, &p);
+    dsv4_th_wait((dsv4_th_req *[]){&both[0], &both[1]}, 2);
+    dsv4_server_stop(srv, 0);
+    ok(dsv4_th_same_tokens(&both[0], &biased_req) && dsv4_th_same_tokens(&both[1], &plain),
+       "and the biased one batched with a plain one");
 
     dsv4_engine_free(eng);
     dsv4_registry_free(reg);
