@@ -127,12 +127,14 @@ void dsv4_serve_finish(dsv4_server *srv, dsv4_sreq *r, dsv4_gen_event_kind kind,
     pthread_mutex_lock(&srv->mu);
     dsv4_list_unlink(&r->all);
     pthread_mutex_unlock(&srv->mu);
-    dsv4_serve_gauges(srv);
+    /* the outcome is counted before the gauges drop: a scrape that finds the request no
+     * longer running or waiting finds it counted */
     dsv4_metric_observe(DSV4_M_E2E, (double)(dsv4_now_ns() - r->t_submit_ns) / 1e9);
     if (kind == DSV4_EV_ERROR)
         dsv4_metric_add(DSV4_M_REQUESTS_FAILED, 1);
     else if (finish == DSV4_FINISH_ABORT)
         dsv4_metric_add(DSV4_M_REQUESTS_ABORTED, 1);
+    dsv4_serve_gauges(srv);
     dsv4_gen_event ev = {.kind = kind,
                          .finish = finish,
                          .status = status,

@@ -130,21 +130,23 @@ typedef struct dsv4_histogram {
 static _Atomic int64_t dsv4_metric_values[DSV4_M_TTFT];
 static dsv4_histogram dsv4_metric_hists[DSV4_N_HIST];
 
+/* Counters and gauges are sequentially consistent (not relaxed), so that the order in
+ * which the engine updates them is the order a scrape can see (dsv4_metrics_render). */
 void dsv4_metric_add(dsv4_metric m, uint64_t v)
 {
     if (m < DSV4_M_TTFT)
-        atomic_fetch_add_explicit(&dsv4_metric_values[m], (int64_t)v, memory_order_relaxed);
+        atomic_fetch_add(&dsv4_metric_values[m], (int64_t)v);
 }
 
 void dsv4_metric_set(dsv4_metric m, int64_t v)
 {
     if (m < DSV4_M_TTFT)
-        atomic_store_explicit(&dsv4_metric_values[m], v, memory_order_relaxed);
+        atomic_store(&dsv4_metric_values[m], v);
 }
 
 int64_t dsv4_metric_get(dsv4_metric m)
 {
-    return m < DSV4_M_TTFT ? atomic_load_explicit(&dsv4_metric_values[m], memory_order_relaxed) : 0;
+    return m < DSV4_M_TTFT ? atomic_load(&dsv4_metric_values[m]) : 0;
 }
 
 void dsv4_metric_observe(dsv4_metric m, double seconds)
@@ -191,15 +193,22 @@ char *dsv4_metrics_render(size_t *len_p)
     FILE *f = open_memstream(&text, &len);
     if (!f)
         return NULL;
+    /* every gauge read before any counter: a request's outcome is counted before the
+     * gauges that held it drop, so a scrape that sees it gone sees it counted */
+    int64_t value[DSV4_M_TTFT];
+    for (int pass = 0; pass < 2; pass++)
+        for (int m = 0; m < DSV4_M_TTFT; m++)
+            if ((dsv4_metric_defs[m].type == DSV4_MT_GAUGE) == (pass == 0))
+                value[m] = dsv4_metric_get((dsv4_metric)m);
     for (int m = 0; m < DSV4_M_COUNT; m++) {
         const dsv4_metric_def *d = &dsv4_metric_defs[m];
         fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", d->name, d->help, d->name, type_names[d->type]);
         if (d->type == DSV4_MT_HISTOGRAM)
             dsv4_metric_render_hist(f, d->name, &dsv4_metric_hists[m - DSV4_M_TTFT]);
         else if (d->type == DSV4_MT_COUNTER_NS)
-            fprintf(f, "%s %.9f\n", d->name, (double)dsv4_metric_get((dsv4_metric)m) / 1e9);
+            fprintf(f, "%s %.9f\n", d->name, (double)value[m] / 1e9);
         else
-            fprintf(f, "%s %lld\n", d->name, (long long)dsv4_metric_get((dsv4_metric)m));
+            fprintf(f, "%s %lld\n", d->name, (long long)value[m]);
     }
     if (fclose(f) != 0) {
         free(text);

@@ -65,7 +65,9 @@ void dsv4_metric_observe(dsv4_metric m, double seconds);
 /* Current value of a counter or gauge (tests, and the engine's own accounting). */
 int64_t dsv4_metric_get(dsv4_metric m);
 /* Render every metric in the Prometheus text exposition format (version 0.0.4) into a
- * malloc'd string (*len_p its length). NULL on out of memory. */
+ * malloc'd string (*len_p its length). NULL on out of memory. The gauges are read before
+ * the counters: a counter added to before a gauge is set is seen by every scrape that sees
+ * the gauge's new value. */
 char *dsv4_metrics_render(size_t *len_p);
 /* Zero every metric (tests). */
 void dsv4_metrics_reset(void);

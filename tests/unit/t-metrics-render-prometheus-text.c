@@ -1,7 +1,11 @@
 /* t-metrics-render-prometheus-text: /metrics is well-formed Prometheus text (0.0.4):
  * every metric has one HELP and one TYPE line before its samples, counters and gauges
  * show what was added and set, histograms have cumulative _bucket{le} lines ending in
- * +Inf with _sum and _count, and reset zeroes everything. */
+ * +Inf with _sum and _count, and reset zeroes everything. A scrape racing the engine's
+ * updates sees a counter added to before a gauge was set (a request's outcome counted
+ * before the running gauge drops) whenever it sees the gauge's new value. */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,9 +60,22 @@ static bool well_formed(const char *text)
     return true;
 }
 
+/* The engine's order when a request ends: its outcome counted, then the gauge set. */
+static atomic_bool writing;
+
+static void *writer(void *arg)
+{
+    (void)arg;
+    for (int64_t k = 1; atomic_load(&writing); k++) {
+        dsv4_metric_add(DSV4_M_REQUESTS_ABORTED, 1);
+        dsv4_metric_set(DSV4_M_RUNNING, k);
+    }
+    return NULL;
+}
+
 int main(void)
 {
-    plan(17);
+    plan(18);
     dsv4_metrics_reset();
     dsv4_metric_add(DSV4_M_REQUESTS, 3);
     dsv4_metric_add(DSV4_M_REQUESTS, 4);
@@ -105,5 +122,25 @@ int main(void)
     is_int(sample(text, "dsv4d_requests_total"), 0, "reset zeroes counters");
     is_int(sample(text, "dsv4d_time_to_first_token_seconds_count"), 0, "reset zeroes histograms");
     free(text);
+
+    pthread_t w;
+    atomic_store(&writing, true);
+    if (pthread_create(&w, NULL, writer, NULL) != 0)
+        bail_out("pthread_create");
+    int behind = 0, raced = 0;
+    for (int i = 0; i < 2000; i++) {
+        text = dsv4_metrics_render(&len);
+        double counted = sample(text, "dsv4d_requests_aborted_total");
+        double gauge = sample(text, "dsv4d_requests_running");
+        behind += counted < gauge;
+        raced += counted > gauge; /* the writer moved between the two reads */
+        free(text);
+    }
+    atomic_store(&writing, false);
+    pthread_join(w, NULL);
+    ok(behind == 0,
+       "2000 scrapes racing the updates: none saw the gauge ahead of the counter "
+       "added to before it (%d saw the writer move between the reads)",
+       raced);
     return done_testing();
 }
