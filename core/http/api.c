@@ -120,23 +120,81 @@ static int want_int(json_t *root, const char *name, json_int_t lo, json_int_t hi
     return 0;
 }
 
-/* Options the API names but dsv4d does not implement: accepted at their neutral value
- * only, refused otherwise rather than silently ignored. */
+static bool is_one(json_t *v)
+{
+    return json_is_integer(v) && json_integer_value(v) == 1;
+}
+
+static bool is_false(json_t *v)
+{
+    return json_is_false(v);
+}
+
+static bool is_empty_array(json_t *v)
+{
+    return json_is_array(v) && json_array_size(v) == 0;
+}
+
+static bool is_empty_string(json_t *v)
+{
+    return json_is_string(v) && json_string_length(v) == 0;
+}
+
+static bool is_no_tool(json_t *v)
+{
+    return json_is_string(v) &&
+           (!strcmp(json_string_value(v), "none") || !strcmp(json_string_value(v), "auto"));
+}
+
+static bool is_text_format(json_t *v)
+{
+    json_t *type = json_is_object(v) ? json_object_get(v, "type") : NULL;
+    return json_is_string(type) && !strcmp(json_string_value(type), "text") &&
+           json_object_size(v) == 1;
+}
+
+static bool is_number_one(json_t *v)
+{
+    return json_is_number(v) && json_number_value(v) == 1;
+}
+
+static bool is_number_zero(json_t *v)
+{
+    return json_is_number(v) && json_number_value(v) == 0;
+}
+
+/* Options OpenAI's API (or vLLM's, which clients send too) names but dsv4d does not
+ * implement: accepted at their neutral value only, refused otherwise rather than silently
+ * ignored, since each would change the answer. */
+static const struct {
+    const char *name;
+    bool (*neutral)(json_t *v);
+    const char *why;
+} unsupported[] = {
+    {"n", is_one, "n must be 1 (one choice per request)"},
+    {"best_of", is_one, "best_of must be 1 (one choice per request)"},
+    {"echo", is_false, "echo is not supported"},
+    {"suffix", is_empty_string, "suffix is not supported"},
+    {"tools", is_empty_array, "tools are not supported"},
+    {"functions", is_empty_array, "functions are not supported"},
+    {"tool_choice", is_no_tool, "tool_choice must be none or auto (tools are not supported)"},
+    {"function_call", is_no_tool,
+     "function_call must be none or auto (functions are not supported)"},
+    {"response_format", is_text_format,
+     "response_format must be {\"type\": \"text\"} (structured output is not supported)"},
+    {"repetition_penalty", is_number_one,
+     "repetition_penalty must be 1 (presence_penalty and frequency_penalty are supported)"},
+    {"min_p", is_number_zero, "min_p must be 0 (use top_p or top_k)"},
+};
+
 static int check_unsupported(json_t *root, dsv4_api_error *err)
 {
-    static const char *const one_ints[] = {"n", "best_of"};
-    for (size_t i = 0; i < sizeof(one_ints) / sizeof(*one_ints); i++) {
-        json_t *v = field(root, one_ints[i]);
-        if (v && (!json_is_integer(v) || json_integer_value(v) != 1))
-            return dsv4_api_fail(err, 400, "unsupported_parameter", one_ints[i],
-                                 "%s must be 1 (one choice per request)", one_ints[i]);
+    for (size_t i = 0; i < sizeof(unsupported) / sizeof(*unsupported); i++) {
+        json_t *v = field(root, unsupported[i].name);
+        if (v && !unsupported[i].neutral(v))
+            return dsv4_api_fail(err, 400, "unsupported_parameter", unsupported[i].name, "%s",
+                                 unsupported[i].why);
     }
-    json_t *v = field(root, "echo");
-    if (v && !json_is_false(v))
-        return dsv4_api_fail(err, 400, "unsupported_parameter", "echo", "echo is not supported");
-    v = field(root, "tools");
-    if (v && !(json_is_array(v) && json_array_size(v) == 0))
-        return dsv4_api_fail(err, 400, "unsupported_parameter", "tools", "tools are not supported");
     return 0;
 }
 

@@ -29,7 +29,7 @@ static void refused(dsv4_api_kind kind, const char *body, const char *param, con
 
 int main(void)
 {
-    plan(53);
+    plan(59);
     dsv4_api_request req;
     const dsv4_api_kind C = DSV4_API_COMPLETION, CHAT = DSV4_API_CHAT, G = DSV4_API_GENERATE;
 
@@ -124,6 +124,24 @@ int main(void)
     refused(C, "{\"prompt\":\"x\",\"top_p\":0}", "top_p", "top_p of 0");
     refused(C, "{\"prompt\":\"x\",\"stream\":\"yes\"}", "stream", "stream as a string");
     refused(C, "{\"prompt\":\"x\",\"n\":2}", "n", "n above 1");
+    is_int(parse(CHAT,
+                 "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"n\":1,"
+                 "\"response_format\":{\"type\":\"text\"},\"tool_choice\":\"none\",\"tools\":[],"
+                 "\"repetition_penalty\":1,\"min_p\":0,\"suffix\":\"\",\"echo\":false}",
+                 &req),
+           0, "options dsv4d does not implement parse at their neutral values");
+    dsv4_api_request_free(&req);
+    refused(CHAT,
+            "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],"
+            "\"response_format\":{\"type\":\"json_object\"}}",
+            "response_format", "JSON mode (structured output)");
+    refused(C, "{\"prompt\":\"x\",\"suffix\":\"y\"}", "suffix", "a suffix (insert mode)");
+    refused(CHAT,
+            "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"tool_choice\":\"required\"}",
+            "tool_choice", "a required tool choice");
+    refused(C, "{\"prompt\":\"x\",\"repetition_penalty\":1.2}", "repetition_penalty",
+            "vLLM's repetition_penalty other than 1");
+    refused(C, "{\"prompt\":\"x\",\"min_p\":0.05}", "min_p", "vLLM's min_p other than 0");
     refused(C, "{\"prompt\":\"x\",\"stop\":[\"a\",3]}", "stop", "a stop array with a number");
     refused(C, "{\"prompt\":\"x\",\"stop\":\"\"}", "stop", "an empty stop string");
     refused(C, "{\"prompt\":\"x\",\"logprobs\":5}", "logprobs", "top-5 logprobs");
