@@ -6,20 +6,23 @@ EXTRA_DIST += tests/tap.sh
 TEST_CORE_LIBS = tests/libtap.la core/libdsv4core.la
 
 # ThreadSanitizer (configure --enable-sanitizers=thread --without-ucx): `make check-threads`
-# runs the tests of the code with threads of its own (the PD connection threads and roles,
-# the serving loop under the HTTP server, the host tier's copy worker, transport/local's
-# worker under chaos) and of the servers they start; a race fails a test (the sanitizer's
-# exit status 66). Left out: the negative controls that need a race to land in time
-# (t-hostcache-unfenced-load-is-detected, t-soak-host-tier-fence-keeps-answers-unfenced-is-
-# caught: too slow under the sanitizer to lose it), and t-transport-local-moves-every-buffer
-# (its child process starts threads after a fork of a threaded process, which the
-# sanitizer does not support). tests/tsan.supp names the races tests make on purpose.
-THREAD_TESTS = tests/unit/t-pd-conn-authenticates-peers \
+# runs the tests of the code with threads of its own (the metrics a scrape reads while the
+# engine writes them, the PD connection threads and roles, the serving loop under the HTTP
+# server, the host tier's copy worker, transport/local's worker under chaos) and of the
+# servers they start; a race fails a test (the sanitizer's exit status 66). Left out: the
+# negative controls that need a race to land in time (t-hostcache-unfenced-load-is-
+# detected, t-soak-host-tier-fence-keeps-answers-unfenced-is-caught: too slow under the
+# sanitizer to lose it), and t-transport-local-moves-every-buffer (its child process starts
+# threads after a fork of a threaded process, which the sanitizer does not support).
+# tests/tsan.supp names the races tests make on purpose.
+THREAD_TESTS = tests/unit/t-metrics-render-prometheus-text \
+	tests/unit/t-pd-conn-authenticates-peers \
 	tests/unit/t-pd-conn-send-and-receive-fail-apart \
 	tests/unit/t-pd-lease-drains-before-free-and-rejects-stale \
 	tests/unit/t-serve-admits-in-sched-order \
 	tests/unit/t-serve-cancel-and-stop-free-pages \
 	tests/unit/t-serve-same-tokens-however-scheduled \
+	tests/unit/t-serve-logit-bias-and-penalties-follow-openai \
 	tests/unit/t-serve-hostcache-evicted-prefix-reloads-bit-identical \
 	tests/unit/t-serve-hostcache-full-host-pool-drops-lru-prefix \
 	tests/unit/t-hostcache-delayed-load-keeps-logits-bit-identical \
