@@ -51,6 +51,23 @@ double dsv4_sample_draw(const dsv4_sample_params *p, dsv4_rng *rng)
     return dsv4_sample_greedy(p) ? 0 : dsv4_rng_uniform(rng);
 }
 
+/* The first index of the highest logit, as the loop `if (x[i] > x[best]) best = i` from
+ * best = 0 finds it (so index 0 when x[0] is NaN, and NaN elsewhere never wins), in two
+ * passes the compiler vectorises: the highest value (`a > b ? a : b` is what a vector max
+ * computes, NaN skipped), then the first index holding it (-0 equals +0, as in the loop). */
+static uint32_t dsv4_argmax(const float *x, uint32_t n)
+{
+    if (x[0] != x[0])
+        return 0;
+    float best = x[0];
+    for (uint32_t i = 1; i < n; i++)
+        best = x[i] > best ? x[i] : best;
+    uint32_t i = 0;
+    while (!(x[i] == best))
+        i++;
+    return i;
+}
+
 /* Candidates from which the whole vocabulary is ranked instead of heap-selected. */
 #define SAMPLE_RANK_FROM 1024
 
@@ -58,13 +75,8 @@ int32_t dsv4_sample(const float *logits, uint32_t n, const dsv4_sample_params *p
                     void *scratch)
 {
     uint32_t *idx = (uint32_t *)((float *)scratch + n);
-    if (dsv4_sample_greedy(p)) {
-        uint32_t best = 0;
-        for (uint32_t i = 1; i < n; i++)
-            if (logits[i] > logits[best])
-                best = i;
-        return (int32_t)best;
-    }
+    if (dsv4_sample_greedy(p))
+        return (int32_t)dsv4_argmax(logits, n);
     uint32_t k = p->top_k && p->top_k < n ? p->top_k : n;
     /* the same order either way: the heap keeps a few candidates cheaply, the radix sort
      * ranks a whole vocabulary in linear time (at 129280 entries on the 2-core CI box the

@@ -14,7 +14,7 @@
 
 int main(void)
 {
-    plan(9);
+    plan(10);
     dsv4_rng rng;
     dsv4_rng_seed(&rng, 0);
     /* splitmix64(0) = e220a8397b1dcdaf, the seed expansion's first word */
@@ -72,5 +72,26 @@ int main(void)
     ok(same, "the same seed draws the same tokens");
     dsv4_sample_params k1 = {5.0f, 1.0f, 1};
     is_int(dsv4_sample(logits, V, &k1, &rng, scratch), 1, "top-k 1 is greedy");
+
+    /* greedy against the plain loop over rows full of ties, signed zeros, infinities and
+     * NaN (index 0 when the first logit is NaN, NaN elsewhere never chosen) */
+    const float pool[] = {NAN, -INFINITY, -1.0f, -0.0f, 0.0f, 0.5f, 1.0f, INFINITY};
+    enum { N = 300 };
+    float row[N];
+    uint8_t big[DSV4_SAMPLE_SCRATCH(N)];
+    dsv4_rng pick;
+    dsv4_rng_seed(&pick, 3);
+    int agree = 0;
+    for (int t = 0; t < 2000; t++) {
+        uint32_t n = 1 + (uint32_t)(dsv4_rng_next(&pick) % N);
+        for (uint32_t i = 0; i < n; i++)
+            row[i] = pool[dsv4_rng_next(&pick) % (t % 3 == 0 ? 8 : 7)];
+        uint32_t best = 0;
+        for (uint32_t i = 1; i < n; i++)
+            if (row[i] > row[best])
+                best = i;
+        agree += dsv4_sample(row, n, &greedy, &rng, big) == (int32_t)best;
+    }
+    is_int(agree, 2000, "greedy picks what the plain first-highest loop picks, 2000 rows");
     return done_testing();
 }
