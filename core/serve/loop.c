@@ -69,18 +69,20 @@ static uint32_t dsv4_serve_claim(const dsv4_server *srv, const dsv4_sreq *r)
 static void dsv4_serve_gauges(const dsv4_server *srv)
 {
     const dsv4_kv_pool *pool = dsv4_engine_kv(srv->eng);
+    dsv4_engine_graph_stats gs;
+    dsv4_engine_graph_stats_get(srv->eng, &gs);
+    dsv4_metrics_batch_begin();
     dsv4_metric_set(DSV4_M_RUNNING, srv->n_running);
     dsv4_metric_set(DSV4_M_WAITING, srv->n_waiting + srv->n_retracted);
     dsv4_metric_set(DSV4_M_PAGES_USED, srv->n_pages - dsv4_kv_pages_free(pool));
     dsv4_metric_set(DSV4_M_PAGES_CACHED, dsv4_serve_cache_evictable_pages(srv));
     dsv4_metric_set(DSV4_M_SLOTS_USED, srv->n_slots - dsv4_kv_slots_free(pool));
-    dsv4_engine_graph_stats gs;
-    dsv4_engine_graph_stats_get(srv->eng, &gs);
     dsv4_metric_set(DSV4_M_GRAPH_REPLAYS, (int64_t)gs.replayed);
     dsv4_metric_set(DSV4_M_GRAPH_CAPTURES, (int64_t)gs.captured);
     dsv4_metric_set(DSV4_M_GRAPH_CAPTURE_SECONDS, (int64_t)gs.capture_ns);
     dsv4_metric_set(DSV4_M_DIRECT_PASSES, (int64_t)gs.direct);
     dsv4_serve_cache_metrics(srv);
+    dsv4_metrics_batch_end();
 }
 
 static uint32_t *dsv4_serve_count(dsv4_server *srv, dsv4_sreq_where where)

@@ -2,6 +2,7 @@
  * (see metrics.h). */
 #include "core/serve/metrics.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -129,6 +130,18 @@ typedef struct dsv4_histogram {
 
 static _Atomic int64_t dsv4_metric_values[DSV4_M_TTFT];
 static dsv4_histogram dsv4_metric_hists[DSV4_N_HIST];
+/* held by a batch of updates, and by a scrape while it reads the values */
+static pthread_mutex_t dsv4_metric_batch_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void dsv4_metrics_batch_begin(void)
+{
+    pthread_mutex_lock(&dsv4_metric_batch_lock);
+}
+
+void dsv4_metrics_batch_end(void)
+{
+    pthread_mutex_unlock(&dsv4_metric_batch_lock);
+}
 
 /* Counters and gauges are sequentially consistent (not relaxed), so that the order in
  * which the engine updates them is the order a scrape can see (dsv4_metrics_render). */
@@ -196,10 +209,12 @@ char *dsv4_metrics_render(size_t *len_p)
     /* every gauge read before any counter: a request's outcome is counted before the
      * gauges that held it drop, so a scrape that sees it gone sees it counted */
     int64_t value[DSV4_M_TTFT];
+    dsv4_metrics_batch_begin();
     for (int pass = 0; pass < 2; pass++)
         for (int m = 0; m < DSV4_M_TTFT; m++)
             if ((dsv4_metric_defs[m].type == DSV4_MT_GAUGE) == (pass == 0))
                 value[m] = dsv4_metric_get((dsv4_metric)m);
+    dsv4_metrics_batch_end();
     for (int m = 0; m < DSV4_M_COUNT; m++) {
         const dsv4_metric_def *d = &dsv4_metric_defs[m];
         fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", d->name, d->help, d->name, type_names[d->type]);

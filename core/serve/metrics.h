@@ -62,12 +62,18 @@ typedef enum dsv4_metric {
 void dsv4_metric_add(dsv4_metric m, uint64_t v);
 void dsv4_metric_set(dsv4_metric m, int64_t v);
 void dsv4_metric_observe(dsv4_metric m, double seconds);
+/* Gauges (and counters) set between dsv4_metrics_batch_begin and dsv4_metrics_batch_end
+ * reach a scrape together: it sees every one of their new values or none, so gauges that
+ * share a total (a request moved from waiting to running) never show it in neither. The
+ * batch holds a lock that scrapes take: keep it short, never nest it. */
+void dsv4_metrics_batch_begin(void);
+void dsv4_metrics_batch_end(void);
 /* Current value of a counter or gauge (tests, and the engine's own accounting). */
 int64_t dsv4_metric_get(dsv4_metric m);
 /* Render every metric in the Prometheus text exposition format (version 0.0.4) into a
  * malloc'd string (*len_p its length). NULL on out of memory. The gauges are read before
  * the counters: a counter added to before a gauge is set is seen by every scrape that sees
- * the gauge's new value. */
+ * the gauge's new value. Batches (dsv4_metrics_batch_begin) are seen whole. */
 char *dsv4_metrics_render(size_t *len_p);
 /* Zero every metric (tests). */
 void dsv4_metrics_reset(void);

@@ -3,7 +3,8 @@
  * show what was added and set, histograms have cumulative _bucket{le} lines ending in
  * +Inf with _sum and _count, and reset zeroes everything. A scrape racing the engine's
  * updates sees a counter added to before a gauge was set (a request's outcome counted
- * before the running gauge drops) whenever it sees the gauge's new value. */
+ * before the running gauge drops) whenever it sees the gauge's new value, and sees a batch of
+ * gauge updates whole (a request moved from waiting to running is in one of them). */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -73,9 +74,44 @@ static void *writer(void *arg)
     return NULL;
 }
 
+/* The engine moving requests between waiting and running, the two set in one batch. */
+#define MOVED 1000
+
+static void *mover(void *arg)
+{
+    (void)arg;
+    for (int64_t k = 0; atomic_load(&writing); k = (k + 7) % (MOVED + 1)) {
+        dsv4_metrics_batch_begin();
+        dsv4_metric_set(DSV4_M_RUNNING, k);
+        dsv4_metric_set(DSV4_M_WAITING, MOVED - k);
+        dsv4_metrics_batch_end();
+    }
+    return NULL;
+}
+
+/* Scrapes racing thread fn: how many saw running + waiting other than MOVED. */
+static int torn_scrapes(void *(*fn)(void *))
+{
+    pthread_t w;
+    atomic_store(&writing, true);
+    if (pthread_create(&w, NULL, fn, NULL) != 0)
+        bail_out("pthread_create");
+    int torn = 0;
+    for (int i = 0; i < 2000; i++) {
+        size_t len;
+        char *text = dsv4_metrics_render(&len);
+        torn += sample(text, "dsv4d_requests_running") + sample(text, "dsv4d_requests_waiting") !=
+                MOVED;
+        free(text);
+    }
+    atomic_store(&writing, false);
+    pthread_join(w, NULL);
+    return torn;
+}
+
 int main(void)
 {
-    plan(18);
+    plan(19);
     dsv4_metrics_reset();
     dsv4_metric_add(DSV4_M_REQUESTS, 3);
     dsv4_metric_add(DSV4_M_REQUESTS, 4);
@@ -142,5 +178,11 @@ int main(void)
        "2000 scrapes racing the updates: none saw the gauge ahead of the counter "
        "added to before it (%d saw the writer move between the reads)",
        raced);
+
+    dsv4_metric_set(DSV4_M_RUNNING, 0);
+    dsv4_metric_set(DSV4_M_WAITING, MOVED);
+    is_int(torn_scrapes(mover), 0,
+           "2000 scrapes racing batches that move requests from waiting to running: each "
+           "saw every request in one or the other");
     return done_testing();
 }
