@@ -432,21 +432,26 @@ static int parse_params(dsv4_api_request *req, dsv4_api_error *err)
         if ((rc = want_bool(so, "include_usage", &req->include_usage, err)))
             return rc;
     }
-    /* logprobs: a boolean for chat and /generate; for completions an integer count of
-     * alternatives, of which only 0 (the sampled token's own logprob) is available */
-    json_t *lp = field(root, "logprobs");
-    if (lp && req->kind == DSV4_API_COMPLETION) {
-        if (!json_is_integer(lp) || json_integer_value(lp) != 0)
-            return dsv4_api_fail(err, 400, "unsupported_parameter", "logprobs",
-                                 "logprobs must be 0 (top alternatives are not available)");
-        p->logprobs = true;
-    } else if ((rc = want_bool(root, "logprobs", &p->logprobs, err))) {
-        return rc;
+    /* logprobs: a boolean for chat and /generate, with top_logprobs alternatives; for
+     * completions the number of alternatives (0 = the sampled token's logprob only) */
+    json_int_t top = 0;
+    if (req->kind == DSV4_API_COMPLETION) {
+        json_t *tl = field(root, "top_logprobs");
+        if (tl && !is_number_zero(tl))
+            return dsv4_api_fail(err, 400, "unsupported_parameter", "top_logprobs",
+                                 "completions take the number of alternatives in logprobs");
+        if ((rc = want_int(root, "logprobs", 0, DSV4_TOP_LOGPROBS_MAX, &top, err)))
+            return rc;
+        p->logprobs = field(root, "logprobs") != NULL;
+    } else {
+        if ((rc = want_bool(root, "logprobs", &p->logprobs, err)) ||
+            (rc = want_int(root, "top_logprobs", 0, DSV4_TOP_LOGPROBS_MAX, &top, err)))
+            return rc;
+        if (top && !p->logprobs)
+            return dsv4_api_fail(err, 400, "invalid_value", "top_logprobs",
+                                 "top_logprobs needs logprobs set to true");
     }
-    json_t *tlp = field(root, "top_logprobs");
-    if (tlp && (!json_is_integer(tlp) || json_integer_value(tlp) != 0))
-        return dsv4_api_fail(err, 400, "unsupported_parameter", "top_logprobs",
-                             "top_logprobs must be 0 (top alternatives are not available)");
+    p->top_logprobs = (uint32_t)top;
     return parse_stop(req, err);
 }
 

@@ -36,6 +36,8 @@ typedef struct gen_event {
     float logprob;
     dsv4_finish finish;
     int status;
+    uint32_t n_top;
+    dsv4_token_logprob top[DSV4_TOP_LOGPROBS_MAX];
 } gen_event;
 
 typedef struct gen {
@@ -58,10 +60,13 @@ typedef struct gen {
     json_int_t created;
     uint32_t n_prompt;
     dsv4_textstream *ts;
-    uint32_t n_out;                /* tokens generated (usage) */
-    json_t *out_ids;               /* /generate: the ids */
-    json_t *lp_tokens, *lp_values; /* logprobs since the last chunk (or all) */
-    char *text;                    /* whole-response text */
+    uint32_t n_out;  /* tokens generated (usage) */
+    json_t *out_ids; /* /generate: the ids */
+    /* logprobs since the last chunk (or all), a token each: chat's content entries, or
+     * completions' token strings; completions' and /generate's values; completions'
+     * {string: logprob} alternatives, /generate's [{id, logprob}] */
+    json_t *lp_tokens, *lp_values, *lp_top;
+    char *text; /* whole-response text */
     size_t n_text, cap_text;
     char *sse; /* stream bytes not yet handed to libmicrohttpd */
     size_t n_sse, off_sse, cap_sse;
@@ -103,6 +108,7 @@ static void gen_unref(gen *g)
     json_decref(g->out_ids);
     json_decref(g->lp_tokens);
     json_decref(g->lp_values);
+    json_decref(g->lp_top);
     dsv4_api_request_free(&g->req);
     free(g->q);
     free(g->text);
@@ -131,8 +137,14 @@ static void on_event(void *ctx, const dsv4_gen_event *ev)
         }
     }
     if (g->q_head + g->q_len < g->q_cap) {
-        g->q[g->q_head + g->q_len++] =
-            (gen_event){ev->kind, ev->token, ev->logprob, ev->finish, ev->status};
+        gen_event *e = &g->q[g->q_head + g->q_len++];
+        *e = (gen_event){.kind = ev->kind,
+                         .token = ev->token,
+                         .logprob = ev->logprob,
+                         .finish = ev->finish,
+                         .status = ev->status,
+                         .n_top = ev->n_top};
+        memcpy(e->top, ev->top, ev->n_top * sizeof(*ev->top));
     } else {
         g->q_lost = true;
     }
@@ -209,6 +221,16 @@ static const char *token_text(const gen *g, int32_t token, size_t *len_p)
     return p;
 }
 
+/* A token as logprobs name it: its bytes, a special token's its text (the answer's text
+ * leaves specials out, but alternatives must stay apart). */
+static const char *logprob_text(const gen *g, int32_t token, size_t *len_p)
+{
+    const char *p = dsv4_tokenizer_piece(g->http->tok, token, len_p);
+    if (!p)
+        *len_p = 0;
+    return p ? p : "";
+}
+
 static json_t *usage_json(const gen *g)
 {
     return json_pack("{s:i, s:i, s:i}", "prompt_tokens", (json_int_t)g->n_prompt,
@@ -223,21 +245,21 @@ static json_t *take_logprobs(gen *g)
     if (!g->req.params.logprobs || g->req.kind == DSV4_API_GENERATE ||
         (g->req.stream && json_array_size(g->lp_tokens) == 0))
         return json_null();
-    json_t *tokens = g->lp_tokens, *values = g->lp_values, *out;
+    json_t *tokens = g->lp_tokens, *values = g->lp_values, *top = g->lp_top, *out;
     g->lp_tokens = json_array();
     g->lp_values = json_array();
+    g->lp_top = json_array();
     if (g->req.kind == DSV4_API_CHAT) {
-        json_t *content = json_array();
-        for (size_t i = 0; i < json_array_size(tokens); i++)
-            json_array_append_new(content,
-                                  json_pack("{s:O, s:O, s:[]}", "token", json_array_get(tokens, i),
-                                            "logprob", json_array_get(values, i), "top_logprobs"));
-        out = json_pack("{s:o}", "content", content);
-        json_decref(tokens);
+        out = json_pack("{s:o}", "content", tokens);
         json_decref(values);
+        json_decref(top);
+    } else if (g->req.params.top_logprobs) {
+        out = json_pack("{s:o, s:o, s:o}", "tokens", tokens, "token_logprobs", values,
+                        "top_logprobs", top);
     } else {
         out = json_pack("{s:o, s:o, s:n}", "tokens", tokens, "token_logprobs", values,
                         "top_logprobs");
+        json_decref(top);
     }
     return out ? out : json_null();
 }
@@ -341,28 +363,93 @@ static json_t *lossy_string(const char *bytes, size_t n)
     return s;
 }
 
+/* A token's bytes as OpenAI's chat logprobs give them: a list of byte values. */
+static json_t *bytes_json(const char *bytes, size_t n)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; a && i < n; i++)
+        if (json_array_append_new(a, json_integer((unsigned char)bytes[i])) != 0) {
+            json_decref(a);
+            return NULL;
+        }
+    return a;
+}
+
+/* Chat's {token, logprob, bytes} for a token. */
+static json_t *chat_logprob(const gen *g, int32_t token, float logprob)
+{
+    size_t n;
+    const char *bytes = logprob_text(g, token, &n);
+    return json_pack("{s:o?, s:f, s:o?}", "token", lossy_string(bytes, n), "logprob",
+                     (double)logprob, "bytes", bytes_json(bytes, n));
+}
+
+/* ev's alternatives as the request's kind shows them (see gen), or NULL (out of memory). */
+static json_t *top_json(const gen *g, const gen_event *ev)
+{
+    json_t *top = g->req.kind == DSV4_API_COMPLETION ? json_object() : json_array();
+    for (uint32_t i = 0; top && i < ev->n_top; i++) {
+        const dsv4_token_logprob *t = &ev->top[i];
+        int bad;
+        if (g->req.kind == DSV4_API_GENERATE) {
+            bad = json_array_append_new(top, json_pack("{s:i, s:f}", "id", (json_int_t)t->token,
+                                                       "logprob", (double)t->logprob));
+        } else if (g->req.kind == DSV4_API_CHAT) {
+            bad = json_array_append_new(top, chat_logprob(g, t->token, t->logprob));
+        } else { /* {string: logprob}: two that read the same keep the likelier */
+            size_t len;
+            const char *b = logprob_text(g, t->token, &len);
+            json_t *key = lossy_string(b, len);
+            const char *k = key ? json_string_value(key) : NULL;
+            bad = !k || (!json_object_get(top, k) &&
+                         json_object_set_new(top, k, json_real(t->logprob)) != 0);
+            json_decref(key);
+        }
+        if (bad) {
+            json_decref(top);
+            top = NULL;
+        }
+    }
+    return top;
+}
+
+/* The logprobs of one generated token onto g's lists (see gen). 0 or -ENOMEM. */
+static int add_logprobs(gen *g, const gen_event *ev)
+{
+    json_t *top = top_json(g, ev);
+    int bad;
+    if (g->req.kind == DSV4_API_CHAT) {
+        json_t *entry = chat_logprob(g, ev->token, ev->logprob);
+        bad = !entry || !top || json_object_set_new(entry, "top_logprobs", top) != 0;
+        if (!entry)
+            json_decref(top);
+        bad |= json_array_append_new(g->lp_tokens, entry) != 0;
+    } else {
+        bad = json_array_append_new(g->lp_top, top) != 0;
+        bad |= json_array_append_new(g->lp_values, json_real(ev->logprob)) != 0;
+        if (g->req.kind == DSV4_API_COMPLETION) {
+            size_t n;
+            const char *bytes = logprob_text(g, ev->token, &n);
+            bad |= json_array_append_new(g->lp_tokens, lossy_string(bytes, n)) != 0;
+        }
+    }
+    return bad ? -ENOMEM : 0;
+}
+
 static int on_token(gen *g, const gen_event *ev)
 {
     g->n_out++;
-    if (g->req.kind == DSV4_API_GENERATE) {
-        json_array_append_new(g->out_ids, json_integer(ev->token));
-        if (g->req.params.logprobs)
-            json_array_append_new(g->lp_values, json_real(ev->logprob));
-        return 0;
-    }
+    int rc = g->req.params.logprobs ? add_logprobs(g, ev) : 0;
+    if (rc != 0)
+        return rc;
+    if (g->req.kind == DSV4_API_GENERATE)
+        return json_array_append_new(g->out_ids, json_integer(ev->token)) ? -ENOMEM : 0;
     size_t n;
     const char *bytes = token_text(g, ev->token, &n);
-    if (g->req.params.logprobs) {
-        json_t *t = lossy_string(bytes, n);
-        if (!t)
-            return -ENOMEM;
-        json_array_append_new(g->lp_tokens, t);
-        json_array_append_new(g->lp_values, json_real(ev->logprob));
-    }
     const char *text;
     size_t len;
     bool stopped;
-    int rc = dsv4_textstream_push(g->ts, bytes, n, &text, &len, &stopped);
+    rc = dsv4_textstream_push(g->ts, bytes, n, &text, &len, &stopped);
     if (rc == 0)
         rc = put_text(g, text, len);
     if (rc == 0 && stopped) {
@@ -427,6 +514,8 @@ static json_t *whole_json(gen *g)
                          "finish_reason", g->finish, "usage", usage_json(g));
         if (root && g->req.params.logprobs)
             json_object_set(root, "output_logprobs", g->lp_values);
+        if (root && g->req.params.top_logprobs)
+            json_object_set(root, "output_top_logprobs", g->lp_top);
         return root;
     }
     const char *text = g->text ? g->text : "";
@@ -592,7 +681,8 @@ enum MHD_Result dsv4_http_generate(dsv4_http *http, struct MHD_Connection *conn,
     g->out_ids = json_array();
     g->lp_tokens = json_array();
     g->lp_values = json_array();
-    if (!g->ts || !g->out_ids || !g->lp_tokens || !g->lp_values) {
+    g->lp_top = json_array();
+    if (!g->ts || !g->out_ids || !g->lp_tokens || !g->lp_values || !g->lp_top) {
         dsv4_api_fail(&err, 500, NULL, NULL, "out of memory");
         goto reply_error;
     }

@@ -37,6 +37,8 @@ typedef struct dsv4_gen_params {
     uint64_t seed;       /* sampling seed (used when temperature > 0) */
     int32_t priority;    /* for the priority sched plugin; larger first */
     bool logprobs;       /* fill dsv4_gen_event.logprob */
+    uint32_t top_logprobs; /* with logprobs: fill dsv4_gen_event.top with this many
+                              alternatives (<= DSV4_TOP_LOGPROBS_MAX) */
     bool ignore_eos;     /* keep going past the model's eos token */
     /* OpenAI's logit adjustments (core/engine/adjust.h): penalties on tokens generated
      * before (0 = off) and logit_bias (n_logit_bias entries, each token once; read at
@@ -59,10 +61,24 @@ typedef enum dsv4_finish {
     DSV4_FINISH_ABORT,  /* cancelled by the front end (disconnect, stop string) */
 } dsv4_finish;
 
+/* Alternatives a token's event carries at most (OpenAI's limit for top_logprobs). */
+#define DSV4_TOP_LOGPROBS_MAX 20
+
+/* A token and the model's log-probability of it at a position. */
+typedef struct dsv4_token_logprob {
+    int32_t token;
+    float logprob;
+} dsv4_token_logprob;
+
 typedef struct dsv4_gen_event {
     dsv4_gen_event_kind kind;
-    int32_t token;          /* TOKEN */
-    float logprob;          /* TOKEN, when params.logprobs */
+    int32_t token; /* TOKEN */
+    /* TOKEN, when params.logprobs: the model's log-probability of token (its own logits,
+     * before logit_bias and penalties), and the params.top_logprobs most likely tokens at
+     * this position best first (ties to the lower id), the chosen one or not */
+    float logprob;
+    uint32_t n_top;
+    dsv4_token_logprob top[DSV4_TOP_LOGPROBS_MAX];
     dsv4_finish finish;     /* DONE */
     int status;             /* ERROR: negative status */
     const char *message;    /* ERROR: valid during the callback only */
@@ -91,7 +107,7 @@ dsv4_server *dsv4_server_start_opts(const dsv4_config *conf, const dsv4_model *m
 void dsv4_server_stop(dsv4_server *srv, uint64_t grace_ms);
 
 /* Queue a request. The prompt is copied. 0 and *id_p set, or -EINVAL (empty prompt, bad
- * token id, prompt + max_tokens over the context limit), -ESHUTDOWN (stopping). On
+ * token id, prompt + max_tokens over the context limit, params out of range), -ESHUTDOWN (stopping). On
  * failure no callback is made. */
 int dsv4_server_submit(dsv4_server *srv, const int32_t *prompt, size_t n,
                        const dsv4_gen_params *params, dsv4_gen_event_fn fn, void *ctx,

@@ -230,7 +230,8 @@ static bool dsv4_serve_params_ok(const dsv4_server *srv, const dsv4_gen_params *
 {
     if (!(p->max_tokens >= 1 && isfinite(p->temperature) && p->temperature >= 0 && p->top_p > 0 &&
           p->top_p <= 1 && isfinite(p->presence_penalty) && isfinite(p->frequency_penalty) &&
-          (p->n_logit_bias == 0 || p->logit_bias)))
+          (p->n_logit_bias == 0 || p->logit_bias) && p->top_logprobs <= DSV4_TOP_LOGPROBS_MAX &&
+          (p->top_logprobs == 0 || p->logprobs)))
         return false;
     for (uint32_t i = 0; i < p->n_logit_bias; i++)
         if (p->logit_bias[i].token < 0 || (uint32_t)p->logit_bias[i].token >= srv->vocab ||

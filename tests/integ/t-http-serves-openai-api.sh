@@ -2,19 +2,20 @@
 # t-http-serves-openai-api: dsv4d serves the tiny model over HTTP with OpenAI's shapes:
 # /health, /v1/models, /v1/completions and /v1/chat/completions whole and streamed (SSE
 # chunks that add up to the whole answer, [DONE] last, usage when asked), stop strings
-# (matched on the text, never returned, finish_reason stop), seeded sampling, logprobs,
+# (matched on the text, never returned, finish_reason stop), seeded sampling, logprobs and
+# their top alternatives (completions, chat whole and streamed, /generate),
 # /generate with token ids (its ids decode to the completion's text), presence and
 # frequency penalties (a greedy answer repeats less under positive ones, more under
 # negative ones), logit_bias (a token biased by 100 is every answer) and /metrics (its
 # counters, the engine loop's decode steps and time in decode and prefill among them, and
 # its CUDA graph counts at zero on the CPU).
 exec python3 - <<'EOF'
-import os, sys, time
+import math, os, sys, time
 sys.dont_write_bytecode = True  # nothing written into the source tree
 sys.path.insert(0, os.path.join(os.environ.get("top_srcdir", "."), "tests", "integ"))
 from dsv4d_http import Daemon, plan, ok, is_, diag, done, byte_decode
 
-plan(49)
+plan(54)
 t_start = time.monotonic()
 d = Daemon()
 
@@ -76,6 +77,16 @@ ok(len(g["output_logprobs"]) == 8 and all(x <= 0 for x in g["output_logprobs"]),
    "/generate: one logprob (<= 0) per output id")
 is_(g["usage"], {"prompt_tokens": 6, "completion_tokens": 8, "total_tokens": 14},
     "/generate: usage")
+gt = d.post("/generate", {"input_ids": prompt_ids, "max_tokens": 8, "temperature": 0,
+                          "ignore_eos": True, "logprobs": True, "top_logprobs": 4}).json()
+ok(gt["output_ids"] == g["output_ids"] and gt["output_logprobs"] == g["output_logprobs"]
+   and len(gt["output_top_logprobs"]) == 8
+   and all(len(t) == 4 and len({a["id"] for a in t}) == 4
+           and t[0]["id"] == i and t[0]["logprob"] == v
+           and all(t[j]["logprob"] >= t[j + 1]["logprob"] for j in range(3))
+           for t, i, v in zip(gt["output_top_logprobs"], g["output_ids"], g["output_logprobs"])),
+   "/generate top_logprobs 4: four distinct ids a token, likeliest first, the greedy id "
+   "first with its logprob", gt)
 is_(byte_decode(g["output_ids"]), text,
     "/generate's ids decode (specials skipped, lossy UTF-8) to the completion text")
 
@@ -140,6 +151,16 @@ lp = r.json()["choices"][0]["logprobs"]
 ok(len(lp["token_logprobs"]) == 8 and len(lp["tokens"]) == 8
    and all(x <= 0 for x in lp["token_logprobs"]),
    "completion logprobs: one per generated token", lp)
+r = d.post("/v1/completions", dict(base, logprobs=5))
+lp = r.json()["choices"][0]["logprobs"]
+tops = lp["top_logprobs"]
+ok(len(tops) == 8 and all(1 <= len(t) <= 5 for t in tops)
+   and all(list(t.values()) == sorted(t.values(), reverse=True) for t in tops)
+   and all(max(t.values()) == v and t.get(s) == v
+           for t, s, v in zip(tops, lp["tokens"], lp["token_logprobs"]))
+   and all(sum(math.exp(x) for x in t.values()) <= 1 + 1e-6 for t in tops),
+   "completion logprobs 5: up to 5 alternatives a token, likeliest first, the greedy "
+   "token the first of them", lp)
 
 # --- chat
 chat = {"model": "model", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 6,
@@ -171,6 +192,32 @@ r = d.post("/v1/chat/completions", dict(chat, logprobs=True))
 lc = r.json()["choices"][0]["logprobs"]["content"]
 ok(len(lc) == 6 and all("token" in x and x["logprob"] <= 0 for x in lc),
    "chat logprobs: one entry per token", lc)
+r = d.post("/v1/chat/completions", dict(chat, logprobs=True, top_logprobs=3))
+lt = r.json()["choices"][0]["logprobs"]["content"]
+ok(len(lt) == 6 and all(len(x["top_logprobs"]) == 3 for x in lt)
+   and all([a["logprob"] for a in x["top_logprobs"]]
+           == sorted((a["logprob"] for a in x["top_logprobs"]), reverse=True) for x in lt)
+   and all(x["top_logprobs"][0]["token"] == x["token"]
+           and x["top_logprobs"][0]["logprob"] == x["logprob"] for x in lt)
+   and all(bytes(e["bytes"]).decode("utf-8", "replace") == e["token"]
+           for x in lt for e in [x] + x["top_logprobs"]),
+   "chat top_logprobs 3: three alternatives a token, likeliest first, the greedy token "
+   "first, each with its bytes", lt)
+status, ctype, ev = d.stream("/v1/chat/completions",
+                             dict(chat, logprobs=True, top_logprobs=3, stream=True))
+streamed = [e for k in (json.loads(e) for e in ev[:-1])
+            for e in ((k["choices"][0]["logprobs"] or {}).get("content") or [])]
+is_(streamed, lt, "chat top_logprobs, streamed: the chunks' entries are the whole answer's")
+sampled = d.post("/generate", {"input_ids": [256, 259, 72, 105, 260, 262], "max_tokens": 12,
+                               "temperature": 1, "seed": 11, "ignore_eos": True,
+                               "logprobs": True, "top_logprobs": 20}).json()
+ok(all(len(t) == 20 and v <= t[0]["logprob"]
+       and all(a["logprob"] == v for a in t if a["id"] == i)
+       for t, i, v in zip(sampled["output_top_logprobs"], sampled["output_ids"],
+                          sampled["output_logprobs"]))
+   and any(i != t[0]["id"] for t, i in zip(sampled["output_top_logprobs"], sampled["output_ids"])),
+   "top_logprobs 20, sampled: a drawn id is never likelier than the first alternative, and "
+   "where it is one of them its logprob is the same", sampled)
 two = dict(chat, messages=[{"role": "system", "content": "S"},
                            {"role": "user", "content": "a"},
                            {"role": "assistant", "content": "b"},

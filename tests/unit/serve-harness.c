@@ -142,6 +142,8 @@ static void dsv4_th_event(void *ctx, const dsv4_gen_event *ev)
     pthread_mutex_lock(&th_mu);
     if (ev->kind == DSV4_EV_TOKEN) {
         if (req->n_tokens < DSV4_TH_MAX_TOKENS) {
+            if (req->token_events)
+                req->token_events[req->n_tokens] = *ev;
             req->logprobs[req->n_tokens] = ev->logprob;
             req->tokens[req->n_tokens++] = ev->token;
         }

@@ -22,6 +22,7 @@ typedef struct dsv4_th_req {
     uint32_t order;     /* position among terminal events, from 1 */
     void (*hook)(struct dsv4_th_req *req);
     void *hook_ctx;
+    dsv4_gen_event *token_events; /* optional [DSV4_TH_MAX_TOKENS]: each TOKEN event whole */
 } dsv4_th_req;
 
 typedef struct dsv4_th_server {

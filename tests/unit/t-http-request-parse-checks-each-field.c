@@ -29,7 +29,7 @@ static void refused(dsv4_api_kind kind, const char *body, const char *param, con
 
 int main(void)
 {
-    plan(59);
+    plan(69);
     dsv4_api_request req;
     const dsv4_api_kind C = DSV4_API_COMPLETION, CHAT = DSV4_API_CHAT, G = DSV4_API_GENERATE;
 
@@ -144,7 +144,32 @@ int main(void)
     refused(C, "{\"prompt\":\"x\",\"min_p\":0.05}", "min_p", "vLLM's min_p other than 0");
     refused(C, "{\"prompt\":\"x\",\"stop\":[\"a\",3]}", "stop", "a stop array with a number");
     refused(C, "{\"prompt\":\"x\",\"stop\":\"\"}", "stop", "an empty stop string");
-    refused(C, "{\"prompt\":\"x\",\"logprobs\":5}", "logprobs", "top-5 logprobs");
+    is_int(parse(C, "{\"prompt\":\"x\",\"logprobs\":5,\"top_logprobs\":0}", &req), 0,
+           "completions: logprobs 5");
+    ok(req.params.logprobs && req.params.top_logprobs == 5,
+       "completions' logprobs is the number of alternatives");
+    dsv4_api_request_free(&req);
+    is_int(parse(CHAT,
+                 "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"logprobs\":true,"
+                 "\"top_logprobs\":20}",
+                 &req),
+           0, "chat: logprobs with top_logprobs 20");
+    ok(req.params.logprobs && req.params.top_logprobs == 20, "chat's top_logprobs is kept");
+    dsv4_api_request_free(&req);
+    refused(C, "{\"prompt\":\"x\",\"logprobs\":21}", "logprobs", "21 alternatives");
+    refused(C, "{\"prompt\":\"x\",\"logprobs\":-1}", "logprobs", "negative logprobs");
+    refused(C, "{\"prompt\":\"x\",\"logprobs\":true}", "logprobs",
+            "completions' logprobs as a boolean");
+    refused(C, "{\"prompt\":\"x\",\"logprobs\":1,\"top_logprobs\":3}", "top_logprobs",
+            "completions' alternatives in top_logprobs");
+    refused(CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"top_logprobs\":2}",
+            "top_logprobs", "chat top_logprobs without logprobs");
+    refused(CHAT,
+            "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"logprobs\":true,"
+            "\"top_logprobs\":21}",
+            "top_logprobs", "chat top_logprobs above 20");
+    refused(G, "{\"input_ids\":[1],\"logprobs\":true,\"top_logprobs\":1.5}", "top_logprobs",
+            "a fractional top_logprobs");
     refused(C, "{\"prompt\":\"x\",\"model\":4}", "model", "model of the wrong type");
     refused(CHAT, "{\"messages\":[]}", "messages", "no messages");
     refused(CHAT, "{\"messages\":[{\"role\":\"tool\",\"content\":\"x\"}]}", "messages[0].role",

@@ -7,7 +7,8 @@
  * penalties and biases, greedy and sampled, alone and batched with others; the penalties
  * change the greedy answer (the test model repeats itself without them), a bias of 100
  * makes its token every answer and one of -100 keeps its token out; logprobs stay the
- * model's own; nothing to adjust gives the plain tokens. */
+ * model's own, and so do the top_logprobs alternatives (the reference's highest logits of
+ * the unadjusted row, ties to the lower id); nothing to adjust gives the plain tokens. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,9 +26,12 @@ static int32_t prompt[LEN];
 static const dsv4_th_server cfg = {
     .max_running = 4, .prefill_chunk = 64, .state_slots = 6, .n_pages = 48};
 
+#define TOP 5
+
 typedef struct reference {
     int32_t tokens[NEW];
-    float logprobs[NEW]; /* of the model's own logits */
+    float logprobs[NEW];              /* of the model's own logits */
+    dsv4_token_logprob top[NEW][TOP]; /* the model's TOP likeliest tokens */
 } reference;
 
 static float log_softmax_at(const float *x, uint32_t n, int32_t t)
@@ -38,6 +42,22 @@ static float log_softmax_at(const float *x, uint32_t n, int32_t t)
     for (uint32_t i = 0; i < n; i++)
         s += exp(x[i] - m);
     return (float)(x[t] - m - log(s));
+}
+
+/* The TOP highest of x (the first of equals), with their log-softmax, best first. */
+static void top_of(const float *x, uint32_t n, dsv4_token_logprob *top)
+{
+    for (uint32_t k = 0; k < TOP; k++) {
+        int32_t best = -1;
+        for (uint32_t i = 0; i < n; i++) {
+            bool taken = false;
+            for (uint32_t j = 0; j < k; j++)
+                taken |= top[j].token == (int32_t)i;
+            if (!taken && (best < 0 || x[i] > x[best]))
+                best = (int32_t)i;
+        }
+        top[k] = (dsv4_token_logprob){best, log_softmax_at(x, n, best)};
+    }
 }
 
 /* The reference's adjusted logits: each token of the vocabulary looked up in the bias and
@@ -79,6 +99,7 @@ static reference decode_reference(dsv4_engine *eng, const dsv4_gen_params *p)
         adjust(pen, logits, V, ref.tokens, t, p);
         ref.tokens[t] = dsv4_sample(pen, V, &sp, &rng, scratch);
         ref.logprobs[t] = log_softmax_at(logits, V, ref.tokens[t]);
+        top_of(logits, V, ref.top[t]);
         if (t + 1 < NEW && dsv4_engine_decode(eng, 1, &seq, &ref.tokens[t], logits) != 0)
             bail_out("reference decode failed");
     }
@@ -92,7 +113,9 @@ static reference decode_reference(dsv4_engine *eng, const dsv4_gen_params *p)
 static void serve(dsv4_th_req *req, const dsv4_gen_params *p)
 {
     dsv4_server *srv = dsv4_th_start(&cfg);
+    dsv4_gen_event *events = req->token_events;
     memset(req, 0, sizeof(*req));
+    req->token_events = events;
     dsv4_th_submit(srv, req, prompt, LEN, p);
     dsv4_th_wait((dsv4_th_req *[]){req}, 1);
     dsv4_server_stop(srv, 0);
@@ -126,7 +149,7 @@ static uint32_t repeats(const int32_t *t, uint32_t n)
 
 int main(void)
 {
-    plan(13);
+    plan(14);
     dsv4_th_init(9);
     const dsv4_model *m = dsv4_th_model();
     dsv4_test_tokens(prompt, LEN, m->cfg.vocab_size, 41);
@@ -189,6 +212,22 @@ int main(void)
     ok(same(&req, &ref, true) && stars == NEW,
        "logit_bias {%d: 100}: every token is %d, as the reference's, logprobs the model's own",
        star, star);
+    static dsv4_gen_event events[DSV4_TH_MAX_TOKENS];
+    b.top_logprobs = TOP;
+    req.token_events = events;
+    serve(&req, &b);
+    req.token_events = NULL;
+    uint32_t top_same = 0, star_first = 0;
+    for (uint32_t t = 0; t < req.n_tokens && t < NEW; t++) {
+        top_same +=
+            events[t].n_top == TOP && !memcmp(events[t].top, ref.top[t], sizeof(ref.top[t]));
+        star_first += events[t].top[0].token == star;
+    }
+    ok(same(&req, &ref, true) && top_same == NEW && star_first < NEW,
+       "top_logprobs %d with that bias: at each of %u positions the model's own %d likeliest "
+       "tokens and logprobs, as the reference's (%u of them, %u led by %d)",
+       TOP, NEW, TOP, top_same, star_first, star);
+    b.top_logprobs = 0;
     b.logit_bias = never;
     serve(&req, &b);
     ref = decode_reference(eng, &b);
