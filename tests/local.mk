@@ -23,6 +23,7 @@ THREAD_TESTS = tests/unit/t-metrics-render-prometheus-text \
 	tests/unit/t-serve-cancel-and-stop-free-pages \
 	tests/unit/t-serve-same-tokens-however-scheduled \
 	tests/unit/t-serve-logit-bias-and-penalties-follow-openai \
+	tests/unit/t-serve-max-waiting-refuses-past-the-limit \
 	tests/unit/t-serve-hostcache-evicted-prefix-reloads-bit-identical \
 	tests/unit/t-serve-hostcache-full-host-pool-drops-lru-prefix \
 	tests/unit/t-hostcache-delayed-load-keeps-logits-bit-identical \
@@ -30,6 +31,7 @@ THREAD_TESTS = tests/unit/t-metrics-render-prometheus-text \
 	tests/plugin/t-hostcache-plugins-copy-per-layer-behind-the-fence \
 	tests/plugin/t-transport-chaos-faults-are-caught \
 	tests/integ/t-http-concurrent-clients-with-aborts.sh \
+	tests/integ/t-http-overload-answers-503.sh \
 	tests/integ/t-http-sigterm-drains-then-exits.sh \
 	tests/integ/t-pd-golden-tokens-match-unified.sh \
 	tests/integ/t-pd-decode-reuses-its-cached-prefix.sh \

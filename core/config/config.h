@@ -46,6 +46,7 @@ typedef struct dsv4_server_conf {
     int64_t shutdown_grace_ms;  /* key shutdown_grace */
     uint64_t max_body;      /* largest request body accepted, bytes */
     int64_t idle_timeout_ms;    /* key idle_timeout: a silent connection is closed */
+    int64_t max_waiting;    /* client requests waiting for admission at most; 0 = no limit */
 } dsv4_server_conf;
 
 /* [pd] */

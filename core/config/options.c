@@ -84,6 +84,10 @@ const dsv4_option dsv4_server_options[] = {
     {"max_running", DSV4_OPT_INT, "32", 1, 65536, NULL,
      "requests in the decode batch at once; more wait in the queue the sched plugin orders",
      offsetof(dsv4_server_conf, max_running)},
+    {"max_waiting", DSV4_OPT_INT, "0", 0, 1 << 24, NULL,
+     "client requests that may wait for admission at once; one more is answered 503 "
+     "(overloaded) at once instead of queueing; 0 = no limit",
+     offsetof(dsv4_server_conf, max_waiting)},
     {"prefill_chunk", DSV4_OPT_INT, "2048", 64, 1 << 20, NULL,
      "tokens per prefill chunk, which is also the token budget of one engine step",
      offsetof(dsv4_server_conf, prefill_chunk)},

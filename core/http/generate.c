@@ -694,6 +694,10 @@ enum MHD_Result dsv4_http_generate(dsv4_http *http, struct MHD_Connection *conn,
         g->refs = 1;
         if (rc == -ESHUTDOWN)
             dsv4_api_fail(&err, 503, "shutting_down", NULL, "server is shutting down");
+        else if (rc == -EBUSY)
+            dsv4_api_fail(&err, 503, "overloaded", NULL,
+                          "server is overloaded ([server] max_waiting requests are waiting); "
+                          "retry later");
         else
             dsv4_api_fail(&err, 400, "invalid_value", NULL, "request refused (%s)",
                           dsv4_strerror(rc));

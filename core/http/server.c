@@ -33,6 +33,8 @@ static enum MHD_Result reply(struct MHD_Connection *conn, unsigned status, const
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
     if (status == MHD_HTTP_UNAUTHORIZED)
         MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    if (status == MHD_HTTP_SERVICE_UNAVAILABLE) /* overloaded or shutting down */
+        MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, "1");
     if (allow)
         MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow);
     enum MHD_Result ret = MHD_queue_response(conn, status, r);

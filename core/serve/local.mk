@@ -16,7 +16,8 @@ SERVE_LOOP_TESTS = tests/unit/t-serve-same-tokens-however-scheduled \
 	tests/unit/t-serve-admits-in-sched-order \
 	tests/unit/t-serve-cancel-and-stop-free-pages \
 	tests/unit/t-serve-stops-at-eos-and-max-tokens \
-	tests/unit/t-serve-logit-bias-and-penalties-follow-openai
+	tests/unit/t-serve-logit-bias-and-penalties-follow-openai \
+	tests/unit/t-serve-max-waiting-refuses-past-the-limit
 tests_unit_t_serve_same_tokens_however_scheduled_SOURCES = \
 	tests/unit/t-serve-same-tokens-however-scheduled.c $(SERVE_HARNESS)
 tests_unit_t_serve_same_tokens_however_scheduled_LDADD = $(TEST_CORE_LIBS) -lm
@@ -32,6 +33,9 @@ tests_unit_t_serve_stops_at_eos_and_max_tokens_LDADD = $(TEST_CORE_LIBS) -lm
 tests_unit_t_serve_logit_bias_and_penalties_follow_openai_SOURCES = \
 	tests/unit/t-serve-logit-bias-and-penalties-follow-openai.c $(SERVE_HARNESS)
 tests_unit_t_serve_logit_bias_and_penalties_follow_openai_LDADD = $(TEST_CORE_LIBS) -lm
+tests_unit_t_serve_max_waiting_refuses_past_the_limit_SOURCES = \
+	tests/unit/t-serve-max-waiting-refuses-past-the-limit.c $(SERVE_HARNESS)
+tests_unit_t_serve_max_waiting_refuses_past_the_limit_LDADD = $(TEST_CORE_LIBS) -lm
 SERVE_TESTS += $(SERVE_LOOP_TESTS)
 check_PROGRAMS += $(SERVE_TESTS)
 TESTS += $(SERVE_TESTS)

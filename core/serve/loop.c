@@ -67,6 +67,15 @@ static uint32_t dsv4_serve_claim(const dsv4_server *srv, const dsv4_sreq *r)
     return dsv4_serve_pages(srv, (uint64_t)dsv4_sreq_len(r) + head);
 }
 
+/* r leaves the client requests waiting for admission (admitted, or ended before). */
+static void dsv4_serve_unqueue(dsv4_server *srv, dsv4_sreq *r)
+{
+    if (r->queued) {
+        r->queued = false;
+        atomic_fetch_sub(&srv->n_queued, 1);
+    }
+}
+
 static void dsv4_serve_gauges(const dsv4_server *srv)
 {
     const dsv4_kv_pool *pool = dsv4_engine_kv(srv->eng);
@@ -132,6 +141,7 @@ void dsv4_serve_finish(dsv4_server *srv, dsv4_sreq *r, dsv4_gen_event_kind kind,
     pthread_mutex_unlock(&srv->mu);
     /* the outcome is counted before the gauges drop: a scrape that finds the request no
      * longer running or waiting finds it counted */
+    dsv4_serve_unqueue(srv, r);
     dsv4_metric_observe(DSV4_M_E2E, (double)(dsv4_now_ns() - r->t_submit_ns) / 1e9);
     if (kind == DSV4_EV_ERROR)
         dsv4_metric_add(DSV4_M_REQUESTS_FAILED, 1);
@@ -320,6 +330,7 @@ static bool dsv4_serve_try_admit(dsv4_server *srv, dsv4_sreq *r, uint32_t *reser
     }
     if (!r->admitted) {
         r->admitted = true;
+        dsv4_serve_unqueue(srv, r);
         r->cached = adopted < r->n_prompt ? adopted : r->n_prompt;
         dsv4_metric_add(DSV4_M_PREFIX_QUERY_TOKENS, r->n_prompt);
         dsv4_metric_add(DSV4_M_PREFIX_HIT_TOKENS, r->cached);

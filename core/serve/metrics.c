@@ -27,6 +27,9 @@ static const dsv4_metric_def dsv4_metric_defs[DSV4_M_COUNT] = {
                                 "requests that ended in an error"},
     [DSV4_M_REQUESTS_ABORTED] = {"dsv4d_requests_aborted_total", DSV4_MT_COUNTER,
                                  "requests cancelled or aborted at shutdown"},
+    [DSV4_M_REQUESTS_REJECTED] = {"dsv4d_requests_rejected_total", DSV4_MT_COUNTER,
+                                  "requests refused at once because [server] max_waiting were "
+                                  "waiting"},
     [DSV4_M_HTTP_ERRORS] = {"dsv4d_http_errors_total", DSV4_MT_COUNTER,
                             "http requests answered with a 4xx or 5xx status"},
     [DSV4_M_PROMPT_TOKENS] = {"dsv4d_prompt_tokens_total", DSV4_MT_COUNTER,

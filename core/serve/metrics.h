@@ -13,6 +13,7 @@ typedef enum dsv4_metric {
     DSV4_M_REQUESTS,               /* dsv4d_requests_total: requests accepted */
     DSV4_M_REQUESTS_FAILED,        /* dsv4d_requests_failed_total */
     DSV4_M_REQUESTS_ABORTED,       /* dsv4d_requests_aborted_total */
+    DSV4_M_REQUESTS_REJECTED,      /* dsv4d_requests_rejected_total: past max_waiting */
     DSV4_M_HTTP_ERRORS,            /* dsv4d_http_errors_total: 4xx/5xx answers */
     DSV4_M_PROMPT_TOKENS,          /* dsv4d_prompt_tokens_total */
     DSV4_M_GENERATED_TOKENS,       /* dsv4d_generation_tokens_total */

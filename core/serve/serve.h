@@ -107,7 +107,8 @@ dsv4_server *dsv4_server_start_opts(const dsv4_config *conf, const dsv4_model *m
 void dsv4_server_stop(dsv4_server *srv, uint64_t grace_ms);
 
 /* Queue a request. The prompt is copied. 0 and *id_p set, or -EINVAL (empty prompt, bad
- * token id, prompt + max_tokens over the context limit, params out of range), -ESHUTDOWN (stopping). On
+ * token id, prompt + max_tokens over the context limit, params out of range), -EBUSY
+ * ([server] max_waiting requests are waiting for admission), -ESHUTDOWN (stopping). On
  * failure no callback is made. */
 int dsv4_server_submit(dsv4_server *srv, const int32_t *prompt, size_t n,
                        const dsv4_gen_params *params, dsv4_gen_event_fn fn, void *ctx,

@@ -75,6 +75,7 @@ typedef struct dsv4_sreq {
     uint64_t t_submit_ns, t_token_ns;
     uint32_t cached; /* prompt tokens the first admission took from the cache */
     bool admitted;   /* admitted at least once (cache hits count once) */
+    bool queued;     /* counted in the server's n_queued */
     /* engine thread, while RUNNING */
     uint32_t seq;
     uint32_t n_fed;         /* tokens in the sequence's KV */
@@ -96,6 +97,9 @@ struct dsv4_server {
     const dsv4_plugin_desc *sched; /* NULL: arrival order */
     void *sched_state;
     uint32_t page_tokens, n_pages, n_slots, max_running, prefill_chunk, max_context, vocab;
+    uint32_t max_waiting; /* [server] max_waiting; 0 = no limit */
+    atomic_uint n_queued; /* client requests submitted and not yet admitted or ended:
+                             added to under mu, taken from by the engine thread */
     int32_t eos;
 
     pthread_t thread;

@@ -153,6 +153,8 @@ dsv4_server *dsv4_server_start_opts(const dsv4_config *conf, const dsv4_model *m
     srv->vocab = model->cfg.vocab_size;
     srv->eos = model->cfg.eos_id;
     srv->max_running = (uint32_t)conf->server.max_running;
+    srv->max_waiting = (uint32_t)conf->server.max_waiting;
+    atomic_init(&srv->n_queued, 0);
     srv->prefill_chunk = (uint32_t)conf->server.prefill_chunk;
     srv->next_id = 1;
     if (srv->max_running == 0 || srv->prefill_chunk == 0) {
@@ -286,12 +288,24 @@ int dsv4_serve_submit(dsv4_server *srv, const int32_t *prompt, size_t n,
     r->t_submit_ns = dsv4_now_ns();
 
     pthread_mutex_lock(&srv->mu);
-    if (srv->stopping) {
+    /* a client's request past max_waiting is refused now, not queued (a PD lease is the
+     * peer's request, admitted there already) */
+    int refused = srv->stopping ? -ESHUTDOWN
+                  : !pd && srv->max_waiting && atomic_load(&srv->n_queued) >= srv->max_waiting
+                      ? -EBUSY
+                      : 0;
+    if (refused) {
         pthread_mutex_unlock(&srv->mu);
         free(bias);
         free(toks);
         free(r);
-        return -ESHUTDOWN;
+        if (refused == -EBUSY)
+            dsv4_metric_add(DSV4_M_REQUESTS_REJECTED, 1);
+        return refused;
+    }
+    if (!pd) {
+        r->queued = true;
+        atomic_fetch_add(&srv->n_queued, 1);
     }
     r->id = srv->next_id++;
     r->where = DSV4_SREQ_INBOX;

@@ -117,6 +117,7 @@ dsv4_server *dsv4_th_start(const dsv4_th_server *s)
     c.plugin_conf[DSV4_FAMILY_INDEXK] = NULL;
     c.plugin_conf[DSV4_FAMILY_SCHED] = sched_conf;
     c.server.max_running = s->max_running;
+    c.server.max_waiting = s->max_waiting;
     c.server.prefill_chunk = s->prefill_chunk;
     c.model.state_slots = s->state_slots;
     c.desc[DSV4_FAMILY_HOSTCACHE] = NULL;
