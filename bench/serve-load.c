@@ -8,7 +8,11 @@
  * shared text of SHARED_LEN bytes (more than two 256-token pages with the byte tokenizer),
  * so the prefix cache is used as a chat service's system prompt uses it; -G PCT of the
  * requests (50) are greedy, the others sample (temperature 0.8, top_p 0.95), drawn by the
- * same hash. --abort PCT of the requests hang up after a few tokens.
+ * same hash. --abort PCT of the requests hang up after a few tokens. -L PCT of them (0)
+ * also ask for what OpenAI clients often add: presence and frequency penalties of 0.3 and
+ * logprobs with 2 alternatives (on a CUDA server these used to take a decode batch's choice
+ * to the host); their answers must carry one logprob per generated token, none above 0,
+ * and at most 2 alternatives each.
  * With -g K the greedy requests draw their prompt and max_tokens from K recipes instead, so
  * each recipe is asked many times, under other batches, cache states and (behind a PD
  * decode server) other prefill servers: every greedy answer read to its end must be the
@@ -67,6 +71,7 @@ typedef struct load_opts {
     int n_prompts, n_outs;
     int recipes;    /* -g: greedy requests draw from this many recipes; 0: each its own */
     int greedy_pct; /* -G: the requests that are greedy, in percent (the others sample) */
+    int extras_pct; /* -L: the requests with penalties and logprobs, in percent */
 } load_opts;
 
 /* Samples of one thread, merged at the end. */
@@ -163,9 +168,16 @@ static bool request_greedy(uint64_t h)
                                  : odd || x < (uint64_t)(opts.greedy_pct - 50);
 }
 
+/* Whether the request of (final) hash h asks for the extras (-L): a recipe's requests all
+ * do or all do not, so their answers stay comparable. */
+static bool request_extras(uint64_t h)
+{
+    return mix64(h ^ 0x1091b5u) % 100 < (uint64_t)opts.extras_pct;
+}
+
 /* The request body of request i; *max_tokens_p gets its max_tokens, *recipe_p the greedy
- * recipe it asks (-g) or -1. */
-static char *request_body(uint64_t i, uint32_t *max_tokens_p, int *recipe_p)
+ * recipe it asks (-g) or -1, *extras_p whether it asks for the extras (-L). */
+static char *request_body(uint64_t i, uint32_t *max_tokens_p, int *recipe_p, bool *extras_p)
 {
     static const char *const words[] = {"paged",  "cache", "token", "prefill", "decode",
                                         "kernel", "batch", "radix", "stream",  "latency",
@@ -205,6 +217,14 @@ static char *request_body(uint64_t i, uint32_t *max_tokens_p, int *recipe_p)
                   "include_usage", 1, "temperature", greedy ? 0.0 : 0.8, "top_p",
                   greedy ? 1.0 : 0.95, "seed", (json_int_t)(i & 0x7fffffff));
     free(prompt);
+    *extras_p = request_extras(h);
+    if (body && *extras_p &&
+        (json_object_set_new(body, "presence_penalty", json_real(0.3)) != 0 ||
+         json_object_set_new(body, "frequency_penalty", json_real(0.3)) != 0 ||
+         json_object_set_new(body, "logprobs", json_integer(2)) != 0)) {
+        json_decref(body);
+        body = NULL;
+    }
     char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
     json_decref(body);
     *max_tokens_p = max_tokens;
@@ -251,8 +271,10 @@ typedef struct answer {
     uint64_t i, sent_ns, last_text_ns;
     uint32_t max_tokens, abort_after; /* abort_after 0: read to the end */
     uint32_t text_events;
-    int recipe; /* -g: the greedy recipe asked, else -1 */
-    char *text; /* every text field in order (-g only) */
+    int recipe;         /* -g: the greedy recipe asked, else -1 */
+    bool extras;        /* -L: asked for penalties and logprobs */
+    json_int_t lp_seen; /* tokens the chunks' logprobs covered */
+    char *text;         /* every text field in order (-g only) */
     size_t text_len, text_cap;
     char id[128];
     char finish[16];
@@ -268,6 +290,28 @@ static void answer_fail(answer *a, const char *why, const char *detail)
         return;
     a->bad = why;
     snprintf(a->bad_detail, sizeof(a->bad_detail), "%s", detail ? detail : "");
+}
+
+/* A chunk's logprobs: null without -L extras, else null or one logprob (<= 0) a token and
+ * at most 2 alternatives each, counted into a->lp_seen. */
+static bool answer_logprobs(answer *a, json_t *lp)
+{
+    if (!lp || json_is_null(lp))
+        return true;
+    json_t *tokens = json_object_get(lp, "tokens"), *values = json_object_get(lp, "token_logprobs"),
+           *top = json_object_get(lp, "top_logprobs");
+    size_t n = json_array_size(tokens);
+    if (!a->extras || !json_is_array(tokens) || json_array_size(values) != n ||
+        json_array_size(top) != n)
+        return false;
+    for (size_t k = 0; k < n; k++) {
+        json_t *v = json_array_get(values, k), *t = json_array_get(top, k);
+        if (!json_is_number(v) || json_number_value(v) > 0 || !json_is_object(t) ||
+            json_object_size(t) > 2)
+            return false;
+    }
+    a->lp_seen += (json_int_t)n;
+    return true;
 }
 
 /* Text of a greedy recipe's answer appended to a->text; false when out of memory. */
@@ -371,6 +415,8 @@ static void answer_event(answer *a, worker *w, const char *data, size_t len)
                 answer_fail(a, "unknown finish_reason (%s)", f);
             snprintf(a->finish, sizeof(a->finish), "%s", f);
         }
+        if (!answer_logprobs(a, json_object_get(json_array_get(choices, 0), "logprobs")))
+            answer_fail(a, "malformed logprobs (%s)", data);
         if (text_len > 0 && a->recipe >= 0 && !answer_text_add(a, text, text_len))
             answer_fail(a, "out of memory%s", NULL);
         if (text_len > 0) {
@@ -458,7 +504,7 @@ static void run_request(worker *w, uint64_t i)
 {
     answer a = {.i = i};
     uint64_t h = mix64(opts.seed ^ mix64(i) ^ 0xab0e7u);
-    char *body = request_body(i, &a.max_tokens, &a.recipe);
+    char *body = request_body(i, &a.max_tokens, &a.recipe, &a.extras);
     if ((double)(h % 10000) < opts.abort_pct * 100.0)
         a.abort_after = 1 + (uint32_t)((h >> 20) % (a.max_tokens > 2 ? a.max_tokens / 2 : 1));
     char head[512];
@@ -566,6 +612,8 @@ static void run_request(worker *w, uint64_t i)
             a.completion_tokens > a.max_tokens || (length && a.completion_tokens != a.max_tokens) ||
             a.text_events > a.completion_tokens)
             answer_fail(&a, "usage does not add up (%s)", counts);
+        else if (a.extras && a.lp_seen != a.completion_tokens)
+            answer_fail(&a, "logprobs do not cover every generated token (%s)", counts);
     }
     if (!a.bad && a.recipe >= 0)
         answer_check_recipe(&a, w);
@@ -613,7 +661,8 @@ static void usage(void)
     fprintf(stderr, "usage: serve-load [-H host] -P port [-c clients] [-n requests] [-d seconds]\n"
                     "                  [-a abort-percent] [-p prompt,lengths] [-o max,tokens]\n"
                     "                  [-s seed] [-k api-key] [-t read-timeout-seconds]\n"
-                    "                  [-g greedy-recipes] [-G greedy-percent]\n");
+                    "                  [-g greedy-recipes] [-G greedy-percent]\n"
+                    "                  [-L extras-percent]\n");
     exit(2);
 }
 
@@ -631,7 +680,7 @@ int main(int argc, char **argv)
     opts.n_prompts = parse_mix("16,64,256,1024", opts.prompts);
     opts.n_outs = parse_mix("8,32,128", opts.outs);
     int c;
-    while ((c = getopt(argc, argv, "H:P:c:n:d:a:p:o:s:k:t:g:G:")) != -1) {
+    while ((c = getopt(argc, argv, "H:P:c:n:d:a:p:o:s:k:t:g:G:L:")) != -1) {
         switch (c) {
         case 'H': opts.host = optarg; break;
         case 'P': opts.port = optarg; break;
@@ -646,13 +695,15 @@ int main(int argc, char **argv)
         case 't': opts.timeout = atoi(optarg); break;
         case 'g': opts.recipes = atoi(optarg); break;
         case 'G': opts.greedy_pct = atoi(optarg); break;
+        case 'L': opts.extras_pct = atoi(optarg); break;
         default: usage();
         }
     }
     if (!opts.port || opts.clients < 1 || opts.clients > 4096 || opts.n_prompts < 1 ||
         opts.n_outs < 1 || opts.abort_pct < 0 || opts.abort_pct > 100 || opts.timeout < 1 ||
         opts.recipes < 0 || opts.recipes > MAX_RECIPES || opts.greedy_pct < 0 ||
-        opts.greedy_pct > 100 || (!opts.requests && opts.duration <= 0) || optind != argc)
+        opts.greedy_pct > 100 || opts.extras_pct < 0 || opts.extras_pct > 100 ||
+        (!opts.requests && opts.duration <= 0) || optind != argc)
         usage();
 
     shared_text_fill();

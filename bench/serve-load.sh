@@ -10,7 +10,8 @@
 # 32) with its own seed, so it does not reuse the previous level's prompts. PROMPTS and
 # OUTS override the prompt lengths in bytes ("16,64,256,1024") and max_tokens
 # ("8,32,128") the requests draw from, GREEDY the percent of them that are greedy (50; the
-# others sample with temperature 0.8 and top_p 0.95). What is served: SERVE_DEVICE (cpu, on 2 threads, or
+# others sample with temperature 0.8 and top_p 0.95), EXTRAS the percent that also ask for
+# presence and frequency penalties and logprobs with 2 alternatives (0). What is served: SERVE_DEVICE (cpu, on 2 threads, or
 # cuda: CUDA device 0), SERVE_MKMODEL (the `dsv4ctl mkmodel` arguments of the checkpoint:
 # "--preset tiny --seed 5"), SERVE_KV_POOL (64M).
 # COMMIT names the commit measured (default: the source tree's HEAD; set it when BUILDDIR
@@ -30,6 +31,7 @@ make -C "$build" -s dsv4d dsv4ctl bench/serve-load plugins/dsv4-indexk-fp8.la \
 export top_srcdir="$src" top_builddir="$build" DSV4D_PLUGIN_PATH="$build/plugins/.libs"
 export LEVELS="${LEVELS:-1 4 16 64 256}" OUT="$out" SERVE_DEVICE="$device"
 export PROMPTS="${PROMPTS:-16,64,256,1024}" OUTS="${OUTS:-8,32,128}" GREEDY="${GREEDY:-50}"
+export EXTRAS="${EXTRAS:-0}"
 export SERVE_MKMODEL="${SERVE_MKMODEL:---preset tiny --seed 5}" SERVE_KV_POOL="${SERVE_KV_POOL:-64M}"
 exec python3 - <<'EOF'
 import os, subprocess, sys, time
@@ -54,7 +56,7 @@ drv = os.path.join(os.environ["top_builddir"], "bench", "serve-load")
 
 def run(clients, requests, seed):
     cmd = [drv, "-P", str(d.port), "-c", str(clients), "-n", str(requests), "-p", PROMPTS,
-           "-o", OUTS, "-s", str(seed), "-G", os.environ["GREEDY"]]
+           "-o", OUTS, "-s", str(seed), "-G", os.environ["GREEDY"], "-L", os.environ["EXTRAS"]]
     r = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
     sys.stderr.write(r.stdout)
     if r.returncode != 0:
@@ -111,9 +113,10 @@ with open(os.environ["OUT"], "w") as f:
             "streams /v1/completions (one connection per request, ignore_eos) with prompts of "
             "%s bytes (byte tokenizer: tokens + BOS; half open with one shared text) and "
             "max_tokens %s, %s%% of them greedy, the others sampled (temperature 0.8, top_p "
-            "0.95); 2 requests per client (at least 32) per level, after a warm-up of 16.\n\n"
+            "0.95), %s%% also with presence and frequency penalties 0.3 and logprobs 2; 2 "
+            "requests per client (at least 32) per level, after a warm-up of 16.\n\n"
             % (MKMODEL, backend, KV_POOL, MAX_RUNNING, STATE_SLOTS, PROMPTS, OUTS,
-               os.environ["GREEDY"]))
+               os.environ["GREEDY"], os.environ["EXTRAS"]))
     f.write("TTFT: request sent to the first text received. ITL: gaps between text events as "
             "the client receives them (events read together count as 0 ms; a token whose text "
             "is empty, as most of a large vocabulary's are under the byte tokenizer, sends no "

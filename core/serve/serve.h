@@ -30,16 +30,16 @@
 typedef struct dsv4_server dsv4_server;
 
 typedef struct dsv4_gen_params {
-    uint32_t max_tokens; /* tokens to generate at most (>= 1) */
-    float temperature;   /* 0 = greedy */
-    float top_p;         /* 1 = off */
-    uint32_t top_k;      /* 0 = off */
-    uint64_t seed;       /* sampling seed (used when temperature > 0) */
-    int32_t priority;    /* for the priority sched plugin; larger first */
-    bool logprobs;       /* fill dsv4_gen_event.logprob */
+    uint32_t max_tokens;   /* tokens to generate at most (>= 1) */
+    float temperature;     /* 0 = greedy */
+    float top_p;           /* 1 = off */
+    uint32_t top_k;        /* 0 = off */
+    uint64_t seed;         /* sampling seed (used when temperature > 0) */
+    int32_t priority;      /* for the priority sched plugin; larger first */
+    bool logprobs;         /* fill dsv4_gen_event.logprob */
     uint32_t top_logprobs; /* with logprobs: fill dsv4_gen_event.top with this many
                               alternatives (<= DSV4_TOP_LOGPROBS_MAX) */
-    bool ignore_eos;     /* keep going past the model's eos token */
+    bool ignore_eos;       /* keep going past the model's eos token */
     /* OpenAI's logit adjustments (core/engine/adjust.h): penalties on tokens generated
      * before (0 = off) and logit_bias (n_logit_bias entries, each token once; read at
      * submit, the server keeps a copy) */
