@@ -120,11 +120,6 @@ static int want_int(json_t *root, const char *name, json_int_t lo, json_int_t hi
     return 0;
 }
 
-static bool is_one(json_t *v)
-{
-    return json_is_integer(v) && json_integer_value(v) == 1;
-}
-
 static bool is_false(json_t *v)
 {
     return json_is_false(v);
@@ -171,8 +166,6 @@ static const struct {
     bool (*neutral)(json_t *v);
     const char *why;
 } unsupported[] = {
-    {"n", is_one, "n must be 1 (one choice per request)"},
-    {"best_of", is_one, "best_of must be 1 (one choice per request)"},
     {"echo", is_false, "echo is not supported"},
     {"suffix", is_empty_string, "suffix is not supported"},
     {"tools", is_empty_array, "tools are not supported"},
@@ -390,6 +383,26 @@ static int parse_logit_bias(dsv4_api_request *req, dsv4_api_error *err)
 }
 
 /* The sampling and length options every endpoint shares. */
+/* n, and best_of, which may only repeat it (choices are not ranked): 1 on /generate, whose
+ * answer has no list of choices. */
+static int parse_choices(dsv4_api_request *req, dsv4_api_error *err)
+{
+    json_int_t n = 1, best_of = 0;
+    int rc = want_int(req->root, "n", 1, DSV4_API_MAX_CHOICES, &n, err);
+    if (rc == 0)
+        rc = want_int(req->root, "best_of", 1, DSV4_API_MAX_CHOICES, &best_of, err);
+    if (rc)
+        return rc;
+    if (best_of && best_of != n)
+        return dsv4_api_fail(err, 400, "unsupported_parameter", "best_of",
+                             "best_of must equal n (choices are not ranked)");
+    if (n > 1 && req->kind == DSV4_API_GENERATE)
+        return dsv4_api_fail(err, 400, "unsupported_parameter", "n",
+                             "n must be 1 on /generate (its answer holds one output)");
+    req->n_choices = (uint32_t)n;
+    return 0;
+}
+
 static int parse_params(dsv4_api_request *req, dsv4_api_error *err)
 {
     json_t *root = req->root;
@@ -452,6 +465,8 @@ static int parse_params(dsv4_api_request *req, dsv4_api_error *err)
                                  "top_logprobs needs logprobs set to true");
     }
     p->top_logprobs = (uint32_t)top;
+    if ((rc = parse_choices(req, err)))
+        return rc;
     return parse_stop(req, err);
 }
 

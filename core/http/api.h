@@ -22,6 +22,8 @@
 #include "core/serve/serve.h"
 
 #define DSV4_API_MAX_STOPS 16
+/* Choices (n) one request may ask for: each is a request of the serving loop. */
+#define DSV4_API_MAX_CHOICES 16
 /* logit_bias entries a request may name */
 #define DSV4_API_MAX_LOGIT_BIAS 1024
 
@@ -57,6 +59,7 @@ typedef struct dsv4_api_request {
                                     against the vocabulary) */
     bool stream;
     bool include_usage; /* stream_options.include_usage */
+    uint32_t n_choices; /* n: choices to generate (1 for /generate) */
 } dsv4_api_request;
 
 /* Parse body (len bytes, not necessarily NUL-terminated) for an endpoint. 0 and req

@@ -8,7 +8,11 @@
  * stream. While it waits it watches the client's socket; a client that hangs up has its
  * request cancelled, so the serving loop ends it and frees its pages without waiting for
  * max_tokens. A request is shared by the two threads and freed by whichever lets go
- * last (the serving loop lets go at its terminal event).
+ * last (the serving loop lets go at each choice's terminal event).
+ *
+ * A request for n choices (OpenAI's `n`) is n requests of the serving loop, one a choice,
+ * choice i drawing with seed + i; their events share the request's queue, each with its
+ * choice's index, and each choice has its own text, stop strings and logprobs.
  */
 #include "config.h"
 
@@ -38,7 +42,29 @@ typedef struct gen_event {
     int status;
     uint32_t n_top;
     dsv4_token_logprob top[DSV4_TOP_LOGPROBS_MAX];
+    uint32_t choice; /* the index of the choice it belongs to */
 } gen_event;
+
+struct gen;
+
+/* One choice: its request in the serving loop and what it has produced. */
+typedef struct gen_choice {
+    struct gen *g;
+    uint32_t index;
+    uint64_t id; /* its request in the serving loop */
+    dsv4_textstream *ts;
+    uint32_t n_out;  /* tokens generated (usage) */
+    json_t *out_ids; /* /generate: the ids */
+    /* logprobs since the last chunk (or all), a token each: chat's content entries, or
+     * completions' token strings; completions' and /generate's values; completions'
+     * {string: logprob} alternatives, /generate's [{id, logprob}] */
+    json_t *lp_tokens, *lp_values, *lp_top;
+    char *text; /* whole-response text */
+    size_t n_text, cap_text;
+    bool sent_role;     /* chat stream: the first delta names the role */
+    bool finished;      /* no more tokens will be used */
+    const char *finish; /* "stop", "length", "abort" */
+} gen_choice;
 
 typedef struct gen {
     /* shared with the serving loop's thread */
@@ -54,27 +80,17 @@ typedef struct gen {
     dsv4_http *http;
     struct MHD_Connection *conn;
     dsv4_api_request req;
-    uint64_t id;
     uint64_t watched; /* when the client's socket was last looked at (ms) */
     char rid[48];     /* cmpl-..., chatcmpl-... */
     json_int_t created;
     uint32_t n_prompt;
-    dsv4_textstream *ts;
-    uint32_t n_out;  /* tokens generated (usage) */
-    json_t *out_ids; /* /generate: the ids */
-    /* logprobs since the last chunk (or all), a token each: chat's content entries, or
-     * completions' token strings; completions' and /generate's values; completions'
-     * {string: logprob} alternatives, /generate's [{id, logprob}] */
-    json_t *lp_tokens, *lp_values, *lp_top;
-    char *text; /* whole-response text */
-    size_t n_text, cap_text;
+    gen_choice *choices; /* [n_choices] */
+    uint32_t n_choices, n_submitted, n_finished;
     char *sse; /* stream bytes not yet handed to libmicrohttpd */
     size_t n_sse, off_sse, cap_sse;
-    bool sent_role;      /* chat stream: the first delta names the role */
     unsigned idle_s;     /* stream: the connection's idle timeout (see stream_read) */
-    bool finished;       /* no more tokens will be used */
+    bool roles_sent;     /* chat stream: every choice's first delta, with the role, queued */
     bool closed;         /* stream: [DONE] queued */
-    const char *finish;  /* "stop", "length", "abort" */
     dsv4_api_error fail; /* set when the request failed after submission */
     bool failed;
 } gen;
@@ -104,24 +120,29 @@ static void gen_unref(gen *g)
     pthread_mutex_unlock(&g->mu);
     if (!last)
         return;
-    dsv4_textstream_free(g->ts);
-    json_decref(g->out_ids);
-    json_decref(g->lp_tokens);
-    json_decref(g->lp_values);
-    json_decref(g->lp_top);
+    for (uint32_t i = 0; g->choices && i < g->n_choices; i++) {
+        gen_choice *c = &g->choices[i];
+        dsv4_textstream_free(c->ts);
+        json_decref(c->out_ids);
+        json_decref(c->lp_tokens);
+        json_decref(c->lp_values);
+        json_decref(c->lp_top);
+        free(c->text);
+    }
+    free(g->choices);
     dsv4_api_request_free(&g->req);
     free(g->q);
-    free(g->text);
     free(g->sse);
     pthread_cond_destroy(&g->cv);
     pthread_mutex_destroy(&g->mu);
     free(g);
 }
 
-/* The serving loop's callback: copy and signal, never block. */
+/* The serving loop's callback (ctx: the choice): copy and signal, never block. */
 static void on_event(void *ctx, const dsv4_gen_event *ev)
 {
-    gen *g = ctx;
+    gen_choice *c = ctx;
+    gen *g = c->g;
     pthread_mutex_lock(&g->mu);
     if (g->q_head + g->q_len == g->q_cap) {
         if (g->q_head > 0) {
@@ -143,12 +164,13 @@ static void on_event(void *ctx, const dsv4_gen_event *ev)
                          .logprob = ev->logprob,
                          .finish = ev->finish,
                          .status = ev->status,
-                         .n_top = ev->n_top};
+                         .n_top = ev->n_top,
+                         .choice = c->index};
         memcpy(e->top, ev->top, ev->n_top * sizeof(*ev->top));
     } else {
         g->q_lost = true;
     }
-    if (ev->kind == DSV4_EV_ERROR)
+    if (ev->kind == DSV4_EV_ERROR && !g->error[0])
         snprintf(g->error, sizeof(g->error), "%s", ev->message ? ev->message : "");
     bool terminal = ev->kind != DSV4_EV_TOKEN;
     pthread_cond_signal(&g->cv);
@@ -231,24 +253,35 @@ static const char *logprob_text(const gen *g, int32_t token, size_t *len_p)
     return p ? p : "";
 }
 
+/* The prompt once, every choice's tokens. */
 static json_t *usage_json(const gen *g)
 {
+    json_int_t out = 0;
+    for (uint32_t i = 0; i < g->n_choices; i++)
+        out += g->choices[i].n_out;
     return json_pack("{s:i, s:i, s:i}", "prompt_tokens", (json_int_t)g->n_prompt,
-                     "completion_tokens", (json_int_t)g->n_out, "total_tokens",
-                     (json_int_t)(g->n_prompt + g->n_out));
+                     "completion_tokens", out, "total_tokens", (json_int_t)g->n_prompt + out);
+}
+
+/* Cancel every choice that may still run (the client left, or one choice failed). */
+static void cancel_choices(gen *g)
+{
+    for (uint32_t i = 0; i < g->n_submitted; i++)
+        if (!g->choices[i].finished)
+            dsv4_server_cancel(g->http->srv, g->choices[i].id);
 }
 
 /* The logprobs object of a choice for the tokens since the last call (OpenAI's legacy
  * completions shape, or chat's content list), or null. */
-static json_t *take_logprobs(gen *g)
+static json_t *take_logprobs(gen *g, gen_choice *c)
 {
     if (!g->req.params.logprobs || g->req.kind == DSV4_API_GENERATE ||
-        (g->req.stream && json_array_size(g->lp_tokens) == 0))
+        (g->req.stream && json_array_size(c->lp_tokens) == 0))
         return json_null();
-    json_t *tokens = g->lp_tokens, *values = g->lp_values, *top = g->lp_top, *out;
-    g->lp_tokens = json_array();
-    g->lp_values = json_array();
-    g->lp_top = json_array();
+    json_t *tokens = c->lp_tokens, *values = c->lp_values, *top = c->lp_top, *out;
+    c->lp_tokens = json_array();
+    c->lp_values = json_array();
+    c->lp_top = json_array();
     if (g->req.kind == DSV4_API_CHAT) {
         out = json_pack("{s:o}", "content", tokens);
         json_decref(values);
@@ -287,23 +320,27 @@ static int sse_json(gen *g, json_t *root)
     return rc;
 }
 
-/* One stream chunk: text (may be NULL for the role-only or final chunk) and finish. */
-static int sse_chunk(gen *g, const char *text, size_t len, const char *finish)
+/* One stream chunk of choice c: text (may be NULL for the role-only or final chunk) and
+ * finish. */
+static int sse_chunk(gen *g, gen_choice *c, const char *text, size_t len, const char *finish)
 {
     json_t *choice;
+    json_int_t index = c->index;
     if (g->req.kind == DSV4_API_CHAT) {
         json_t *delta = json_object();
-        if (!g->sent_role) {
+        if (!c->sent_role) {
             json_object_set_new(delta, "role", json_string("assistant"));
-            g->sent_role = true;
+            c->sent_role = true;
         }
         if (text)
             json_object_set_new(delta, "content", json_stringn(text, len));
-        choice = json_pack("{s:i, s:o}", "index", 0, "delta", delta);
+        choice = json_pack("{s:I, s:o}", "index", index, "delta", delta);
     } else {
-        choice = json_pack("{s:i, s:s%}", "index", 0, "text", text ? text : "", text ? len : 0);
+        choice = json_pack("{s:I, s:s%}", "index", index, "text", text ? text : "", text ? len : 0);
     }
-    json_object_set_new(choice, "logprobs", take_logprobs(g));
+    if (!choice)
+        return -ENOMEM;
+    json_object_set_new(choice, "logprobs", take_logprobs(g, c));
     json_object_set_new(choice, "finish_reason", finish ? json_string(finish) : json_null());
     json_t *root =
         json_pack("{s:s, s:s, s:I, s:s, s:[o]}", "id", g->rid, "object",
@@ -314,16 +351,15 @@ static int sse_chunk(gen *g, const char *text, size_t len, const char *finish)
     return sse_json(g, root);
 }
 
-/* The end of a stream: the final chunk, the usage chunk when asked, [DONE]. */
+/* The end of a stream (every choice's final chunk is out): the error if one failed, the
+ * usage chunk when asked, [DONE]. */
 static int sse_close(gen *g)
 {
-    int rc;
+    int rc = 0;
     if (g->failed) {
         char *e = dsv4_api_error_json(&g->fail);
         rc = e ? sse_text(g, e) : -ENOMEM;
         free(e);
-    } else {
-        rc = sse_chunk(g, NULL, 0, g->finish);
     }
     if (rc == 0 && g->req.include_usage)
         rc = sse_json(
@@ -337,12 +373,12 @@ static int sse_close(gen *g)
     return rc;
 }
 
-/* Text ready for the client: into the stream, or onto the whole response. */
-static int put_text(gen *g, const char *text, size_t len)
+/* Text of choice c ready for the client: into the stream, or onto the whole response. */
+static int put_text(gen *g, gen_choice *c, const char *text, size_t len)
 {
     if (g->req.stream)
-        return len || json_array_size(g->lp_tokens) ? sse_chunk(g, text, len, NULL) : 0;
-    return append(&g->text, &g->n_text, &g->cap_text, text, len);
+        return len || json_array_size(c->lp_tokens) ? sse_chunk(g, c, text, len, NULL) : 0;
+    return append(&c->text, &c->n_text, &c->cap_text, text, len);
 }
 
 /* A token's bytes on their own as a JSON string (a partial character shows as U+FFFD). */
@@ -384,7 +420,8 @@ static json_t *chat_logprob(const gen *g, int32_t token, float logprob)
                      (double)logprob, "bytes", bytes_json(bytes, n));
 }
 
-/* ev's alternatives as the request's kind shows them (see gen), or NULL (out of memory). */
+/* ev's alternatives as the request's kind shows them (see gen_choice), or NULL (out of
+ * memory). */
 static json_t *top_json(const gen *g, const gen_event *ev)
 {
     json_t *top = g->req.kind == DSV4_API_COMPLETION ? json_object() : json_array();
@@ -413,8 +450,8 @@ static json_t *top_json(const gen *g, const gen_event *ev)
     return top;
 }
 
-/* The logprobs of one generated token onto g's lists (see gen). 0 or -ENOMEM. */
-static int add_logprobs(gen *g, const gen_event *ev)
+/* The logprobs of one generated token onto c's lists (see gen_choice). 0 or -ENOMEM. */
+static int add_logprobs(gen *g, gen_choice *c, const gen_event *ev)
 {
     json_t *top = top_json(g, ev);
     int bad;
@@ -423,71 +460,80 @@ static int add_logprobs(gen *g, const gen_event *ev)
         bad = !entry || !top || json_object_set_new(entry, "top_logprobs", top) != 0;
         if (!entry)
             json_decref(top);
-        bad |= json_array_append_new(g->lp_tokens, entry) != 0;
+        bad |= json_array_append_new(c->lp_tokens, entry) != 0;
     } else {
-        bad = json_array_append_new(g->lp_top, top) != 0;
-        bad |= json_array_append_new(g->lp_values, json_real(ev->logprob)) != 0;
+        bad = json_array_append_new(c->lp_top, top) != 0;
+        bad |= json_array_append_new(c->lp_values, json_real(ev->logprob)) != 0;
         if (g->req.kind == DSV4_API_COMPLETION) {
             size_t n;
             const char *bytes = logprob_text(g, ev->token, &n);
-            bad |= json_array_append_new(g->lp_tokens, lossy_string(bytes, n)) != 0;
+            bad |= json_array_append_new(c->lp_tokens, lossy_string(bytes, n)) != 0;
         }
     }
     return bad ? -ENOMEM : 0;
 }
 
-static int on_token(gen *g, const gen_event *ev)
+/* Choice c has finished for `finish`; in a stream its last chunk goes out now. */
+static int choice_done(gen *g, gen_choice *c, const char *finish)
 {
-    g->n_out++;
-    int rc = g->req.params.logprobs ? add_logprobs(g, ev) : 0;
+    c->finished = true;
+    c->finish = finish;
+    g->n_finished++;
+    return g->req.stream ? sse_chunk(g, c, NULL, 0, finish) : 0;
+}
+
+static int on_token(gen *g, gen_choice *c, const gen_event *ev)
+{
+    c->n_out++;
+    int rc = g->req.params.logprobs ? add_logprobs(g, c, ev) : 0;
     if (rc != 0)
         return rc;
     if (g->req.kind == DSV4_API_GENERATE)
-        return json_array_append_new(g->out_ids, json_integer(ev->token)) ? -ENOMEM : 0;
+        return json_array_append_new(c->out_ids, json_integer(ev->token)) ? -ENOMEM : 0;
     size_t n;
     const char *bytes = token_text(g, ev->token, &n);
     const char *text;
     size_t len;
     bool stopped;
-    rc = dsv4_textstream_push(g->ts, bytes, n, &text, &len, &stopped);
+    rc = dsv4_textstream_push(c->ts, bytes, n, &text, &len, &stopped);
     if (rc == 0)
-        rc = put_text(g, text, len);
+        rc = put_text(g, c, text, len);
     if (rc == 0 && stopped) {
-        /* the stop string ends the request; its pages are freed by the serving loop */
-        g->finished = true;
-        g->finish = "stop";
-        dsv4_server_cancel(g->http->srv, g->id);
+        /* the stop string ends the choice; its pages are freed by the serving loop */
+        dsv4_server_cancel(g->http->srv, c->id);
+        rc = choice_done(g, c, "stop");
     }
     return rc;
 }
 
-static void on_terminal(gen *g, const gen_event *ev)
+static int on_terminal(gen *g, gen_choice *c, const gen_event *ev)
 {
-    g->finished = true;
     if (ev->kind == DSV4_EV_ERROR) {
         /* -EAGAIN: the work could not be placed (e.g. no prefill server delivered the KV
          * within its retries) - the server is fine, the client may retry: 503. */
         int code = ev->status == -EAGAIN ? 503 : 500;
+        if (!g->failed)
+            dsv4_api_fail(&g->fail, code, code == 503 ? "unavailable" : "generation_failed", NULL,
+                          "generation failed (%s%s%s)", dsv4_strerror(ev->status),
+                          g->error[0] ? ": " : "", g->error);
         g->failed = true;
-        dsv4_api_fail(&g->fail, code, code == 503 ? "unavailable" : "generation_failed", NULL,
-                      "generation failed (%s%s%s)", dsv4_strerror(ev->status),
-                      g->error[0] ? ": " : "", g->error);
-        return;
+        cancel_choices(g); /* the answer is an error: the other choices are not wanted */
+        c->finished = true;
+        g->n_finished++;
+        return 0;
     }
+    int rc = 0;
     if (g->req.kind != DSV4_API_GENERATE) {
         const char *text;
         size_t len;
-        if (dsv4_textstream_finish(g->ts, &text, &len) == 0 && len)
-            put_text(g, text, len);
+        if (dsv4_textstream_finish(c->ts, &text, &len) == 0 && len)
+            rc = put_text(g, c, text, len);
     }
-    switch (ev->finish) {
-    case DSV4_FINISH_STOP: g->finish = "stop"; break;
-    case DSV4_FINISH_LENGTH: g->finish = "length"; break;
-    default:
-        /* not asked for by this front end: the server is shutting down */
-        g->finish = "abort";
-        break;
-    }
+    /* a reason this front end did not ask for is the server shutting down: "abort" */
+    const char *finish = ev->finish == DSV4_FINISH_STOP     ? "stop"
+                         : ev->finish == DSV4_FINISH_LENGTH ? "length"
+                                                            : "abort";
+    return rc ? rc : choice_done(g, c, finish);
 }
 
 /* Take one event and act on it. 0, -ECONNRESET (client gone) or -ENOMEM. */
@@ -497,42 +543,59 @@ static int step(gen *g)
     int rc = next_event(g, &ev);
     if (rc != 0)
         return rc;
-    if (g->finished)
-        return 0; /* tokens after a stop string, until the cancel lands */
+    gen_choice *c = &g->choices[ev.choice];
+    if (c->finished)
+        return 0; /* events after a stop string (or a failure), until the cancel lands */
     if (ev.kind == DSV4_EV_TOKEN)
-        return on_token(g, &ev);
-    on_terminal(g, &ev);
-    return 0;
+        return on_token(g, c, &ev);
+    return on_terminal(g, c, &ev);
+}
+
+/* Whether every choice has finished. */
+static bool gen_finished(const gen *g)
+{
+    return g->n_finished == g->n_choices;
+}
+
+/* Choice c's entry of the whole-response body. */
+static json_t *whole_choice(gen *g, gen_choice *c)
+{
+    json_int_t index = c->index;
+    const char *text = c->text ? c->text : "";
+    json_t *choice = g->req.kind == DSV4_API_CHAT
+                         ? json_pack("{s:I, s:{s:s, s:s%}}", "index", index, "message", "role",
+                                     "assistant", "content", text, c->n_text)
+                         : json_pack("{s:I, s:s%}", "index", index, "text", text, c->n_text);
+    if (!choice)
+        return NULL;
+    json_object_set_new(choice, "logprobs", take_logprobs(g, c));
+    json_object_set_new(choice, "finish_reason", json_string(c->finish));
+    return choice;
 }
 
 /* The whole-response body. */
 static json_t *whole_json(gen *g)
 {
-    json_t *choice, *root;
-    if (g->req.kind == DSV4_API_GENERATE) {
-        root = json_pack("{s:s, s:O, s:s, s:o}", "id", g->rid, "output_ids", g->out_ids,
-                         "finish_reason", g->finish, "usage", usage_json(g));
+    gen_choice *c0 = &g->choices[0];
+    if (g->req.kind == DSV4_API_GENERATE) { /* one choice (api.c refuses n > 1 here) */
+        json_t *root = json_pack("{s:s, s:O, s:s, s:o}", "id", g->rid, "output_ids", c0->out_ids,
+                                 "finish_reason", c0->finish, "usage", usage_json(g));
         if (root && g->req.params.logprobs)
-            json_object_set(root, "output_logprobs", g->lp_values);
+            json_object_set(root, "output_logprobs", c0->lp_values);
         if (root && g->req.params.top_logprobs)
-            json_object_set(root, "output_top_logprobs", g->lp_top);
+            json_object_set(root, "output_top_logprobs", c0->lp_top);
         return root;
     }
-    const char *text = g->text ? g->text : "";
-    if (g->req.kind == DSV4_API_CHAT)
-        choice = json_pack("{s:i, s:{s:s, s:s%}}", "index", 0, "message", "role", "assistant",
-                           "content", text, g->n_text);
-    else
-        choice = json_pack("{s:i, s:s%}", "index", 0, "text", text, g->n_text);
-    if (!choice)
-        return NULL;
-    json_object_set_new(choice, "logprobs", take_logprobs(g));
-    json_object_set_new(choice, "finish_reason", json_string(g->finish));
-    root = json_pack("{s:s, s:s, s:I, s:s, s:[o], s:o}", "id", g->rid, "object",
+    json_t *choices = json_array();
+    for (uint32_t i = 0; choices && i < g->n_choices; i++)
+        if (json_array_append_new(choices, whole_choice(g, &g->choices[i])) != 0) {
+            json_decref(choices);
+            choices = NULL;
+        }
+    return json_pack("{s:s, s:s, s:I, s:s, s:o?, s:o}", "id", g->rid, "object",
                      g->req.kind == DSV4_API_CHAT ? "chat.completion" : "text_completion",
-                     "created", g->created, "model", g->http->model_id, "choices", choice, "usage",
+                     "created", g->created, "model", g->http->model_id, "choices", choices, "usage",
                      usage_json(g));
-    return root;
 }
 
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
@@ -550,11 +613,15 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
         g->off_sse = g->n_sse = 0;
         if (g->closed)
             return MHD_CONTENT_READER_END_OF_STREAM;
-        int rc;
-        if (g->req.kind == DSV4_API_CHAT && !g->sent_role)
-            rc = sse_chunk(g, "", 0, NULL); /* OpenAI opens with the role and no text */
-        else
-            rc = g->finished ? sse_close(g) : step(g);
+        int rc = 0;
+        if (g->req.kind == DSV4_API_CHAT && !g->roles_sent) {
+            /* OpenAI opens each choice with the role and no text */
+            for (uint32_t i = 0; rc == 0 && i < g->n_choices; i++)
+                rc = sse_chunk(g, &g->choices[i], "", 0, NULL);
+            g->roles_sent = true;
+        } else {
+            rc = gen_finished(g) ? sse_close(g) : step(g);
+        }
         if (rc != 0)
             return MHD_CONTENT_READER_END_WITH_ERROR;
     }
@@ -566,12 +633,11 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
     return (ssize_t)n;
 }
 
-/* The stream is over (sent, or the client went away): end the request if it still runs. */
+/* The stream is over (sent, or the client went away): end the choices that still run. */
 static void stream_free(void *cls)
 {
     gen *g = cls;
-    if (!g->finished)
-        dsv4_server_cancel(g->http->srv, g->id);
+    cancel_choices(g);
     gen_unref(g);
 }
 
@@ -648,6 +714,52 @@ static int check_limits(dsv4_http *http, dsv4_api_request *req, const int32_t *i
     return 0;
 }
 
+/* The request's choices, each with its text stream and lists. 0 or -ENOMEM. */
+static int choices_new(gen *g)
+{
+    g->n_choices = g->req.n_choices;
+    g->choices = calloc(g->n_choices, sizeof(*g->choices));
+    if (!g->choices)
+        return -ENOMEM;
+    for (uint32_t i = 0; i < g->n_choices; i++) {
+        gen_choice *c = &g->choices[i];
+        *c = (gen_choice){.g = g, .index = i};
+        c->ts = dsv4_textstream_new(g->req.stop, g->req.n_stop);
+        c->out_ids = json_array();
+        c->lp_tokens = json_array();
+        c->lp_values = json_array();
+        c->lp_top = json_array();
+        if (!c->ts || !c->out_ids || !c->lp_tokens || !c->lp_values || !c->lp_top)
+            return -ENOMEM;
+    }
+    return 0;
+}
+
+/* Hand every choice to the serving loop, choice i drawing with seed + i; each holds a
+ * reference to g until its terminal event. 0, or the first refusal's status, after which
+ * the choices already handed over are cancelled. */
+static int submit_choices(gen *g, const int32_t *ids, size_t n)
+{
+    for (uint32_t i = 0; i < g->n_choices; i++) {
+        gen_choice *c = &g->choices[i];
+        dsv4_gen_params p = g->req.params;
+        p.seed += i;
+        pthread_mutex_lock(&g->mu);
+        g->refs++;
+        pthread_mutex_unlock(&g->mu);
+        int rc = dsv4_server_submit(g->http->srv, ids, n, &p, on_event, c, &c->id);
+        if (rc != 0) {
+            pthread_mutex_lock(&g->mu);
+            g->refs--; /* no callback will come for it; this thread's reference remains */
+            pthread_mutex_unlock(&g->mu);
+            cancel_choices(g);
+            return rc;
+        }
+        g->n_submitted++;
+    }
+    return 0;
+}
+
 enum MHD_Result dsv4_http_generate(dsv4_http *http, struct MHD_Connection *conn, dsv4_api_kind kind,
                                    const char *body, size_t len)
 {
@@ -677,21 +789,14 @@ enum MHD_Result dsv4_http_generate(dsv4_http *http, struct MHD_Connection *conn,
         check_limits(http, &g->req, ids, n, &err) != 0)
         goto reply_error;
     g->n_prompt = (uint32_t)n;
-    g->ts = dsv4_textstream_new(g->req.stop, g->req.n_stop);
-    g->out_ids = json_array();
-    g->lp_tokens = json_array();
-    g->lp_values = json_array();
-    g->lp_top = json_array();
-    if (!g->ts || !g->out_ids || !g->lp_tokens || !g->lp_values || !g->lp_top) {
+    if (choices_new(g) != 0) {
         dsv4_api_fail(&err, 500, NULL, NULL, "out of memory");
         goto reply_error;
     }
-    g->refs = 2; /* the serving loop holds one until its terminal event */
-    int rc = dsv4_server_submit(http->srv, ids, n, &g->req.params, on_event, g, &g->id);
+    int rc = submit_choices(g, ids, n);
     free(ids);
     ids = NULL;
     if (rc != 0) {
-        g->refs = 1;
         if (rc == -ESHUTDOWN)
             dsv4_api_fail(&err, 503, "shutting_down", NULL, "server is shutting down");
         else if (rc == -EBUSY)
@@ -722,11 +827,11 @@ enum MHD_Result dsv4_http_generate(dsv4_http *http, struct MHD_Connection *conn,
     }
 
     int src = 0;
-    while (!g->finished && (src = step(g)) == 0)
+    while (!gen_finished(g) && (src = step(g)) == 0)
         ;
     if (src != 0) {
         /* the client is gone (or memory is): nobody to answer */
-        dsv4_server_cancel(http->srv, g->id);
+        cancel_choices(g);
         gen_unref(g);
         return MHD_NO;
     }
@@ -734,7 +839,10 @@ enum MHD_Result dsv4_http_generate(dsv4_http *http, struct MHD_Connection *conn,
         err = g->fail;
         goto reply_error;
     }
-    if (strcmp(g->finish, "abort") == 0) {
+    bool aborted = false;
+    for (uint32_t i = 0; i < g->n_choices; i++)
+        aborted = aborted || strcmp(g->choices[i].finish, "abort") == 0;
+    if (aborted) {
         dsv4_api_fail(&err, 503, "shutting_down", NULL,
                       "server is shutting down (request aborted)");
         goto reply_error;

@@ -2,7 +2,7 @@
 # t-http-rejects-bad-input: every kind of bad request gets its 4xx with an OpenAI-style
 # error body {"error":{"message","type","param","code"}} (malformed JSON, wrong types,
 # unknown endpoint, wrong method, a prompt over the context, token ids outside the
-# vocabulary (in the prompt or logit_bias), negative or huge max_tokens, n > 1, an unknown
+# vocabulary (in the prompt or logit_bias), negative or huge max_tokens, n > 16, an unknown
 # model, an oversized body, a missing or wrong API key); slow clients are disconnected after [server]
 # idle_timeout; clients that hang up mid-stream or mid-request have their request
 # cancelled and its pages freed; and through all of it the server keeps serving.
@@ -79,7 +79,7 @@ ok(r.error_ok(400, "logit_bias") and "320" in r.json()["error"]["message"],
    "a logit_bias id outside the vocabulary: 400 naming it", r.body)
 ok(post("/v1/completions", {"prompt": [5, 999999]}).error_ok(400, "prompt"),
    "a completions prompt id outside the vocabulary: 400")
-ok(post("/v1/completions", dict(good, n=3)).error_ok(400, "n"), "n = 3: 400 n")
+ok(post("/v1/completions", dict(good, n=17)).error_ok(400, "n"), "n = 17 (above 16): 400 n")
 ok(post("/v1/chat/completions", {"messages": "hi"}).error_ok(400, "messages"),
    "messages as a string: 400 messages")
 r = post("/v1/completions", dict(good, model="gpt-4"))

@@ -3,7 +3,8 @@
 # /health, /v1/models, /v1/completions and /v1/chat/completions whole and streamed (SSE
 # chunks that add up to the whole answer, [DONE] last, usage when asked), stop strings
 # (matched on the text, never returned, finish_reason stop), seeded sampling, logprobs and
-# their top alternatives (completions, chat whole and streamed, /generate),
+# their top alternatives (completions, chat whole and streamed, /generate), n choices (choice
+# i drawn with seed + i; whole and streamed, chunks by index),
 # /generate with token ids (its ids decode to the completion's text), presence and
 # frequency penalties (a greedy answer repeats less under positive ones, more under
 # negative ones), logit_bias (a token biased by 100 is every answer) and /metrics (its
@@ -15,7 +16,7 @@ sys.dont_write_bytecode = True  # nothing written into the source tree
 sys.path.insert(0, os.path.join(os.environ.get("top_srcdir", "."), "tests", "integ"))
 from dsv4d_http import Daemon, plan, ok, is_, diag, done, byte_decode
 
-plan(54)
+plan(58)
 t_start = time.monotonic()
 d = Daemon()
 
@@ -127,6 +128,42 @@ r = d.post("/v1/completions", dict(samp, top_k=1))
 is_(r.json()["choices"][0]["text"],
     d.post("/v1/completions", dict(base, max_tokens=12)).json()["choices"][0]["text"],
     "top_k 1 samples greedily")
+
+# --- n choices: choice i is the single answer of seed + i
+r = d.post("/v1/completions", dict(samp, n=3)).json()
+singles = [d.post("/v1/completions", dict(samp, seed=7 + i)).json()["choices"][0]["text"]
+           for i in range(3)]
+ok([c["index"] for c in r["choices"]] == [0, 1, 2]
+   and [c["text"] for c in r["choices"]] == singles and len(set(singles)) == 3
+   and all(c["finish_reason"] == "length" for c in r["choices"]),
+   "n = 3: three choices, choice i the answer of seed 7 + i (three different texts)", r)
+is_(r["usage"], {"prompt_tokens": 6, "completion_tokens": 36, "total_tokens": 42},
+    "n = 3: the prompt counted once, every choice's tokens")
+chat_n = {"model": "model", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 6,
+          "temperature": 1.0, "seed": 5, "ignore_eos": True, "n": 2, "logprobs": True,
+          "top_logprobs": 2}
+whole = d.post("/v1/chat/completions", chat_n).json()
+status, ctype, ev = d.stream("/v1/chat/completions",
+                             dict(chat_n, stream=True, stream_options={"include_usage": True}))
+chunks = [json.loads(e) for e in ev[:-1]]
+by = {0: [], 1: []}
+for k in chunks:
+    for c in k["choices"]:
+        by[c["index"]].append(c)
+ok(all(by[i][0]["delta"].get("role") == "assistant"
+       and "".join(c["delta"].get("content", "") for c in by[i])
+       == whole["choices"][i]["message"]["content"]
+       and [c["finish_reason"] for c in by[i]].count("length") == 1
+       and by[i][-1]["finish_reason"] == "length" for i in (0, 1))
+   and whole["choices"][0]["message"]["content"] != whole["choices"][1]["message"]["content"],
+   "chat n = 2 streamed: each index opens with the role, its deltas add up to that choice's "
+   "whole answer, one finish_reason last", chunks)
+ok(all([e for c in by[i] for e in ((c["logprobs"] or {}).get("content") or [])]
+       == whole["choices"][i]["logprobs"]["content"]
+       and len(whole["choices"][i]["logprobs"]["content"]) == 6 for i in (0, 1))
+   and chunks[-1]["usage"]["completion_tokens"] == 12 and ev[-1] == "[DONE]",
+   "and its logprobs are each choice's own; the usage chunk counts both choices' tokens",
+   chunks[-1])
 
 # --- stop strings, on the decoded text
 long = d.post("/v1/completions", dict(base, max_tokens=40)).json()["choices"][0]["text"]

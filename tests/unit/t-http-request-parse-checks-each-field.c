@@ -29,7 +29,7 @@ static void refused(dsv4_api_kind kind, const char *body, const char *param, con
 
 int main(void)
 {
-    plan(69);
+    plan(76);
     dsv4_api_request req;
     const dsv4_api_kind C = DSV4_API_COMPLETION, CHAT = DSV4_API_CHAT, G = DSV4_API_GENERATE;
 
@@ -123,7 +123,17 @@ int main(void)
     refused(C, "{\"prompt\":\"x\",\"temperature\":3}", "temperature", "temperature above 2");
     refused(C, "{\"prompt\":\"x\",\"top_p\":0}", "top_p", "top_p of 0");
     refused(C, "{\"prompt\":\"x\",\"stream\":\"yes\"}", "stream", "stream as a string");
-    refused(C, "{\"prompt\":\"x\",\"n\":2}", "n", "n above 1");
+    is_int(parse(C, "{\"prompt\":\"x\",\"n\":3,\"best_of\":3}", &req), 0, "n 3, best_of 3");
+    is_int(req.n_choices, 3, "n is the number of choices");
+    dsv4_api_request_free(&req);
+    is_int(parse(CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}]}", &req), 0, "no n");
+    is_int(req.n_choices, 1, "one choice by default");
+    dsv4_api_request_free(&req);
+    refused(C, "{\"prompt\":\"x\",\"n\":17}", "n", "n above 16");
+    refused(C, "{\"prompt\":\"x\",\"n\":0}", "n", "n of 0");
+    refused(C, "{\"prompt\":\"x\",\"n\":2,\"best_of\":4}", "best_of",
+            "best_of above n (ranked choices)");
+    refused(G, "{\"input_ids\":[1],\"n\":2}", "n", "n above 1 on /generate");
     is_int(parse(CHAT,
                  "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"n\":1,"
                  "\"response_format\":{\"type\":\"text\"},\"tool_choice\":\"none\",\"tools\":[],"
