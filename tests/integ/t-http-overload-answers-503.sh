@@ -2,8 +2,9 @@
 # t-http-overload-answers-503: with [server] max_waiting, a request that would wait past
 # the limit is answered 503 at once (an OpenAI-style error body with code overloaded and
 # Retry-After: 1) instead of queueing, and counted in dsv4d_requests_rejected_total. With
-# max_running 1 and max_waiting 1: a long stream runs, a second request waits, a third is
-# refused; once the stream's client hangs up the waiting request is answered whole and the
+# max_running 1 and max_waiting 1: a long stream runs; a request for two choices, of which
+# only the first finds a place, is refused whole (its first choice cancelled); a second
+# request waits, a third is refused; once the stream's client hangs up the waiting request is answered whole and the
 # server takes new requests again.
 exec python3 - <<'EOF'
 import json, os, sys, threading, time
@@ -11,7 +12,7 @@ sys.dont_write_bytecode = True  # nothing written into the source tree
 sys.path.insert(0, os.path.join(os.environ.get("top_srcdir", "."), "tests", "integ"))
 from dsv4d_http import Daemon, plan, ok, is_, diag, done, raw_socket
 
-plan(7)
+plan(8)
 d = Daemon(server="max_running = 1\nmax_waiting = 1\n")
 small = {"prompt": "Hi", "max_tokens": 4, "temperature": 0, "ignore_eos": True}
 
@@ -40,6 +41,13 @@ while b"data: {" not in got:
     got += b
 ok(got.startswith(b"HTTP/1.1 200") and b"data: {" in got, "a long stream runs", got[:200])
 
+r = d.post("/v1/completions", dict(small, n=2))
+m = wait_metric("dsv4d_requests_waiting", 0)
+ok(r.error_ok(503) and r.json()["error"]["code"] == "overloaded"
+   and m.get("dsv4d_requests_waiting") == 0 and m.get("dsv4d_requests_rejected_total") == 1,
+   "n = 2 when one place is left: its second choice is refused, the request answered 503 and "
+   "its first choice cancelled (nothing left waiting)", (r.body, m))
+
 waiting = {}
 t = threading.Thread(target=lambda: waiting.update(r=d.post("/v1/completions", small)))
 t.start()
@@ -50,7 +58,7 @@ r = d.post("/v1/completions", small)
 ok(r.error_ok(503) and r.json()["error"]["code"] == "overloaded"
    and r.headers.get("Retry-After") == "1",
    "a third is answered 503 overloaded with Retry-After: 1", (r.status, r.headers, r.body))
-is_(d.metrics().get("dsv4d_requests_rejected_total"), 1.0, "and counted as rejected")
+is_(d.metrics().get("dsv4d_requests_rejected_total"), 2.0, "and counted as rejected")
 
 s.close()
 t.join(120)

@@ -12,7 +12,7 @@ sys.dont_write_bytecode = True  # nothing written into the source tree
 sys.path.insert(0, os.path.join(os.environ.get("top_srcdir", "."), "tests", "integ"))
 from dsv4d_http import Daemon, plan, ok, is_, diag, done, raw_socket, recv_all
 
-plan(40)
+plan(41)
 KEY = "s3cret-key"
 d = Daemon(server="api_key = %s\nmax_body = 4K\nidle_timeout = 1s\n" % KEY,
            model="")
@@ -158,6 +158,25 @@ ok(m2.get("dsv4d_requests_running") == 0 and
    m2.get("dsv4d_kv_pages_used", -1) - m2.get("dsv4d_prefix_cache_pages", 0) == 0,
    "a client that hangs up while waiting for a whole answer: cancelled, pages freed", m2)
 ok(m2.get("dsv4d_requests_aborted_total", 0) >= aborted0 + 2, "that request was aborted too")
+
+body = json.dumps({"prompt": "Tell me", "max_tokens": 3000, "temperature": 0.8, "n": 3,
+                   "ignore_eos": True, "stream": True}).encode()
+s = raw_socket(d.port)
+s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode()
+          + b"\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
+          + body)
+got = b""
+while got.count(b"data: {") < 3:
+    b = s.recv(4096)
+    if not b:
+        break
+    got += b
+s.close()
+m3 = d.wait_idle()
+ok(m3.get("dsv4d_requests_running") == 0 and
+   m3.get("dsv4d_kv_pages_used", -1) - m3.get("dsv4d_prefix_cache_pages", 0) == 0 and
+   m3.get("dsv4d_requests_aborted_total", 0) >= m2.get("dsv4d_requests_aborted_total", 0) + 3,
+   "a client of three streamed choices that hangs up: all three cancelled, pages freed", m3)
 
 # --- and the server still serves
 r = post("/v1/completions", good)

@@ -16,7 +16,7 @@ sys.dont_write_bytecode = True  # nothing written into the source tree
 sys.path.insert(0, os.path.join(os.environ.get("top_srcdir", "."), "tests", "integ"))
 from dsv4d_http import Daemon, plan, ok, is_, diag, done, byte_decode
 
-plan(58)
+plan(59)
 t_start = time.monotonic()
 d = Daemon()
 
@@ -181,6 +181,10 @@ chunks = [json.loads(e) for e in ev[:-1]]
 is_("".join(k["choices"][0]["text"] for k in chunks), long[:cut],
     "stop, streamed: no part of the stop string is sent")
 is_(chunks[-1]["choices"][0]["finish_reason"], "stop", "stop, streamed: finish_reason stop")
+r = d.post("/v1/completions", dict(base, max_tokens=40, stop=stop, n=2)).json()
+ok([c["text"] for c in r["choices"]] == [long[:cut]] * 2
+   and [c["finish_reason"] for c in r["choices"]] == ["stop", "stop"],
+   "stop with n = 2 (greedy): each choice stops on its own text", r)
 
 # --- logprobs
 r = d.post("/v1/completions", dict(base, logprobs=0))
