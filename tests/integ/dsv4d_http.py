@@ -284,6 +284,24 @@ def raw_socket(port, timeout=30):
     return s
 
 
+def post_raw(port, path, body, key=None, events=0, timeout=30):
+    """POST body (a dict, as JSON) over a socket of its own, with the API key when given,
+    and read until `events` server-sent `data: {` events have come (or the peer closed).
+    Returns (the socket, still open, for the caller to read on or hang up; the bytes read)."""
+    data = json.dumps(body).encode()
+    s = raw_socket(port, timeout)
+    auth = b"Authorization: Bearer %s\r\n" % key.encode() if key else b""
+    s.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\n%sContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n" % (path.encode(), auth, len(data)) + data)
+    got = b""
+    while got.count(b"data: {") < events:
+        b = s.recv(4096)
+        if not b:
+            break
+        got += b
+    return s, got
+
+
 def recv_all(s, limit=1 << 20):
     """Read until the peer closes (or limit bytes). Returns the bytes."""
     out = b""

@@ -7,10 +7,10 @@
 # request waits, a third is refused; once the stream's client hangs up the waiting request is answered whole and the
 # server takes new requests again.
 exec python3 - <<'EOF'
-import json, os, sys, threading, time
+import os, sys, threading, time
 sys.dont_write_bytecode = True  # nothing written into the source tree
 sys.path.insert(0, os.path.join(os.environ.get("top_srcdir", "."), "tests", "integ"))
-from dsv4d_http import Daemon, plan, ok, is_, diag, done, raw_socket
+from dsv4d_http import Daemon, plan, ok, is_, diag, done, post_raw
 
 plan(8)
 d = Daemon(server="max_running = 1\nmax_waiting = 1\n")
@@ -28,17 +28,9 @@ def wait_metric(name, value, timeout=60):
 
 # a stream long enough to outlast the steps below (seconds; they take milliseconds), whose
 # client hangs up before it ends
-body = json.dumps({"prompt": "Tell me", "max_tokens": 4000, "temperature": 0,
-                   "ignore_eos": True, "stream": True}).encode()
-s = raw_socket(d.port)
-s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-          b"Content-Length: %d\r\n\r\n" % len(body) + body)
-got = b""
-while b"data: {" not in got:
-    b = s.recv(4096)
-    if not b:
-        break
-    got += b
+s, got = post_raw(d.port, "/v1/completions", {"prompt": "Tell me", "max_tokens": 4000,
+                                                "temperature": 0, "ignore_eos": True,
+                                                "stream": True}, events=1)
 ok(got.startswith(b"HTTP/1.1 200") and b"data: {" in got, "a long stream runs", got[:200])
 
 r = d.post("/v1/completions", dict(small, n=2))

@@ -10,7 +10,7 @@ exec python3 - <<'EOF'
 import json, os, socket, sys, time
 sys.dont_write_bytecode = True  # nothing written into the source tree
 sys.path.insert(0, os.path.join(os.environ.get("top_srcdir", "."), "tests", "integ"))
-from dsv4d_http import Daemon, plan, ok, is_, diag, done, raw_socket, recv_all
+from dsv4d_http import Daemon, plan, ok, is_, diag, done, raw_socket, recv_all, post_raw
 
 plan(41)
 KEY = "s3cret-key"
@@ -119,18 +119,9 @@ ok(not left.startswith(b"HTTP/1.1 200"), "a client that stalls mid-body is disco
 base = d.wait_idle()
 ok(base.get("dsv4d_requests_running") == 0, "idle before the disconnect tests", base)
 aborted0 = base.get("dsv4d_requests_aborted_total", 0)
-body = json.dumps({"prompt": "Tell me", "max_tokens": 3000, "temperature": 0, "ignore_eos": True,
-                   "stream": True}).encode()
-s = raw_socket(d.port)
-s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode()
-          + b"\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
-          + body)
-got = b""
-while b"data: {" not in got:
-    b = s.recv(4096)
-    if not b:
-        break
-    got += b
+long_stream = {"prompt": "Tell me", "max_tokens": 3000, "temperature": 0, "ignore_eos": True,
+               "stream": True}
+s, got = post_raw(d.port, "/v1/completions", long_stream, key=KEY, events=1)
 ok(got.startswith(b"HTTP/1.1 200") and b"data: {" in got, "a stream started", got[:200])
 s.close()
 m = d.wait_idle()
@@ -142,12 +133,7 @@ ok(m.get("dsv4d_requests_aborted_total", 0) >= aborted0 + 1, "the request was ab
 ok(m.get("dsv4d_generation_tokens_total", 0) - base.get("dsv4d_generation_tokens_total", 0) < 3000,
    "it stopped before max_tokens")
 
-body = json.dumps({"prompt": "Tell me", "max_tokens": 3000, "temperature": 0,
-                   "ignore_eos": True}).encode()
-s = raw_socket(d.port)
-s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode()
-          + b"\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
-          + body)
+s, _ = post_raw(d.port, "/v1/completions", dict(long_stream, stream=False), key=KEY)
 # hang up only once the server runs the request (a fixed sleep races a slow build)
 deadline = time.time() + 60
 while d.metrics().get("dsv4d_requests_running", 0) < 1 and time.time() < deadline:
@@ -159,18 +145,8 @@ ok(m2.get("dsv4d_requests_running") == 0 and
    "a client that hangs up while waiting for a whole answer: cancelled, pages freed", m2)
 ok(m2.get("dsv4d_requests_aborted_total", 0) >= aborted0 + 2, "that request was aborted too")
 
-body = json.dumps({"prompt": "Tell me", "max_tokens": 3000, "temperature": 0.8, "n": 3,
-                   "ignore_eos": True, "stream": True}).encode()
-s = raw_socket(d.port)
-s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode()
-          + b"\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
-          + body)
-got = b""
-while got.count(b"data: {") < 3:
-    b = s.recv(4096)
-    if not b:
-        break
-    got += b
+s, _ = post_raw(d.port, "/v1/completions", dict(long_stream, temperature=0.8, n=3), key=KEY,
+               events=3)
 s.close()
 m3 = d.wait_idle()
 ok(m3.get("dsv4d_requests_running") == 0 and

@@ -7,7 +7,7 @@ exec python3 - <<'EOF'
 import json, os, signal, socket, sys, threading, time
 sys.dont_write_bytecode = True  # nothing written into the source tree
 sys.path.insert(0, os.path.join(os.environ.get("top_srcdir", "."), "tests", "integ"))
-from dsv4d_http import Daemon, plan, ok, is_, diag, done, sse_events
+from dsv4d_http import Daemon, plan, ok, is_, diag, done, sse_events, post_raw
 
 plan(9)
 
@@ -44,17 +44,9 @@ def stream_in_thread(d, body, out):
 # The client stops reading after the first chunk, so the stream is certainly still
 # being delivered while dsv4d drains; it then reads the rest.
 d = Daemon(server="shutdown_grace = 60s\n")
-body = json.dumps({"prompt": "Go", "max_tokens": 3000, "temperature": 0, "ignore_eos": True,
-                   "stream": True}).encode()
-s = socket.create_connection(("127.0.0.1", d.port), timeout=60)
-s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-          b"Content-Length: %d\r\n\r\n" % len(body) + body)
-got = b""
-while b"data: {" not in got:
-    b = s.recv(4096)
-    if not b:
-        break
-    got += b
+s, got = post_raw(d.port, "/v1/completions", {"prompt": "Go", "max_tokens": 3000,
+                                                "temperature": 0, "ignore_eos": True,
+                                                "stream": True}, events=1, timeout=60)
 d.signal(signal.SIGTERM)
 refused = False
 deadline = time.time() + 30  # a bound for a loaded machine, not a speed requirement
