@@ -1,6 +1,6 @@
 /* server.c: the libmicrohttpd daemon behind the HTTP API (http.h): listening, request
  * bodies and their size limit, the API key, routing, and the small endpoints (/health,
- * /v1/models, /metrics). Generation endpoints are in generate.c. */
+ * /v1/models, /v1/models/{id}, /metrics). Generation endpoints are in generate.c. */
 #include "config.h"
 
 #include <errno.h>
@@ -87,13 +87,30 @@ static enum MHD_Result get_health(dsv4_http *http, struct MHD_Connection *conn)
     return reply_json(conn, json_pack("{s:s}", "status", "ok"));
 }
 
+/* OpenAI's model object for the model served. */
+static json_t *model_json(const dsv4_http *http)
+{
+    return json_pack("{s:s, s:s, s:I, s:s, s:I}", "id", http->model_id, "object", "model",
+                     "created", (json_int_t)http->started, "owned_by", "dsv4d", "max_model_len",
+                     (json_int_t)dsv4_server_max_context(http->srv));
+}
+
 static enum MHD_Result get_models(dsv4_http *http, struct MHD_Connection *conn)
 {
-    return reply_json(conn,
-                      json_pack("{s:s, s:[{s:s, s:s, s:I, s:s, s:I}]}", "object", "list", "data",
-                                "id", http->model_id, "object", "model", "created",
-                                (json_int_t)http->started, "owned_by", "dsv4d", "max_model_len",
-                                (json_int_t)dsv4_server_max_context(http->srv)));
+    return reply_json(conn, json_pack("{s:s, s:[o]}", "object", "list", "data", model_json(http)));
+}
+
+/* GET /v1/models/{id}: the model served, or 404 for any other id. */
+static enum MHD_Result get_model(dsv4_http *http, struct MHD_Connection *conn, const char *id)
+{
+    if (strcmp(id, http->model_id) != 0) {
+        dsv4_api_error err;
+        dsv4_api_fail(&err, 404, "model_not_found", "model",
+                      "the model '%s' does not exist (this server serves '%s')", id,
+                      http->model_id);
+        return dsv4_http_reply_error(conn, &err);
+    }
+    return reply_json(conn, model_json(http));
 }
 
 static enum MHD_Result get_metrics(dsv4_http *http, struct MHD_Connection *conn)
@@ -109,7 +126,7 @@ static enum MHD_Result get_metrics(dsv4_http *http, struct MHD_Connection *conn)
     return ret;
 }
 
-typedef enum route_kind { R_HEALTH, R_MODELS, R_METRICS, R_GEN } route_kind;
+typedef enum route_kind { R_HEALTH, R_MODELS, R_MODEL, R_METRICS, R_GEN } route_kind;
 
 static const struct route {
     const char *path;
@@ -117,14 +134,22 @@ static const struct route {
     route_kind kind;
     dsv4_api_kind api; /* R_GEN */
     bool open;         /* answered without the API key (monitoring) */
+    bool prefix;       /* path is followed by a name (at least one byte) */
 } routes[] = {
-    {"/health", "GET", R_HEALTH, 0, true},
-    {"/metrics", "GET", R_METRICS, 0, true},
-    {"/v1/models", "GET", R_MODELS, 0, false},
-    {"/v1/completions", "POST", R_GEN, DSV4_API_COMPLETION, false},
-    {"/v1/chat/completions", "POST", R_GEN, DSV4_API_CHAT, false},
-    {"/generate", "POST", R_GEN, DSV4_API_GENERATE, false},
+    {"/health", "GET", R_HEALTH, 0, true, false},
+    {"/metrics", "GET", R_METRICS, 0, true, false},
+    {"/v1/models", "GET", R_MODELS, 0, false, false},
+    {"/v1/models/", "GET", R_MODEL, 0, false, true},
+    {"/v1/completions", "POST", R_GEN, DSV4_API_COMPLETION, false, false},
+    {"/v1/chat/completions", "POST", R_GEN, DSV4_API_CHAT, false, false},
+    {"/generate", "POST", R_GEN, DSV4_API_GENERATE, false, false},
 };
+
+static bool route_matches(const struct route *r, const char *url)
+{
+    size_t n = strlen(r->path);
+    return r->prefix ? strncmp(url, r->path, n) == 0 && url[n] != '\0' : strcmp(url, r->path) == 0;
+}
 
 /* Compare in time that depends only on the lengths, so the key cannot be guessed byte
  * by byte from response times. */
@@ -153,7 +178,7 @@ static enum MHD_Result route(dsv4_http *http, struct MHD_Connection *conn, const
     const struct route *r = NULL;
     const char *allow = NULL;
     for (size_t i = 0; i < sizeof(routes) / sizeof(*routes); i++) {
-        if (strcmp(url, routes[i].path) != 0)
+        if (!route_matches(&routes[i], url))
             continue;
         allow = strcmp(routes[i].method, "GET") == 0 ? "GET, HEAD" : routes[i].method;
         if (strcmp(method, routes[i].method) == 0 ||
@@ -184,6 +209,7 @@ static enum MHD_Result route(dsv4_http *http, struct MHD_Connection *conn, const
     switch (r->kind) {
     case R_HEALTH: return get_health(http, conn);
     case R_MODELS: return get_models(http, conn);
+    case R_MODEL: return get_model(http, conn, url + strlen(r->path));
     case R_METRICS: return get_metrics(http, conn);
     case R_GEN: return dsv4_http_generate(http, conn, r->api, hc->body ? hc->body : "", hc->len);
     }

@@ -1,11 +1,11 @@
 #!/bin/sh
 # t-http-serves-openai-api: dsv4d serves the tiny model over HTTP with OpenAI's shapes:
-# /health, /v1/models, /v1/completions and /v1/chat/completions whole and streamed (SSE
-# chunks that add up to the whole answer, [DONE] last, usage when asked), stop strings
-# (matched on the text, never returned, finish_reason stop), seeded sampling, logprobs and
-# their top alternatives (completions, chat whole and streamed, /generate), n choices (choice
-# i drawn with seed + i; whole and streamed, chunks by index),
-# /generate with token ids (its ids decode to the completion's text), presence and
+# /health, /v1/models and /v1/models/{id}, /v1/completions and /v1/chat/completions whole
+# and streamed (SSE chunks that add up to the whole answer, [DONE] last, usage when asked),
+# stop strings (matched on the text, never returned, finish_reason stop), seeded sampling,
+# logprobs and their top alternatives (completions, chat whole and streamed, /generate), n
+# choices (choice i drawn with seed + i; whole and streamed, chunks by index), /generate
+# with token ids (its ids decode to the completion's text), presence and
 # frequency penalties (a greedy answer repeats less under positive ones, more under
 # negative ones), logit_bias (a token biased by 100 is every answer) and /metrics (its
 # counters, the engine loop's decode steps and time in decode and prefill among them, and
@@ -16,7 +16,7 @@ sys.dont_write_bytecode = True  # nothing written into the source tree
 sys.path.insert(0, os.path.join(os.environ.get("top_srcdir", "."), "tests", "integ"))
 from dsv4d_http import Daemon, plan, ok, is_, diag, done, byte_decode
 
-plan(59)
+plan(61)
 t_start = time.monotonic()
 d = Daemon()
 
@@ -27,6 +27,11 @@ m = r.json()
 ok(r.status == 200 and m["object"] == "list" and m["data"][0]["id"] == "model"
    and m["data"][0]["object"] == "model" and isinstance(m["data"][0]["created"], int),
    "/v1/models lists the model by its folder name", r.body)
+r1 = d.request("GET", "/v1/models/model")
+ok(r1.status == 200 and r1.json() == m["data"][0], "/v1/models/model answers that model", r1.body)
+r2 = d.request("GET", "/v1/models/other")
+ok(r2.error_ok(404, "model") and r2.json()["error"]["code"] == "model_not_found",
+   "/v1/models/other: 404 model_not_found", r2.body)
 
 # --- completions, whole and streamed
 base = {"model": "model", "prompt": "Hello", "max_tokens": 8, "temperature": 0,
