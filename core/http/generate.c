@@ -473,13 +473,14 @@ static int add_logprobs(gen *g, gen_choice *c, const gen_event *ev)
     return bad ? -ENOMEM : 0;
 }
 
-/* Choice c has finished for `finish`; in a stream its last chunk goes out now. */
+/* Choice c has finished for `finish`; in a stream its last chunk goes out now (unless
+ * another choice failed: the stream then ends in the error). */
 static int choice_done(gen *g, gen_choice *c, const char *finish)
 {
     c->finished = true;
     c->finish = finish;
     g->n_finished++;
-    return g->req.stream ? sse_chunk(g, c, NULL, 0, finish) : 0;
+    return g->req.stream && !g->failed ? sse_chunk(g, c, NULL, 0, finish) : 0;
 }
 
 static int on_token(gen *g, gen_choice *c, const gen_event *ev)
