@@ -474,6 +474,7 @@ static void dsv4_serve_decode(dsv4_server *srv)
         dsv4_serve_fail(srv, batch, n, rc, "decode step");
         return;
     }
+    dsv4_metric_add(device ? DSV4_M_DEVICE_CHOICES : DSV4_M_HOST_CHOICES, n);
     for (uint32_t i = 0; i < n; i++) {
         dsv4_sreq *r = batch[i];
         if (++r->n_fed % srv->page_tokens == 0)

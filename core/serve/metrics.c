@@ -49,6 +49,12 @@ static const dsv4_metric_def dsv4_metric_defs[DSV4_M_COUNT] = {
     [DSV4_M_DECODE_STEPS] = {"dsv4d_engine_decode_steps_total", DSV4_MT_COUNTER,
                              "decode steps the engine loop ran (one token of every decoding "
                              "request)"},
+    [DSV4_M_DEVICE_CHOICES] = {"dsv4d_engine_decode_device_choices_total", DSV4_MT_COUNTER,
+                               "decode tokens the engine chose on its device (only their ids "
+                               "came back; 0 on the CPU backend)"},
+    [DSV4_M_HOST_CHOICES] = {"dsv4d_engine_decode_host_choices_total", DSV4_MT_COUNTER,
+                             "decode tokens chosen on the host from logits the engine copied "
+                             "out (every one on the CPU backend)"},
     [DSV4_M_DECODE_SECONDS] = {"dsv4d_engine_decode_seconds_total", DSV4_MT_COUNTER_NS,
                                "time the engine loop spent in the model's decode steps"},
     [DSV4_M_PREFILL_SECONDS] = {"dsv4d_engine_prefill_seconds_total", DSV4_MT_COUNTER_NS,

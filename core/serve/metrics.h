@@ -23,6 +23,8 @@ typedef enum dsv4_metric {
     DSV4_M_EVICTED_PAGES,          /* dsv4d_prefix_cache_evicted_pages_total */
     DSV4_M_ENGINE_STEPS,           /* dsv4d_engine_steps_total */
     DSV4_M_DECODE_STEPS,           /* dsv4d_engine_decode_steps_total */
+    DSV4_M_DEVICE_CHOICES,         /* dsv4d_engine_decode_device_choices_total */
+    DSV4_M_HOST_CHOICES,           /* dsv4d_engine_decode_host_choices_total */
     DSV4_M_DECODE_SECONDS,         /* dsv4d_engine_decode_seconds_total: kept in ns */
     DSV4_M_PREFILL_SECONDS,        /* dsv4d_engine_prefill_seconds_total: kept in ns */
     DSV4_M_GRAPH_REPLAYS,          /* dsv4d_engine_graph_replays_total */

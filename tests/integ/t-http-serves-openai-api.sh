@@ -16,7 +16,7 @@ sys.dont_write_bytecode = True  # nothing written into the source tree
 sys.path.insert(0, os.path.join(os.environ.get("top_srcdir", "."), "tests", "integ"))
 from dsv4d_http import Daemon, plan, ok, is_, diag, done, byte_decode
 
-plan(61)
+plan(62)
 t_start = time.monotonic()
 d = Daemon()
 
@@ -287,6 +287,10 @@ ok(min(busy) > 0 and sum(busy) < time.monotonic() - t_start and
    0 < m.get("dsv4d_engine_decode_steps_total", 0) <= m.get("dsv4d_engine_steps_total", 0),
    "/metrics: the engine loop's decode steps, and its time in decode and prefill: more than "
    "none, less than the run", m)
+ok(m.get("dsv4d_engine_decode_host_choices_total", 0) >= m.get("dsv4d_engine_decode_steps_total")
+   and m.get("dsv4d_engine_decode_device_choices_total") == 0,
+   "/metrics: on the CPU every decode token is chosen on the host (at least one a step), none "
+   "on a device", m)
 graphs = ["dsv4d_engine_graph_%s_total" % k for k in ("replays", "captures", "capture_seconds")]
 is_([m.get(k) for k in graphs + ["dsv4d_engine_direct_passes_total"]], [0, 0, 0, 0],
     "/metrics: no CUDA graph or direct pass on the CPU backend")
