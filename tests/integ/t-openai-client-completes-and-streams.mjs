@@ -1,15 +1,17 @@
 // t-openai-client-completes-and-streams.mjs: the official OpenAI Node client (npm `openai`),
-// unmodified, against a running dsv4d: models.list, completions.create whole and streamed,
-// chat.completions.create whole and streamed with stream_options.include_usage, the
-// client's own stream helper (which reassembles and checks the chunks), a client-side
-// abort mid-stream, and the errors it raises for a 400 and a 401. Prints TAP.
+// unmodified, against a running dsv4d: models.list and models.retrieve, completions.create
+// whole and streamed, chat.completions.create whole and streamed with
+// stream_options.include_usage, the client's own stream helper (which reassembles and checks
+// the chunks, for one choice and for n of them), n choices with logprobs and top_logprobs, a
+// client-side abort mid-stream, and the errors it raises for a 400, a 401 and a 404. Prints
+// TAP.
 // Run by t-openai-client-completes-and-streams.sh, which installs the package next to a
 // copy of this file and passes DSV4D_URL and DSV4D_API_KEY.
 import OpenAI from 'openai';
 
 const base = process.env.DSV4D_URL;
 const apiKey = process.env.DSV4D_API_KEY;
-const PLAN = 26;
+const PLAN = 32;
 let n = 0;
 let failed = 0;
 
@@ -66,6 +68,16 @@ async function main() {
     ok(models.length === 1 && models[0].id === 'model' && models[0].object === 'model',
        'models.list: the one model, by its folder name', models);
     const model = models[0].id;
+    const one = await client.models.retrieve(model);
+    ok(one.id === model && one.object === 'model', 'models.retrieve: the model', one);
+    try {
+        await client.models.retrieve('no-such-model');
+        ok(false, 'models.retrieve of another id throws');
+    } catch (e) {
+        ok(e instanceof OpenAI.NotFoundError && e.status === 404,
+           'models.retrieve of another id: the client throws NotFoundError (404)',
+           { name: e.name, status: e.status });
+    }
 
     // --- completions (ignore_eos is dsv4d's; the client passes extra body keys through)
     const creq = { model, prompt: 'Hello', max_tokens: 8, temperature: 0, ignore_eos: true };
@@ -136,6 +148,25 @@ async function main() {
        'chat.completions.stream: finalChatCompletion gives the whole message');
     is(deltas, msg.content, 'chat.completions.stream: its content events add up to it');
     is(fin.usage, cc.usage, 'chat.completions.stream: with the usage');
+
+    // --- n choices with logprobs: each choice its own, the stream helper reassembles them all
+    const nreq = { ...chreq, temperature: 1, seed: 3, n: 2, logprobs: true, top_logprobs: 3 };
+    const nc = await client.chat.completions.create(nreq);
+    ok(nc.choices.length === 2 && nc.choices.every((ch, i) => ch.index === i &&
+       ch.logprobs.content.length === 10 &&
+       ch.logprobs.content.every((e) => e.top_logprobs.length === 3 && Array.isArray(e.bytes))),
+       'chat n 2 with top_logprobs 3: two choices, ten logprob entries each with three ' +
+       'alternatives and bytes', nc.choices.map((ch) => ch.logprobs.content[0]));
+    is(nc.usage.completion_tokens, 20, 'chat n 2: usage counts both choices');
+    const nrun = client.chat.completions.stream(nreq);
+    const nfin = await nrun.finalChatCompletion();
+    is(nfin.choices.map((ch) => ch.message.content), nc.choices.map((ch) => ch.message.content),
+       'chat.completions.stream with n 2: finalChatCompletion gives both whole messages');
+    const lc = await client.completions.create({ ...creq, logprobs: 2 });
+    const lp = lc.choices[0].logprobs;
+    ok(lp.tokens.length === 8 && lp.token_logprobs.length === 8 && lp.top_logprobs.length === 8 &&
+       lp.top_logprobs.every((t) => Object.keys(t).length >= 1 && Object.keys(t).length <= 2),
+       'completions logprobs 2: a token, a logprob and up to two alternatives per position', lp);
 
     // --- a client that aborts mid-stream: the request ends and its pages are freed
     const ac = new AbortController();
