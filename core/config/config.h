@@ -47,6 +47,7 @@ typedef struct dsv4_server_conf {
     uint64_t max_body;      /* largest request body accepted, bytes */
     int64_t idle_timeout_ms;    /* key idle_timeout: a silent connection is closed */
     int64_t max_waiting;    /* client requests waiting for admission at most; 0 = no limit */
+    bool strict_api;        /* refuse request fields the API does not read */
 } dsv4_server_conf;
 
 /* [pd] */

@@ -97,6 +97,10 @@ const dsv4_option dsv4_server_options[] = {
     {"max_body", DSV4_OPT_SIZE, "8M", 1024, 1ll << 30, NULL,
      "largest request body accepted; a larger one is answered 413",
      offsetof(dsv4_server_conf, max_body)},
+    {"strict_api", DSV4_OPT_BOOL, "false", NO_RANGE, NULL,
+     "refuse a request with a top-level field dsv4d does not read (400 unknown_parameter, as "
+     "OpenAI's API answers) instead of ignoring it",
+     offsetof(dsv4_server_conf, strict_api)},
     {"idle_timeout", DSV4_OPT_DURATION, "30s", 1000, 3600000, NULL,
      "a connection that sends nothing for this long is closed (slow or stalled clients); "
      "a request waiting for its tokens is not idle",

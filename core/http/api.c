@@ -69,16 +69,20 @@ void dsv4_api_request_free(dsv4_api_request *req)
     memset(req, 0, sizeof(*req));
 }
 
-/* A field, with JSON null read as absent (clients send null for unset options). */
-static json_t *field(json_t *root, const char *name)
+/* A field of obj, with JSON null read as absent (clients send null for unset options). The
+ * names read of the request's own object are noted for strict parsing (unread_field). */
+static json_t *field(dsv4_api_request *req, json_t *obj, const char *name)
 {
-    json_t *v = json_object_get(root, name);
+    if (obj == req->root && req->n_read < DSV4_API_MAX_FIELDS)
+        req->read[req->n_read++] = name;
+    json_t *v = json_object_get(obj, name);
     return json_is_null(v) ? NULL : v;
 }
 
-static int want_bool(json_t *root, const char *name, bool *out, dsv4_api_error *err)
+static int want_bool(dsv4_api_request *req, json_t *root, const char *name, bool *out,
+                     dsv4_api_error *err)
 {
-    json_t *v = field(root, name);
+    json_t *v = field(req, root, name);
     if (!v)
         return 0;
     if (!json_is_boolean(v))
@@ -87,10 +91,10 @@ static int want_bool(json_t *root, const char *name, bool *out, dsv4_api_error *
     return 0;
 }
 
-static int want_number(json_t *root, const char *name, double lo, double hi, double *out,
-                       dsv4_api_error *err)
+static int want_number(dsv4_api_request *req, json_t *root, const char *name, double lo, double hi,
+                       double *out, dsv4_api_error *err)
 {
-    json_t *v = field(root, name);
+    json_t *v = field(req, root, name);
     if (!v)
         return 0;
     if (!json_is_number(v))
@@ -103,10 +107,10 @@ static int want_number(json_t *root, const char *name, double lo, double hi, dou
     return 0;
 }
 
-static int want_int(json_t *root, const char *name, json_int_t lo, json_int_t hi, json_int_t *out,
-                    dsv4_api_error *err)
+static int want_int(dsv4_api_request *req, json_t *root, const char *name, json_int_t lo,
+                    json_int_t hi, json_int_t *out, dsv4_api_error *err)
 {
-    json_t *v = field(root, name);
+    json_t *v = field(req, root, name);
     if (!v)
         return 0;
     if (!json_is_integer(v))
@@ -180,10 +184,10 @@ static const struct {
     {"min_p", is_number_zero, "min_p must be 0 (use top_p or top_k)"},
 };
 
-static int check_unsupported(json_t *root, dsv4_api_error *err)
+static int check_unsupported(dsv4_api_request *req, dsv4_api_error *err)
 {
     for (size_t i = 0; i < sizeof(unsupported) / sizeof(*unsupported); i++) {
-        json_t *v = field(root, unsupported[i].name);
+        json_t *v = field(req, req->root, unsupported[i].name);
         if (v && !unsupported[i].neutral(v))
             return dsv4_api_fail(err, 400, "unsupported_parameter", unsupported[i].name, "%s",
                                  unsupported[i].why);
@@ -212,7 +216,7 @@ static int parse_ids(json_t *arr, const char *name, dsv4_api_request *req, dsv4_
 
 static int parse_prompt(dsv4_api_request *req, dsv4_api_error *err)
 {
-    json_t *v = field(req->root, "prompt");
+    json_t *v = field(req, req->root, "prompt");
     if (!v)
         return dsv4_api_fail(err, 400, "missing_required_parameter", "prompt",
                              "prompt is required");
@@ -279,7 +283,7 @@ static int parse_content(json_t *c, size_t i, char **out, dsv4_api_error *err)
 
 static int parse_messages(dsv4_api_request *req, dsv4_api_error *err)
 {
-    json_t *arr = field(req->root, "messages");
+    json_t *arr = field(req, req->root, "messages");
     if (!arr)
         return dsv4_api_fail(err, 400, "missing_required_parameter", "messages",
                              "messages is required");
@@ -304,7 +308,7 @@ static int parse_messages(dsv4_api_request *req, dsv4_api_error *err)
                                  "%s must be system, developer, user or assistant (got '%s')",
                                  param, json_string_value(role));
         req->messages[i].role = (dsv4_chat_role)r;
-        int rc = parse_content(field(m, "content"), i, &req->messages[i].content, err);
+        int rc = parse_content(field(req, m, "content"), i, &req->messages[i].content, err);
         req->n_messages = i + 1; /* so that free releases what was allocated */
         if (rc != 0)
             return rc;
@@ -314,7 +318,7 @@ static int parse_messages(dsv4_api_request *req, dsv4_api_error *err)
 
 static int parse_stop(dsv4_api_request *req, dsv4_api_error *err)
 {
-    json_t *v = field(req->root, "stop");
+    json_t *v = field(req, req->root, "stop");
     if (!v)
         return 0;
     if (json_is_string(v)) {
@@ -345,7 +349,7 @@ static int parse_stop(dsv4_api_request *req, dsv4_api_error *err)
  * id is named once) to biases from -100 to 100. */
 static int parse_logit_bias(dsv4_api_request *req, dsv4_api_error *err)
 {
-    json_t *lb = field(req->root, "logit_bias");
+    json_t *lb = field(req, req->root, "logit_bias");
     if (!lb)
         return 0;
     if (!json_is_object(lb))
@@ -388,9 +392,9 @@ static int parse_logit_bias(dsv4_api_request *req, dsv4_api_error *err)
 static int parse_choices(dsv4_api_request *req, dsv4_api_error *err)
 {
     json_int_t n = 1, best_of = 0;
-    int rc = want_int(req->root, "n", 1, DSV4_API_MAX_CHOICES, &n, err);
+    int rc = want_int(req, req->root, "n", 1, DSV4_API_MAX_CHOICES, &n, err);
     if (rc == 0)
-        rc = want_int(req->root, "best_of", 1, DSV4_API_MAX_CHOICES, &best_of, err);
+        rc = want_int(req, req->root, "best_of", 1, DSV4_API_MAX_CHOICES, &best_of, err);
     if (rc)
         return rc;
     if (best_of && best_of != n)
@@ -411,18 +415,18 @@ static int parse_params(dsv4_api_request *req, dsv4_api_error *err)
     json_int_t max_tokens = 0, top_k = 0, seed = 0, priority = 0;
     int rc = 0;
     const char *max_name =
-        field(root, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
-    req->has_max_tokens = field(root, max_name) != NULL;
-    if ((rc = want_int(root, max_name, 1, INT32_MAX, &max_tokens, err)) ||
-        (rc = want_number(root, "temperature", 0, 2, &temperature, err)) ||
-        (rc = want_number(root, "top_p", 0, 1, &top_p, err)) ||
-        (rc = want_int(root, "top_k", -1, INT32_MAX, &top_k, err)) ||
-        (rc = want_number(root, "presence_penalty", -2, 2, &presence, err)) ||
-        (rc = want_number(root, "frequency_penalty", -2, 2, &frequency, err)) ||
-        (rc = want_int(root, "seed", INT64_MIN, INT64_MAX, &seed, err)) ||
-        (rc = want_int(root, "priority", INT32_MIN, INT32_MAX, &priority, err)) ||
-        (rc = want_bool(root, "ignore_eos", &p->ignore_eos, err)) ||
-        (rc = want_bool(root, "stream", &req->stream, err)))
+        field(req, root, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+    req->has_max_tokens = field(req, root, max_name) != NULL;
+    if ((rc = want_int(req, root, max_name, 1, INT32_MAX, &max_tokens, err)) ||
+        (rc = want_number(req, root, "temperature", 0, 2, &temperature, err)) ||
+        (rc = want_number(req, root, "top_p", 0, 1, &top_p, err)) ||
+        (rc = want_int(req, root, "top_k", -1, INT32_MAX, &top_k, err)) ||
+        (rc = want_number(req, root, "presence_penalty", -2, 2, &presence, err)) ||
+        (rc = want_number(req, root, "frequency_penalty", -2, 2, &frequency, err)) ||
+        (rc = want_int(req, root, "seed", INT64_MIN, INT64_MAX, &seed, err)) ||
+        (rc = want_int(req, root, "priority", INT32_MIN, INT32_MAX, &priority, err)) ||
+        (rc = want_bool(req, root, "ignore_eos", &p->ignore_eos, err)) ||
+        (rc = want_bool(req, root, "stream", &req->stream, err)))
         return rc;
     if (top_p == 0)
         return dsv4_api_fail(err, 400, "invalid_value", "top_p", "top_p must be above 0");
@@ -437,28 +441,28 @@ static int parse_params(dsv4_api_request *req, dsv4_api_error *err)
     p->seed = (uint64_t)seed;
     p->priority = (int32_t)priority;
 
-    json_t *so = field(root, "stream_options");
+    json_t *so = field(req, root, "stream_options");
     if (so) {
         if (!json_is_object(so))
             return dsv4_api_fail(err, 400, "invalid_type", "stream_options",
                                  "stream_options must be an object");
-        if ((rc = want_bool(so, "include_usage", &req->include_usage, err)))
+        if ((rc = want_bool(req, so, "include_usage", &req->include_usage, err)))
             return rc;
     }
     /* logprobs: a boolean for chat and /generate, with top_logprobs alternatives; for
      * completions the number of alternatives (0 = the sampled token's logprob only) */
     json_int_t top = 0;
     if (req->kind == DSV4_API_COMPLETION) {
-        json_t *tl = field(root, "top_logprobs");
+        json_t *tl = field(req, root, "top_logprobs");
         if (tl && !is_number_zero(tl))
             return dsv4_api_fail(err, 400, "unsupported_parameter", "top_logprobs",
                                  "completions take the number of alternatives in logprobs");
-        if ((rc = want_int(root, "logprobs", 0, DSV4_TOP_LOGPROBS_MAX, &top, err)))
+        if ((rc = want_int(req, root, "logprobs", 0, DSV4_TOP_LOGPROBS_MAX, &top, err)))
             return rc;
-        p->logprobs = field(root, "logprobs") != NULL;
+        p->logprobs = field(req, root, "logprobs") != NULL;
     } else {
-        if ((rc = want_bool(root, "logprobs", &p->logprobs, err)) ||
-            (rc = want_int(root, "top_logprobs", 0, DSV4_TOP_LOGPROBS_MAX, &top, err)))
+        if ((rc = want_bool(req, root, "logprobs", &p->logprobs, err)) ||
+            (rc = want_int(req, root, "top_logprobs", 0, DSV4_TOP_LOGPROBS_MAX, &top, err)))
             return rc;
         if (top && !p->logprobs)
             return dsv4_api_fail(err, 400, "invalid_value", "top_logprobs",
@@ -470,8 +474,31 @@ static int parse_params(dsv4_api_request *req, dsv4_api_error *err)
     return parse_stop(req, err);
 }
 
-int dsv4_api_parse(dsv4_api_kind kind, const char *body, size_t len, dsv4_api_request *req,
-                   dsv4_api_error *err)
+/* Fields OpenAI's API takes that change nothing in the answer: read, and so accepted in
+ * strict parsing too. */
+static const char *const no_effect[] = {"user", "metadata", "store", "service_tier",
+                                        "parallel_tool_calls"};
+
+/* The first top-level field of the request that no parsing step read, or NULL. */
+static const char *unread_field(dsv4_api_request *req)
+{
+    for (size_t i = 0; i < sizeof(no_effect) / sizeof(*no_effect); i++)
+        field(req, req->root, no_effect[i]);
+    const char *key;
+    json_t *v;
+    json_object_foreach(req->root, key, v)
+    {
+        bool read = false;
+        for (size_t i = 0; i < req->n_read && !read; i++)
+            read = strcmp(req->read[i], key) == 0;
+        if (!read)
+            return key;
+    }
+    return NULL;
+}
+
+int dsv4_api_parse(dsv4_api_kind kind, const char *body, size_t len, bool strict,
+                   dsv4_api_request *req, dsv4_api_error *err)
 {
     json_error_t jerr;
     memset(req, 0, sizeof(*req));
@@ -486,19 +513,19 @@ int dsv4_api_parse(dsv4_api_kind kind, const char *body, size_t len, dsv4_api_re
         rc = dsv4_api_fail(err, 400, "invalid_json", NULL, "request body must be a JSON object");
         goto free_req;
     }
-    json_t *model = field(req->root, "model");
+    json_t *model = field(req, req->root, "model");
     if (model && !json_is_string(model)) {
         rc = dsv4_api_fail(err, 400, "invalid_type", "model", "model must be a string");
         goto free_req;
     }
     req->model = model ? json_string_value(model) : NULL;
-    if ((rc = check_unsupported(req->root, err)) || (rc = parse_params(req, err)))
+    if ((rc = check_unsupported(req, err)) || (rc = parse_params(req, err)))
         goto free_req;
     switch (kind) {
     case DSV4_API_COMPLETION: rc = parse_prompt(req, err); break;
     case DSV4_API_CHAT: rc = parse_messages(req, err); break;
     case DSV4_API_GENERATE: {
-        json_t *ids = field(req->root, "input_ids");
+        json_t *ids = field(req, req->root, "input_ids");
         if (!ids)
             rc = dsv4_api_fail(err, 400, "missing_required_parameter", "input_ids",
                                "input_ids is required");
@@ -513,6 +540,12 @@ int dsv4_api_parse(dsv4_api_kind kind, const char *body, size_t len, dsv4_api_re
         break;
     }
     }
+    const char *unread = rc == 0 && strict ? unread_field(req) : NULL;
+    if (unread)
+        rc = dsv4_api_fail(err, 400, "unknown_parameter", unread,
+                           "unrecognized request argument: %s ([server] strict_api refuses what "
+                           "dsv4d does not read)",
+                           unread);
     if (rc == 0)
         return 0;
 free_req:

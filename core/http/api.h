@@ -22,6 +22,8 @@
 #include "core/serve/serve.h"
 
 #define DSV4_API_MAX_STOPS 16
+/* Top-level field names the parser notes as read (strict parsing), at most. */
+#define DSV4_API_MAX_FIELDS 96
 /* Choices (n) one request may ask for: each is a request of the serving loop. */
 #define DSV4_API_MAX_CHOICES 16
 /* logit_bias entries a request may name */
@@ -60,13 +62,17 @@ typedef struct dsv4_api_request {
     bool stream;
     bool include_usage; /* stream_options.include_usage */
     uint32_t n_choices; /* n: choices to generate (1 for /generate) */
+    /* the top-level field names the parser looked at, present or not */
+    const char *read[DSV4_API_MAX_FIELDS];
+    size_t n_read;
 } dsv4_api_request;
 
 /* Parse body (len bytes, not necessarily NUL-terminated) for an endpoint. 0 and req
  * filled (free it with dsv4_api_request_free), or -EINVAL with err filled (req needs no
- * freeing). */
-int dsv4_api_parse(dsv4_api_kind kind, const char *body, size_t len, dsv4_api_request *req,
-                   dsv4_api_error *err);
+ * freeing). strict ([server] strict_api): a top-level field the endpoint does not read is
+ * refused (400 unknown_parameter) rather than ignored. */
+int dsv4_api_parse(dsv4_api_kind kind, const char *body, size_t len, bool strict,
+                   dsv4_api_request *req, dsv4_api_error *err);
 void dsv4_api_request_free(dsv4_api_request *req);
 
 /* Fill err; returns -EINVAL so callers can `return dsv4_api_fail(...)`. */

@@ -777,7 +777,7 @@ enum MHD_Result dsv4_http_generate(dsv4_http *http, struct MHD_Connection *conn,
     int32_t *ids = NULL;
     size_t n = 0;
     enum MHD_Result ret;
-    if (dsv4_api_parse(kind, body, len, &g->req, &err) != 0)
+    if (dsv4_api_parse(kind, body, len, http->strict_api, &g->req, &err) != 0)
         goto reply_error;
     request_id(g);
     if (g->req.model && strcmp(g->req.model, http->model_id) != 0) {

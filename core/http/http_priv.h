@@ -17,6 +17,7 @@ struct dsv4_http {
     const char *model_id;
     const char *api_key; /* NULL when every client is accepted */
     uint64_t max_body;
+    bool strict_api; /* [server] strict_api: unknown request fields are refused */
     uint16_t port;
     time_t started;    /* "created" of the model in /v1/models */
     atomic_int active; /* requests between their first byte and completion */

@@ -328,6 +328,7 @@ dsv4_http *dsv4_http_start(const dsv4_server_conf *conf, dsv4_server *srv,
     http->model_id = model_id;
     http->api_key = conf->api_key && conf->api_key[0] ? conf->api_key : NULL;
     http->max_body = conf->max_body;
+    http->strict_api = conf->strict_api;
     http->started = time(NULL);
     unsigned flags = MHD_USE_AUTO | MHD_USE_INTERNAL_POLLING_THREAD |
                      MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ITC | MHD_USE_ERROR_LOG;

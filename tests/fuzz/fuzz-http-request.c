@@ -1,5 +1,6 @@
 /* fuzz-http-request.c: the HTTP API's request bodies (core/http/api.c). The first byte
- * picks the endpoint (completions, chat completions, /generate), the rest is the body. A
+ * picks the endpoint (completions, chat completions, /generate: its value modulo 3) and
+ * strict parsing ([server] strict_api: its bit 2), the rest is the body. A
  * refusal must format as OpenAI's error JSON; an accepted request goes on to the prompt
  * encoding the server does next (the chat template or the raw prompt, byte tokenizer). */
 #include "tests/fuzz/fuzz.h"
@@ -39,7 +40,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     static const dsv4_api_kind kinds[] = {DSV4_API_COMPLETION, DSV4_API_CHAT, DSV4_API_GENERATE};
     dsv4_api_request req;
     dsv4_api_error err;
-    if (dsv4_api_parse(kinds[data[0] % 3], (const char *)data + 1, size - 1, &req, &err) == 0) {
+    if (dsv4_api_parse(kinds[data[0] % 3], (const char *)data + 1, size - 1, data[0] & 4, &req,
+                       &err) == 0) {
         encode(&req);
         dsv4_api_request_free(&req);
     } else {

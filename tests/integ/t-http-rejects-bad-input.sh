@@ -3,7 +3,8 @@
 # error body {"error":{"message","type","param","code"}} (malformed JSON, wrong types,
 # unknown endpoint, wrong method, a prompt over the context, token ids outside the
 # vocabulary (in the prompt or logit_bias), negative or huge max_tokens, n > 16, an unknown
-# model, an oversized body, a missing or wrong API key); slow clients are disconnected after [server]
+# model, an oversized body, a missing or wrong API key, under [server] strict_api an option
+# dsv4d does not read); slow clients are disconnected after [server]
 # idle_timeout; clients that hang up mid-stream or mid-request have their request
 # cancelled and its pages freed; and through all of it the server keeps serving.
 exec python3 - <<'EOF'
@@ -12,9 +13,9 @@ sys.dont_write_bytecode = True  # nothing written into the source tree
 sys.path.insert(0, os.path.join(os.environ.get("top_srcdir", "."), "tests", "integ"))
 from dsv4d_http import Daemon, plan, ok, is_, diag, done, raw_socket, recv_all, post_raw
 
-plan(41)
+plan(42)
 KEY = "s3cret-key"
-d = Daemon(server="api_key = %s\nmax_body = 4K\nidle_timeout = 1s\n" % KEY,
+d = Daemon(server="api_key = %s\nmax_body = 4K\nidle_timeout = 1s\nstrict_api = true\n" % KEY,
            model="")
 auth = {"Authorization": "Bearer " + KEY}
 
@@ -87,6 +88,9 @@ ok(r.error_ok(404, "model") and r.json()["error"]["code"] == "model_not_found",
    "an unknown model: 404 model_not_found", r.body)
 ok(post("/v1/completions", dict(good, temperature="hot")).error_ok(400, "temperature"),
    "temperature as a string: 400")
+r = post("/v1/completions", dict(good, max_token=5))
+ok(r.error_ok(400, "max_token") and r.json()["error"]["code"] == "unknown_parameter",
+   "[server] strict_api: a misspelt option: 400 unknown_parameter naming it", r.body)
 
 # --- size limit ([server] max_body = 4K)
 r = post("/v1/completions", {"prompt": "x" * 5000})

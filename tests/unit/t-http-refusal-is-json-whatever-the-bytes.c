@@ -28,7 +28,7 @@ int main(void)
     static const char body[] = "{\"prompt\": \"Once \\u13\xcc\x91\xdf\x95 time\"}";
     dsv4_api_request req;
     dsv4_api_error err;
-    ok(dsv4_api_parse(DSV4_API_COMPLETION, body, strlen(body), &req, &err) != 0 &&
+    ok(dsv4_api_parse(DSV4_API_COMPLETION, body, strlen(body), false, &req, &err) != 0 &&
            err.status == 400,
        "a bad escape followed by invalid UTF-8 is refused with 400");
     char *msg = message_of(&err);

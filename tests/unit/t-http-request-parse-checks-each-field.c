@@ -7,12 +7,34 @@
 #include "tests/tap.h"
 
 static dsv4_api_error err;
+static bool strict; /* [server] strict_api for the parses below */
 
 static int parse(dsv4_api_kind kind, const char *body, dsv4_api_request *req)
 {
     memset(&err, 0, sizeof(err));
-    return dsv4_api_parse(kind, body, strlen(body), req, &err);
+    return dsv4_api_parse(kind, body, strlen(body), strict, req, &err);
 }
+
+/* Whether body parses (the request freed again). */
+static bool parses(dsv4_api_kind kind, const char *body)
+{
+    dsv4_api_request req;
+    if (parse(kind, body, &req) != 0)
+        return false;
+    dsv4_api_request_free(&req);
+    return true;
+}
+
+/* Bodies the checks below parse both ways, lax and strict. */
+static const char full_completion[] =
+    "{\"model\":\"m\",\"prompt\":\"hi\",\"max_tokens\":5,\"temperature\":0.5,\"top_p\":0.9,"
+    "\"top_k\":7,\"seed\":-3,\"stop\":[\"a\",\"bc\"],\"stream\":true,\"stream_options\":{"
+    "\"include_usage\":true},\"n\":1,\"user\":\"x\"}";
+static const char parts_chat[] =
+    "{\"messages\":[{\"role\":\"system\",\"content\":\"s\"},{\"role\":\"user\",\"content\":[{"
+    "\"type\":\"text\",\"text\":\"a\"},{\"type\":\"text\",\"text\":\"b\"}]}],"
+    "\"max_completion_tokens\":9,\"logprobs\":true}";
+static const char generate_ids[] = "{\"input_ids\":[5,6],\"max_tokens\":3,\"logprobs\":true}";
 
 /* The body is refused with 400 and param (NULL: no param). */
 static void refused(dsv4_api_kind kind, const char *body, const char *param, const char *what)
@@ -29,16 +51,11 @@ static void refused(dsv4_api_kind kind, const char *body, const char *param, con
 
 int main(void)
 {
-    plan(76);
+    plan(84);
     dsv4_api_request req;
     const dsv4_api_kind C = DSV4_API_COMPLETION, CHAT = DSV4_API_CHAT, G = DSV4_API_GENERATE;
 
-    is_int(parse(C,
-                 "{\"model\":\"m\",\"prompt\":\"hi\",\"max_tokens\":5,\"temperature\":0.5,"
-                 "\"top_p\":0.9,\"top_k\":7,\"seed\":-3,\"stop\":[\"a\",\"bc\"],\"stream\":true,"
-                 "\"stream_options\":{\"include_usage\":true},\"n\":1,\"user\":\"x\"}",
-                 &req),
-           0, "a full completions body parses");
+    is_int(parse(C, full_completion, &req), 0, "a full completions body parses");
     is_str(req.prompt, "hi", "prompt text");
     ok(req.has_max_tokens && req.params.max_tokens == 5, "max_tokens");
     ok(req.params.temperature == 0.5f && req.params.top_p == 0.9f && req.params.top_k == 7,
@@ -57,12 +74,7 @@ int main(void)
     ok(req.n_stop == 1 && !strcmp(req.stop[0], "x"), "a single stop string");
     dsv4_api_request_free(&req);
 
-    is_int(parse(CHAT,
-                 "{\"messages\":[{\"role\":\"system\",\"content\":\"s\"},{\"role\":\"user\","
-                 "\"content\":[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"text\","
-                 "\"text\":\"b\"}]}],\"max_completion_tokens\":9,\"logprobs\":true}",
-                 &req),
-           0, "a chat body with content parts parses");
+    is_int(parse(CHAT, parts_chat, &req), 0, "a chat body with content parts parses");
     ok(req.n_messages == 2 && req.messages[0].role == DSV4_CHAT_SYSTEM &&
            req.messages[1].role == DSV4_CHAT_USER && !strcmp(req.messages[1].content, "ab"),
        "roles and joined text parts");
@@ -70,8 +82,7 @@ int main(void)
     ok(req.params.logprobs, "chat logprobs is a boolean");
     dsv4_api_request_free(&req);
 
-    is_int(parse(G, "{\"input_ids\":[5,6],\"max_tokens\":3,\"logprobs\":true}", &req), 0,
-           "a /generate body parses");
+    is_int(parse(G, generate_ids, &req), 0, "a /generate body parses");
     ok(req.n_prompt_ids == 2 && req.params.logprobs && req.params.presence_penalty == 0 &&
            req.params.frequency_penalty == 0,
        "input_ids and logprobs; the penalties default to 0");
@@ -187,5 +198,29 @@ int main(void)
     refused(CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":5}]}", "messages[0].content",
             "content of the wrong type");
     refused(G, "{\"input_ids\":\"1 2\"}", "input_ids", "input_ids as a string");
+
+    /* unknown fields: ignored, or under [server] strict_api refused */
+    const char typo[] = "{\"prompt\":\"x\",\"max_token\":5}";
+    ok(parses(C, typo), "an unknown field is ignored");
+    strict = true;
+    ok(parses(C, full_completion) && parses(CHAT, parts_chat) && parses(G, generate_ids),
+       "strict: the full completions, chat and /generate bodies above parse");
+    ok(parses(CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"n\":2,\"best_of\":2,"
+                    "\"top_logprobs\":2,\"logprobs\":true,\"tools\":[],\"tool_choice\":\"none\","
+                    "\"response_format\":{\"type\":\"text\"},\"presence_penalty\":1,"
+                    "\"frequency_penalty\":1,\"logit_bias\":{\"5\":1},\"seed\":1,\"priority\":2,"
+                    "\"ignore_eos\":true,\"stream\":false,\"stop\":\"x\",\"top_k\":3,\"min_p\":0,"
+                    "\"repetition_penalty\":1,\"metadata\":{},\"store\":false,\"user\":\"u\","
+                    "\"parallel_tool_calls\":false,\"service_tier\":\"auto\",\"model\":\"m\"}"),
+       "strict: every option dsv4d reads, judges or takes without effect parses");
+    ok(parses(C, "{\"prompt\":\"x\",\"stream_options\":{\"include_usage\":true,\"other\":1}}"),
+       "strict judges the top level only (stream_options.other passes)");
+    refused(C, typo, "max_token", "strict: a misspelt option");
+    is_str(err.code, "unknown_parameter", "its code is unknown_parameter");
+    refused(CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"prompt\":\"x\"}",
+            "prompt", "strict: a completions field on chat");
+    refused(G, "{\"input_ids\":[1],\"echo\":false,\"suffix\":\"\",\"messages\":[]}", "messages",
+            "strict: a chat field on /generate");
+    strict = false;
     return done_testing();
 }
