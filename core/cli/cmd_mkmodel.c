@@ -15,8 +15,9 @@ static void usage(FILE *out)
 {
     fprintf(out, "usage: dsv4ctl mkmodel --preset tiny|small|flash-shape [--seed N] "
                  "[--dtype f32|bf16|fp8]\n"
-                 "                        [--names upstream|hf] [--shards N] [--threads N] "
-                 "[--layers N] -o DIR\n");
+                 "                        [--names upstream|hf] [--experts fp4|fp8] [--shards N] "
+                 "[--threads N]\n"
+                 "                        [--layers N] -o DIR\n");
 }
 
 /* An unsigned number in [lo, hi] into *v_p; false (with a message) otherwise. */
@@ -41,6 +42,7 @@ int dsv4ctl_mkmodel(int argc, char **argv)
         {"seed", required_argument, NULL, 's'},
         {"dtype", required_argument, NULL, 'd'},
         {"names", required_argument, NULL, 'n'},
+        {"experts", required_argument, NULL, 'e'},
         {"shards", required_argument, NULL, 'S'},
         {"threads", required_argument, NULL, 't'},
         {"layers", required_argument, NULL, 'L'},
@@ -57,6 +59,7 @@ int dsv4ctl_mkmodel(int argc, char **argv)
         case 'p': o.preset = optarg; break;
         case 'd': o.dtype = optarg; break;
         case 'n': o.names = optarg; break;
+        case 'e': o.experts = optarg; break;
         case 'o': dir = optarg; break;
         case 's':
             if (!number("seed", optarg, 0, UINT64_MAX, &v))

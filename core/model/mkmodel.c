@@ -148,6 +148,7 @@ typedef struct gen {
     uint64_t seed;
     enum { DT_F32, DT_BF16, DT_FP8 } dtype;
     bool hf;
+    bool fp8_experts; /* routed experts block-scaled FP8 rather than MXFP4 */
     const dsv4_model_config *cfg;
 } gen;
 
@@ -170,6 +171,25 @@ static int gen_init(gen *g, const dsv4_mkmodel_opts *o, const dsv4_model_config 
         snprintf(err, errlen, "mkmodel: unknown names '%s' (upstream, hf)", names);
         return DSV4_EFORMAT;
     }
+    const char *experts = o->experts ? o->experts : "fp4";
+    if (strcmp(experts, "fp4") && strcmp(experts, "fp8")) {
+        snprintf(err, errlen, "mkmodel: unknown experts '%s' (fp4, fp8)", experts);
+        return DSV4_EFORMAT;
+    }
+    bool fp8_experts = strcmp(experts, "fp8") == 0;
+    if (fp8_experts && strcmp(dt, "fp8")) {
+        snprintf(err, errlen, "mkmodel: experts fp8 needs dtype fp8 (not %s)", dt);
+        return DSV4_EFORMAT;
+    }
+    if (fp8_experts && !strcmp(names, "hf") && p->I % DSV4_FP8_BLOCK) {
+        snprintf(err, errlen,
+                 "mkmodel: experts fp8 under hf names needs moe_inter a multiple of %d (preset "
+                 "%s has %u): a scale block of the merged gate_up_proj would hold rows of w1 "
+                 "and w3",
+                 DSV4_FP8_BLOCK, p->name, p->I);
+        return DSV4_EFORMAT;
+    }
+    g->fp8_experts = fp8_experts;
     g->seed = o->seed;
     g->cfg = cfg;
     g->dtype = strcmp(dt, "bf16") == 0 ? DT_BF16 : strcmp(dt, "fp8") == 0 ? DT_FP8 : DT_F32;
@@ -185,7 +205,7 @@ static store_fmt store_of(const gen *g, const dsv4_tensor_desc *d)
         return ST_F32;
     if (g->dtype == DT_BF16 || d->wclass == DSV4_WC_BF16)
         return ST_BF16;
-    if (d->wclass == DSV4_WC_FP4)
+    if (d->wclass == DSV4_WC_FP4 && !g->fp8_experts)
         return ST_FP4;
     return g->hf ? ST_FP8_F32 : ST_FP8_E8M0;
 }
@@ -765,7 +785,7 @@ static json_t *config_json(const gen *g, const dsv4_mkmodel_opts *o)
     SETI("num_nextn_predict_layers", 0);
     SET("tie_word_embeddings", json_false());
     if (g->dtype == DT_FP8) {
-        SET("expert_dtype", json_string("fp4"));
+        SET("expert_dtype", json_string(g->fp8_experts ? "fp8" : "fp4"));
         SET("quantization_config",
             json_pack("{s:s, s:s, s:s, s:s, s:[i,i]}", "quant_method", "fp8", "fmt", "e4m3",
                       "activation_scheme", "dynamic", "scale_fmt", "ue8m0", "weight_block_size",
@@ -775,8 +795,11 @@ static json_t *config_json(const gen *g, const dsv4_mkmodel_opts *o)
      * JSON readers disagree on integers above 2^53. */
     char seed[24];
     snprintf(seed, sizeof(seed), "%llu", (unsigned long long)o->seed);
-    SET("dsv4_mkmodel", json_pack("{s:s, s:s, s:s, s:s}", "preset", o->preset, "seed", seed,
-                                  "dtype", dtypes[g->dtype], "names", g->hf ? "hf" : "upstream"));
+    json_t *prov = json_pack("{s:s, s:s, s:s, s:s}", "preset", o->preset, "seed", seed, "dtype",
+                             dtypes[g->dtype], "names", g->hf ? "hf" : "upstream");
+    if (prov && g->fp8_experts)
+        json_object_set_new(prov, "experts", json_string("fp8"));
+    SET("dsv4_mkmodel", prov);
 #undef SET
 #undef SETI
 #undef SETF

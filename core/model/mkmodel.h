@@ -34,16 +34,21 @@
 typedef struct dsv4_mkmodel_opts {
     const char *preset; /* tiny | small | flash-shape */
     uint64_t seed;
-    const char *dtype; /* f32 | bf16 | fp8; NULL: the preset's default */
-    const char *names; /* upstream | hf; NULL: upstream */
-    unsigned shards;   /* 1: model.safetensors; more: an index over that many files */
-    unsigned threads;  /* generator threads; 0: one per online CPU (at most 16). The bytes
-                          written do not depend on it. */
-    unsigned layers;   /* 0: the preset's; else its first `layers` layers, at least the
-                          fewest that hold a sliding, a CSA, an HCA and a top-k MoE layer
-                          (dsv4_mkmodel_run refuses fewer or more than the preset has).
-                          Their tensors have the full model's bytes: a value depends only on
-                          (seed, name, index). */
+    const char *dtype;   /* f32 | bf16 | fp8; NULL: the preset's default */
+    const char *names;   /* upstream | hf; NULL: upstream */
+    const char *experts; /* fp4 | fp8: the routed experts' format under dtype fp8; NULL: fp4
+                            (packed MXFP4, the real V4's). fp8 stores them block-scaled
+                            F8_E4M3 like the other matrices; under hf names (merged
+                            gate_up_proj) it needs moe_inter a multiple of 128, so that no
+                            scale block holds rows of both w1 and w3 (the small preset) */
+    unsigned shards;     /* 1: model.safetensors; more: an index over that many files */
+    unsigned threads;    /* generator threads; 0: one per online CPU (at most 16). The bytes
+                            written do not depend on it. */
+    unsigned layers;     /* 0: the preset's; else its first `layers` layers, at least the
+                            fewest that hold a sliding, a CSA, an HCA and a top-k MoE layer
+                            (dsv4_mkmodel_run refuses fewer or more than the preset has).
+                            Their tensors have the full model's bytes: a value depends only on
+                            (seed, name, index). */
 } dsv4_mkmodel_opts;
 
 /* A preset's configuration. 0, or DSV4_EFORMAT for an unknown name. */
