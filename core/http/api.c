@@ -474,21 +474,22 @@ static int parse_params(dsv4_api_request *req, dsv4_api_error *err)
     return parse_stop(req, err);
 }
 
-/* Fields OpenAI's API takes that change nothing in the answer: read, and so accepted in
- * strict parsing too. */
+/* Fields OpenAI's API takes that change nothing in the answer: accepted in strict parsing
+ * too. */
 static const char *const no_effect[] = {"user", "metadata", "store", "service_tier",
                                         "parallel_tool_calls"};
 
-/* The first top-level field of the request that no parsing step read, or NULL. */
-static const char *unread_field(dsv4_api_request *req)
+/* The first top-level field of the request that no parsing step read and that is not one
+ * of no_effect, or NULL. */
+static const char *unread_field(const dsv4_api_request *req)
 {
-    for (size_t i = 0; i < sizeof(no_effect) / sizeof(*no_effect); i++)
-        field(req, req->root, no_effect[i]);
     const char *key;
     json_t *v;
     json_object_foreach(req->root, key, v)
     {
         bool read = false;
+        for (size_t i = 0; i < sizeof(no_effect) / sizeof(*no_effect) && !read; i++)
+            read = strcmp(no_effect[i], key) == 0;
         for (size_t i = 0; i < req->n_read && !read; i++)
             read = strcmp(req->read[i], key) == 0;
         if (!read)

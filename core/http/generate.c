@@ -780,12 +780,8 @@ enum MHD_Result dsv4_http_generate(dsv4_http *http, struct MHD_Connection *conn,
     if (dsv4_api_parse(kind, body, len, http->strict_api, &g->req, &err) != 0)
         goto reply_error;
     request_id(g);
-    if (g->req.model && strcmp(g->req.model, http->model_id) != 0) {
-        dsv4_api_fail(&err, 404, "model_not_found", "model",
-                      "the model '%s' does not exist (this server serves '%s')", g->req.model,
-                      http->model_id);
+    if (g->req.model && dsv4_http_check_model(http, g->req.model, &err) != 0)
         goto reply_error;
-    }
     if (prompt_ids(http, &g->req, &ids, &n, &err) != 0 ||
         check_limits(http, &g->req, ids, n, &err) != 0)
         goto reply_error;

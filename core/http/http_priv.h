@@ -29,6 +29,8 @@ enum MHD_Result dsv4_http_reply(struct MHD_Connection *conn, unsigned status, co
                                 const char *body, size_t len);
 /* Queue err as OpenAI's error body with its status, and count it. */
 enum MHD_Result dsv4_http_reply_error(struct MHD_Connection *conn, const dsv4_api_error *err);
+/* Whether id names the model served: 0, or -EINVAL with err the 404 model_not_found. */
+int dsv4_http_check_model(const dsv4_http *http, const char *id, dsv4_api_error *err);
 
 /* POST /v1/completions, /v1/chat/completions and /generate with the whole body read. */
 enum MHD_Result dsv4_http_generate(dsv4_http *http, struct MHD_Connection *conn, dsv4_api_kind kind,

@@ -100,16 +100,21 @@ static enum MHD_Result get_models(dsv4_http *http, struct MHD_Connection *conn)
     return reply_json(conn, json_pack("{s:s, s:[o]}", "object", "list", "data", model_json(http)));
 }
 
+int dsv4_http_check_model(const dsv4_http *http, const char *id, dsv4_api_error *err)
+{
+    if (strcmp(id, http->model_id) == 0)
+        return 0;
+    return dsv4_api_fail(err, 404, "model_not_found", "model",
+                         "the model '%s' does not exist (this server serves '%s')", id,
+                         http->model_id);
+}
+
 /* GET /v1/models/{id}: the model served, or 404 for any other id. */
 static enum MHD_Result get_model(dsv4_http *http, struct MHD_Connection *conn, const char *id)
 {
-    if (strcmp(id, http->model_id) != 0) {
-        dsv4_api_error err;
-        dsv4_api_fail(&err, 404, "model_not_found", "model",
-                      "the model '%s' does not exist (this server serves '%s')", id,
-                      http->model_id);
+    dsv4_api_error err;
+    if (dsv4_http_check_model(http, id, &err) != 0)
         return dsv4_http_reply_error(conn, &err);
-    }
     return reply_json(conn, model_json(http));
 }
 
