@@ -241,11 +241,11 @@ static int32_t argmax(const float *v, uint32_t n)
 
 /* What a benchmark step needs for up to batch_max rows. */
 typedef struct bench_step {
-    bool sample;                /* choose on the device (else logits to the host) */
-    dsv4_sample_params *params; /* every row's: greedy, or --temperature and --top-p */
-    dsv4_rng *rngs;             /* each row's draws */
-    double *draws;              /* unused by greedy rows, but the call takes them */
-    int32_t *next, *chosen;     /* the tokens fed, the tokens chosen */
+    bool sample;              /* choose on the device (else logits to the host) */
+    dsv4_choice_req *choices; /* every row's: greedy, or --temperature and --top-p */
+    dsv4_rng *rngs;           /* each row's draws */
+    dsv4_choice *chosen;      /* the tokens chosen */
+    int32_t *next;            /* the tokens fed */
     float *logits;
 } bench_step;
 
@@ -256,10 +256,10 @@ static int decode_step(dsv4_engine *eng, bench_step *st, uint32_t B, const uint3
     if (!st->sample)
         return dsv4_engine_decode(eng, B, seqs, st->next, st->logits);
     for (uint32_t i = 0; i < B; i++)
-        st->draws[i] = dsv4_sample_draw(&st->params[i], &st->rngs[i]);
-    int rc = dsv4_engine_decode_sample(eng, B, seqs, st->next, st->params, st->draws, st->chosen);
-    if (rc == 0)
-        memcpy(st->next, st->chosen, B * sizeof(int32_t));
+        st->choices[i].draw = dsv4_sample_draw(&st->choices[i].params, &st->rngs[i]);
+    int rc = dsv4_engine_decode_sample(eng, B, seqs, st->next, st->choices, st->chosen);
+    for (uint32_t i = 0; rc == 0 && i < B; i++)
+        st->next[i] = st->chosen[i].token;
     return rc;
 }
 
@@ -337,14 +337,12 @@ static int bench_run(const dsv4_model *m, const dsv4_plugin_desc *ik, const benc
         return DSV4_EFORMAT;
     uint32_t *seqs = calloc(N, sizeof(uint32_t));
     bench_step st = {.sample = o->cuda && !o->host_logits && dsv4_engine_samples(eng),
-                     .params = calloc(N, sizeof(dsv4_sample_params)),
+                     .choices = calloc(N, sizeof(dsv4_choice_req)),
                      .rngs = calloc(N, sizeof(dsv4_rng)),
-                     .draws = calloc(N, sizeof(double)),
+                     .chosen = calloc(N, sizeof(dsv4_choice)),
                      .next = calloc(N, sizeof(int32_t)),
-                     .chosen = calloc(N, sizeof(int32_t)),
                      .logits = calloc((size_t)N * c->vocab_size, sizeof(float))};
-    int rc =
-        seqs && st.params && st.rngs && st.draws && st.next && st.chosen && st.logits ? 0 : -ENOMEM;
+    int rc = seqs && st.choices && st.rngs && st.chosen && st.next && st.logits ? 0 : -ENOMEM;
     double t0 = now_s();
     if (rc == 0)
         rc = prompts_prefill(eng, N, o->prompt, o->stagger, seqs, DSV4_LOGITS_NONE, NULL);
@@ -360,7 +358,7 @@ static int bench_run(const dsv4_model *m, const dsv4_plugin_desc *ik, const benc
                 mode_name(o, mode));
     for (uint32_t i = 0; i < N; i++) {
         st.next[i] = (int32_t)(i % c->vocab_size);
-        st.params[i] = (dsv4_sample_params){
+        st.choices[i].params = (dsv4_sample_params){
             .temperature = (float)o->temperature, .top_p = (float)o->top_p, .top_k = 0};
         dsv4_rng_seed(&st.rngs[i], i);
     }
@@ -387,9 +385,8 @@ static int bench_run(const dsv4_model *m, const dsv4_plugin_desc *ik, const benc
         snprintf(err, errlen, "decode step failed (%s)", dsv4_strerror(rc));
     dsv4_engine_free(eng);
     free(seqs);
-    free(st.params);
+    free(st.choices);
     free(st.rngs);
-    free(st.draws);
     free(st.next);
     free(st.chosen);
     free(st.logits);

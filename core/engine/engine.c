@@ -404,17 +404,29 @@ bool dsv4_engine_samples(const dsv4_engine *eng)
     return eng->cfwd != NULL;
 }
 
+/* Whether req is one the device can make. */
+static bool dsv4_engine_choice_ok(const dsv4_engine *eng, const dsv4_choice_req *req)
+{
+    if (req->top_logprobs > DSV4_TOP_LOGPROBS_MAX || (req->n_edits && !req->edits))
+        return false;
+    for (uint32_t j = 0; j < req->n_edits; j++)
+        if (req->edits[j].token < 0 || (uint32_t)req->edits[j].token >= dsv4_engine_vocab(eng))
+            return false;
+    return true;
+}
+
 int dsv4_engine_decode_sample(dsv4_engine *eng, size_t n, const uint32_t *seqs,
-                              const int32_t *tokens, const dsv4_sample_params *params,
-                              const double *draws, int32_t *next)
+                              const int32_t *tokens, const dsv4_choice_req *reqs, dsv4_choice *out)
 {
     if (!dsv4_engine_samples(eng))
         return -ENOTSUP;
     if (n > eng->conf.n_slots)
         return -EINVAL;
     for (size_t i = 0; i < n; i++) {
+        if (!dsv4_engine_choice_ok(eng, &reqs[i]))
+            return -EINVAL;
         eng->tokp[i] = tokens + i;
-        eng->dsamp[i] = (dsv4_fwd_sample){params[i], draws[i], next + i};
+        eng->dsamp[i] = (dsv4_fwd_sample){&reqs[i], &out[i]};
     }
     return dsv4_engine_run(eng, n, seqs, eng->tokp, eng->ones, DSV4_LOGITS_NONE, NULL, eng->dsamp);
 }

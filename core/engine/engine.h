@@ -96,14 +96,15 @@ int dsv4_engine_decode(dsv4_engine *eng, size_t n, const uint32_t *seqs, const i
 /* Whether the engine chooses next tokens on its device (dsv4_engine_decode_sample): true on
  * the CUDA backend. On the CPU the caller samples the logits itself (dsv4_sample). */
 bool dsv4_engine_samples(const dsv4_engine *eng);
-/* One decode step as dsv4_engine_decode, but next[i] receives seqs[i]'s next token,
- * chosen on the device as dsv4_sample would choose it from the step's logits with
- * params[i] and the uniform draws[i] (dsv4_sample_draw of the request's rng, so the rng
- * advances as on the CPU); only the token ids come back to the host. Same errors as
- * decode, and -ENOTSUP where dsv4_engine_samples is false. */
+/* One decode step as dsv4_engine_decode, but out[i] receives seqs[i]'s next token, chosen
+ * on the device as dsv4_sample would choose it from the step's logits edited by
+ * reqs[i].edits, with reqs[i].params and its draw (dsv4_sample_draw of the request's rng,
+ * so the rng advances as on the CPU), and the log-probabilities reqs[i] asks for; only
+ * those come back to the host. Same errors as decode, -EINVAL for an edit's token outside
+ * the vocabulary or top_logprobs past DSV4_TOP_LOGPROBS_MAX, and -ENOTSUP where
+ * dsv4_engine_samples is false. */
 int dsv4_engine_decode_sample(dsv4_engine *eng, size_t n, const uint32_t *seqs,
-                              const int32_t *tokens, const dsv4_sample_params *params,
-                              const double *draws, int32_t *next);
+                              const int32_t *tokens, const dsv4_choice_req *reqs, dsv4_choice *out);
 
 /* The forward passes (prefill and decode steps) so far by how their layers ran on the
  * CUDA backend: replayed from a captured CUDA graph, recorded into one (a step shape's

@@ -32,12 +32,11 @@ typedef struct dsv4_fwd_conf {
     uint32_t max_context; /* tokens per sequence */
 } dsv4_fwd_conf;
 
-/* A next token the CUDA forward chooses on the device (kernels/cuda/sample.h) with
- * dsv4_sample's semantics, instead of handing out the logits it is chosen from. */
+/* A next token the CUDA forward chooses on the device (kernels/cuda/sample.h and
+ * logits.h) as the host would from its logits, instead of handing out the logits. */
 typedef struct dsv4_fwd_sample {
-    dsv4_sample_params params;
-    double draw;    /* dsv4_sample_draw's uniform for params (not read when greedy) */
-    int32_t *token; /* out: the chosen id */
+    const dsv4_choice_req *req;
+    dsv4_choice *out;
 } dsv4_fwd_sample;
 
 /* One sequence's part of a step. */

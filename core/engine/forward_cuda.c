@@ -19,6 +19,7 @@
 #include "core/util/clock.h"
 #include "core/util/log.h"
 #include "kernels/cuda/model.h"
+#include "kernels/cuda/logits.h"
 #include "kernels/cuda/sample.h"
 
 #define FC_MAX_ALLOCS 512
@@ -148,10 +149,15 @@ struct dsv4_fwd_cuda {
     float **head_out;                    /* [max_tokens] per head row, NULL = no logits */
     const dsv4_fwd_sample **head_sample; /* [max_tokens] per head row, NULL = no token */
 
-    /* the device sampler (made by the first step that samples) and its rows' I/O */
+    /* the device sampler (made by the first step that samples) and its rows' I/O; the
+     * edits and log-probabilities around it (made by the first step that asks for them) */
     dsv4_cuda_sampler *sampler;
     dsv4_cuda_sample_row *rows_host;   /* [FC_HEAD_ROWS] */
     int32_t *tokens_host, *tokens_dev; /* [FC_HEAD_ROWS] */
+    dsv4_cuda_logits *lw;
+    dsv4_cuda_logprobs_row *lp_host; /* [FC_HEAD_ROWS] */
+    dsv4_cuda_logit_edit *edits_host;
+    uint32_t edits_cap;
 
     void *allocs[FC_MAX_ALLOCS];
     size_t n_allocs;
@@ -564,6 +570,7 @@ static bool fc_alloc_workspace(dsv4_fwd_cuda *f)
     f->head_sample = fc_host(f, B, sizeof(dsv4_fwd_sample *));
     f->rows_host = fc_host(f, FC_HEAD_ROWS, sizeof(dsv4_cuda_sample_row));
     f->tokens_host = fc_host(f, FC_HEAD_ROWS, sizeof(int32_t));
+    f->lp_host = fc_host(f, FC_HEAD_ROWS, sizeof(dsv4_cuda_logprobs_row));
     f->score_pages = fc_host(f, f->max_context / dsv4_kv_pool_layout(f->pool)->page_tokens + 1,
                              sizeof(uint32_t));
     return !f->oom;
@@ -693,6 +700,8 @@ void dsv4_fwd_cuda_free(dsv4_fwd_cuda *f)
     free(f->host_pages.host);
     dsv4_graph_cache_clear(&f->graphs);
     dsv4_cuda_sampler_free(f->sampler);
+    dsv4_cuda_logits_free(f->lw);
+    free(f->edits_host);
     dsv4_cuda_blas_free(f->blas);
     dsv4_cuda_event_free(f->mix_join);
     dsv4_cuda_event_free(f->mix_fork);
@@ -1123,23 +1132,79 @@ static int fc_moe(dsv4_fwd_cuda *f, uint32_t layer)
     return rc;
 }
 
-/* Tokens of head rows first .. first + n that want one, sampled on the device from the
- * logits of those rows (f->logits) into f->tokens_host once the stream gets there; the
- * other rows are skipped. The request's draws travel with their params. */
-static int fc_sample(dsv4_fwd_cuda *f, uint32_t first, uint32_t n)
+_Static_assert(DSV4_CUDA_LOGPROBS_TOP == DSV4_TOP_LOGPROBS_MAX,
+               "a device choice reports as many alternatives as the host's");
+
+/* The edits of head rows first .. first + n (n_edits in all) into f->edits_host, each
+ * with its row among the n. */
+static int fc_edits(dsv4_fwd_cuda *f, uint32_t first, uint32_t n, uint32_t n_edits)
 {
-    if (!f->sampler && !(f->sampler = dsv4_cuda_sampler_new(FC_HEAD_ROWS, f->c->vocab_size)))
-        return -ENOMEM;
+    if (n_edits > f->edits_cap) {
+        dsv4_cuda_logit_edit *e = realloc(f->edits_host, n_edits * sizeof(*e));
+        if (!e)
+            return -ENOMEM;
+        f->edits_host = e;
+        f->edits_cap = n_edits;
+    }
+    uint32_t k = 0;
     for (uint32_t i = 0; i < n; i++) {
         const dsv4_fwd_sample *s = f->head_sample[first + i];
-        f->rows_host[i] = s ? (dsv4_cuda_sample_row){s->params.temperature, s->params.top_p,
-                                                     s->params.top_k, 0, s->draw}
-                            : (dsv4_cuda_sample_row){.skip = 1};
+        for (uint32_t j = 0; s && j < s->req->n_edits; j++) {
+            const dsv4_logit_edit *e = &s->req->edits[j];
+            f->edits_host[k++] = (dsv4_cuda_logit_edit){i, e->token, e->bias, 0, e->penalty};
+        }
     }
-    int rc = dsv4_cuda_sample(f->sampler, f->logits, n, f->rows_host, f->tokens_dev, f->stream);
+    return 0;
+}
+
+/* Tokens of head rows first .. first + n that want one, chosen on the device from the
+ * logits of those rows (f->logits) as their requests edit them, into f->tokens_host, and
+ * the log-probabilities they ask for into f->lp_host, once the stream gets there; the
+ * other rows are skipped. The requests' draws travel with their params. */
+static int fc_sample(dsv4_fwd_cuda *f, uint32_t first, uint32_t n)
+{
+    uint32_t V = f->c->vocab_size, n_edits = 0;
+    bool logprobs = false;
+    for (uint32_t i = 0; i < n; i++) {
+        const dsv4_fwd_sample *s = f->head_sample[first + i];
+        const dsv4_choice_req *q = s ? s->req : NULL;
+        f->rows_host[i] = q ? (dsv4_cuda_sample_row){q->params.temperature, q->params.top_p,
+                                                     q->params.top_k, 0, q->draw}
+                            : (dsv4_cuda_sample_row){.skip = 1};
+        uint32_t top = q && q->top_logprobs < V ? q->top_logprobs : V;
+        f->lp_host[i].want = q && q->logprob ? 1 + top : 0;
+        logprobs = logprobs || f->lp_host[i].want;
+        n_edits += q ? q->n_edits : 0;
+    }
+    if (!f->sampler && !(f->sampler = dsv4_cuda_sampler_new(FC_HEAD_ROWS, V)))
+        return -ENOMEM;
+    if ((n_edits || logprobs) && !f->lw && !(f->lw = dsv4_cuda_logits_new(FC_HEAD_ROWS, V)))
+        return -ENOMEM;
+    const float *choose_from = f->logits;
+    int rc = n_edits ? fc_edits(f, first, n, n_edits) : 0;
+    if (rc == 0 && n_edits)
+        rc = dsv4_cuda_logits_edit(f->lw, f->logits, n, f->edits_host, n_edits, &choose_from,
+                                   f->stream);
+    if (rc == 0)
+        rc = dsv4_cuda_sample(f->sampler, choose_from, n, f->rows_host, f->tokens_dev, f->stream);
+    if (rc == 0 && logprobs)
+        rc = dsv4_cuda_logprobs(f->lw, f->logits, n, f->tokens_dev, f->lp_host, f->stream);
     if (rc == 0)
         rc = dsv4_cuda_copy(f->tokens_host, f->tokens_dev, n * sizeof(int32_t), f->stream);
     return rc;
+}
+
+/* Head row i's choice (of the FC_HEAD_ROWS from fc_sample) to its request's out. */
+static void fc_choice(const dsv4_fwd_cuda *f, uint32_t i, const dsv4_fwd_sample *s)
+{
+    dsv4_choice *out = s->out;
+    const dsv4_cuda_logprobs_row *lp = &f->lp_host[i];
+    out->token = f->tokens_host[i];
+    if (!lp->want)
+        return;
+    out->logprob = lp->logprob;
+    for (uint32_t j = 0; j + 1 < lp->want; j++)
+        out->top[j] = (dsv4_token_logprob){lp->top_id[j], lp->top_logprob[j]};
 }
 
 /* The head rows, FC_HEAD_ROWS at a time: logits copied out to the rows that want them,
@@ -1174,7 +1239,7 @@ static int fc_head(dsv4_fwd_cuda *f)
             if (f->head_out[first + i])
                 memcpy(f->head_out[first + i], f->logits_host + i * V, V * sizeof(float));
             if (f->head_sample[first + i])
-                *f->head_sample[first + i]->token = f->tokens_host[i];
+                fc_choice(f, i, f->head_sample[first + i]);
         }
     }
     return rc;

@@ -7,6 +7,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "core/engine/adjust.h"
+
 typedef struct dsv4_rng {
     uint64_t s[4];
 } dsv4_rng;
@@ -38,5 +40,34 @@ double dsv4_sample_draw(const dsv4_sample_params *p, dsv4_rng *rng);
  * scratch holds DSV4_SAMPLE_SCRATCH(n) bytes. */
 int32_t dsv4_sample(const float *logits, uint32_t n, const dsv4_sample_params *p, dsv4_rng *rng,
                     void *scratch);
+
+/* Alternatives a choice reports at most (OpenAI's limit for top_logprobs). */
+#define DSV4_TOP_LOGPROBS_MAX 20
+
+/* A token and the model's log-probability of it at a position. */
+typedef struct dsv4_token_logprob {
+    int32_t token;
+    float logprob;
+} dsv4_token_logprob;
+
+/* A next-token choice the CUDA engine makes on its device (dsv4_engine_decode_sample): the
+ * host's dsv4_sample of the row's logits after the edits, with its draw. */
+typedef struct dsv4_choice_req {
+    dsv4_sample_params params;
+    double draw;                  /* dsv4_sample_draw's uniform for params */
+    const dsv4_logit_edit *edits; /* the request's adjustments (adjust.h), each token once */
+    uint32_t n_edits;
+    bool logprob;          /* report the chosen token's log-probability */
+    uint32_t top_logprobs; /* and this many likeliest tokens' (<= DSV4_TOP_LOGPROBS_MAX) */
+} dsv4_choice_req;
+
+/* What the choice gave: the token and, when asked, log-probabilities from the model's own
+ * logits (before the edits): the token's, and the top_logprobs likeliest tokens' best first
+ * (ties to the lower id). */
+typedef struct dsv4_choice {
+    int32_t token;
+    float logprob;
+    dsv4_token_logprob top[DSV4_TOP_LOGPROBS_MAX];
+} dsv4_choice;
 
 #endif

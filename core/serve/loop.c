@@ -40,6 +40,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <dsv4d/sched.h>
 
@@ -211,40 +212,46 @@ static dsv4_sample_params dsv4_serve_sample_params(const dsv4_sreq *r)
     return (dsv4_sample_params){r->params.temperature, r->params.top_p, r->params.top_k};
 }
 
-/* Deliver r's next token tok and end r when it is done; logits (NULL when the engine chose
- * tok on its device) give the logprob a request asks for. */
-static void dsv4_serve_emit(dsv4_server *srv, dsv4_sreq *r, int32_t tok, const float *logits)
+/* Deliver r's next token (ev, a TOKEN event) and end r when it is done. */
+static void dsv4_serve_emit(dsv4_server *srv, dsv4_sreq *r, const dsv4_gen_event *ev)
 {
     uint64_t now = dsv4_now_ns();
     dsv4_metric_observe(r->n_gen ? DSV4_M_ITL : DSV4_M_TTFT,
                         (double)(now - (r->n_gen ? r->t_token_ns : r->t_submit_ns)) / 1e9);
     r->t_token_ns = now;
-    r->toks[dsv4_sreq_len(r)] = tok;
+    r->toks[dsv4_sreq_len(r)] = ev->token;
     r->n_gen++;
     dsv4_metric_add(DSV4_M_GENERATED_TOKENS, 1);
-    dsv4_gen_event ev = {.kind = DSV4_EV_TOKEN, .token = tok};
-    if (r->params.logprobs && logits)
-        dsv4_serve_logprobs(srv, r, logits, &ev);
-    r->fn(r->ctx, &ev);
-    if (tok == srv->eos && !r->params.ignore_eos)
+    r->fn(r->ctx, ev);
+    if (ev->token == srv->eos && !r->params.ignore_eos)
         dsv4_serve_finish(srv, r, DSV4_EV_DONE, DSV4_FINISH_STOP, 0);
     else if (r->n_gen >= r->params.max_tokens || dsv4_sreq_len(r) >= srv->max_context)
         dsv4_serve_finish(srv, r, DSV4_EV_DONE, DSV4_FINISH_LENGTH, 0);
 }
 
-static dsv4_logit_adjust dsv4_serve_adjust(const dsv4_sreq *r)
+/* The logit edits r's logit_bias and penalties make for its next token, into srv->edits
+ * from `at` (grown as needed); their count, or -ENOMEM. */
+static int64_t dsv4_serve_edits(dsv4_server *srv, const dsv4_sreq *r, size_t at)
 {
-    return (dsv4_logit_adjust){r->params.presence_penalty, r->params.frequency_penalty,
-                               r->params.logit_bias, r->params.n_logit_bias};
+    dsv4_logit_adjust a = {r->params.presence_penalty, r->params.frequency_penalty,
+                           r->params.logit_bias, r->params.n_logit_bias};
+    if (!dsv4_logit_adjust_active(&a))
+        return 0;
+    size_t need = at + a.n_bias + r->n_gen;
+    if (need > srv->edits_cap) {
+        size_t cap = srv->edits_cap ? 2 * srv->edits_cap : 1024;
+        cap = cap > need ? cap : need;
+        dsv4_logit_edit *e = realloc(srv->edits, cap * sizeof(*e));
+        if (!e)
+            return -ENOMEM;
+        srv->edits = e;
+        srv->edits_cap = cap;
+    }
+    return dsv4_logit_adjust_edits(&a, srv->vocab, r->toks + r->n_prompt, r->n_gen, srv->counts,
+                                   srv->edits + at);
 }
 
-static bool dsv4_serve_adjusts(const dsv4_sreq *r)
-{
-    dsv4_logit_adjust a = dsv4_serve_adjust(r);
-    return dsv4_logit_adjust_active(&a);
-}
-
-/* Sample r's next token from its logits (as its logit_bias and penalties adjust them) on
+/* Sample r's next token from its logits (as its logit_bias and penalties edit them) on
  * the host, deliver it, and end r when it is done. */
 static void dsv4_serve_token(dsv4_server *srv, dsv4_sreq *r, const float *logits)
 {
@@ -252,28 +259,73 @@ static void dsv4_serve_token(dsv4_server *srv, dsv4_sreq *r, const float *logits
         dsv4_pd_prefill_handoff(srv, r);
         return;
     }
+    int64_t n_edits = dsv4_serve_edits(srv, r, 0);
+    if (n_edits < 0) {
+        dsv4_serve_finish(srv, r, DSV4_EV_ERROR, DSV4_FINISH_NONE, (int)n_edits);
+        return;
+    }
     const float *choose = logits;
-    dsv4_logit_adjust a = dsv4_serve_adjust(r);
-    if (dsv4_logit_adjust_active(&a)) {
-        dsv4_logit_adjust_apply(srv->adjusted, logits, srv->vocab, &a, r->toks + r->n_prompt,
-                                r->n_gen, srv->counts);
+    if (n_edits) {
+        dsv4_logit_edits_apply(srv->adjusted, logits, srv->vocab, srv->edits, (uint32_t)n_edits);
         choose = srv->adjusted;
     }
     dsv4_sample_params sp = dsv4_serve_sample_params(r);
-    dsv4_serve_emit(srv, r, dsv4_sample(choose, srv->vocab, &sp, &r->rng, srv->scratch), logits);
+    dsv4_gen_event ev = {.kind = DSV4_EV_TOKEN,
+                         .token = dsv4_sample(choose, srv->vocab, &sp, &r->rng, srv->scratch)};
+    if (r->params.logprobs)
+        dsv4_serve_logprobs(srv, r, logits, &ev);
+    dsv4_serve_emit(srv, r, &ev);
 }
 
-/* Whether the decode batch can take its tokens from the engine's device sampler: the
- * engine samples, and no request needs the logits (a logprob, logit adjustments, a
- * prefill lease). */
+/* Deliver r's token as the engine chose it on its device (c), with the logprobs r asked
+ * for, and end r when it is done. */
+static void dsv4_serve_chosen(dsv4_server *srv, dsv4_sreq *r, const dsv4_choice *c)
+{
+    dsv4_gen_event ev = {.kind = DSV4_EV_TOKEN, .token = c->token};
+    if (r->params.logprobs) {
+        ev.logprob = c->logprob;
+        ev.n_top = r->params.top_logprobs < srv->vocab ? r->params.top_logprobs : srv->vocab;
+        memcpy(ev.top, c->top, ev.n_top * sizeof(*ev.top));
+    }
+    dsv4_serve_emit(srv, r, &ev);
+}
+
+/* Whether the decode batch can take its tokens from the engine's device: the engine
+ * chooses them there, and no request needs its logits on the host (a prefill lease). */
 static bool dsv4_serve_device_samples(const dsv4_server *srv, dsv4_sreq *const *batch, uint32_t n)
 {
-    if (!dsv4_engine_samples(srv->eng))
+    if (!dsv4_engine_samples(srv->eng) || srv->host_sampling)
         return false;
     for (uint32_t i = 0; i < n; i++)
-        if (batch[i]->params.logprobs || dsv4_serve_adjusts(batch[i]) || batch[i]->pd)
+        if (batch[i]->pd)
             return false;
     return true;
+}
+
+/* What each request of a device batch asks the engine to choose (srv->choices), with its
+ * draw, taken now in the order the host sampler takes them after a step (one per request
+ * and token, so the streams are the same). 0 or -ENOMEM. */
+static int dsv4_serve_choices(dsv4_server *srv, dsv4_sreq *const *batch, uint32_t n)
+{
+    size_t used = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        dsv4_sreq *r = batch[i];
+        dsv4_choice_req *q = &srv->choices[i];
+        int64_t k = dsv4_serve_edits(srv, r, used);
+        if (k < 0)
+            return (int)k;
+        *q = (dsv4_choice_req){.params = dsv4_serve_sample_params(r),
+                               .n_edits = (uint32_t)k,
+                               .logprob = r->params.logprobs,
+                               .top_logprobs = r->params.top_logprobs};
+        q->draw = dsv4_sample_draw(&q->params, &r->rng);
+        srv->edit_at[i] = used;
+        used += (size_t)k;
+    }
+    /* the buffer may have moved while it grew */
+    for (uint32_t i = 0; i < n; i++)
+        srv->choices[i].edits = srv->edits + srv->edit_at[i];
+    return 0;
 }
 
 static void dsv4_serve_retract(dsv4_server *srv)
@@ -453,21 +505,20 @@ static void dsv4_serve_decode(dsv4_server *srv)
     }
     if (n == 0)
         return;
-    /* on the device the draws are taken before the step, in the order the host sampler
-     * takes them after it: one per request and token, so the streams are the same */
     bool device = dsv4_serve_device_samples(srv, batch, n);
     for (uint32_t i = 0; i < n; i++) {
         srv->seqs[i] = batch[i]->seq;
         srv->tokens[i] = batch[i]->toks[batch[i]->n_fed];
-        if (device) {
-            srv->params[i] = dsv4_serve_sample_params(batch[i]);
-            srv->draws[i] = dsv4_sample_draw(&srv->params[i], &batch[i]->rng);
-        }
+    }
+    int rc = device ? dsv4_serve_choices(srv, batch, n) : 0;
+    if (rc != 0) {
+        dsv4_serve_fail(srv, batch, n, rc, "decode step");
+        return;
     }
     uint64_t t0 = dsv4_now_ns();
-    int rc = device ? dsv4_engine_decode_sample(srv->eng, n, srv->seqs, srv->tokens, srv->params,
-                                                srv->draws, srv->next)
-                    : dsv4_engine_decode(srv->eng, n, srv->seqs, srv->tokens, srv->logits);
+    rc = device ? dsv4_engine_decode_sample(srv->eng, n, srv->seqs, srv->tokens, srv->choices,
+                                            srv->chosen)
+                : dsv4_engine_decode(srv->eng, n, srv->seqs, srv->tokens, srv->logits);
     dsv4_metric_add(DSV4_M_DECODE_SECONDS, dsv4_now_ns() - t0);
     dsv4_metric_add(DSV4_M_DECODE_STEPS, 1);
     if (rc != 0) {
@@ -480,7 +531,7 @@ static void dsv4_serve_decode(dsv4_server *srv)
         if (++r->n_fed % srv->page_tokens == 0)
             dsv4_serve_cache_boundary(srv, r);
         if (device)
-            dsv4_serve_emit(srv, r, srv->next[i], NULL);
+            dsv4_serve_chosen(srv, r, &srv->chosen[i]);
         else
             dsv4_serve_token(srv, r, srv->logits + (size_t)i * V);
     }

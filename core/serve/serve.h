@@ -61,15 +61,6 @@ typedef enum dsv4_finish {
     DSV4_FINISH_ABORT,  /* cancelled by the front end (disconnect, stop string) */
 } dsv4_finish;
 
-/* Alternatives a token's event carries at most (OpenAI's limit for top_logprobs). */
-#define DSV4_TOP_LOGPROBS_MAX 20
-
-/* A token and the model's log-probability of it at a position. */
-typedef struct dsv4_token_logprob {
-    int32_t token;
-    float logprob;
-} dsv4_token_logprob;
-
 typedef struct dsv4_gen_event {
     dsv4_gen_event_kind kind;
     int32_t token; /* TOKEN */
@@ -97,6 +88,9 @@ dsv4_server *dsv4_server_start(const dsv4_config *conf, const dsv4_model *model,
 typedef struct dsv4_server_opts {
     uint32_t page_tokens; /* source tokens per KV page; 0 = 256 */
     uint32_t n_pages;     /* KV pages; 0 = as many as [model] kv_pool holds */
+    bool host_sampling;   /* choose every token on the host, from logits the engine hands
+                             out, even where the engine could choose it on its device (the
+                             GPU tests compare the two) */
 } dsv4_server_opts;
 
 /* dsv4_server_start with opts (NULL = defaults). */

@@ -120,23 +120,27 @@ struct dsv4_server {
     uint32_t n_waiting, n_retracted, n_running, n_pd_held;
     uint64_t next_arrival;
     dsv4_radix *cache;
-    dsv4_hc_tier *tier;    /* the host tier; NULL without a hostcache plugin that keeps pages */
-    uint32_t *cache_pages; /* [max_context / page_tokens + 1] a match */
-    bool keep_pages;       /* decode role: the cache keeps whole pages without a snapshot */
-    float *logits;         /* [max_running][vocab] */
-    void *scratch;         /* DSV4_SAMPLE_SCRATCH(vocab) */
-    float *adjusted;       /* [vocab] a row's logits as its request adjusts them */
-    uint32_t *counts;      /* [vocab] dsv4_logit_adjust_apply's counters, zero between */
+    dsv4_hc_tier *tier;     /* the host tier; NULL without a hostcache plugin that keeps pages */
+    uint32_t *cache_pages;  /* [max_context / page_tokens + 1] a match */
+    bool keep_pages;        /* decode role: the cache keeps whole pages without a snapshot */
+    float *logits;          /* [max_running][vocab] */
+    void *scratch;          /* DSV4_SAMPLE_SCRATCH(vocab) */
+    float *adjusted;        /* [vocab] a row's logits as its request adjusts them */
+    uint32_t *counts;       /* [vocab] dsv4_logit_adjust_edits' counters, zero between */
+    dsv4_logit_edit *edits; /* [edits_cap] a step's logit edits, request after request */
+    size_t edits_cap;
     dsv4_sreq **batch;     /* [max_running] */
     uint32_t *seqs, *lens; /* [max_running] */
     int32_t *tokens;       /* [max_running] */
     const int32_t **tokp;  /* [max_running] */
     float **lptr;          /* [max_running] */
 
-    /* a decode batch sampled on the device: its params, draws and tokens [max_running] */
-    dsv4_sample_params *params;
-    double *draws;
-    int32_t *next;
+    /* a decode batch whose tokens the engine chooses on its device [max_running]: what
+     * each request asks for (its edits from edit_at[i] in edits) and what it got */
+    bool host_sampling; /* dsv4_server_opts' */
+    dsv4_choice_req *choices;
+    dsv4_choice *chosen;
+    size_t *edit_at;
 };
 
 /* The engine thread's body (loop.c). */

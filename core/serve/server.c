@@ -121,9 +121,10 @@ static void dsv4_serve_free(dsv4_server *srv)
     free(srv->seqs);
     free(srv->lens);
     free(srv->tokens);
-    free(srv->params);
-    free(srv->draws);
-    free(srv->next);
+    free(srv->edits);
+    free(srv->choices);
+    free(srv->chosen);
+    free(srv->edit_at);
     free(srv->tokp);
     free(srv->lptr);
     pthread_mutex_destroy(&srv->mu);
@@ -174,14 +175,15 @@ dsv4_server *dsv4_server_start_opts(const dsv4_config *conf, const dsv4_model *m
     srv->seqs = calloc(R, sizeof(uint32_t));
     srv->lens = calloc(R, sizeof(uint32_t));
     srv->tokens = calloc(R, sizeof(int32_t));
-    srv->params = calloc(R, sizeof(*srv->params));
-    srv->draws = calloc(R, sizeof(double));
-    srv->next = calloc(R, sizeof(int32_t));
+    srv->choices = calloc(R, sizeof(*srv->choices));
+    srv->chosen = calloc(R, sizeof(*srv->chosen));
+    srv->edit_at = calloc(R, sizeof(size_t));
+    srv->host_sampling = opts && opts->host_sampling;
     srv->tokp = calloc(R, sizeof(*srv->tokp));
     srv->lptr = calloc(R, sizeof(*srv->lptr));
     if (!srv->logits || !srv->scratch || !srv->adjusted || !srv->counts || !srv->batch ||
-        !srv->seqs || !srv->lens || !srv->tokens || !srv->params || !srv->draws || !srv->next ||
-        !srv->tokp || !srv->lptr) {
+        !srv->seqs || !srv->lens || !srv->tokens || !srv->choices || !srv->chosen ||
+        !srv->edit_at || !srv->tokp || !srv->lptr) {
         snprintf(err, errlen, "server: out of memory");
         goto fail;
     }

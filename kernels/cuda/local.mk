@@ -29,13 +29,13 @@ CLEANFILES += kernels/cuda/*.lo kernels/cuda/*.o
 # only, never into a plugin (configure.ac says why cuBLAS stays out of dlclose'd objects).
 CUDA_MODEL_OBJECTS = kernels/cuda/model_mem.lo kernels/cuda/model_gemm.lo \
 	kernels/cuda/model_gemm_wgmma.lo kernels/cuda/model_ffn.lo kernels/cuda/model_attn.lo \
-	kernels/cuda/sample.lo
+	kernels/cuda/sample.lo kernels/cuda/logits.lo
 CUDA_MODEL_INCS = kernels/cuda/model.h kernels/cuda/model_common.cuh kernels/kernels.h \
-	kernels/cuda/sample.h kernels/cuda/model_gemm.cuh kernels/cuda/cp_async.cuh \
+	kernels/cuda/sample.h kernels/cuda/logits.h kernels/cuda/model_gemm.cuh kernels/cuda/cp_async.cuh \
 	kernels/cuda/evict_first.cuh
 EXTRA_DIST += kernels/cuda/model_mem.cu kernels/cuda/model_gemm.cu \
 	kernels/cuda/model_gemm_wgmma.cu kernels/cuda/model_ffn.cu kernels/cuda/model_attn.cu \
-	kernels/cuda/sample.cu $(CUDA_MODEL_INCS)
+	kernels/cuda/sample.cu kernels/cuda/logits.cu $(CUDA_MODEL_INCS)
 $(CUDA_MODEL_OBJECTS): $(CUDA_KERNEL_INCS) $(CUDA_MODEL_INCS)
 # the row store shares the forward's bf16 rounding (model_common.cuh)
 kernels/cuda/indexk_store.lo: $(CUDA_MODEL_INCS)
@@ -66,6 +66,7 @@ GPU_TESTS = tests/gpu/t-gpu-xxh64-matches-libxxhash \
 	tests/gpu/t-gpu-indexk-store-cuda-matches-host-store \
 	tests/gpu/t-gpu-forward-replayed-decode-matches-prefill \
 	tests/gpu/t-gpu-sample-matches-cpu-sampler \
+	tests/gpu/t-gpu-logits-edits-and-logprobs-match-host \
 	tests/gpu/t-gpu-engine-device-sampling-matches-host \
 	tests/gpu/t-gpu-serve-device-sampling-matches-host-sampling
 check_PROGRAMS += $(GPU_TESTS)
@@ -94,12 +95,18 @@ tests_gpu_t_gpu_topk_matches_cpu_order_CPPFLAGS = $(GPU_TEST_FLAGS)
 tests_gpu_t_gpu_topk_matches_cpu_order_LDADD = tests/libtap.la kernels/libdsv4cpu.la \
 	$(CUDA_TEST_LIBS) -lm
 
-# The device sampler against dsv4_sample: alone, under an engine's decode steps, and in a
-# server's decode batches.
+# The device sampler against dsv4_sample, and the logit edits and log-probabilities around
+# it against the host's: alone, under an engine's decode steps, and in a server's decode
+# batches.
 tests_gpu_t_gpu_sample_matches_cpu_sampler_SOURCES = \
 	tests/gpu/t-gpu-sample-matches-cpu-sampler.c $(GPU_TEST_SRC)
 tests_gpu_t_gpu_sample_matches_cpu_sampler_CPPFLAGS = $(GPU_TEST_FLAGS)
 tests_gpu_t_gpu_sample_matches_cpu_sampler_LDADD = $(TEST_CORE_LIBS) $(CUDA_TEST_LIBS) -lm
+tests_gpu_t_gpu_logits_edits_and_logprobs_match_host_SOURCES = \
+	tests/gpu/t-gpu-logits-edits-and-logprobs-match-host.c $(GPU_TEST_SRC)
+tests_gpu_t_gpu_logits_edits_and_logprobs_match_host_CPPFLAGS = $(GPU_TEST_FLAGS)
+tests_gpu_t_gpu_logits_edits_and_logprobs_match_host_LDADD = $(TEST_CORE_LIBS) \
+	$(CUDA_TEST_LIBS) -lm
 tests_gpu_t_gpu_engine_device_sampling_matches_host_SOURCES = \
 	tests/gpu/t-gpu-engine-device-sampling-matches-host.c $(GPU_FORWARD_SRC)
 tests_gpu_t_gpu_engine_device_sampling_matches_host_CPPFLAGS = $(GPU_TEST_FLAGS)

@@ -130,7 +130,8 @@ dsv4_server *dsv4_th_start(const dsv4_th_server *s)
         c.plugin_conf[DSV4_FAMILY_HOSTCACHE] =
             dsv4_th_hostcache_conf(c.desc[DSV4_FAMILY_HOSTCACHE], s->hostcache_set);
     }
-    dsv4_server_opts opts = {.page_tokens = 16, .n_pages = s->n_pages};
+    dsv4_server_opts opts = {
+        .page_tokens = 16, .n_pages = s->n_pages, .host_sampling = s->host_sampling};
     dsv4_server *srv = dsv4_server_start_opts(&c, th_model, &opts, err, sizeof(err));
     if (!srv)
         bail_out("server: %s", err);

@@ -28,6 +28,7 @@ typedef struct dsv4_th_req {
 typedef struct dsv4_th_server {
     uint32_t max_running, prefill_chunk, state_slots, n_pages;
     uint32_t max_waiting;             /* [server] max_waiting; 0 = no limit */
+    bool host_sampling;               /* dsv4_server_opts' */
     const char *sched;                /* sched plugin name; NULL = fcfs */
     const char *indexk;               /* indexk plugin name; NULL = f32 */
     dsv4_kv_dtype kv_dtype;           /* of compressed and window rows; 0 = f32 */
