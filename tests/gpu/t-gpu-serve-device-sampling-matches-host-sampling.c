@@ -6,7 +6,8 @@
  * batched together, several seeds each; then the same with presence and frequency
  * penalties, a logit_bias and log-probabilities with alternatives, which the device applies
  * and computes as the host does: the same tokens, the same alternatives, log-probabilities
- * within 2e-6, and not the unadjusted tokens. */
+ * within 2e-6, and not the unadjusted tokens; their decode tokens are all chosen on the
+ * device (dsv4d_engine_decode_host_choices_total does not move). */
 #include "config.h"
 
 #include "tests/gpu/gpu.h"
@@ -16,6 +17,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/serve/metrics.h"
 #include "tests/unit/engine-testmodel.h"
 #include "tests/unit/serve-harness.h"
 
@@ -92,14 +94,18 @@ static bool same_logprobs(uint32_t i, double *worst_p)
 int main(void)
 {
     gpu_require();
-    plan(5);
+    plan(6);
     dsv4_th_init(12);
     int32_t prompt[REQS + 11];
     dsv4_test_tokens(prompt, REQS + 11, dsv4_th_model()->cfg.vocab_size, 33);
     static dsv4_th_req dev[REQS], host[REQS], x_dev[REQS], x_host[REQS];
     run(prompt, false, false, dev);
     run(prompt, true, false, host);
+    int64_t host_choices = dsv4_metric_get(DSV4_M_HOST_CHOICES),
+            device_choices = dsv4_metric_get(DSV4_M_DEVICE_CHOICES);
     run(prompt, false, true, x_dev);
+    host_choices = dsv4_metric_get(DSV4_M_HOST_CHOICES) - host_choices;
+    device_choices = dsv4_metric_get(DSV4_M_DEVICE_CHOICES) - device_choices;
     run(prompt, true, true, x_host);
     uint32_t same = 0, full = 0, differs_from_greedy = 0, x_same = 0, x_differs = 0, x_lp = 0;
     double worst = 0;
@@ -123,6 +129,10 @@ int main(void)
        "host (%u of %u)",
        x_same, REQS);
     ok(x_differs == REQS, "and not the unadjusted ones (%u of %u differ)", x_differs, REQS);
+    ok(host_choices == 0 && device_choices >= (TOKENS - 1) * REQS,
+       "the adjusted requests' decode tokens were all chosen on the device (%lld there, %lld "
+       "on the host)",
+       (long long)device_choices, (long long)host_choices);
     ok(x_lp == REQS,
        "their log-probabilities and %d alternatives (every other request) agree: %u of %u "
        "(largest difference %.2g)",
