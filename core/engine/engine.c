@@ -317,12 +317,13 @@ static int dsv4_engine_step(dsv4_engine *eng, uint32_t ns)
     return dsv4_fwd_step(eng->fwd, eng->step, ns);
 }
 
-/* dsv4_engine_prefill, and with samples (NULL = none) sequence i's next token chosen on
- * the device by the step that runs its last token (samples[i]). */
+/* dsv4_engine_prefill_each (modes NULL: every sequence's mode is `mode`), and with samples
+ * (NULL = none) sequence i's next token chosen on the device by the step that runs its
+ * last token (samples[i]). */
 static int dsv4_engine_run(dsv4_engine *eng, size_t n, const uint32_t *seqs,
                            const int32_t *const *tokens, const uint32_t *lens,
-                           dsv4_logits_mode mode, float *const *logits,
-                           const dsv4_fwd_sample *samples)
+                           dsv4_logits_mode mode, const dsv4_logits_mode *modes,
+                           float *const *logits, const dsv4_fwd_sample *samples)
 {
     size_t V = eng->model->cfg.vocab_size;
     uint32_t max_context = eng->conf.n_pages * eng->conf.page_tokens;
@@ -347,12 +348,13 @@ static int dsv4_engine_run(dsv4_engine *eng, size_t n, const uint32_t *seqs,
             take = take < budget ? take : budget;
             if ((rc = dsv4_engine_pages(eng, s, s->len + take)) != 0)
                 return rc;
+            dsv4_logits_mode m = modes ? modes[i] : mode;
             for (uint32_t j = 0; j < take; j++) {
                 uint32_t idx = eng->done[i] + j;
                 float *out = NULL;
-                if (mode == DSV4_LOGITS_ALL)
+                if (m == DSV4_LOGITS_ALL)
                     out = logits[i] + (size_t)idx * V;
-                else if (mode == DSV4_LOGITS_LAST && idx == lens[i] - 1)
+                else if (m == DSV4_LOGITS_LAST && idx == lens[i] - 1)
                     out = logits[i];
                 eng->lptr[lp + j] = out;
             }
@@ -384,7 +386,14 @@ int dsv4_engine_prefill(dsv4_engine *eng, size_t n, const uint32_t *seqs,
                         const int32_t *const *tokens, const uint32_t *lens, dsv4_logits_mode mode,
                         float *const *logits)
 {
-    return dsv4_engine_run(eng, n, seqs, tokens, lens, mode, logits, NULL);
+    return dsv4_engine_run(eng, n, seqs, tokens, lens, mode, NULL, logits, NULL);
+}
+
+int dsv4_engine_prefill_each(dsv4_engine *eng, size_t n, const uint32_t *seqs,
+                             const int32_t *const *tokens, const uint32_t *lens,
+                             const dsv4_logits_mode *modes, float *const *logits)
+{
+    return dsv4_engine_run(eng, n, seqs, tokens, lens, DSV4_LOGITS_NONE, modes, logits, NULL);
 }
 
 int dsv4_engine_decode(dsv4_engine *eng, size_t n, const uint32_t *seqs, const int32_t *tokens,
@@ -428,5 +437,6 @@ int dsv4_engine_decode_sample(dsv4_engine *eng, size_t n, const uint32_t *seqs,
         eng->tokp[i] = tokens + i;
         eng->dsamp[i] = (dsv4_fwd_sample){&reqs[i], &out[i]};
     }
-    return dsv4_engine_run(eng, n, seqs, eng->tokp, eng->ones, DSV4_LOGITS_NONE, NULL, eng->dsamp);
+    return dsv4_engine_run(eng, n, seqs, eng->tokp, eng->ones, DSV4_LOGITS_NONE, NULL, NULL,
+                           eng->dsamp);
 }

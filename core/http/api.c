@@ -7,8 +7,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "core/tokenizer/utf8.h"
+#include "core/util/clock.h"
 
 /* The message quotes the client's bytes (jansson's error text, field names) and vsnprintf
  * may cut it inside a sequence; JSON strings must be UTF-8, so every byte that is not part
@@ -170,7 +172,6 @@ static const struct {
     bool (*neutral)(json_t *v);
     const char *why;
 } unsupported[] = {
-    {"echo", is_false, "echo is not supported"},
     {"suffix", is_empty_string, "suffix is not supported"},
     {"tools", is_empty_array, "tools are not supported"},
     {"functions", is_empty_array, "functions are not supported"},
@@ -227,7 +228,8 @@ static int parse_prompt(dsv4_api_request *req, dsv4_api_error *err)
         req->prompt_len = json_string_length(v);
         return 0;
     }
-    /* a batch of prompts ([["a"], ...] or [[1,2],[3]]) would need n choices */
+    /* a batch of prompts (["a", "b"] or [[1,2],[3]]) would need n choices; a batch of one
+     * (what lm-evaluation-harness sends) is that prompt */
     json_t *first = json_array_get(v, 0);
     if (json_is_array(v) && json_array_size(v) == 1 && json_is_string(first)) {
         req->prompt = json_string_value(first);
@@ -238,6 +240,8 @@ static int parse_prompt(dsv4_api_request *req, dsv4_api_error *err)
     }
     if (json_is_array(v) && !json_is_array(first) && !json_is_string(first))
         return parse_ids(v, "prompt", req, err);
+    if (json_is_array(v) && json_array_size(v) == 1) /* [[1,2]]: one prompt of ids */
+        return parse_ids(first, "prompt", req, err);
     return dsv4_api_fail(err, 400, "invalid_type", "prompt",
                          "prompt must be a string or an array of token ids (one prompt per "
                          "request)");
@@ -407,6 +411,22 @@ static int parse_choices(dsv4_api_request *req, dsv4_api_error *err)
     return 0;
 }
 
+/* The seed of a request that names none: fresh bits from the kernel, so that two unseeded
+ * sampled requests do not give the same text (OpenAI's behaviour). Should the kernel have
+ * no entropy to give at once, the clock's nanoseconds mixed with a process-wide count
+ * (splitmix64's finaliser): distinct for every request of the process. */
+static uint64_t fresh_seed(void)
+{
+    uint64_t s;
+    if (getrandom(&s, sizeof(s), GRND_NONBLOCK) == (ssize_t)sizeof(s))
+        return s;
+    static _Atomic uint64_t count;
+    s = dsv4_now_ns() + 0x9e3779b97f4a7c15ull * ++count;
+    s = (s ^ (s >> 30)) * 0xbf58476d1ce4e5b9ull;
+    s = (s ^ (s >> 27)) * 0x94d049bb133111ebull;
+    return s ^ (s >> 31);
+}
+
 static int parse_params(dsv4_api_request *req, dsv4_api_error *err)
 {
     json_t *root = req->root;
@@ -438,7 +458,7 @@ static int parse_params(dsv4_api_request *req, dsv4_api_error *err)
     p->frequency_penalty = (float)frequency;
     if ((rc = parse_logit_bias(req, err)))
         return rc;
-    p->seed = (uint64_t)seed;
+    p->seed = field(req, root, "seed") ? (uint64_t)seed : fresh_seed();
     p->priority = (int32_t)priority;
 
     json_t *so = field(req, root, "stream_options");
@@ -469,6 +489,20 @@ static int parse_params(dsv4_api_request *req, dsv4_api_error *err)
                                  "top_logprobs needs logprobs set to true");
     }
     p->top_logprobs = (uint32_t)top;
+    /* the prompt's own logprobs: completions' echo (with logprobs, the lists open with the
+     * prompt's tokens), /generate's input_logprobs */
+    if (req->kind == DSV4_API_COMPLETION) {
+        if ((rc = want_bool(req, root, "echo", &req->echo, err)))
+            return rc;
+        p->prompt_logprobs = req->echo && p->logprobs;
+    } else if (req->kind == DSV4_API_GENERATE) {
+        if ((rc = want_bool(req, root, "input_logprobs", &p->prompt_logprobs, err)))
+            return rc;
+    }
+    json_t *echo = field(req, root, "echo");
+    if (req->kind != DSV4_API_COMPLETION && echo && !is_false(echo))
+        return dsv4_api_fail(err, 400, "unsupported_parameter", "echo",
+                             "echo is only supported on /v1/completions");
     if ((rc = parse_choices(req, err)))
         return rc;
     return parse_stop(req, err);

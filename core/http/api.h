@@ -61,6 +61,7 @@ typedef struct dsv4_api_request {
                                     against the vocabulary) */
     bool stream;
     bool include_usage; /* stream_options.include_usage */
+    bool echo;          /* completions: the answer's text starts with the prompt's */
     uint32_t n_choices; /* n: choices to generate (1 for /generate) */
     /* the top-level field names the parser looked at, present or not */
     const char *read[DSV4_API_MAX_FIELDS];

@@ -57,9 +57,12 @@ typedef struct gen_choice {
     json_t *out_ids; /* /generate: the ids */
     /* logprobs since the last chunk (or all), a token each: chat's content entries, or
      * completions' token strings; completions' and /generate's values; completions'
-     * {string: logprob} alternatives, /generate's [{id, logprob}] */
+     * {string: logprob} alternatives, /generate's [{id, logprob}]. With echo, completions'
+     * lists open with the prompt's tokens (the first's value and alternatives null). */
     json_t *lp_tokens, *lp_values, *lp_top;
-    char *text; /* whole-response text */
+    json_t *in_values, *in_top; /* /generate's input_logprobs: the prompt's, as above */
+    bool echoed;                /* echo: the prompt's text is out */
+    char *text;                 /* whole-response text */
     size_t n_text, cap_text;
     bool sent_role;     /* chat stream: the first delta names the role */
     bool finished;      /* no more tokens will be used */
@@ -84,6 +87,8 @@ typedef struct gen {
     char rid[48];     /* cmpl-..., chatcmpl-... */
     json_int_t created;
     uint32_t n_prompt;
+    int32_t first;       /* the prompt's first token (echo's logprobs name it) */
+    json_t *echo;        /* echo: the prompt's text (a string) */
     gen_choice *choices; /* [n_choices] */
     uint32_t n_choices, n_submitted, n_finished;
     char *sse; /* stream bytes not yet handed to libmicrohttpd */
@@ -127,9 +132,12 @@ static void gen_unref(gen *g)
         json_decref(c->lp_tokens);
         json_decref(c->lp_values);
         json_decref(c->lp_top);
+        json_decref(c->in_values);
+        json_decref(c->in_top);
         free(c->text);
     }
     free(g->choices);
+    json_decref(g->echo);
     dsv4_api_request_free(&g->req);
     free(g->q);
     free(g->sse);
@@ -172,7 +180,7 @@ static void on_event(void *ctx, const dsv4_gen_event *ev)
     }
     if (ev->kind == DSV4_EV_ERROR && !g->error[0])
         snprintf(g->error, sizeof(g->error), "%s", ev->message ? ev->message : "");
-    bool terminal = ev->kind != DSV4_EV_TOKEN;
+    bool terminal = ev->kind == DSV4_EV_DONE || ev->kind == DSV4_EV_ERROR;
     pthread_cond_signal(&g->cv);
     pthread_mutex_unlock(&g->mu);
     if (terminal)
@@ -450,12 +458,16 @@ static json_t *top_json(const gen *g, const gen_event *ev)
     return top;
 }
 
-/* The logprobs of one generated token onto c's lists (see gen_choice). 0 or -ENOMEM. */
+/* The logprobs of one generated or prompt token onto c's lists (see gen_choice). 0 or
+ * -ENOMEM. */
 static int add_logprobs(gen *g, gen_choice *c, const gen_event *ev)
 {
     json_t *top = top_json(g, ev);
     int bad;
-    if (g->req.kind == DSV4_API_CHAT) {
+    if (g->req.kind == DSV4_API_GENERATE && ev->kind == DSV4_EV_PROMPT_TOKEN) {
+        bad = json_array_append_new(c->in_top, top) != 0;
+        bad |= json_array_append_new(c->in_values, json_real(ev->logprob)) != 0;
+    } else if (g->req.kind == DSV4_API_CHAT) {
         json_t *entry = chat_logprob(g, ev->token, ev->logprob);
         bad = !entry || !top || json_object_set_new(entry, "top_logprobs", top) != 0;
         if (!entry)
@@ -483,10 +495,23 @@ static int choice_done(gen *g, gen_choice *c, const char *finish)
     return g->req.stream && !g->failed ? sse_chunk(g, c, NULL, 0, finish) : 0;
 }
 
+/* echo: the prompt's text opens c's (with its logprobs so far: all of the prompt's, which
+ * come before any generated token). 0 or -ENOMEM. */
+static int put_echo(gen *g, gen_choice *c)
+{
+    if (!g->echo || c->echoed)
+        return 0;
+    c->echoed = true;
+    return put_text(g, c, json_string_value(g->echo), json_string_length(g->echo));
+}
+
 static int on_token(gen *g, gen_choice *c, const gen_event *ev)
 {
+    int rc = put_echo(g, c);
+    if (rc != 0)
+        return rc;
     c->n_out++;
-    int rc = g->req.params.logprobs ? add_logprobs(g, c, ev) : 0;
+    rc = g->req.params.logprobs ? add_logprobs(g, c, ev) : 0;
     if (rc != 0)
         return rc;
     if (g->req.kind == DSV4_API_GENERATE)
@@ -523,8 +548,8 @@ static int on_terminal(gen *g, gen_choice *c, const gen_event *ev)
         g->n_finished++;
         return 0;
     }
-    int rc = 0;
-    if (g->req.kind != DSV4_API_GENERATE) {
+    int rc = put_echo(g, c);
+    if (rc == 0 && g->req.kind != DSV4_API_GENERATE) {
         const char *text;
         size_t len;
         if (dsv4_textstream_finish(c->ts, &text, &len) == 0 && len)
@@ -547,6 +572,8 @@ static int step(gen *g)
     gen_choice *c = &g->choices[ev.choice];
     if (c->finished)
         return 0; /* events after a stop string (or a failure), until the cancel lands */
+    if (ev.kind == DSV4_EV_PROMPT_TOKEN)
+        return add_logprobs(g, c, &ev);
     if (ev.kind == DSV4_EV_TOKEN)
         return on_token(g, c, &ev);
     return on_terminal(g, c, &ev);
@@ -585,6 +612,10 @@ static json_t *whole_json(gen *g)
             json_object_set(root, "output_logprobs", c0->lp_values);
         if (root && g->req.params.top_logprobs)
             json_object_set(root, "output_top_logprobs", c0->lp_top);
+        if (root && g->req.params.prompt_logprobs)
+            json_object_set(root, "input_logprobs", c0->in_values);
+        if (root && g->req.params.prompt_logprobs && g->req.params.top_logprobs)
+            json_object_set(root, "input_top_logprobs", c0->in_top);
         return root;
     }
     json_t *choices = json_array();
@@ -715,6 +746,44 @@ static int check_limits(dsv4_http *http, dsv4_api_request *req, const int32_t *i
     return 0;
 }
 
+/* The prompt's first token opens a choice's prompt logprobs, with nothing to score it by:
+ * completions' lists get its text and nulls, /generate's a null. 0 or -ENOMEM. */
+static int echo_first(gen *g, gen_choice *c)
+{
+    if (g->req.kind == DSV4_API_GENERATE)
+        return json_array_append_new(c->in_values, json_null()) ||
+                       json_array_append_new(c->in_top, json_null())
+                   ? -ENOMEM
+                   : 0;
+    size_t n;
+    const char *bytes = logprob_text(g, g->first, &n);
+    return json_array_append_new(c->lp_tokens, lossy_string(bytes, n)) ||
+                   json_array_append_new(c->lp_values, json_null()) ||
+                   json_array_append_new(c->lp_top, json_null())
+               ? -ENOMEM
+               : 0;
+}
+
+/* echo's text: a text prompt as given, a prompt of ids as their text would read. 0 or
+ * -ENOMEM. */
+static int echo_text(gen *g, const int32_t *ids, size_t n)
+{
+    if (g->req.prompt) {
+        g->echo = json_stringn(g->req.prompt, g->req.prompt_len);
+        return g->echo ? 0 : -ENOMEM;
+    }
+    char *buf = NULL;
+    size_t len = 0, cap = 0, l;
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        const char *t = token_text(g, ids[i], &l);
+        rc = append(&buf, &len, &cap, t, l);
+    }
+    g->echo = rc == 0 ? lossy_string(buf ? buf : "", len) : NULL;
+    free(buf);
+    return g->echo ? 0 : -ENOMEM;
+}
+
 /* The request's choices, each with its text stream and lists. 0 or -ENOMEM. */
 static int choices_new(gen *g)
 {
@@ -730,7 +799,12 @@ static int choices_new(gen *g)
         c->lp_tokens = json_array();
         c->lp_values = json_array();
         c->lp_top = json_array();
-        if (!c->ts || !c->out_ids || !c->lp_tokens || !c->lp_values || !c->lp_top)
+        c->in_values = json_array();
+        c->in_top = json_array();
+        if (!c->ts || !c->out_ids || !c->lp_tokens || !c->lp_values || !c->lp_top ||
+            !c->in_values || !c->in_top)
+            return -ENOMEM;
+        if (g->req.params.prompt_logprobs && echo_first(g, c) != 0)
             return -ENOMEM;
     }
     return 0;
@@ -786,7 +860,8 @@ enum MHD_Result dsv4_http_generate(dsv4_http *http, struct MHD_Connection *conn,
         check_limits(http, &g->req, ids, n, &err) != 0)
         goto reply_error;
     g->n_prompt = (uint32_t)n;
-    if (choices_new(g) != 0) {
+    g->first = n ? ids[0] : 0;
+    if ((g->req.echo && echo_text(g, ids, n) != 0) || choices_new(g) != 0) {
         dsv4_api_fail(&err, 500, NULL, NULL, "out of memory");
         goto reply_error;
     }

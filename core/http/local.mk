@@ -28,7 +28,8 @@ HTTP_INTEG_TESTS = tests/integ/t-http-serves-openai-api.sh \
 	tests/integ/t-http-rejects-bad-input.sh \
 	tests/integ/t-http-sigterm-drains-then-exits.sh \
 	tests/integ/t-http-concurrent-clients-with-aborts.sh \
-	tests/integ/t-http-overload-answers-503.sh
+	tests/integ/t-http-overload-answers-503.sh \
+	tests/integ/t-http-echo-scores-the-prompt.sh
 TESTS += $(HTTP_INTEG_TESTS)
 EXTRA_DIST += $(HTTP_INTEG_TESTS) tests/integ/dsv4d_http.py
 

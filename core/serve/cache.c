@@ -110,12 +110,16 @@ void dsv4_serve_cache_free(dsv4_server *srv)
 /* What r's cached prefix must end at, and in how many of its tokens (*n_p) it may lie. A
  * decode server's PD request takes whole pages only (its prefill server sends the state)
  * and leaves at least one page of its prompt's KV to move (the state travels with it);
- * any other request needs the state at the prefix's end and one token to prefill. */
+ * any other request needs the state at the prefix's end and one token to prefill, and
+ * one that scores its prompt must compute every row it still owes (the row before token
+ * plp_next scores that token). */
 static dsv4_radix_want dsv4_serve_cache_want(const dsv4_server *srv, const dsv4_sreq *r,
                                              uint32_t *n_p)
 {
     bool pd = dsv4_pd_decode_takes(srv, r);
     *n_p = dsv4_sreq_len(r) - (pd ? 2 : 1);
+    if (dsv4_sreq_scores_prompt(r) && *n_p > r->plp_next - 1)
+        *n_p = r->plp_next - 1;
     return pd ? DSV4_RADIX_PAGES : DSV4_RADIX_WITH_STATE;
 }
 

@@ -17,7 +17,8 @@ SERVE_LOOP_TESTS = tests/unit/t-serve-same-tokens-however-scheduled \
 	tests/unit/t-serve-cancel-and-stop-free-pages \
 	tests/unit/t-serve-stops-at-eos-and-max-tokens \
 	tests/unit/t-serve-logit-bias-and-penalties-follow-openai \
-	tests/unit/t-serve-max-waiting-refuses-past-the-limit
+	tests/unit/t-serve-max-waiting-refuses-past-the-limit \
+	tests/unit/t-serve-prompt-logprobs-score-every-prompt-token
 tests_unit_t_serve_same_tokens_however_scheduled_SOURCES = \
 	tests/unit/t-serve-same-tokens-however-scheduled.c $(SERVE_HARNESS)
 tests_unit_t_serve_same_tokens_however_scheduled_LDADD = $(TEST_CORE_LIBS) -lm
@@ -36,6 +37,9 @@ tests_unit_t_serve_logit_bias_and_penalties_follow_openai_LDADD = $(TEST_CORE_LI
 tests_unit_t_serve_max_waiting_refuses_past_the_limit_SOURCES = \
 	tests/unit/t-serve-max-waiting-refuses-past-the-limit.c $(SERVE_HARNESS)
 tests_unit_t_serve_max_waiting_refuses_past_the_limit_LDADD = $(TEST_CORE_LIBS) -lm
+tests_unit_t_serve_prompt_logprobs_score_every_prompt_token_SOURCES = \
+	tests/unit/t-serve-prompt-logprobs-score-every-prompt-token.c $(SERVE_HARNESS)
+tests_unit_t_serve_prompt_logprobs_score_every_prompt_token_LDADD = $(TEST_CORE_LIBS) -lm
 SERVE_TESTS += $(SERVE_LOOP_TESTS)
 check_PROGRAMS += $(SERVE_TESTS)
 TESTS += $(SERVE_TESTS)

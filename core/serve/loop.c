@@ -537,12 +537,28 @@ static void dsv4_serve_decode(dsv4_server *srv)
     }
 }
 
+/* The PROMPT_TOKEN events of r that a prefill call's rows (one a token it fed, from
+ * position `from`) make: the row at position p scores prompt token p + 1. */
+static void dsv4_serve_prompt_scores(dsv4_server *srv, dsv4_sreq *r, const float *rows,
+                                     uint32_t from, uint32_t n)
+{
+    for (uint32_t j = 0; j < n; j++) {
+        uint32_t t = from + j + 1;
+        if (t < r->plp_next || t >= r->n_prompt)
+            continue;
+        dsv4_gen_event ev = {.kind = DSV4_EV_PROMPT_TOKEN, .token = r->toks[t]};
+        dsv4_serve_logprobs(srv, r, rows + (size_t)j * srv->vocab, &ev);
+        r->fn(r->ctx, &ev);
+        r->plp_next = t + 1;
+    }
+}
+
 static void dsv4_serve_prefill(dsv4_server *srv)
 {
     dsv4_sreq **batch = srv->batch;
-    uint32_t budget = srv->prefill_chunk, pt = srv->page_tokens;
+    uint32_t budget = srv->prefill_chunk, pt = srv->page_tokens, V = srv->vocab;
     while (budget > 0) {
-        uint32_t n = 0, need = 0, used = 0;
+        uint32_t n = 0, need = 0, used = 0, rows = 0;
         for (dsv4_link *l = srv->running.next; l != &srv->running && used < budget; l = l->next) {
             dsv4_sreq *r = DSV4_CONTAINER(l, dsv4_sreq, q);
             uint32_t take = dsv4_sreq_len(r) - r->n_fed;
@@ -550,6 +566,17 @@ static void dsv4_serve_prefill(dsv4_server *srv)
                 continue;
             take = take < budget - used ? take : budget - used;
             take = take < pt - r->n_fed % pt ? take : pt - r->n_fed % pt;
+            bool scores = dsv4_sreq_scores_prompt(r);
+            if (scores) { /* every row it feeds comes back: as many as the buffer holds */
+                if (rows == srv->prompt_rows_max)
+                    continue;
+                take = take < srv->prompt_rows_max - rows ? take : srv->prompt_rows_max - rows;
+                srv->lptr[n] = srv->prompt_rows + (size_t)rows * V;
+                rows += take;
+            } else {
+                srv->lptr[n] = srv->logits + (size_t)n * V;
+            }
+            srv->modes[n] = scores ? DSV4_LOGITS_ALL : DSV4_LOGITS_LAST;
             batch[n] = r;
             srv->lens[n++] = take;
             need += dsv4_serve_pages(srv, r->n_fed + take) - dsv4_serve_pages(srv, r->n_fed);
@@ -567,11 +594,10 @@ static void dsv4_serve_prefill(dsv4_server *srv)
         for (uint32_t i = 0; i < n; i++) {
             srv->seqs[i] = batch[i]->seq;
             srv->tokp[i] = batch[i]->toks + batch[i]->n_fed;
-            srv->lptr[i] = srv->logits + (size_t)i * srv->vocab;
         }
         uint64_t t0 = dsv4_now_ns();
-        int rc = dsv4_engine_prefill(srv->eng, n, srv->seqs, srv->tokp, srv->lens, DSV4_LOGITS_LAST,
-                                     srv->lptr);
+        int rc = dsv4_engine_prefill_each(srv->eng, n, srv->seqs, srv->tokp, srv->lens, srv->modes,
+                                          srv->lptr);
         dsv4_metric_add(DSV4_M_PREFILL_SECONDS, dsv4_now_ns() - t0);
         if (rc != 0) {
             dsv4_serve_fail(srv, batch, n, rc, "prefill step");
@@ -579,11 +605,16 @@ static void dsv4_serve_prefill(dsv4_server *srv)
         }
         for (uint32_t i = 0; i < n; i++) {
             dsv4_sreq *r = batch[i];
+            const float *last = srv->lptr[i];
+            if (srv->modes[i] == DSV4_LOGITS_ALL) {
+                dsv4_serve_prompt_scores(srv, r, srv->lptr[i], r->n_fed, srv->lens[i]);
+                last += (size_t)(srv->lens[i] - 1) * V;
+            }
             r->n_fed += srv->lens[i];
             if (r->n_fed % pt == 0)
                 dsv4_serve_cache_boundary(srv, r);
             if (r->n_fed == dsv4_sreq_len(r))
-                dsv4_serve_token(srv, r, srv->lptr[i]);
+                dsv4_serve_token(srv, r, last);
         }
         budget -= used;
     }

@@ -279,7 +279,9 @@ void dsv4_pd_decode_close(dsv4_pd *pd)
 
 bool dsv4_pd_decode_takes(const dsv4_server *srv, const dsv4_sreq *r)
 {
-    return srv->pd && srv->pd->role == DSV4_ROLE_DECODE && !r->admitted && r->n_prompt > 1;
+    /* a request that scores its prompt needs the prompt's logits: computed here */
+    return srv->pd && srv->pd->role == DSV4_ROLE_DECODE && !r->admitted && r->n_prompt > 1 &&
+           !r->params.prompt_logprobs;
 }
 
 static void pd_quarantine_gauge(dsv4_pd_decode *dec)

@@ -39,6 +39,9 @@ typedef struct dsv4_gen_params {
     bool logprobs;         /* fill dsv4_gen_event.logprob */
     uint32_t top_logprobs; /* with logprobs: fill dsv4_gen_event.top with this many
                               alternatives (<= DSV4_TOP_LOGPROBS_MAX) */
+    bool prompt_logprobs;  /* deliver a PROMPT_TOKEN event (with top_logprobs alternatives)
+                              for every prompt token after the first; the prompt is then
+                              computed whole, never taken from the prefix cache */
     bool ignore_eos;       /* keep going past the model's eos token */
     /* OpenAI's logit adjustments (core/engine/adjust.h): penalties on tokens generated
      * before (0 = off) and logit_bias (n_logit_bias entries, each token once; read at
@@ -49,9 +52,11 @@ typedef struct dsv4_gen_params {
 } dsv4_gen_params;
 
 typedef enum dsv4_gen_event_kind {
-    DSV4_EV_TOKEN, /* one generated token */
-    DSV4_EV_DONE,  /* finished: finish says why */
-    DSV4_EV_ERROR, /* failed: status and message say why */
+    DSV4_EV_PROMPT_TOKEN, /* params.prompt_logprobs: prompt token `token` scored, in prompt
+                             order from the second token, all before the first TOKEN */
+    DSV4_EV_TOKEN,        /* one generated token */
+    DSV4_EV_DONE,         /* finished: finish says why */
+    DSV4_EV_ERROR,        /* failed: status and message say why */
 } dsv4_gen_event_kind;
 
 typedef enum dsv4_finish {
@@ -64,9 +69,9 @@ typedef enum dsv4_finish {
 typedef struct dsv4_gen_event {
     dsv4_gen_event_kind kind;
     int32_t token; /* TOKEN */
-    /* TOKEN, when params.logprobs: the model's log-probability of token (its own logits,
-     * before logit_bias and penalties), and the params.top_logprobs most likely tokens at
-     * this position best first (ties to the lower id), the chosen one or not */
+    /* TOKEN, when params.logprobs, and PROMPT_TOKEN: the model's log-probability of token
+     * (its own logits, before logit_bias and penalties), and the params.top_logprobs most
+     * likely tokens at this position best first (ties to the lower id), token or not */
     float logprob;
     uint32_t n_top;
     dsv4_token_logprob top[DSV4_TOP_LOGPROBS_MAX];
@@ -91,6 +96,8 @@ typedef struct dsv4_server_opts {
     bool host_sampling;   /* choose every token on the host, from logits the engine hands
                              out, even where the engine could choose it on its device (the
                              GPU tests compare the two) */
+    uint32_t prompt_rows; /* logits rows one prefill call returns for prompts being scored
+                             (params.prompt_logprobs); 0 = as many as 128 MiB hold */
 } dsv4_server_opts;
 
 /* dsv4_server_start with opts (NULL = defaults). */

@@ -49,6 +49,11 @@ static inline void dsv4_list_push_front(dsv4_link *head, dsv4_link *l)
 
 #define DSV4_CONTAINER(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
 
+/* The host memory the logits rows of one prefill call that scores prompts may take (a
+ * request with prompt_logprobs takes fewer tokens a call where its rows would pass it):
+ * 259 rows of DeepSeek-V4's 129280-token vocabulary. */
+#define DSV4_PROMPT_ROWS_BYTES (128u << 20)
+
 typedef enum dsv4_sreq_where {
     DSV4_SREQ_INBOX,     /* submitted, not yet seen by the engine thread */
     DSV4_SREQ_WAITING,   /* in the queue the sched plugin orders */
@@ -73,9 +78,12 @@ typedef struct dsv4_sreq {
     dsv4_logit_bias *bias; /* params.logit_bias's copy, which params points at */
     dsv4_rng rng;
     uint64_t t_submit_ns, t_token_ns;
-    uint32_t cached; /* prompt tokens the first admission took from the cache */
-    bool admitted;   /* admitted at least once (cache hits count once) */
-    bool queued;     /* counted in the server's n_queued */
+    uint32_t plp_next; /* params.prompt_logprobs: the first prompt token whose
+                          PROMPT_TOKEN event is still owed (1 .. n_prompt; a recompute
+                          after a retraction does not repeat one) */
+    uint32_t cached;   /* prompt tokens the first admission took from the cache */
+    bool admitted;     /* admitted at least once (cache hits count once) */
+    bool queued;       /* counted in the server's n_queued */
     /* engine thread, while RUNNING */
     uint32_t seq;
     uint32_t n_fed;         /* tokens in the sequence's KV */
@@ -89,6 +97,12 @@ typedef struct dsv4_sreq {
 static inline uint32_t dsv4_sreq_len(const dsv4_sreq *r)
 {
     return r->n_prompt + r->n_gen;
+}
+
+/* Whether r still owes prompt logprobs: its prompt's rows must be computed, not cached. */
+static inline bool dsv4_sreq_scores_prompt(const dsv4_sreq *r)
+{
+    return r->params.prompt_logprobs && r->plp_next < r->n_prompt;
 }
 
 struct dsv4_server {
@@ -129,11 +143,14 @@ struct dsv4_server {
     uint32_t *counts;       /* [vocab] dsv4_logit_adjust_edits' counters, zero between */
     dsv4_logit_edit *edits; /* [edits_cap] a step's logit edits, request after request */
     size_t edits_cap;
-    dsv4_sreq **batch;     /* [max_running] */
-    uint32_t *seqs, *lens; /* [max_running] */
-    int32_t *tokens;       /* [max_running] */
-    const int32_t **tokp;  /* [max_running] */
-    float **lptr;          /* [max_running] */
+    dsv4_sreq **batch;       /* [max_running] */
+    uint32_t *seqs, *lens;   /* [max_running] */
+    int32_t *tokens;         /* [max_running] */
+    const int32_t **tokp;    /* [max_running] */
+    float **lptr;            /* [max_running] */
+    dsv4_logits_mode *modes; /* [max_running] a prefill call's, per request */
+    float *prompt_rows;      /* [prompt_rows_max][vocab] the rows of prompts being scored */
+    uint32_t prompt_rows_max;
 
     /* a decode batch whose tokens the engine chooses on its device [max_running]: what
      * each request asks for (its edits from edit_at[i] in edits) and what it got */

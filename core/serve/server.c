@@ -127,6 +127,8 @@ static void dsv4_serve_free(dsv4_server *srv)
     free(srv->edit_at);
     free(srv->tokp);
     free(srv->lptr);
+    free(srv->modes);
+    free(srv->prompt_rows);
     pthread_mutex_destroy(&srv->mu);
     pthread_cond_destroy(&srv->wake);
     pthread_cond_destroy(&srv->flushed);
@@ -181,9 +183,17 @@ dsv4_server *dsv4_server_start_opts(const dsv4_config *conf, const dsv4_model *m
     srv->host_sampling = opts && opts->host_sampling;
     srv->tokp = calloc(R, sizeof(*srv->tokp));
     srv->lptr = calloc(R, sizeof(*srv->lptr));
+    srv->modes = calloc(R, sizeof(*srv->modes));
+    /* the rows of a prefill call that scores prompts: about DSV4_PROMPT_ROWS_BYTES, no
+     * more than a call feeds (address space: touched only by such calls) */
+    size_t rows = opts && opts->prompt_rows ? opts->prompt_rows
+                                            : DSV4_PROMPT_ROWS_BYTES / (srv->vocab * sizeof(float));
+    rows = rows < srv->prefill_chunk ? rows : srv->prefill_chunk;
+    srv->prompt_rows_max = rows ? (uint32_t)rows : 1;
+    srv->prompt_rows = malloc((size_t)srv->prompt_rows_max * srv->vocab * sizeof(float));
     if (!srv->logits || !srv->scratch || !srv->adjusted || !srv->counts || !srv->batch ||
         !srv->seqs || !srv->lens || !srv->tokens || !srv->choices || !srv->chosen ||
-        !srv->edit_at || !srv->tokp || !srv->lptr) {
+        !srv->edit_at || !srv->tokp || !srv->lptr || !srv->modes || !srv->prompt_rows) {
         snprintf(err, errlen, "server: out of memory");
         goto fail;
     }
@@ -284,6 +294,7 @@ int dsv4_serve_submit(dsv4_server *srv, const int32_t *prompt, size_t n,
     r->fn = fn;
     r->ctx = ctx;
     r->snap_slot = DSV4_RADIX_NO_SLOT;
+    r->plp_next = 1;
     r->pd = pd;
     atomic_init(&r->cancel, false);
     dsv4_rng_seed(&r->rng, params->seed);

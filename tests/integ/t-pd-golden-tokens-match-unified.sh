@@ -6,7 +6,8 @@
 # on tcp and on shared memory. Every transfer verifies (no checksum mismatch, no retry), a
 # repeated prompt adopts the decode server's cached pages instead of moving them, the
 # decode server's pages return to their baseline, and the prefill server refuses client
-# completions.
+# completions. A request for its prompt's logprobs is computed on the decode server itself
+# (no lease): the unified server's logprobs and tokens.
 exec python3 - <<'PY'
 import os, sys
 sys.dont_write_bytecode = True  # nothing written into the source tree
@@ -19,7 +20,7 @@ kinds = ["local"]
 if os.path.exists(os.path.join(plugins, "dsv4-transport-ucx.so")):
     kinds += ["ucx-tcp", "ucx-shm"]
 cases = prompts()
-plan(3 + 7 * 3)
+plan(3 + 8 * 3)
 
 u = Daemon()
 want = [generate(u, ids, temperature=t, seed=s) for ids, t, s in cases]
@@ -28,7 +29,7 @@ ok(all(w[0] == 200 for w in want), "the unified server answers every request", w
 p0 = None
 for kind in ["local", "ucx-tcp", "ucx-shm"]:
     if kind not in kinds:
-        for i in range(7):
+        for i in range(8):
             ok(True, "# SKIP transport/ucx not built")
         continue
     p = prefill(TRANSPORTS[kind])
@@ -54,6 +55,14 @@ for kind in ["local", "ucx-tcp", "ucx-shm"]:
     ok(held_pages(pm) == 0 and pm.get("dsv4d_pd_transfer_bytes_total") ==
        m.get("dsv4d_pd_transfer_bytes_total"),
        "%s: the prefill server wrote those bytes and holds no page" % kind, pm)
+    scoring = {"input_ids": cases[6][0], "max_tokens": 4, "temperature": 0,
+               "input_logprobs": True}
+    wu = u.post("/generate", scoring).json()
+    wd = d.post("/generate", scoring).json()
+    ok(wd.get("input_logprobs") == wu["input_logprobs"] and wd["output_ids"] == wu["output_ids"]
+       and d.wait_idle().get("dsv4d_pd_leases_total") == float(n_pd),
+       "%s: input_logprobs on the decode server: the unified server's, computed there (no "
+       "lease)" % kind, (wu, wd))
     if kind == "local":
         p0 = p
     else:

@@ -217,8 +217,9 @@ const dsv4_plugin_desc *dsv4_test_indexk(dsv4_registry **reg_p, const char *name
     return d;
 }
 
-dsv4_engine *dsv4_test_engine(const dsv4_model *m, const dsv4_plugin_desc *ik, uint32_t threads,
-                              uint32_t step_tokens, dsv4_kv_dtype dtype)
+static dsv4_engine *dsv4_test_engine_on(dsv4_backend backend, const dsv4_model *m,
+                                        const dsv4_plugin_desc *ik, uint32_t threads,
+                                        uint32_t step_tokens, dsv4_kv_dtype dtype)
 {
     char err[256];
     dsv4_engine_conf conf = {.threads = threads,
@@ -227,11 +228,24 @@ dsv4_engine *dsv4_test_engine(const dsv4_model *m, const dsv4_plugin_desc *ik, u
                              .n_slots = 8,
                              .page_tokens = 16,
                              .step_tokens = step_tokens,
-                             .indexk = ik};
+                             .indexk = ik,
+                             .backend = backend};
     dsv4_engine *eng = dsv4_engine_new(m, &conf, err, sizeof(err));
     if (!eng)
         bail_out("engine: %s", err);
     return eng;
+}
+
+dsv4_engine *dsv4_test_engine(const dsv4_model *m, const dsv4_plugin_desc *ik, uint32_t threads,
+                              uint32_t step_tokens, dsv4_kv_dtype dtype)
+{
+    return dsv4_test_engine_on(DSV4_BACKEND_CPU, m, ik, threads, step_tokens, dtype);
+}
+
+dsv4_engine *dsv4_test_engine_auto(const dsv4_model *m, const dsv4_plugin_desc *ik,
+                                   uint32_t threads, uint32_t step_tokens, dsv4_kv_dtype dtype)
+{
+    return dsv4_test_engine_on(DSV4_BACKEND_AUTO, m, ik, threads, step_tokens, dtype);
 }
 
 void dsv4_test_ckpt_new(char *template, uint64_t seed, const char *dtype)

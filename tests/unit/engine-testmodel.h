@@ -30,6 +30,10 @@ const dsv4_plugin_desc *dsv4_test_indexk(dsv4_registry **reg_p, const char *name
 /* An engine with page_tokens 16 (so short prompts span several pages). */
 dsv4_engine *dsv4_test_engine(const dsv4_model *m, const dsv4_plugin_desc *ik, uint32_t threads,
                               uint32_t step_tokens, dsv4_kv_dtype dtype);
+/* dsv4_test_engine on the backend a test server picks ([core] device = auto: CUDA where a
+ * GPU answers, deterministic kernels), for references a server must match bit for bit. */
+dsv4_engine *dsv4_test_engine_auto(const dsv4_model *m, const dsv4_plugin_desc *ik,
+                                   uint32_t threads, uint32_t step_tokens, dsv4_kv_dtype dtype);
 
 /* A tiny-preset checkpoint (dsv4ctl mkmodel --preset tiny --seed seed --dtype dtype) in a new
  * folder made from template (a mkdtemp template, rewritten); bails out on failure. */

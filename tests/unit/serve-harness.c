@@ -130,8 +130,10 @@ dsv4_server *dsv4_th_start(const dsv4_th_server *s)
         c.plugin_conf[DSV4_FAMILY_HOSTCACHE] =
             dsv4_th_hostcache_conf(c.desc[DSV4_FAMILY_HOSTCACHE], s->hostcache_set);
     }
-    dsv4_server_opts opts = {
-        .page_tokens = 16, .n_pages = s->n_pages, .host_sampling = s->host_sampling};
+    dsv4_server_opts opts = {.page_tokens = 16,
+                             .n_pages = s->n_pages,
+                             .host_sampling = s->host_sampling,
+                             .prompt_rows = s->prompt_rows};
     dsv4_server *srv = dsv4_server_start_opts(&c, th_model, &opts, err, sizeof(err));
     if (!srv)
         bail_out("server: %s", err);
@@ -142,7 +144,12 @@ static void dsv4_th_event(void *ctx, const dsv4_gen_event *ev)
 {
     dsv4_th_req *req = ctx;
     pthread_mutex_lock(&th_mu);
-    if (ev->kind == DSV4_EV_TOKEN) {
+    if (ev->kind == DSV4_EV_PROMPT_TOKEN) {
+        req->prompt_after_token |= req->n_tokens > 0;
+        if (req->prompt_events && req->n_prompt_events < DSV4_TH_MAX_TOKENS)
+            req->prompt_events[req->n_prompt_events] = *ev;
+        req->n_prompt_events++;
+    } else if (ev->kind == DSV4_EV_TOKEN) {
         if (req->n_tokens < DSV4_TH_MAX_TOKENS) {
             if (req->token_events)
                 req->token_events[req->n_tokens] = *ev;

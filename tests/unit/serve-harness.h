@@ -22,13 +22,17 @@ typedef struct dsv4_th_req {
     uint32_t order;     /* position among terminal events, from 1 */
     void (*hook)(struct dsv4_th_req *req);
     void *hook_ctx;
-    dsv4_gen_event *token_events; /* optional [DSV4_TH_MAX_TOKENS]: each TOKEN event whole */
+    dsv4_gen_event *token_events;  /* optional [DSV4_TH_MAX_TOKENS]: each TOKEN event whole */
+    dsv4_gen_event *prompt_events; /* optional [DSV4_TH_MAX_TOKENS]: each PROMPT_TOKEN event */
+    uint32_t n_prompt_events;
+    bool prompt_after_token; /* a PROMPT_TOKEN event came after a TOKEN event */
 } dsv4_th_req;
 
 typedef struct dsv4_th_server {
     uint32_t max_running, prefill_chunk, state_slots, n_pages;
     uint32_t max_waiting;             /* [server] max_waiting; 0 = no limit */
     bool host_sampling;               /* dsv4_server_opts' */
+    uint32_t prompt_rows;             /* dsv4_server_opts'; 0 = the default */
     const char *sched;                /* sched plugin name; NULL = fcfs */
     const char *indexk;               /* indexk plugin name; NULL = f32 */
     dsv4_kv_dtype kv_dtype;           /* of compressed and window rows; 0 = f32 */

@@ -51,7 +51,7 @@ static void refused(dsv4_api_kind kind, const char *body, const char *param, con
 
 int main(void)
 {
-    plan(84);
+    plan(95);
     dsv4_api_request req;
     const dsv4_api_kind C = DSV4_API_COMPLETION, CHAT = DSV4_API_CHAT, G = DSV4_API_GENERATE;
 
@@ -72,6 +72,15 @@ int main(void)
     ok(!req.has_max_tokens && req.params.temperature == 1.0f && req.params.top_p == 1.0f,
        "absent options take OpenAI's defaults (temperature 1, top_p 1)");
     ok(req.n_stop == 1 && !strcmp(req.stop[0], "x"), "a single stop string");
+    uint64_t unseeded = req.params.seed;
+    dsv4_api_request_free(&req);
+    /* an absent seed is drawn afresh (two draws of 64 bits agree with odds 2^-64); a
+     * given one, 0 included, is kept */
+    parse(C, "{\"prompt\":[1,2,3]}", &req);
+    ok(req.params.seed != unseeded, "two requests without a seed draw different seeds");
+    dsv4_api_request_free(&req);
+    parse(C, "{\"prompt\":[1,2,3],\"seed\":0}", &req);
+    ok(req.params.seed == 0, "seed 0 is kept");
     dsv4_api_request_free(&req);
 
     is_int(parse(CHAT, parts_chat, &req), 0, "a chat body with content parts parses");
@@ -157,6 +166,23 @@ int main(void)
             "\"response_format\":{\"type\":\"json_object\"}}",
             "response_format", "JSON mode (structured output)");
     refused(C, "{\"prompt\":\"x\",\"suffix\":\"y\"}", "suffix", "a suffix (insert mode)");
+    /* echo: completions only; with logprobs it asks for the prompt's */
+    is_int(parse(C, "{\"prompt\":[[4,5,6]],\"echo\":true,\"logprobs\":1}", &req), 0,
+           "echo with logprobs and a batch of one prompt of ids parse");
+    ok(req.echo && req.params.prompt_logprobs && req.n_prompt_ids == 3 && req.prompt_ids[2] == 6,
+       "echo, the prompt's logprobs asked for, the batch's one prompt");
+    dsv4_api_request_free(&req);
+    is_int(parse(C, "{\"prompt\":\"x\",\"echo\":true}", &req), 0, "echo alone parses");
+    ok(req.echo && !req.params.prompt_logprobs, "echo without logprobs scores nothing");
+    dsv4_api_request_free(&req);
+    is_int(parse(G, "{\"input_ids\":[1,2],\"input_logprobs\":true}", &req), 0,
+           "/generate input_logprobs parses");
+    ok(req.params.prompt_logprobs && !req.params.logprobs, "and asks for the prompt's logprobs");
+    dsv4_api_request_free(&req);
+    refused(CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"echo\":true}", "echo",
+            "echo on chat");
+    refused(G, "{\"input_ids\":[1],\"echo\":true}", "echo", "echo on /generate");
+    refused(C, "{\"prompt\":[[1],[2]]}", "prompt", "a batch of two prompts");
     refused(CHAT,
             "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"tool_choice\":\"required\"}",
             "tool_choice", "a required tool choice");
