@@ -437,7 +437,7 @@ static int parse_params(dsv4_api_request *req, dsv4_api_error *err)
     const char *max_name =
         field(req, root, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
     req->has_max_tokens = field(req, root, max_name) != NULL;
-    if ((rc = want_int(req, root, max_name, 1, INT32_MAX, &max_tokens, err)) ||
+    if ((rc = want_int(req, root, max_name, 0, INT32_MAX, &max_tokens, err)) ||
         (rc = want_number(req, root, "temperature", 0, 2, &temperature, err)) ||
         (rc = want_number(req, root, "top_p", 0, 1, &top_p, err)) ||
         (rc = want_int(req, root, "top_k", -1, INT32_MAX, &top_k, err)) ||
@@ -503,6 +503,10 @@ static int parse_params(dsv4_api_request *req, dsv4_api_error *err)
     if (req->kind != DSV4_API_COMPLETION && echo && !is_false(echo))
         return dsv4_api_fail(err, 400, "unsupported_parameter", "echo",
                              "echo is only supported on /v1/completions");
+    /* nothing to generate makes sense only for the prompt's echo (and its logprobs) */
+    if (req->has_max_tokens && max_tokens == 0 && !req->echo)
+        return dsv4_api_fail(err, 400, "invalid_value", max_name,
+                             "%s must be at least 1 (0 only with echo)", max_name);
     if ((rc = parse_choices(req, err)))
         return rc;
     return parse_stop(req, err);

@@ -613,10 +613,25 @@ static void dsv4_serve_prefill(dsv4_server *srv)
             r->n_fed += srv->lens[i];
             if (r->n_fed % pt == 0)
                 dsv4_serve_cache_boundary(srv, r);
-            if (r->n_fed == dsv4_sreq_len(r))
+            if (r->params.max_tokens == 0 && !dsv4_sreq_scores_prompt(r))
+                dsv4_serve_finish(srv, r, DSV4_EV_DONE, DSV4_FINISH_LENGTH, 0); /* scored */
+            else if (r->n_fed == dsv4_sreq_len(r))
                 dsv4_serve_token(srv, r, last);
         }
         budget -= used;
+    }
+}
+
+/* The last `arrived` requests of the queue (those just taken from the inbox) that have
+ * nothing to do, max_tokens 0 without a prompt to score, end at once. */
+static void dsv4_serve_end_empty(dsv4_server *srv, uint32_t arrived)
+{
+    dsv4_link *l = srv->waiting.prev;
+    for (uint32_t i = 0; i < arrived; i++) {
+        dsv4_sreq *r = DSV4_CONTAINER(l, dsv4_sreq, q);
+        l = l->prev;
+        if (r->params.max_tokens == 0 && !dsv4_sreq_scores_prompt(r))
+            dsv4_serve_finish(srv, r, DSV4_EV_DONE, DSV4_FINISH_LENGTH, 0);
     }
 }
 
@@ -657,15 +672,18 @@ void *dsv4_serve_loop(void *arg)
         while (!srv->stopping && !srv->cancel_pending && dsv4_list_empty(&srv->inbox) &&
                srv->flush_asked == srv->flush_done && !dsv4_serve_busy(srv))
             pthread_cond_wait(&srv->wake, &srv->mu);
+        uint32_t arrived = 0;
         while (!dsv4_list_empty(&srv->inbox)) {
             dsv4_sreq *r = DSV4_CONTAINER(srv->inbox.next, dsv4_sreq, q);
             r->arrival = srv->next_arrival++;
             dsv4_serve_move(srv, r, DSV4_SREQ_WAITING, false);
+            arrived++;
         }
         bool cancels = srv->cancel_pending, stopping = srv->stopping;
         uint64_t deadline = srv->deadline_ns, flush = srv->flush_asked;
         srv->cancel_pending = false;
         pthread_mutex_unlock(&srv->mu);
+        dsv4_serve_end_empty(srv, arrived);
 
         if (cancels)
             dsv4_serve_abort(srv, true);

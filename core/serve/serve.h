@@ -30,7 +30,9 @@
 typedef struct dsv4_server dsv4_server;
 
 typedef struct dsv4_gen_params {
-    uint32_t max_tokens;   /* tokens to generate at most (>= 1) */
+    uint32_t max_tokens;   /* tokens to generate at most; 0: none, the request ends (DONE,
+                              LENGTH) once its prompt is scored (prompt_logprobs), at once
+                              without */
     float temperature;     /* 0 = greedy */
     float top_p;           /* 1 = off */
     uint32_t top_k;        /* 0 = off */

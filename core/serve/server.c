@@ -242,8 +242,8 @@ void dsv4_server_stop(dsv4_server *srv, uint64_t grace_ms)
 
 static bool dsv4_serve_params_ok(const dsv4_server *srv, const dsv4_gen_params *p)
 {
-    if (!(p->max_tokens >= 1 && isfinite(p->temperature) && p->temperature >= 0 && p->top_p > 0 &&
-          p->top_p <= 1 && isfinite(p->presence_penalty) && isfinite(p->frequency_penalty) &&
+    if (!(isfinite(p->temperature) && p->temperature >= 0 && p->top_p > 0 && p->top_p <= 1 &&
+          isfinite(p->presence_penalty) && isfinite(p->frequency_penalty) &&
           (p->n_logit_bias == 0 || p->logit_bias) && p->top_logprobs <= DSV4_TOP_LOGPROBS_MAX &&
           (p->top_logprobs == 0 || p->logprobs)))
         return false;

@@ -12,9 +12,9 @@ exec python3 - <<'EOF'
 import json, math, os, sys
 sys.dont_write_bytecode = True  # nothing written into the source tree
 sys.path.insert(0, os.path.join(os.environ.get("top_srcdir", "."), "tests", "integ"))
-from dsv4d_http import Daemon, plan, ok, is_, done
+from dsv4d_http import Daemon, plan, ok, is_, done, byte_decode
 
-plan(16)
+plan(18)
 d = Daemon()
 
 base = {"model": "model", "prompt": "Hello there", "max_tokens": 3, "temperature": 0,
@@ -82,6 +82,17 @@ again = d.post("/v1/completions", {"model": "model", "prompt": [ids], "echo": Tr
                                     "logprobs": 1, "max_tokens": 1, "temperature": 0}).json()
 ok(again["choices"][0]["logprobs"] == llp, "the same request again (its prefix cached): the same "
    "logprobs")
+
+# --- max_tokens 0: the prompt scored, nothing generated
+z = d.post("/v1/completions", {"model": "model", "prompt": [ids], "echo": True, "logprobs": 1,
+                               "max_tokens": 0, "temperature": 0}).json()
+zc = z["choices"][0]
+ok(zc["logprobs"]["token_logprobs"] == llp["token_logprobs"][:len(ids)]
+   and zc["finish_reason"] == "length" and z["usage"]["completion_tokens"] == 0
+   and zc["text"] == byte_decode(ids),
+   "max_tokens 0 with echo: the prompt's text and logprobs, no token generated", z)
+r = d.post("/v1/completions", dict(base, max_tokens=0))
+ok(r.error_ok(400, "max_tokens"), "max_tokens 0 without echo: 400", r.body)
 
 # --- streamed
 status, _, ev = d.stream("/v1/completions", dict(base, echo=True, logprobs=2, stream=True))

@@ -51,7 +51,7 @@ static void refused(dsv4_api_kind kind, const char *body, const char *param, con
 
 int main(void)
 {
-    plan(95);
+    plan(97);
     dsv4_api_request req;
     const dsv4_api_kind C = DSV4_API_COMPLETION, CHAT = DSV4_API_CHAT, G = DSV4_API_GENERATE;
 
@@ -138,6 +138,10 @@ int main(void)
     refused(C, "{\"prompt\":[1,-2]}", "prompt", "a negative token id");
     refused(C, "{\"prompt\":\"x\",\"max_tokens\":-1}", "max_tokens", "negative max_tokens");
     refused(C, "{\"prompt\":\"x\",\"max_tokens\":0}", "max_tokens", "zero max_tokens");
+    is_int(parse(C, "{\"prompt\":\"x\",\"max_tokens\":0,\"echo\":true}", &req), 0,
+           "zero max_tokens with echo parses (the prompt scored, nothing generated)");
+    ok(req.has_max_tokens && req.params.max_tokens == 0, "and keeps its 0");
+    dsv4_api_request_free(&req);
     refused(C, "{\"prompt\":\"x\",\"max_tokens\":99999999999}", "max_tokens", "huge max_tokens");
     refused(C, "{\"prompt\":\"x\",\"max_tokens\":\"5\"}", "max_tokens", "max_tokens as a string");
     refused(C, "{\"prompt\":\"x\",\"temperature\":3}", "temperature", "temperature above 2");

@@ -7,9 +7,11 @@
  * buffer of 3), when the prompt is already in the prefix cache (it is computed whole,
  * never taken from the cache, and the cache still serves plain requests) and under
  * retraction (a pool too small for all: no event is repeated or lost). The generated
- * tokens are those of the same request without prompt_logprobs. The reference engine runs
- * on the backend the server picks, so on a machine with a GPU this is the CUDA path's test
- * (deterministic kernels: a row's logits do not depend on the batch or the chunking). */
+ * tokens are those of the same request without prompt_logprobs. With max_tokens 0 a
+ * scoring request ends (LENGTH, no token) once its prompt is scored, a plain one at once.
+ * The reference engine runs on the backend the server picks, so on a machine with a GPU
+ * this is the CUDA path's test (deterministic kernels: a row's logits do not depend on the
+ * batch or the chunking). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -159,7 +161,7 @@ static bool all_scored(const dsv4_th_req *got, const dsv4_th_req *plain, unsigne
 
 int main(void)
 {
-    plan(10);
+    plan(11);
     dsv4_th_init(5);
     const dsv4_model *m = dsv4_th_model();
     for (uint32_t r = 0; r < N_REQ; r++)
@@ -238,6 +240,23 @@ int main(void)
     ok(dsv4_metric_get(DSV4_M_RETRACTIONS) > 0, "the small pool retracted (%lld times)",
        (long long)dsv4_metric_get(DSV4_M_RETRACTIONS));
     ok(all_scored(got, plain, 7), "and every prompt token was scored once, as the reference's");
+
+    /* max_tokens 0: the prompt's scores and no token; without prompt_logprobs, nothing */
+    dsv4_th_req none[2];
+    srv = dsv4_th_start(&big);
+    for (int i = 0; i < 2; i++) {
+        clear(&none[i], (uint32_t)i);
+        p = params(i == 0);
+        p.max_tokens = 0;
+        dsv4_th_submit(srv, &none[i], prompts[i], lens[i], &p);
+    }
+    dsv4_th_wait((dsv4_th_req *[]){&none[0], &none[1]}, 2);
+    ok(scored(&none[0], 0) && none[0].n_tokens == 0 && none[0].end.kind == DSV4_EV_DONE &&
+           none[0].end.finish == DSV4_FINISH_LENGTH && none[0].end.completion_tokens == 0 &&
+           none[1].n_tokens == 0 && none[1].n_prompt_events == 0 &&
+           none[1].end.finish == DSV4_FINISH_LENGTH,
+       "max_tokens 0: the prompt scored and no token generated; unscored, it ends at once");
+    dsv4_server_stop(srv, 0);
 
     dsv4_engine_free(eng);
     dsv4_registry_free(reg);
