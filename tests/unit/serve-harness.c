@@ -1,6 +1,7 @@
 /* serve-harness.c: see serve-harness.h. */
 #include "tests/unit/serve-harness.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -223,4 +224,29 @@ bool dsv4_th_same_tokens(const dsv4_th_req *a, const dsv4_th_req *b)
 {
     return a->n_tokens == b->n_tokens &&
            memcmp(a->tokens, b->tokens, a->n_tokens * sizeof(int32_t)) == 0;
+}
+
+float dsv4_th_logprob(const float *x, uint32_t n, int32_t t)
+{
+    double m = x[0], s = 0;
+    for (uint32_t i = 1; i < n; i++)
+        m = x[i] > m ? x[i] : m;
+    for (uint32_t i = 0; i < n; i++)
+        s += exp(x[i] - m);
+    return (float)(x[t] - m - log(s));
+}
+
+void dsv4_th_top(const float *x, uint32_t n, uint32_t k, dsv4_token_logprob *top)
+{
+    for (uint32_t r = 0; r < k; r++) {
+        int32_t best = -1;
+        for (uint32_t i = 0; i < n; i++) {
+            bool taken = false;
+            for (uint32_t j = 0; j < r; j++)
+                taken |= top[j].token == (int32_t)i;
+            if (!taken && (best < 0 || x[i] > x[best]))
+                best = (int32_t)i;
+        }
+        top[r] = (dsv4_token_logprob){best, dsv4_th_logprob(x, n, best)};
+    }
 }

@@ -65,4 +65,11 @@ void dsv4_th_cond_wait(void);
 
 bool dsv4_th_same_tokens(const dsv4_th_req *a, const dsv4_th_req *b);
 
+/* References for the log-probabilities a server reports, written out here rather than
+ * taken from the serving loop: token t's log-softmax over the n logits x (max and sum of
+ * exponentials in double), and the k highest of x (the first of equals) with theirs, best
+ * first. */
+float dsv4_th_logprob(const float *x, uint32_t n, int32_t t);
+void dsv4_th_top(const float *x, uint32_t n, uint32_t k, dsv4_token_logprob *top);
+
 #endif

@@ -9,7 +9,6 @@
  * makes its token every answer and one of -100 keeps its token out; logprobs stay the
  * model's own, and so do the top_logprobs alternatives (the reference's highest logits of
  * the unadjusted row, ties to the lower id); nothing to adjust gives the plain tokens. */
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,32 +32,6 @@ typedef struct reference {
     float logprobs[NEW];              /* of the model's own logits */
     dsv4_token_logprob top[NEW][TOP]; /* the model's TOP likeliest tokens */
 } reference;
-
-static float log_softmax_at(const float *x, uint32_t n, int32_t t)
-{
-    double m = x[0], s = 0;
-    for (uint32_t i = 1; i < n; i++)
-        m = x[i] > m ? x[i] : m;
-    for (uint32_t i = 0; i < n; i++)
-        s += exp(x[i] - m);
-    return (float)(x[t] - m - log(s));
-}
-
-/* The TOP highest of x (the first of equals), with their log-softmax, best first. */
-static void top_of(const float *x, uint32_t n, dsv4_token_logprob *top)
-{
-    for (uint32_t k = 0; k < TOP; k++) {
-        int32_t best = -1;
-        for (uint32_t i = 0; i < n; i++) {
-            bool taken = false;
-            for (uint32_t j = 0; j < k; j++)
-                taken |= top[j].token == (int32_t)i;
-            if (!taken && (best < 0 || x[i] > x[best]))
-                best = (int32_t)i;
-        }
-        top[k] = (dsv4_token_logprob){best, log_softmax_at(x, n, best)};
-    }
-}
 
 /* The reference's adjusted logits: each token of the vocabulary looked up in the bias and
  * counted among the generated ones. */
@@ -98,8 +71,8 @@ static reference decode_reference(dsv4_engine *eng, const dsv4_gen_params *p)
     for (uint32_t t = 0; t < NEW; t++) {
         adjust(pen, logits, V, ref.tokens, t, p);
         ref.tokens[t] = dsv4_sample(pen, V, &sp, &rng, scratch);
-        ref.logprobs[t] = log_softmax_at(logits, V, ref.tokens[t]);
-        top_of(logits, V, ref.top[t]);
+        ref.logprobs[t] = dsv4_th_logprob(logits, V, ref.tokens[t]);
+        dsv4_th_top(logits, V, TOP, ref.top[t]);
         if (t + 1 < NEW && dsv4_engine_decode(eng, 1, &seq, &ref.tokens[t], logits) != 0)
             bail_out("reference decode failed");
     }

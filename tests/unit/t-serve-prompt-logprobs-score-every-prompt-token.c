@@ -37,32 +37,6 @@ typedef struct scores {
 } scores;
 static scores wants[N_REQ];
 
-static float log_softmax_at(const float *x, uint32_t n, int32_t t)
-{
-    double m = x[0], s = 0;
-    for (uint32_t i = 1; i < n; i++)
-        m = x[i] > m ? x[i] : m;
-    for (uint32_t i = 0; i < n; i++)
-        s += exp(x[i] - m);
-    return (float)(x[t] - m - log(s));
-}
-
-/* The TOP highest of x (the first of equals), with their log-softmax, best first. */
-static void top_of(const float *x, uint32_t n, dsv4_token_logprob *top)
-{
-    for (uint32_t k = 0; k < TOP; k++) {
-        int32_t best = -1;
-        for (uint32_t i = 0; i < n; i++) {
-            bool taken = false;
-            for (uint32_t j = 0; j < k; j++)
-                taken |= top[j].token == (int32_t)i;
-            if (!taken && (best < 0 || x[i] > x[best]))
-                best = (int32_t)i;
-        }
-        top[k] = (dsv4_token_logprob){best, log_softmax_at(x, n, best)};
-    }
-}
-
 static void reference(dsv4_engine *eng, const int32_t *prompt, uint32_t len, scores *want)
 {
     uint32_t V = dsv4_th_model()->cfg.vocab_size, seq;
@@ -72,8 +46,8 @@ static void reference(dsv4_engine *eng, const int32_t *prompt, uint32_t len, sco
         bail_out("reference prefill failed");
     for (uint32_t t = 1; t < len; t++) {
         const float *row = rows + (size_t)(t - 1) * V;
-        want->logprob[t] = log_softmax_at(row, V, prompt[t]);
-        top_of(row, V, want->top[t]);
+        want->logprob[t] = dsv4_th_logprob(row, V, prompt[t]);
+        dsv4_th_top(row, V, TOP, want->top[t]);
     }
     dsv4_engine_seq_free(eng, seq);
     free(rows);
