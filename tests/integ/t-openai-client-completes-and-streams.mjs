@@ -2,7 +2,8 @@
 // unmodified, against a running dsv4d: models.list and models.retrieve, completions.create
 // whole and streamed, chat.completions.create whole and streamed with
 // stream_options.include_usage, the client's own stream helper (which reassembles and checks
-// the chunks, for one choice and for n of them), n choices with logprobs and top_logprobs, a
+// the chunks, for one choice and for n of them), n choices with logprobs and top_logprobs,
+// echo with the prompt's logprobs (lm-evaluation-harness's call, and max_tokens 0), a
 // client-side abort mid-stream, and the errors it raises for a 400, a 401 and a 404. Prints
 // TAP.
 // Run by t-openai-client-completes-and-streams.sh, which installs the package next to a
@@ -11,7 +12,7 @@ import OpenAI from 'openai';
 
 const base = process.env.DSV4D_URL;
 const apiKey = process.env.DSV4D_API_KEY;
-const PLAN = 32;
+const PLAN = 34;
 let n = 0;
 let failed = 0;
 
@@ -167,6 +168,19 @@ async function main() {
     ok(lp.tokens.length === 8 && lp.token_logprobs.length === 8 && lp.top_logprobs.length === 8 &&
        lp.top_logprobs.every((t) => Object.keys(t).length >= 1 && Object.keys(t).length <= 2),
        'completions logprobs 2: a token, a logprob and up to two alternatives per position', lp);
+    // echo: the prompt's text and tokens first (BOS and 5 bytes), its first logprob null
+    const ec = await client.completions.create({ ...creq, echo: true, logprobs: 1, max_tokens: 1 });
+    const el = ec.choices[0].logprobs;
+    ok(ec.choices[0].text.startsWith('Hello') && el.tokens.length === 7 &&
+       el.token_logprobs[0] === null && el.top_logprobs[0] === null &&
+       el.token_logprobs.slice(1).every((v) => v <= 0),
+       'completions echo with logprobs 1: the prompt\'s six tokens scored (the first null), then ' +
+       'the generated one', el);
+    const e0 = await client.completions.create({ ...creq, echo: true, logprobs: 1, max_tokens: 0 });
+    ok(e0.choices[0].text === 'Hello' && e0.usage.completion_tokens === 0 &&
+       JSON.stringify(e0.choices[0].logprobs.token_logprobs) ===
+           JSON.stringify(el.token_logprobs.slice(0, 6)),
+       'echo with max_tokens 0: the prompt alone, scored as with a generated token after it', e0);
 
     // --- a client that aborts mid-stream: the request ends and its pages are freed
     const ac = new AbortController();
