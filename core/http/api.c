@@ -458,7 +458,8 @@ static int parse_params(dsv4_api_request *req, dsv4_api_error *err)
     p->frequency_penalty = (float)frequency;
     if ((rc = parse_logit_bias(req, err)))
         return rc;
-    p->seed = field(req, root, "seed") ? (uint64_t)seed : fresh_seed();
+    json_t *given = field(req, root, "seed"); /* null, as other options, means absent */
+    p->seed = given && !json_is_null(given) ? (uint64_t)seed : fresh_seed();
     p->priority = (int32_t)priority;
 
     json_t *so = field(req, root, "stream_options");

@@ -51,7 +51,7 @@ static void refused(dsv4_api_kind kind, const char *body, const char *param, con
 
 int main(void)
 {
-    plan(97);
+    plan(98);
     dsv4_api_request req;
     const dsv4_api_kind C = DSV4_API_COMPLETION, CHAT = DSV4_API_CHAT, G = DSV4_API_GENERATE;
 
@@ -81,6 +81,9 @@ int main(void)
     dsv4_api_request_free(&req);
     parse(C, "{\"prompt\":[1,2,3],\"seed\":0}", &req);
     ok(req.params.seed == 0, "seed 0 is kept");
+    dsv4_api_request_free(&req);
+    parse(C, "{\"prompt\":[1,2,3],\"seed\":null}", &req);
+    ok(req.params.seed != 0 && req.params.seed != unseeded, "a null seed is drawn afresh too");
     dsv4_api_request_free(&req);
 
     is_int(parse(CHAT, parts_chat, &req), 0, "a chat body with content parts parses");
