@@ -68,15 +68,6 @@ static uint32_t dsv4_serve_claim(const dsv4_server *srv, const dsv4_sreq *r)
     return dsv4_serve_pages(srv, (uint64_t)dsv4_sreq_len(r) + head);
 }
 
-/* r leaves the client requests waiting for admission (admitted, or ended before). */
-static void dsv4_serve_unqueue(dsv4_server *srv, dsv4_sreq *r)
-{
-    if (r->queued) {
-        r->queued = false;
-        atomic_fetch_sub(&srv->n_queued, 1);
-    }
-}
-
 static void dsv4_serve_gauges(const dsv4_server *srv)
 {
     const dsv4_kv_pool *pool = dsv4_engine_kv(srv->eng);

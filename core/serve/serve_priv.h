@@ -78,12 +78,13 @@ typedef struct dsv4_sreq {
     dsv4_logit_bias *bias; /* params.logit_bias's copy, which params points at */
     dsv4_rng rng;
     uint64_t t_submit_ns, t_token_ns;
-    uint32_t plp_next; /* params.prompt_logprobs: the first prompt token whose
-                          PROMPT_TOKEN event is still owed (1 .. n_prompt; a recompute
-                          after a retraction does not repeat one) */
-    uint32_t cached;   /* prompt tokens the first admission took from the cache */
-    bool admitted;     /* admitted at least once (cache hits count once) */
-    bool queued;       /* counted in the server's n_queued */
+    uint32_t plp_next;  /* params.prompt_logprobs: the first prompt token whose
+                           PROMPT_TOKEN event is still owed (1 .. n_prompt; a recompute
+                           after a retraction does not repeat one) */
+    uint32_t cached;    /* prompt tokens the first admission took from the cache */
+    bool admitted;      /* admitted at least once (cache hits count once) */
+    atomic_bool queued; /* counted in the server's n_queued (set at submission; cleared once,
+                           by admission, the end, or a cancel) */
     /* engine thread, while RUNNING */
     uint32_t seq;
     uint32_t n_fed;         /* tokens in the sequence's KV */
@@ -112,8 +113,9 @@ struct dsv4_server {
     void *sched_state;
     uint32_t page_tokens, n_pages, n_slots, max_running, prefill_chunk, max_context, vocab;
     uint32_t max_waiting; /* [server] max_waiting; 0 = no limit */
-    atomic_uint n_queued; /* client requests submitted and not yet admitted or ended:
-                             added to under mu, taken from by the engine thread */
+    atomic_uint n_queued; /* client requests submitted and not yet admitted, ended or
+                             cancelled: added to under mu, taken from by whoever clears a
+                             request's queued (dsv4_serve_unqueue) */
     int32_t eos;
 
     pthread_t thread;
@@ -167,6 +169,9 @@ void *dsv4_serve_loop(void *arg);
 int dsv4_serve_submit(dsv4_server *srv, const int32_t *prompt, size_t n,
                       const dsv4_gen_params *params, dsv4_gen_event_fn fn, void *ctx,
                       struct dsv4_pd_job *pd, uint64_t *id_p);
+/* r no longer counts against [server] max_waiting (admitted, ended or cancelled; once,
+ * whichever thread comes first; server.c). */
+void dsv4_serve_unqueue(dsv4_server *srv, dsv4_sreq *r);
 /* Whether the server is stopping and its grace has run out at `now` (server.c; takes mu). */
 bool dsv4_serve_past_stop(dsv4_server *srv, uint64_t now);
 /* Pages for `tokens` tokens (loop.c). */

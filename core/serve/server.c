@@ -297,6 +297,7 @@ int dsv4_serve_submit(dsv4_server *srv, const int32_t *prompt, size_t n,
     r->plp_next = 1;
     r->pd = pd;
     atomic_init(&r->cancel, false);
+    atomic_init(&r->queued, false);
     dsv4_rng_seed(&r->rng, params->seed);
     r->t_submit_ns = dsv4_now_ns();
 
@@ -317,7 +318,7 @@ int dsv4_serve_submit(dsv4_server *srv, const int32_t *prompt, size_t n,
         return refused;
     }
     if (!pd) {
-        r->queued = true;
+        atomic_store(&r->queued, true);
         atomic_fetch_add(&srv->n_queued, 1);
     }
     r->id = srv->next_id++;
@@ -332,6 +333,12 @@ int dsv4_serve_submit(dsv4_server *srv, const int32_t *prompt, size_t n,
     return 0;
 }
 
+void dsv4_serve_unqueue(dsv4_server *srv, dsv4_sreq *r)
+{
+    if (atomic_exchange(&r->queued, false))
+        atomic_fetch_sub(&srv->n_queued, 1);
+}
+
 int dsv4_server_cancel(dsv4_server *srv, uint64_t id)
 {
     int rc = -ENOENT;
@@ -340,6 +347,7 @@ int dsv4_server_cancel(dsv4_server *srv, uint64_t id)
         dsv4_sreq *r = DSV4_CONTAINER(l, dsv4_sreq, all);
         if (r->id == id) {
             atomic_store(&r->cancel, true);
+            dsv4_serve_unqueue(srv, r); /* its place is free now, not when the loop sees it */
             srv->cancel_pending = true;
             pthread_cond_signal(&srv->wake);
             rc = 0;

@@ -3,8 +3,10 @@
  * token hook waits for the test); with max_waiting 2 the next two are queued and a third is
  * refused at once with -EBUSY, counted in dsv4d_requests_rejected_total, and no callback.
  * Once released, every accepted request runs to its end; a place is given back when its
- * request is admitted, and when it ends without being admitted (cancelled while waiting),
- * so the next round is again refused exactly at the third. max_waiting 0 is no limit. */
+ * request is admitted, and when it is cancelled while waiting: at the cancel, while the
+ * engine thread is still held (so a client that hangs up frees its place for the next one
+ * at once), and the next round is again refused exactly at the third. max_waiting 0 is no
+ * limit. */
 #include <errno.h>
 #include <string.h>
 
@@ -38,13 +40,13 @@ static void release(void)
 }
 
 /* A blocker held in its hook, then `n` submissions: each one's status into rc. With
- * cancel_second, the second is cancelled while it waits. Releases the engine and waits
- * for every accepted request; true when each ran to NEW tokens (the cancelled one to an
- * abort). */
+ * cancel_second, the second is cancelled while it waits and one more is submitted, still
+ * under the hold (its status in rc[n]). Releases the engine and waits for every accepted
+ * request; true when each ran to NEW tokens (the cancelled one to an abort). */
 static bool round_of(dsv4_server *srv, uint32_t n, int *rc, bool cancel_second)
 {
-    static dsv4_th_req blocker, reqs[16];
-    dsv4_th_req *ended[17] = {&blocker};
+    static dsv4_th_req blocker, reqs[17];
+    dsv4_th_req *ended[18] = {&blocker};
     size_t n_ended = 1;
     memset(&blocker, 0, sizeof(blocker));
     memset(reqs, 0, sizeof(reqs));
@@ -57,8 +59,12 @@ static bool round_of(dsv4_server *srv, uint32_t n, int *rc, bool cancel_second)
         if (rc[i] == 0)
             ended[n_ended++] = &reqs[i];
     }
-    if (cancel_second)
+    if (cancel_second) {
         dsv4_server_cancel(srv, reqs[1].id);
+        rc[n] = dsv4_th_try_submit(srv, &reqs[n], prompt, 24, &params);
+        if (rc[n] == 0)
+            ended[n_ended++] = &reqs[n];
+    }
     release();
     dsv4_th_wait(ended, n_ended);
     bool whole = true;
@@ -74,7 +80,7 @@ static bool round_of(dsv4_server *srv, uint32_t n, int *rc, bool cancel_second)
 
 int main(void)
 {
-    plan(9);
+    plan(10);
     dsv4_th_init(12);
     dsv4_test_tokens(prompt, 24, dsv4_th_model()->cfg.vocab_size, 3);
     dsv4_metrics_reset();
@@ -99,6 +105,9 @@ int main(void)
     ok(rc[0] == 0 && rc[1] == 0 && rc[2] == -EBUSY && whole,
        "a round whose second request is cancelled while it waits: it ends in an abort, the "
        "others run");
+    is_int(rc[3], 0,
+           "the cancel gave its place back at once: a request submitted while the engine "
+           "thread is still held is queued");
     whole = round_of(srv, 3, rc, false);
     ok(rc[0] == 0 && rc[1] == 0 && rc[2] == -EBUSY && whole,
        "the cancelled request gave its place back: refused at the third again");
