@@ -819,6 +819,7 @@ static int submit_choices(gen *g, const int32_t *ids, size_t n)
         gen_choice *c = &g->choices[i];
         dsv4_gen_params p = g->req.params;
         p.seed += i;
+        p.shares_prompt_of = i ? g->choices[0].id : 0; /* the first computes the prompt */
         pthread_mutex_lock(&g->mu);
         g->refs++;
         pthread_mutex_unlock(&g->mu);

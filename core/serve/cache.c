@@ -125,16 +125,19 @@ static dsv4_radix_want dsv4_serve_cache_want(const dsv4_server *srv, const dsv4_
 
 uint32_t dsv4_serve_cache_peek(dsv4_server *srv, const dsv4_sreq *r)
 {
-    uint32_t n, on_host;
+    uint32_t n;
     dsv4_radix_want want = dsv4_serve_cache_want(srv, r, &n);
-    return dsv4_radix_peek(srv->cache, r->toks, n, want, &on_host) * srv->page_tokens;
+    return dsv4_radix_peek(srv->cache, r->toks, n, want).pages * srv->page_tokens;
 }
 
-uint32_t dsv4_serve_cache_hit_pages(const dsv4_server *srv, const dsv4_sreq *r)
+uint32_t dsv4_serve_cache_hit_pages(const dsv4_server *srv, const dsv4_sreq *r,
+                                    uint32_t *unlocked_p)
 {
-    uint32_t n, on_host;
+    uint32_t n;
     dsv4_radix_want want = dsv4_serve_cache_want(srv, r, &n);
-    return dsv4_radix_peek(srv->cache, r->toks, n, want, &on_host) - on_host;
+    dsv4_radix_found f = dsv4_radix_peek(srv->cache, r->toks, n, want);
+    *unlocked_p = f.pages - f.on_host - f.locked;
+    return f.pages - f.on_host;
 }
 
 /* Bring the matched path of a locked node onto the device (radix.h): free device pages
@@ -199,6 +202,31 @@ void dsv4_serve_cache_boundary(dsv4_server *srv, dsv4_sreq *r)
         return;
     }
     r->snap_pages = r->n_fed / srv->page_tokens;
+}
+
+bool dsv4_serve_cache_publish(dsv4_server *srv, dsv4_sreq *r)
+{
+    uint32_t slot, n_pages = 0;
+    if (r->snap_slot == DSV4_RADIX_NO_SLOT || r->snap_pages * srv->page_tokens != r->n_fed)
+        return false;
+    const uint32_t *pages = dsv4_engine_seq_pages(srv->eng, r->seq, &slot, &n_pages);
+    if (!pages || n_pages < r->snap_pages)
+        return false;
+    /* the slot is the cache's now whatever the outcome (kept by the node, or freed) */
+    int rc =
+        dsv4_radix_insert(srv->cache, r->toks, r->snap_pages, pages, r->snap_pages, r->snap_slot);
+    r->snap_slot = DSV4_RADIX_NO_SLOT;
+    /* r runs from the published node now: locked, its pages (r's too) are not counted as
+     * pages eviction could free, and they stay for the requests waiting to adopt them */
+    dsv4_radix_node *node;
+    if (rc != 0 || dsv4_radix_match(srv->cache, r->toks, r->n_fed, DSV4_RADIX_WITH_STATE,
+                                    srv->cache_pages, &node) != r->snap_pages)
+        return false;
+    dsv4_radix_lock(srv->cache, node);
+    if (r->node)
+        dsv4_radix_unlock(srv->cache, r->node);
+    r->node = node;
+    return true;
 }
 
 void dsv4_serve_cache_release(dsv4_server *srv, dsv4_sreq *r, bool insert)

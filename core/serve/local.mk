@@ -4,7 +4,8 @@ core_libdsv4core_la_SOURCES += \
 	core/serve/metrics.c core/serve/metrics.h \
 	core/serve/radix.c core/serve/radix.h \
 	core/serve/serve.h core/serve/serve_priv.h \
-	core/serve/server.c core/serve/loop.c core/serve/cache.c
+	core/serve/server.c core/serve/loop.c core/serve/cache.c \
+	core/serve/siblings.c
 
 SERVE_TESTS = tests/unit/t-metrics-render-prometheus-text
 tests_unit_t_metrics_render_prometheus_text_LDADD = $(TEST_CORE_LIBS) -lpthread
@@ -18,7 +19,8 @@ SERVE_LOOP_TESTS = tests/unit/t-serve-same-tokens-however-scheduled \
 	tests/unit/t-serve-stops-at-eos-and-max-tokens \
 	tests/unit/t-serve-logit-bias-and-penalties-follow-openai \
 	tests/unit/t-serve-max-waiting-refuses-past-the-limit \
-	tests/unit/t-serve-prompt-logprobs-score-every-prompt-token
+	tests/unit/t-serve-prompt-logprobs-score-every-prompt-token \
+	tests/unit/t-serve-siblings-share-the-prompt
 tests_unit_t_serve_same_tokens_however_scheduled_SOURCES = \
 	tests/unit/t-serve-same-tokens-however-scheduled.c $(SERVE_HARNESS)
 tests_unit_t_serve_same_tokens_however_scheduled_LDADD = $(TEST_CORE_LIBS) -lm
@@ -40,6 +42,9 @@ tests_unit_t_serve_max_waiting_refuses_past_the_limit_LDADD = $(TEST_CORE_LIBS) 
 tests_unit_t_serve_prompt_logprobs_score_every_prompt_token_SOURCES = \
 	tests/unit/t-serve-prompt-logprobs-score-every-prompt-token.c $(SERVE_HARNESS)
 tests_unit_t_serve_prompt_logprobs_score_every_prompt_token_LDADD = $(TEST_CORE_LIBS) -lm
+tests_unit_t_serve_siblings_share_the_prompt_SOURCES = \
+	tests/unit/t-serve-siblings-share-the-prompt.c $(SERVE_HARNESS)
+tests_unit_t_serve_siblings_share_the_prompt_LDADD = $(TEST_CORE_LIBS) -lm
 SERVE_TESTS += $(SERVE_LOOP_TESTS)
 check_PROGRAMS += $(SERVE_TESTS)
 TESTS += $(SERVE_TESTS)

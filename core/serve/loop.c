@@ -6,7 +6,9 @@
  *   1. take new requests from the inbox, end cancelled ones, abort everything past the
  *      stop deadline;
  *   2. admission: retracted requests first (oldest first), then the waiting queue in the
- *      sched plugin's order, stopping at the first that does not fit (so the order holds);
+ *      sched plugin's order, stopping at the first that does not fit (so the order holds)
+ *      and passing over a request that waits for a sibling to compute their shared prompt
+ *      (siblings.c);
  *   3. decode: one batched decode step for every running request with exactly one token
  *      left to feed (the last sampled one); where the engine samples on its device (CUDA)
  *      the step brings back the batch's token ids only, each drawn with the request's own
@@ -127,6 +129,7 @@ void dsv4_serve_finish(dsv4_server *srv, dsv4_sreq *r, dsv4_gen_event_kind kind,
 {
     if (r->where == DSV4_SREQ_RUNNING || r->where == DSV4_SREQ_PD)
         dsv4_serve_release(srv, r, kind == DSV4_EV_DONE);
+    dsv4_serve_siblings_leave(r);
     dsv4_serve_move(srv, r, DSV4_SREQ_ENDED, false);
     pthread_mutex_lock(&srv->mu);
     dsv4_list_unlink(&r->all);
@@ -325,6 +328,7 @@ static void dsv4_serve_retract(dsv4_server *srv)
     dsv4_log(DSV4_LOG_DEBUG, "server", "request %llu retracted (%u tokens to recompute)",
              (unsigned long long)r->id, dsv4_sreq_len(r));
     dsv4_serve_release(srv, r, false);
+    dsv4_serve_siblings_leave(r);
     dsv4_serve_move(srv, r, DSV4_SREQ_RETRACTED, true);
     dsv4_metric_add(DSV4_M_RETRACTIONS, 1);
 }
@@ -346,11 +350,12 @@ static bool dsv4_serve_try_admit(dsv4_server *srv, dsv4_sreq *r, uint32_t *reser
 {
     if (srv->n_running + srv->n_pd_held >= srv->max_running)
         return false;
-    uint32_t hit = dsv4_serve_cache_hit_pages(srv, r);
+    uint32_t unlocked, hit = dsv4_serve_cache_hit_pages(srv, r, &unlocked);
     uint32_t claim = dsv4_serve_claim(srv, r);
     uint64_t avail = (uint64_t)dsv4_serve_pages_free(srv) + dsv4_serve_cache_evictable_pages(srv);
-    /* the matched pages stop being evictable once this request locks them */
-    avail -= hit < avail ? hit : avail;
+    /* the matched pages stop being evictable once this request locks them (those another
+     * running request locks were not counted as evictable) */
+    avail -= unlocked < avail ? unlocked : avail;
     if ((uint64_t)*reserved + claim - hit > avail)
         return false;
     if (dsv4_kv_slots_free(dsv4_engine_kv(srv->eng)) == 0 && !dsv4_serve_cache_evict(srv, 0, 1))
@@ -378,8 +383,10 @@ static bool dsv4_serve_try_admit(dsv4_server *srv, dsv4_sreq *r, uint32_t *reser
         dsv4_metric_add(DSV4_M_PREFIX_QUERY_TOKENS, r->n_prompt);
         dsv4_metric_add(DSV4_M_PREFIX_HIT_TOKENS, r->cached);
     }
-    if (!pd)
+    if (!pd) {
         dsv4_serve_move(srv, r, DSV4_SREQ_RUNNING, false);
+        dsv4_serve_siblings_progress(srv, r, false);
+    }
     *reserved += claim - dsv4_serve_pages(srv, r->n_fed);
     return true;
 }
@@ -463,7 +470,7 @@ static void dsv4_serve_admit(dsv4_server *srv)
     uint32_t *order = ptrs ? malloc(n * sizeof(*order)) : NULL;
     if (order && dsv4_serve_order(srv, ptrs, order) == 0)
         for (uint32_t i = 0; i < n && !blocked; i++)
-            if (!dsv4_serve_try_admit(srv, ptrs[order[i]], &reserved))
+            if (!ptrs[order[i]]->leader && !dsv4_serve_try_admit(srv, ptrs[order[i]], &reserved))
                 blocked = ptrs[order[i]];
     free(ptrs);
     free(order);
@@ -602,8 +609,10 @@ static void dsv4_serve_prefill(dsv4_server *srv)
                 last += (size_t)(srv->lens[i] - 1) * V;
             }
             r->n_fed += srv->lens[i];
-            if (r->n_fed % pt == 0)
+            if (r->n_fed % pt == 0) {
                 dsv4_serve_cache_boundary(srv, r);
+                dsv4_serve_siblings_progress(srv, r, true);
+            }
             if (r->params.max_tokens == 0 && !dsv4_sreq_scores_prompt(r))
                 dsv4_serve_finish(srv, r, DSV4_EV_DONE, DSV4_FINISH_LENGTH, 0); /* scored */
             else if (r->n_fed == dsv4_sreq_len(r))
@@ -668,6 +677,7 @@ void *dsv4_serve_loop(void *arg)
             dsv4_sreq *r = DSV4_CONTAINER(srv->inbox.next, dsv4_sreq, q);
             r->arrival = srv->next_arrival++;
             dsv4_serve_move(srv, r, DSV4_SREQ_WAITING, false);
+            dsv4_serve_siblings_link(srv, r);
             arrived++;
         }
         bool cancels = srv->cancel_pending, stopping = srv->stopping;

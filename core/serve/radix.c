@@ -114,26 +114,25 @@ static dsv4_radix_node *dsv4_radix_child(const dsv4_radix *rx, const dsv4_radix_
 }
 
 /* The deepest node on the whole-page path of toks[0..n) that a match wanting `want` may end
- * at (NULL on a miss), its depth, and how many pages down to it are on host only. */
+ * at (NULL on a miss), and what the path down to it holds. */
 static dsv4_radix_node *dsv4_radix_walk(const dsv4_radix *rx, const int32_t *toks, uint32_t n,
-                                        dsv4_radix_want want, uint32_t *depth_p,
-                                        uint32_t *on_host_p)
+                                        dsv4_radix_want want, dsv4_radix_found *found)
 {
     const dsv4_radix_node *nd = &rx->root;
     dsv4_radix_node *best = NULL;
-    uint32_t depth = 0, host = 0;
-    *depth_p = *on_host_p = 0;
-    while ((depth + 1) * (uint64_t)rx->page_tokens <= n) {
-        dsv4_radix_node *c = dsv4_radix_child(rx, nd, toks + (size_t)depth * rx->page_tokens);
+    dsv4_radix_found path = {0};
+    *found = path;
+    while ((path.pages + 1) * (uint64_t)rx->page_tokens <= n) {
+        dsv4_radix_node *c = dsv4_radix_child(rx, nd, toks + (size_t)path.pages * rx->page_tokens);
         if (!c)
             break;
         nd = c;
-        depth++;
-        host += !dsv4_radix_on_device(&c->page);
+        path.pages++;
+        path.on_host += !dsv4_radix_on_device(&c->page);
+        path.locked += c->lock && dsv4_radix_on_device(&c->page);
         if (want == DSV4_RADIX_PAGES || dsv4_radix_has_snap(c)) {
             best = c;
-            *depth_p = depth;
-            *on_host_p = host;
+            *found = path;
         }
     }
     return best;
@@ -142,26 +141,26 @@ static dsv4_radix_node *dsv4_radix_walk(const dsv4_radix *rx, const int32_t *tok
 uint32_t dsv4_radix_match(dsv4_radix *rx, const int32_t *toks, uint32_t n, dsv4_radix_want want,
                           uint32_t *pages_out, dsv4_radix_node **node_p)
 {
-    uint32_t depth, host;
-    dsv4_radix_node *best = dsv4_radix_walk(rx, toks, n, want, &depth, &host);
+    dsv4_radix_found found;
+    dsv4_radix_node *best = dsv4_radix_walk(rx, toks, n, want, &found);
     if (!pages_out || !best)
-        return depth;
+        return found.pages;
     uint64_t now = ++rx->clock;
-    uint32_t i = depth;
+    uint32_t i = found.pages;
     for (dsv4_radix_node *p = best; p != &rx->root; p = p->parent) {
         pages_out[--i] = p->page.device;
         p->used = now;
     }
     *node_p = best;
-    return depth;
+    return found.pages;
 }
 
-uint32_t dsv4_radix_peek(const dsv4_radix *rx, const int32_t *toks, uint32_t n,
-                         dsv4_radix_want want, uint32_t *on_host_p)
+dsv4_radix_found dsv4_radix_peek(const dsv4_radix *rx, const int32_t *toks, uint32_t n,
+                                 dsv4_radix_want want)
 {
-    uint32_t depth;
-    dsv4_radix_walk(rx, toks, n, want, &depth, on_host_p);
-    return depth;
+    dsv4_radix_found found;
+    dsv4_radix_walk(rx, toks, n, want, &found);
+    return found;
 }
 
 uint32_t dsv4_radix_node_slot(const dsv4_radix_node *node)

@@ -71,10 +71,15 @@ void dsv4_radix_free(dsv4_radix *rx);
  * looked at (for the sched plugin's view). */
 uint32_t dsv4_radix_match(dsv4_radix *rx, const int32_t *toks, uint32_t n, dsv4_radix_want want,
                           uint32_t *pages_out, dsv4_radix_node **node_p);
-/* A look, as dsv4_radix_match without pages_out; *on_host_p gets how many of the matched
- * pages are on host only. */
-uint32_t dsv4_radix_peek(const dsv4_radix *rx, const int32_t *toks, uint32_t n,
-                         dsv4_radix_want want, uint32_t *on_host_p);
+/* What a match finds: its pages, how many of them are on host only, and how many of those
+ * on the device are locked already (by running requests: not among the pages eviction
+ * could free). */
+typedef struct dsv4_radix_found {
+    uint32_t pages, on_host, locked;
+} dsv4_radix_found;
+/* A look, as dsv4_radix_match without pages_out. */
+dsv4_radix_found dsv4_radix_peek(const dsv4_radix *rx, const int32_t *toks, uint32_t n,
+                                 dsv4_radix_want want);
 /* The device snapshot slot of a matched node (DSV4_RADIX_NO_SLOT when on host only). */
 uint32_t dsv4_radix_node_slot(const dsv4_radix_node *node);
 /* Use a matched node the caller has locked, with pages as dsv4_radix_match wrote them:

@@ -30,21 +30,26 @@
 typedef struct dsv4_server dsv4_server;
 
 typedef struct dsv4_gen_params {
-    uint32_t max_tokens;   /* tokens to generate at most; 0: none, the request ends (DONE,
-                              LENGTH) once its prompt is scored (prompt_logprobs), at once
-                              without */
-    float temperature;     /* 0 = greedy */
-    float top_p;           /* 1 = off */
-    uint32_t top_k;        /* 0 = off */
-    uint64_t seed;         /* sampling seed (used when temperature > 0) */
-    int32_t priority;      /* for the priority sched plugin; larger first */
-    bool logprobs;         /* fill dsv4_gen_event.logprob */
-    uint32_t top_logprobs; /* with logprobs: fill dsv4_gen_event.top with this many
-                              alternatives (<= DSV4_TOP_LOGPROBS_MAX) */
-    bool prompt_logprobs;  /* deliver a PROMPT_TOKEN event (with top_logprobs alternatives)
-                              for every prompt token after the first; the prompt is then
-                              computed whole, never taken from the prefix cache */
-    bool ignore_eos;       /* keep going past the model's eos token */
+    uint32_t max_tokens;       /* tokens to generate at most; 0: none, the request ends (DONE,
+                                  LENGTH) once its prompt is scored (prompt_logprobs), at once
+                                  without */
+    float temperature;         /* 0 = greedy */
+    float top_p;               /* 1 = off */
+    uint32_t top_k;            /* 0 = off */
+    uint64_t seed;             /* sampling seed (used when temperature > 0) */
+    int32_t priority;          /* for the priority sched plugin; larger first */
+    bool logprobs;             /* fill dsv4_gen_event.logprob */
+    uint32_t top_logprobs;     /* with logprobs: fill dsv4_gen_event.top with this many
+                                  alternatives (<= DSV4_TOP_LOGPROBS_MAX) */
+    bool prompt_logprobs;      /* deliver a PROMPT_TOKEN event (with top_logprobs alternatives)
+                                  for every prompt token after the first; the prompt is then
+                                  computed whole, never taken from the prefix cache */
+    bool ignore_eos;           /* keep going past the model's eos token */
+    uint64_t shares_prompt_of; /* the id of a request submitted before this one with the
+                                  same prompt (another choice of one client request), or
+                                  0: this one waits until that one has computed the
+                                  prompt's whole pages and put them in the prefix cache,
+                                  then starts from them (siblings.c) */
     /* OpenAI's logit adjustments (core/engine/adjust.h): penalties on tokens generated
      * before (0 = off) and logit_bias (n_logit_bias entries, each token once; read at
      * submit, the server keeps a copy) */

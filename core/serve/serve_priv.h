@@ -92,6 +92,11 @@ typedef struct dsv4_sreq {
     uint32_t snap_slot;     /* state at the newest page boundary, or DSV4_RADIX_NO_SLOT */
     uint32_t snap_pages;    /* pages that snapshot ends after */
     struct dsv4_pd_job *pd; /* its PD lease while it has one (pd.h), else NULL */
+    /* siblings (params.shares_prompt_of, siblings.c; engine thread): a follower waits in
+     * the queue, not admitted, while `leader` computes their prompt; a leader lists the
+     * followers waiting for it */
+    struct dsv4_sreq *leader;
+    dsv4_link followers, follow;
 } dsv4_sreq;
 
 /* Tokens known (prompt and generated) and those still to feed before the next sample. */
@@ -183,19 +188,37 @@ void dsv4_serve_move(dsv4_server *srv, dsv4_sreq *r, dsv4_sreq_where to, bool fr
 void dsv4_serve_finish(dsv4_server *srv, dsv4_sreq *r, dsv4_gen_event_kind kind, dsv4_finish finish,
                        int status);
 
+/* Requests that share a prompt (siblings.c). */
+/* Under mu, as r leaves the inbox: make r a follower of the request it names in
+ * params.shares_prompt_of, when anything can be shared. */
+void dsv4_serve_siblings_link(dsv4_server *srv, dsv4_sreq *r);
+/* After r's KV grew, by a prefill chunk (fed) or adopted from the cache at admission: at
+ * the share point publish a prefix it computed, and let its followers go. */
+void dsv4_serve_siblings_progress(dsv4_server *srv, dsv4_sreq *r, bool fed);
+/* r is retracted or ends: its followers go (to compute the prompt themselves), and r
+ * stops following. */
+void dsv4_serve_siblings_leave(dsv4_sreq *r);
+
 /* Prefix-cache glue (cache.c). */
 /* The radix cache and, with a [hostcache] plugin that keeps pages, its host tier. */
 int dsv4_serve_cache_new(dsv4_server *srv, const dsv4_config *conf, char *err, size_t errlen);
 /* Cached prompt tokens for r (a look only: the sched plugin's prefix_len). */
 uint32_t dsv4_serve_cache_peek(dsv4_server *srv, const dsv4_sreq *r);
 /* Pages of r's cached prefix already on the device (those on host take free pages to
- * load: admission counts them as new). */
-uint32_t dsv4_serve_cache_hit_pages(const dsv4_server *srv, const dsv4_sreq *r);
+ * load: admission counts them as new); *unlocked_p gets how many of them no running
+ * request locks yet (counted among the pages eviction could free until r locks them). */
+uint32_t dsv4_serve_cache_hit_pages(const dsv4_server *srv, const dsv4_sreq *r,
+                                    uint32_t *unlocked_p);
 /* Start r's new sequence from the longest cached prefix (loading what is on host);
  * returns the tokens adopted. */
 uint32_t dsv4_serve_cache_adopt(dsv4_server *srv, dsv4_sreq *r);
 /* Called when r's KV length reached a page boundary: keep its state there. */
 void dsv4_serve_cache_boundary(dsv4_server *srv, dsv4_sreq *r);
+/* Put r's pages up to its snapshot, which must be at its KV's end, and the snapshot in the
+ * cache now, while it runs (its next boundary takes a new slot); r then holds the lock on
+ * that node instead of the one it started from. False when r has no snapshot there or the
+ * cache could not take them. */
+bool dsv4_serve_cache_publish(dsv4_server *srv, dsv4_sreq *r);
 /* r leaves the running set: offer its pages to the cache (when insert), unlock its node
  * and drop its snapshot unless the cache took it. */
 void dsv4_serve_cache_release(dsv4_server *srv, dsv4_sreq *r, bool insert);

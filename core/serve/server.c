@@ -298,6 +298,8 @@ int dsv4_serve_submit(dsv4_server *srv, const int32_t *prompt, size_t n,
     r->pd = pd;
     atomic_init(&r->cancel, false);
     atomic_init(&r->queued, false);
+    dsv4_list_init(&r->followers);
+    dsv4_list_init(&r->follow);
     dsv4_rng_seed(&r->rng, params->seed);
     r->t_submit_ns = dsv4_now_ns();
 

@@ -16,7 +16,7 @@ sys.dont_write_bytecode = True  # nothing written into the source tree
 sys.path.insert(0, os.path.join(os.environ.get("top_srcdir", "."), "tests", "integ"))
 from dsv4d_http import Daemon, plan, ok, is_, diag, done, byte_decode
 
-plan(62)
+plan(63)
 t_start = time.monotonic()
 d = Daemon()
 
@@ -144,6 +144,17 @@ ok([c["index"] for c in r["choices"]] == [0, 1, 2]
    "n = 3: three choices, choice i the answer of seed 7 + i (three different texts)", r)
 is_(r["usage"], {"prompt_tokens": 6, "completion_tokens": 36, "total_tokens": 42},
     "n = 3: the prompt counted once, every choice's tokens")
+# a prompt of 600 ids (pages of 256 tokens): choices 1 and 2 start from the 512 tokens choice
+# 0 computed and put in the prefix cache while it ran
+long_ids = [(37 * i) % 200 + 10 for i in range(600)]
+hits = d.metrics().get("dsv4d_prefix_cache_hit_tokens_total", 0)
+r = d.post("/v1/completions", dict(samp, prompt=long_ids, n=3, max_tokens=4)).json()
+shared = d.metrics().get("dsv4d_prefix_cache_hit_tokens_total", 0) - hits
+singles = [d.post("/v1/completions", dict(samp, prompt=long_ids, seed=7 + i, max_tokens=4))
+           .json()["choices"][0]["text"] for i in range(3)]
+ok(shared == 2 * 512 and [c["text"] for c in r["choices"]] == singles,
+   "n = 3 over a 600-token prompt: the prompt computed once (%d tokens taken from the cache), "
+   "choice i still the answer of seed 7 + i" % shared, r)
 chat_n = {"model": "model", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 6,
           "temperature": 1.0, "seed": 5, "ignore_eos": True, "n": 2, "logprobs": True,
           "top_logprobs": 2}

@@ -41,7 +41,7 @@ static int total_refs(void)
 
 int main(void)
 {
-    plan(31);
+    plan(32);
     dsv4_radix_hooks hooks = {
         .page_ref = page_ref, .page_unref = page_unref, .slot_free = slot_free};
     dsv4_radix *rx = dsv4_radix_new(PT, &hooks, false);
@@ -104,9 +104,15 @@ int main(void)
        "a match of pages only takes all 3 (its end has no snapshot)");
     is_int(dsv4_radix_match(rx, a, 11, DSV4_RADIX_PAGES, NULL, NULL), 2,
            "and stops at the whole pages of a shorter prompt");
-    uint32_t on_host = 9;
-    ok(dsv4_radix_peek(rx, a, 14, DSV4_RADIX_PAGES, &on_host) == 3 && on_host == 0,
-       "a peek sees the same, none of it on host");
+    dsv4_radix_found f = dsv4_radix_peek(rx, a, 14, DSV4_RADIX_PAGES);
+    ok(f.pages == 3 && f.on_host == 0 && f.locked == 0,
+       "a peek sees the same, none of it on host or locked");
+    dsv4_radix_match(rx, a, 11, DSV4_RADIX_PAGES, got, &node);
+    dsv4_radix_lock(rx, node);
+    f = dsv4_radix_peek(rx, a, 14, DSV4_RADIX_PAGES);
+    ok(f.pages == 3 && f.locked == 2 && dsv4_radix_pages_unlocked(rx) == 1,
+       "with its first 2 pages locked, a peek counts them locked (one page left unlocked)");
+    dsv4_radix_unlock(rx, node);
     ok(dsv4_radix_insert(rx, a, 2, a_pages, 3, 31) == -EINVAL && slots_freed[31] == 1 &&
            dsv4_radix_slots(rx) == 1,
        "a snapshot past the pages inserted is refused, its slot freed");

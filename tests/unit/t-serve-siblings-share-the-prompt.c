@@ -1,0 +1,243 @@
+/* t-serve-siblings-share-the-prompt: the choices of one request (dsv4_gen_params'
+ * shares_prompt_of naming the first) compute their prompt once. With pages of 16 tokens a
+ * 71-token prompt's share point is 64: each later choice starts from 64 cached tokens the
+ * first computed, and every choice gets exactly the tokens it gets alone (seeded sampling,
+ * seed + i). Without shares_prompt_of the same submission computes the prompt four times
+ * (the control). The first choice publishes the prefix while it runs: with max_running 1 a
+ * later choice, admitted only when the first has ended, still finds the state at 64 (an
+ * ending request leaves only its newest snapshot). Sharing fails safe: a cancelled first
+ * choice lets the others go to compute the prompt themselves; a cancelled later choice
+ * ends alone; a second round finds everything cached; a choice that scores its prompt
+ * computes every row; a pool so small that choices retract, and a host tier, change no
+ * token. After each run the pool holds only what the cache holds, and a flush frees every
+ * page and state slot. */
+#include <string.h>
+
+#include "core/serve/metrics.h"
+#include "tests/tap.h"
+#include "tests/unit/engine-testmodel.h"
+#include "tests/unit/serve-harness.h"
+
+#define CHOICES 4
+#define LEN 71
+#define SHARE 64
+#define NEW 40
+
+static int32_t prompt[LEN], other[20];
+static dsv4_th_req ref[CHOICES];
+static bool held;
+
+static dsv4_gen_params choice_params(uint32_t i)
+{
+    return (dsv4_gen_params){
+        .max_tokens = NEW, .temperature = 1.0f, .top_p = 1, .seed = 11 + i, .ignore_eos = true};
+}
+
+/* Hold the engine thread on the blocker's first token until the test lets it go. */
+static void hold(dsv4_th_req *req)
+{
+    dsv4_th_lock();
+    while (held)
+        dsv4_th_cond_wait();
+    dsv4_th_unlock();
+    req->hook = NULL;
+}
+
+static void release(void)
+{
+    dsv4_th_lock();
+    held = false;
+    dsv4_th_signal();
+    dsv4_th_unlock();
+}
+
+/* Choice i into got[i], following choice 0 when share. */
+static void submit_choice(dsv4_server *srv, dsv4_th_req *got, uint32_t i, bool share)
+{
+    dsv4_gen_params p = choice_params(i);
+    p.shares_prompt_of = share && i ? got[0].id : 0;
+    memset(&got[i], 0, sizeof(got[i]));
+    dsv4_th_submit(srv, &got[i], prompt, LEN, &p);
+}
+
+static void submit_all(dsv4_server *srv, dsv4_th_req *got, bool share)
+{
+    for (uint32_t i = 0; i < CHOICES; i++)
+        submit_choice(srv, got, i, share);
+}
+
+static void wait_all(dsv4_th_req *got)
+{
+    dsv4_th_wait((dsv4_th_req *[]){&got[0], &got[1], &got[2], &got[3]}, CHOICES);
+}
+
+/* Whether the choices in mask ran to NEW tokens, each the same as alone. */
+static bool same_as_alone(const dsv4_th_req *got, unsigned mask)
+{
+    bool same = true;
+    for (uint32_t i = 0; i < CHOICES; i++)
+        if (mask & (1u << i)) {
+            bool s = got[i].end.kind == DSV4_EV_DONE && got[i].n_tokens == NEW &&
+                     dsv4_th_same_tokens(&got[i], &ref[i]);
+            if (!s)
+                diag("choice %u: %u tokens, not those it gets alone", i, got[i].n_tokens);
+            same = same && s;
+        }
+    return same;
+}
+
+static bool cached_are(const dsv4_th_req *got, uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3)
+{
+    uint32_t want[CHOICES] = {c0, c1, c2, c3};
+    bool as = true;
+    for (uint32_t i = 0; i < CHOICES; i++) {
+        if (got[i].end.cached_tokens != want[i])
+            diag("choice %u: %u cached tokens, %u expected", i, got[i].end.cached_tokens, want[i]);
+        as = as && got[i].end.cached_tokens == want[i];
+    }
+    return as;
+}
+
+/* The pool holds only what the cache holds; a flush frees every page and slot. */
+static bool baseline(dsv4_server *srv)
+{
+    bool cache_only = dsv4_metric_get(DSV4_M_PAGES_USED) == dsv4_metric_get(DSV4_M_PAGES_CACHED) &&
+                      dsv4_metric_get(DSV4_M_RUNNING) == 0;
+    return cache_only && dsv4_server_flush_cache(srv) == 0 &&
+           dsv4_metric_get(DSV4_M_PAGES_USED) == 0 && dsv4_metric_get(DSV4_M_SLOTS_USED) == 0;
+}
+
+/* A blocker holds the engine thread (max_running 1) while every choice is submitted. */
+static dsv4_th_req blocker;
+
+static void hold_engine(dsv4_server *srv)
+{
+    memset(&blocker, 0, sizeof(blocker));
+    held = true;
+    blocker.hook = hold;
+    dsv4_gen_params p = {.max_tokens = 2, .top_p = 1, .ignore_eos = true};
+    dsv4_th_submit(srv, &blocker, other, 20, &p);
+    dsv4_th_wait_tokens(&blocker, 1);
+}
+
+int main(void)
+{
+    plan(19);
+    dsv4_th_init(21);
+    dsv4_test_tokens(prompt, LEN, dsv4_th_model()->cfg.vocab_size, 5);
+    dsv4_test_tokens(other, 20, dsv4_th_model()->cfg.vocab_size, 6);
+    /* a prefill chunk of 16: the first choice needs 5 steps to reach the share point */
+    dsv4_th_server big = {.max_running = 8, .prefill_chunk = 16, .state_slots = 12, .n_pages = 64};
+    for (uint32_t i = 0; i < CHOICES; i++) {
+        dsv4_server *srv = dsv4_th_start(&big);
+        submit_choice(srv, ref, i, false);
+        dsv4_th_wait((dsv4_th_req *[]){&ref[i]}, 1);
+        dsv4_server_stop(srv, 0);
+    }
+    ok(!dsv4_th_same_tokens(&ref[0], &ref[1]), "alone, choices 0 and 1 differ (seeds 11, 12)");
+
+    dsv4_th_req got[CHOICES];
+    dsv4_metrics_reset();
+    dsv4_server *srv = dsv4_th_start(&big);
+    submit_all(srv, got, false);
+    wait_all(got);
+    ok(same_as_alone(got, 0xf) && cached_are(got, 0, 0, 0, 0),
+       "control, without shares_prompt_of: every choice computes the whole prompt");
+    ok(baseline(srv), "control: nothing held past the cache");
+    dsv4_server_stop(srv, 0);
+
+    dsv4_metrics_reset();
+    srv = dsv4_th_start(&big);
+    submit_all(srv, got, true);
+    wait_all(got);
+    ok(same_as_alone(got, 0xf), "shared: every choice gets the tokens it gets alone");
+    ok(cached_are(got, 0, SHARE, SHARE, SHARE),
+       "shared: choices 1-3 start from the 64 tokens choice 0 computed");
+    is_int(dsv4_metric_get(DSV4_M_PREFIX_HIT_TOKENS), 3 * SHARE, "and the hits are counted");
+
+    /* the second round finds the prompt cached: nobody waits for choice 0 */
+    submit_all(srv, got, true);
+    wait_all(got);
+    ok(same_as_alone(got, 0xf) && cached_are(got, SHARE, SHARE, SHARE, SHARE),
+       "a second round: every choice starts from the cache");
+    ok(baseline(srv), "shared: nothing held past the cache");
+    dsv4_server_stop(srv, 0);
+
+    /* one at a time: a later choice runs after choice 0 ended, and still starts at 64 */
+    dsv4_th_server one = big;
+    one.max_running = 1;
+    srv = dsv4_th_start(&one);
+    hold_engine(srv);
+    submit_all(srv, got, true);
+    dsv4_server_cancel(srv, got[2].id);
+    release();
+    wait_all(got);
+    ok(same_as_alone(got, 0xb) && got[2].end.finish == DSV4_FINISH_ABORT && got[2].n_tokens == 0,
+       "max_running 1, choice 2 cancelled while it waits: it ends alone, the others run");
+    ok(got[1].end.cached_tokens == SHARE && got[3].end.cached_tokens == SHARE,
+       "choices 1 and 3, admitted after choice 0 ended, start from the state at 64 it published "
+       "(%u, %u)",
+       got[1].end.cached_tokens, got[3].end.cached_tokens);
+    ok(baseline(srv), "max_running 1: nothing held past the cache");
+
+    /* choice 0 cancelled before it computed anything: the others compute the prompt */
+    hold_engine(srv);
+    submit_all(srv, got, true);
+    dsv4_server_cancel(srv, got[0].id);
+    release();
+    wait_all(got);
+    ok(got[0].end.finish == DSV4_FINISH_ABORT && got[0].n_tokens == 0 && same_as_alone(got, 0xe),
+       "choice 0 cancelled while it waits: choices 1-3 go on without it, tokens as alone");
+    ok(got[1].end.cached_tokens == 0, "choice 1 computed the prompt itself");
+    ok(baseline(srv), "after the cancelled first choice: nothing held past the cache");
+    dsv4_server_stop(srv, 0);
+
+    /* a choice that scores its prompt computes every row: it is not held back */
+    srv = dsv4_th_start(&big);
+    static dsv4_gen_event prompt_events[DSV4_TH_MAX_TOKENS];
+    submit_choice(srv, got, 0, true);
+    dsv4_gen_params scored = choice_params(1);
+    scored.prompt_logprobs = true;
+    scored.shares_prompt_of = got[0].id;
+    memset(&got[1], 0, sizeof(got[1]));
+    got[1].prompt_events = prompt_events;
+    dsv4_th_submit(srv, &got[1], prompt, LEN, &scored);
+    submit_choice(srv, got, 2, true);
+    submit_choice(srv, got, 3, true);
+    wait_all(got);
+    ok(same_as_alone(got, 0xf) && got[1].n_prompt_events == LEN - 1 &&
+           got[1].end.cached_tokens == 0 && got[2].end.cached_tokens == SHARE,
+       "a choice with prompt_logprobs scores all %u prompt tokens itself (%u), the others share",
+       LEN - 1, got[1].n_prompt_events);
+    dsv4_server_stop(srv, 0);
+
+    /* 8 pages of 16 tokens: a choice grows to 7 (4 of them shared), so choices admitted
+     * beside each other retract */
+    dsv4_th_server small = big;
+    small.n_pages = 8;
+    dsv4_metrics_reset();
+    srv = dsv4_th_start(&small);
+    submit_all(srv, got, true);
+    wait_all(got);
+    ok(dsv4_metric_get(DSV4_M_RETRACTIONS) > 0 && same_as_alone(got, 0xf),
+       "a pool of 8 pages: choices retract (%lld times), the tokens as alone",
+       (long long)dsv4_metric_get(DSV4_M_RETRACTIONS));
+    ok(baseline(srv), "small pool: nothing held past the cache");
+    dsv4_server_stop(srv, 0);
+
+    /* a host tier under the small pool: evicted shared pages reload bit for bit */
+    static const char *const tier[] = {
+        "write_policy", "write_through", "host_size", "1M", "host_slots", "8", NULL};
+    small.hostcache = "async";
+    small.hostcache_set = tier;
+    srv = dsv4_th_start(&small);
+    submit_all(srv, got, true);
+    wait_all(got);
+    submit_all(srv, got, true);
+    wait_all(got);
+    ok(same_as_alone(got, 0xf), "async host tier, 8 pages, two rounds: the tokens as alone");
+    ok(baseline(srv), "host tier: nothing held past the cache");
+    dsv4_server_stop(srv, 0);
+    dsv4_th_fini();
+    return done_testing();
+}
