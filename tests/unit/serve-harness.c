@@ -200,6 +200,33 @@ void dsv4_th_wait_tokens(dsv4_th_req *req, uint32_t n)
     pthread_mutex_unlock(&th_mu);
 }
 
+static bool th_held; /* under th_mu */
+
+static void dsv4_th_hold_hook(dsv4_th_req *req)
+{
+    pthread_mutex_lock(&th_mu);
+    while (th_held)
+        pthread_cond_wait(&th_cv, &th_mu);
+    pthread_mutex_unlock(&th_mu);
+    req->hook = NULL;
+}
+
+void dsv4_th_hold(dsv4_th_req *req)
+{
+    pthread_mutex_lock(&th_mu);
+    th_held = true;
+    pthread_mutex_unlock(&th_mu);
+    req->hook = dsv4_th_hold_hook;
+}
+
+void dsv4_th_release(void)
+{
+    pthread_mutex_lock(&th_mu);
+    th_held = false;
+    pthread_cond_broadcast(&th_cv);
+    pthread_mutex_unlock(&th_mu);
+}
+
 void dsv4_th_lock(void)
 {
     pthread_mutex_lock(&th_mu);

@@ -57,6 +57,10 @@ int dsv4_th_try_submit(dsv4_server *srv, dsv4_th_req *req, const int32_t *prompt
 void dsv4_th_wait(dsv4_th_req *const *reqs, size_t n);
 /* Wait until req has at least n tokens or ended. */
 void dsv4_th_wait_tokens(dsv4_th_req *req, uint32_t n);
+/* Hold the engine thread: set before submitting req, whose hook then waits on its first
+ * TOKEN event until dsv4_th_release (the test queues others behind it meanwhile). */
+void dsv4_th_hold(dsv4_th_req *req);
+void dsv4_th_release(void);
 /* Lock and signal around state the hooks and the test share. */
 void dsv4_th_lock(void);
 void dsv4_th_unlock(void);

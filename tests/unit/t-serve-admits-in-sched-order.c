@@ -10,18 +10,6 @@
 #include "tests/unit/engine-testmodel.h"
 #include "tests/unit/serve-harness.h"
 
-static bool queued;
-
-/* Hold the engine thread on the first token until the test has queued the others. */
-static void hold(dsv4_th_req *req)
-{
-    dsv4_th_lock();
-    while (!queued)
-        dsv4_th_cond_wait();
-    dsv4_th_unlock();
-    req->hook = NULL;
-}
-
 /* The blocker runs first; then `n` requests (prompts[i], priorities prio[i]) queue while
  * it is held. Returns whether they ended in expect_order after it. With warm, a request
  * with prompt warm runs to completion first (it fills the prefix cache). */
@@ -35,11 +23,10 @@ static bool run(const char *sched, const int32_t *const *prompts, const int32_t 
     dsv4_gen_params p = {.max_tokens = 4, .top_p = 1, .ignore_eos = true};
 
     dsv4_test_tokens(bprompt, 12, dsv4_th_model()->cfg.vocab_size, 5);
-    queued = false;
     memset(&blocker, 0, sizeof(blocker));
     memset(&w, 0, sizeof(w));
     memset(reqs, 0, 3 * sizeof(*reqs));
-    blocker.hook = hold;
+    dsv4_th_hold(&blocker);
     dsv4_server *srv = dsv4_th_start(&cfg);
     if (warm) {
         dsv4_th_submit(srv, &w, warm, 40, &p);
@@ -51,10 +38,7 @@ static bool run(const char *sched, const int32_t *const *prompts, const int32_t 
         p.priority = prio[i];
         dsv4_th_submit(srv, &reqs[i], prompts[i], 40, &p);
     }
-    dsv4_th_lock();
-    queued = true;
-    dsv4_th_signal();
-    dsv4_th_unlock();
+    dsv4_th_release();
     dsv4_th_wait((dsv4_th_req *[]){&blocker, &reqs[0], &reqs[1], &reqs[2]}, 4);
     dsv4_server_stop(srv, 0);
 

@@ -17,27 +17,8 @@
 
 #define NEW 6
 
-static bool held;
 static int32_t prompt[24];
 static const dsv4_gen_params params = {.max_tokens = NEW, .top_p = 1, .ignore_eos = true};
-
-/* Hold the engine thread on its first token until the test lets it go. */
-static void hold(dsv4_th_req *req)
-{
-    dsv4_th_lock();
-    while (held)
-        dsv4_th_cond_wait();
-    dsv4_th_unlock();
-    req->hook = NULL;
-}
-
-static void release(void)
-{
-    dsv4_th_lock();
-    held = false;
-    dsv4_th_signal();
-    dsv4_th_unlock();
-}
 
 /* A blocker held in its hook, then `n` submissions: each one's status into rc. With
  * cancel_second, the second is cancelled while it waits and one more is submitted, still
@@ -50,8 +31,7 @@ static bool round_of(dsv4_server *srv, uint32_t n, int *rc, bool cancel_second)
     size_t n_ended = 1;
     memset(&blocker, 0, sizeof(blocker));
     memset(reqs, 0, sizeof(reqs));
-    held = true;
-    blocker.hook = hold;
+    dsv4_th_hold(&blocker);
     dsv4_th_submit(srv, &blocker, prompt, 24, &params);
     dsv4_th_wait_tokens(&blocker, 1); /* admitted, and held */
     for (uint32_t i = 0; i < n; i++) {
@@ -65,7 +45,7 @@ static bool round_of(dsv4_server *srv, uint32_t n, int *rc, bool cancel_second)
         if (rc[n] == 0)
             ended[n_ended++] = &reqs[n];
     }
-    release();
+    dsv4_th_release();
     dsv4_th_wait(ended, n_ended);
     bool whole = true;
     for (size_t i = 0; i < n_ended; i++) {

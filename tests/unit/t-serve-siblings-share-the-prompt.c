@@ -25,30 +25,11 @@
 
 static int32_t prompt[LEN], other[20];
 static dsv4_th_req ref[CHOICES];
-static bool held;
 
 static dsv4_gen_params choice_params(uint32_t i)
 {
     return (dsv4_gen_params){
         .max_tokens = NEW, .temperature = 1.0f, .top_p = 1, .seed = 11 + i, .ignore_eos = true};
-}
-
-/* Hold the engine thread on the blocker's first token until the test lets it go. */
-static void hold(dsv4_th_req *req)
-{
-    dsv4_th_lock();
-    while (held)
-        dsv4_th_cond_wait();
-    dsv4_th_unlock();
-    req->hook = NULL;
-}
-
-static void release(void)
-{
-    dsv4_th_lock();
-    held = false;
-    dsv4_th_signal();
-    dsv4_th_unlock();
 }
 
 /* Choice i into got[i], following choice 0 when share. */
@@ -113,8 +94,7 @@ static dsv4_th_req blocker;
 static void hold_engine(dsv4_server *srv)
 {
     memset(&blocker, 0, sizeof(blocker));
-    held = true;
-    blocker.hook = hold;
+    dsv4_th_hold(&blocker);
     dsv4_gen_params p = {.max_tokens = 2, .top_p = 1, .ignore_eos = true};
     dsv4_th_submit(srv, &blocker, other, 20, &p);
     dsv4_th_wait_tokens(&blocker, 1);
@@ -170,7 +150,7 @@ int main(void)
     hold_engine(srv);
     submit_all(srv, got, true);
     dsv4_server_cancel(srv, got[2].id);
-    release();
+    dsv4_th_release();
     wait_all(got);
     ok(same_as_alone(got, 0xb) && got[2].end.finish == DSV4_FINISH_ABORT && got[2].n_tokens == 0,
        "max_running 1, choice 2 cancelled while it waits: it ends alone, the others run");
@@ -184,7 +164,7 @@ int main(void)
     hold_engine(srv);
     submit_all(srv, got, true);
     dsv4_server_cancel(srv, got[0].id);
-    release();
+    dsv4_th_release();
     wait_all(got);
     ok(got[0].end.finish == DSV4_FINISH_ABORT && got[0].n_tokens == 0 && same_as_alone(got, 0xe),
        "choice 0 cancelled while it waits: choices 1-3 go on without it, tokens as alone");

@@ -1,0 +1,118 @@
+#!/bin/sh
+# n-choices.sh: what a request for n choices costs against n separate requests for one
+# (each computing the prompt: what n choices cost before they shared it), written as a
+# markdown result.
+#
+#   bench/n-choices.sh [BUILDDIR] [OUT.md]
+#
+# BUILDDIR is a configured build tree (default: the current directory); OUT defaults to
+# bench/results/<date>-n-choices-<cpu|gpu>.md in the source tree. For each prompt length in
+# PROMPTS (token ids: "1000 4000") and each n in CHOICES ("4 8"), ROUNDS (3) rounds, each on
+# prompts no earlier request used: one completions request with n choices, then n
+# concurrent requests with one choice each (seeds seed + i, so the same texts: checked),
+# every choice sampling MAX_TOKENS (8) tokens. What is served: SERVE_DEVICE (cpu, on 2
+# threads, or cuda: CUDA device 0), SERVE_MKMODEL (the `dsv4ctl mkmodel` arguments of the
+# checkpoint: "--preset tiny --seed 5"), SERVE_KV_POOL (512M). COMMIT names the commit
+# measured (default: the source tree's HEAD).
+set -eu
+src=$(cd "$(dirname "$0")/.." && pwd)
+build=$(cd "${1:-.}" && pwd)
+device=${SERVE_DEVICE:-cpu}
+case $device in
+cpu) machine=cpu ;;
+cuda) machine=gpu ;;
+*) echo "n-choices.sh: SERVE_DEVICE must be cpu or cuda, not '$device'" >&2; exit 2 ;;
+esac
+out=${2:-$src/bench/results/$(date -u +%Y-%m-%d)-n-choices-$machine.md}
+make -C "$build" -s dsv4d dsv4ctl plugins/dsv4-indexk-fp8.la plugins/dsv4-sched-fcfs.la >/dev/null
+export top_srcdir="$src" top_builddir="$build" DSV4D_PLUGIN_PATH="$build/plugins/.libs"
+export OUT="$out" SERVE_DEVICE="$device" PROMPTS="${PROMPTS:-1000 4000}"
+export CHOICES="${CHOICES:-4 8}" ROUNDS="${ROUNDS:-3}" MAX_TOKENS="${MAX_TOKENS:-8}"
+export SERVE_MKMODEL="${SERVE_MKMODEL:---preset tiny --seed 5}" SERVE_KV_POOL="${SERVE_KV_POOL:-512M}"
+export COMMIT="${COMMIT:-$(git -C "$src" rev-parse --short HEAD 2>/dev/null || echo unknown)}"
+exec python3 - <<'EOF'
+import os, statistics, sys, threading, time
+sys.dont_write_bytecode = True  # nothing written into the source tree
+sys.path.insert(0, os.path.join(os.environ["top_srcdir"], "tests", "integ"))
+from dsv4d_http import Daemon
+
+env = os.environ
+DEVICE = env["SERVE_DEVICE"]
+CORE = "device = cpu\nthreads = 2\n" if DEVICE == "cpu" else "device = cuda\ncuda_device = 0\n"
+d = Daemon(server="max_running = 64\n", core=CORE, kv_pool=env["SERVE_KV_POOL"],
+           mkmodel=env["SERVE_MKMODEL"].split())
+body = {"max_tokens": int(env["MAX_TOKENS"]), "temperature": 1.0, "ignore_eos": True}
+fresh = iter(range(1 << 30))
+
+
+def prompt(length):
+    k = next(fresh)  # a prompt no earlier request used: nothing of it is cached
+    return [(37 * i + 101 * k) % 200 + 10 for i in range(length)]
+
+
+def hits():
+    return d.metrics().get("dsv4d_prefix_cache_hit_tokens_total", 0)
+
+
+def timed(fn):
+    h, t = hits(), time.monotonic()
+    texts = fn()
+    return time.monotonic() - t, hits() - h, texts
+
+
+def one_request(ids, n):
+    r = d.post("/v1/completions", dict(body, prompt=ids, n=n, seed=7))
+    return [c["text"] for c in r.json()["choices"]]
+
+
+def separate(ids, n):
+    out = [None] * n
+
+    def go(i):
+        out[i] = d.post("/v1/completions", dict(body, prompt=ids, seed=7 + i))
+
+    threads = [threading.Thread(target=go, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return [o.json()["choices"][0]["text"] for o in out]
+
+
+rows = []
+for length in map(int, env["PROMPTS"].split()):
+    for n in map(int, env["CHOICES"].split()):
+        a, b, cached, same = [], [], 0, True
+        for _ in range(int(env["ROUNDS"])):
+            ta, ca, texts_a = timed(lambda: one_request(prompt(length), n))
+            ids = prompt(length)
+            tb, cb, texts_b = timed(lambda: separate(ids, n))
+            # the same seeds over another prompt: compare with one request on that prompt
+            same = same and texts_b == one_request(ids, n)
+            a.append(ta)
+            b.append(tb)
+            cached = ca
+        rows.append((length, n, statistics.median(a), statistics.median(b), cached, same))
+        print("prompt %d, n %d: %.2f s vs %.2f s" % (length, n, rows[-1][2], rows[-1][3]),
+              file=sys.stderr, flush=True)
+
+with open(env["OUT"], "w") as f:
+    f.write("# n choices over one prompt against n separate requests (%s)\n\n"
+            % time.strftime("%Y-%m-%d", time.gmtime()))
+    f.write("Commit %s, %s backend, `dsv4ctl mkmodel %s`, KV pool %s; load average %s at "
+            "the start. Produced by `bench/n-choices.sh`.\n\n"
+            % (env["COMMIT"], DEVICE, env["SERVE_MKMODEL"], env["SERVE_KV_POOL"],
+               open("/proc/loadavg").read().split()[0]))
+    f.write("Each row: the median of %s rounds on fresh prompts, %s tokens a choice. "
+            "**n choices**: one /v1/completions request with `n`; **n requests**: n "
+            "concurrent requests of one choice each with seeds seed + i (what n choices "
+            "cost when each computed the prompt); same texts: those n requests answered "
+            "what one request with n answers on the same prompt.\n\n"
+            % (env["ROUNDS"], env["MAX_TOKENS"]))
+    f.write("| prompt ids | n | n choices s | n requests s | speedup | cached tokens (n choices) | same texts |\n")
+    f.write("|---:|---:|---:|---:|---:|---:|---|\n")
+    for length, n, ta, tb, cached, same in rows:
+        f.write("| %d | %d | %.2f | %.2f | %.1fx | %d | %s |\n"
+                % (length, n, ta, tb, tb / ta, cached, "yes" if same else "NO"))
+print(open(env["OUT"]).read())
+EOF
