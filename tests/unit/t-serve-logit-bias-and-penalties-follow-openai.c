@@ -1,5 +1,6 @@
 /* t-serve-logit-bias-and-penalties-follow-openai: logit_bias and presence and frequency
- * penalties. A reference decodes the same prompt through an engine of its own and, before
+ * penalties. A reference decodes the same prompt through an engine of its own (on the
+ * server's backend: CUDA where a GPU answers, deterministic kernels) and, before
  * each choice, sets the logit of every token named in logit_bias or generated so far to
  * logit + bias - (count * frequency + presence) (written out here, not through
  * core/engine/adjust.c), then picks greedily or draws with an rng seeded as the server
@@ -127,7 +128,7 @@ int main(void)
     const dsv4_model *m = dsv4_th_model();
     dsv4_test_tokens(prompt, LEN, m->cfg.vocab_size, 41);
     dsv4_registry *reg;
-    dsv4_engine *eng = dsv4_test_engine(m, dsv4_test_indexk(&reg, "f32"), 2, 64, DSV4_KV_F32);
+    dsv4_engine *eng = dsv4_test_engine_auto(m, dsv4_test_indexk(&reg, "f32"), 2, 64, DSV4_KV_F32);
 
     dsv4_gen_params p = {.max_tokens = NEW, .top_p = 1, .ignore_eos = true, .logprobs = true};
     dsv4_th_req plain, req;
