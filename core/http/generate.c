@@ -810,29 +810,31 @@ static int choices_new(gen *g)
     return 0;
 }
 
-/* Hand every choice to the serving loop, choice i drawing with seed + i; each holds a
- * reference to g until its terminal event. 0, or the first refusal's status, after which
- * the choices already handed over are cancelled. */
+_Static_assert(DSV4_API_MAX_CHOICES <= DSV4_SERVER_CHOICES_MAX, "a request's choices fit a submit");
+
+/* Hand every choice to the serving loop at once, choice i drawing with seed + i (they
+ * compute the prompt once); each holds a reference to g until its terminal event. 0, or
+ * the refusal's status: then none was handed over. */
 static int submit_choices(gen *g, const int32_t *ids, size_t n)
 {
-    for (uint32_t i = 0; i < g->n_choices; i++) {
-        gen_choice *c = &g->choices[i];
-        dsv4_gen_params p = g->req.params;
-        p.seed += i;
-        p.shares_prompt_of = i ? g->choices[0].id : 0; /* the first computes the prompt */
+    void *ctxs[DSV4_API_MAX_CHOICES] = {0};
+    uint64_t got[DSV4_API_MAX_CHOICES];
+    for (uint32_t i = 0; i < g->n_choices; i++)
+        ctxs[i] = &g->choices[i];
+    pthread_mutex_lock(&g->mu);
+    g->refs += g->n_choices;
+    pthread_mutex_unlock(&g->mu);
+    int rc = dsv4_server_submit_choices(g->http->srv, ids, n, &g->req.params, g->n_choices,
+                                        on_event, ctxs, got);
+    if (rc != 0) {
         pthread_mutex_lock(&g->mu);
-        g->refs++;
+        g->refs -= g->n_choices; /* no callback will come; this thread's reference remains */
         pthread_mutex_unlock(&g->mu);
-        int rc = dsv4_server_submit(g->http->srv, ids, n, &p, on_event, c, &c->id);
-        if (rc != 0) {
-            pthread_mutex_lock(&g->mu);
-            g->refs--; /* no callback will come for it; this thread's reference remains */
-            pthread_mutex_unlock(&g->mu);
-            cancel_choices(g);
-            return rc;
-        }
-        g->n_submitted++;
+        return rc;
     }
+    for (uint32_t i = 0; i < g->n_choices; i++)
+        g->choices[i].id = got[i];
+    g->n_submitted = g->n_choices;
     return 0;
 }
 

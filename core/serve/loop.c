@@ -129,7 +129,7 @@ void dsv4_serve_finish(dsv4_server *srv, dsv4_sreq *r, dsv4_gen_event_kind kind,
 {
     if (r->where == DSV4_SREQ_RUNNING || r->where == DSV4_SREQ_PD)
         dsv4_serve_release(srv, r, kind == DSV4_EV_DONE);
-    dsv4_serve_siblings_leave(r);
+    dsv4_serve_siblings_leave(srv, r);
     dsv4_serve_move(srv, r, DSV4_SREQ_ENDED, false);
     pthread_mutex_lock(&srv->mu);
     dsv4_list_unlink(&r->all);
@@ -151,9 +151,7 @@ void dsv4_serve_finish(dsv4_server *srv, dsv4_sreq *r, dsv4_gen_event_kind kind,
                          .cached_tokens = r->cached,
                          .completion_tokens = r->n_gen};
     r->fn(r->ctx, &ev);
-    free(r->bias);
-    free(r->toks);
-    free(r);
+    dsv4_serve_sreq_free(r);
 }
 
 /* End n requests with an error; `what` names the step that failed, for the log. */
@@ -328,7 +326,7 @@ static void dsv4_serve_retract(dsv4_server *srv)
     dsv4_log(DSV4_LOG_DEBUG, "server", "request %llu retracted (%u tokens to recompute)",
              (unsigned long long)r->id, dsv4_sreq_len(r));
     dsv4_serve_release(srv, r, false);
-    dsv4_serve_siblings_leave(r);
+    dsv4_serve_siblings_leave(srv, r);
     dsv4_serve_move(srv, r, DSV4_SREQ_RETRACTED, true);
     dsv4_metric_add(DSV4_M_RETRACTIONS, 1);
 }
@@ -548,6 +546,7 @@ static void dsv4_serve_prompt_scores(dsv4_server *srv, dsv4_sreq *r, const float
         dsv4_serve_logprobs(srv, r, rows + (size_t)j * srv->vocab, &ev);
         r->fn(r->ctx, &ev);
         r->plp_next = t + 1;
+        dsv4_serve_siblings_relay(r, &ev, t);
     }
 }
 
@@ -609,11 +608,10 @@ static void dsv4_serve_prefill(dsv4_server *srv)
                 last += (size_t)(srv->lens[i] - 1) * V;
             }
             r->n_fed += srv->lens[i];
-            if (r->n_fed % pt == 0) {
+            if (r->n_fed % pt == 0)
                 dsv4_serve_cache_boundary(srv, r);
-                dsv4_serve_siblings_progress(srv, r, true);
-            }
-            if (r->params.max_tokens == 0 && !dsv4_sreq_scores_prompt(r))
+            dsv4_serve_siblings_progress(srv, r, true);
+            if (dsv4_sreq_done_without_tokens(r))
                 dsv4_serve_finish(srv, r, DSV4_EV_DONE, DSV4_FINISH_LENGTH, 0); /* scored */
             else if (r->n_fed == dsv4_sreq_len(r))
                 dsv4_serve_token(srv, r, last);
@@ -622,15 +620,14 @@ static void dsv4_serve_prefill(dsv4_server *srv)
     }
 }
 
-/* The last `arrived` requests of the queue (those just taken from the inbox) that have
- * nothing to do, max_tokens 0 without a prompt to score, end at once. */
-static void dsv4_serve_end_empty(dsv4_server *srv, uint32_t arrived)
+/* Waiting requests with nothing to do (max_tokens 0 without a prompt to score, as they
+ * arrived or once a sibling relayed every prompt token's score) end now. */
+static void dsv4_serve_end_empty(dsv4_server *srv)
 {
-    dsv4_link *l = srv->waiting.prev;
-    for (uint32_t i = 0; i < arrived; i++) {
+    for (dsv4_link *l = srv->waiting.next, *next; l != &srv->waiting; l = next) {
+        next = l->next;
         dsv4_sreq *r = DSV4_CONTAINER(l, dsv4_sreq, q);
-        l = l->prev;
-        if (r->params.max_tokens == 0 && !dsv4_sreq_scores_prompt(r))
+        if (!r->leader && dsv4_sreq_done_without_tokens(r))
             dsv4_serve_finish(srv, r, DSV4_EV_DONE, DSV4_FINISH_LENGTH, 0);
     }
 }
@@ -672,19 +669,16 @@ void *dsv4_serve_loop(void *arg)
         while (!srv->stopping && !srv->cancel_pending && dsv4_list_empty(&srv->inbox) &&
                srv->flush_asked == srv->flush_done && !dsv4_serve_busy(srv))
             pthread_cond_wait(&srv->wake, &srv->mu);
-        uint32_t arrived = 0;
         while (!dsv4_list_empty(&srv->inbox)) {
             dsv4_sreq *r = DSV4_CONTAINER(srv->inbox.next, dsv4_sreq, q);
             r->arrival = srv->next_arrival++;
             dsv4_serve_move(srv, r, DSV4_SREQ_WAITING, false);
-            dsv4_serve_siblings_link(srv, r);
-            arrived++;
         }
         bool cancels = srv->cancel_pending, stopping = srv->stopping;
         uint64_t deadline = srv->deadline_ns, flush = srv->flush_asked;
         srv->cancel_pending = false;
         pthread_mutex_unlock(&srv->mu);
-        dsv4_serve_end_empty(srv, arrived);
+        dsv4_serve_end_empty(srv);
 
         if (cancels)
             dsv4_serve_abort(srv, true);

@@ -30,26 +30,21 @@
 typedef struct dsv4_server dsv4_server;
 
 typedef struct dsv4_gen_params {
-    uint32_t max_tokens;       /* tokens to generate at most; 0: none, the request ends (DONE,
-                                  LENGTH) once its prompt is scored (prompt_logprobs), at once
-                                  without */
-    float temperature;         /* 0 = greedy */
-    float top_p;               /* 1 = off */
-    uint32_t top_k;            /* 0 = off */
-    uint64_t seed;             /* sampling seed (used when temperature > 0) */
-    int32_t priority;          /* for the priority sched plugin; larger first */
-    bool logprobs;             /* fill dsv4_gen_event.logprob */
-    uint32_t top_logprobs;     /* with logprobs: fill dsv4_gen_event.top with this many
-                                  alternatives (<= DSV4_TOP_LOGPROBS_MAX) */
-    bool prompt_logprobs;      /* deliver a PROMPT_TOKEN event (with top_logprobs alternatives)
-                                  for every prompt token after the first; the prompt is then
-                                  computed whole, never taken from the prefix cache */
-    bool ignore_eos;           /* keep going past the model's eos token */
-    uint64_t shares_prompt_of; /* the id of a request submitted before this one with the
-                                  same prompt (another choice of one client request), or
-                                  0: this one waits until that one has computed the
-                                  prompt's whole pages and put them in the prefix cache,
-                                  then starts from them (siblings.c) */
+    uint32_t max_tokens;   /* tokens to generate at most; 0: none, the request ends (DONE,
+                              LENGTH) once its prompt is scored (prompt_logprobs), at once
+                              without */
+    float temperature;     /* 0 = greedy */
+    float top_p;           /* 1 = off */
+    uint32_t top_k;        /* 0 = off */
+    uint64_t seed;         /* sampling seed (used when temperature > 0) */
+    int32_t priority;      /* for the priority sched plugin; larger first */
+    bool logprobs;         /* fill dsv4_gen_event.logprob */
+    uint32_t top_logprobs; /* with logprobs: fill dsv4_gen_event.top with this many
+                              alternatives (<= DSV4_TOP_LOGPROBS_MAX) */
+    bool prompt_logprobs;  /* deliver a PROMPT_TOKEN event (with top_logprobs alternatives)
+                              for every prompt token after the first; the prompt is then
+                              computed whole, never taken from the prefix cache */
+    bool ignore_eos;       /* keep going past the model's eos token */
     /* OpenAI's logit adjustments (core/engine/adjust.h): penalties on tokens generated
      * before (0 = off) and logit_bias (n_logit_bias entries, each token once; read at
      * submit, the server keeps a copy) */
@@ -121,6 +116,18 @@ void dsv4_server_stop(dsv4_server *srv, uint64_t grace_ms);
 int dsv4_server_submit(dsv4_server *srv, const int32_t *prompt, size_t n,
                        const dsv4_gen_params *params, dsv4_gen_event_fn fn, void *ctx,
                        uint64_t *id_p);
+/* The most choices one dsv4_server_submit_choices call queues. */
+#define DSV4_SERVER_CHOICES_MAX 16u
+/* Queue the n_choices choices of one request, all of them or none (each counts against
+ * [server] max_waiting): requests with the same prompt and params but choice i drawing
+ * with params->seed + i, whose events go to fn with ctxs[i], ids in ids[i]. They compute
+ * the prompt once: the others wait until the first has computed its whole pages, then
+ * start from them in the prefix cache; those that score their prompt (prompt_logprobs)
+ * get the first's PROMPT_TOKEN events (loop.c, siblings.c). The statuses of
+ * dsv4_server_submit; on failure no callback is made for any of them. */
+int dsv4_server_submit_choices(dsv4_server *srv, const int32_t *prompt, size_t n,
+                               const dsv4_gen_params *params, uint32_t n_choices,
+                               dsv4_gen_event_fn fn, void *const *ctxs, uint64_t *ids);
 /* Ask for a request to end; its DONE(ABORT) event follows (or whatever terminal event it
  * reached first). Pages are released by the engine thread. -ENOENT when already done. */
 int dsv4_server_cancel(dsv4_server *srv, uint64_t id);

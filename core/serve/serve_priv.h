@@ -92,9 +92,9 @@ typedef struct dsv4_sreq {
     uint32_t snap_slot;     /* state at the newest page boundary, or DSV4_RADIX_NO_SLOT */
     uint32_t snap_pages;    /* pages that snapshot ends after */
     struct dsv4_pd_job *pd; /* its PD lease while it has one (pd.h), else NULL */
-    /* siblings (params.shares_prompt_of, siblings.c; engine thread): a follower waits in
-     * the queue, not admitted, while `leader` computes their prompt; a leader lists the
-     * followers waiting for it */
+    /* siblings (the choices of one request, siblings.c; engine thread once queued): a
+     * follower waits in the queue, not admitted, while `leader` computes their prompt; a
+     * leader lists the followers waiting for it */
     struct dsv4_sreq *leader;
     dsv4_link followers, follow;
 } dsv4_sreq;
@@ -109,6 +109,12 @@ static inline uint32_t dsv4_sreq_len(const dsv4_sreq *r)
 static inline bool dsv4_sreq_scores_prompt(const dsv4_sreq *r)
 {
     return r->params.prompt_logprobs && r->plp_next < r->n_prompt;
+}
+
+/* Whether r has nothing left to do: max_tokens 0 and no prompt token left to score. */
+static inline bool dsv4_sreq_done_without_tokens(const dsv4_sreq *r)
+{
+    return r->params.max_tokens == 0 && !dsv4_sreq_scores_prompt(r);
 }
 
 struct dsv4_server {
@@ -177,6 +183,8 @@ int dsv4_serve_submit(dsv4_server *srv, const int32_t *prompt, size_t n,
 /* r no longer counts against [server] max_waiting (admitted, ended or cancelled; once,
  * whichever thread comes first; server.c). */
 void dsv4_serve_unqueue(dsv4_server *srv, dsv4_sreq *r);
+/* Free a request record that is on no list. */
+void dsv4_serve_sreq_free(dsv4_sreq *r);
 /* Whether the server is stopping and its grace has run out at `now` (server.c; takes mu). */
 bool dsv4_serve_past_stop(dsv4_server *srv, uint64_t now);
 /* Pages for `tokens` tokens (loop.c). */
@@ -189,15 +197,19 @@ void dsv4_serve_finish(dsv4_server *srv, dsv4_sreq *r, dsv4_gen_event_kind kind,
                        int status);
 
 /* Requests that share a prompt (siblings.c). */
-/* Under mu, as r leaves the inbox: make r a follower of the request it names in
- * params.shares_prompt_of, when anything can be shared. */
-void dsv4_serve_siblings_link(dsv4_server *srv, dsv4_sreq *r);
+/* Before they are queued: make f a follower of leader (another choice of the same
+ * request, queued before it), when anything can be shared. */
+void dsv4_serve_siblings_link(const dsv4_server *srv, dsv4_sreq *leader, dsv4_sreq *f);
 /* After r's KV grew, by a prefill chunk (fed) or adopted from the cache at admission: at
- * the share point publish a prefix it computed, and let its followers go. */
+ * the share point publish a prefix it computed, and let go the followers it has done its
+ * part for. */
 void dsv4_serve_siblings_progress(dsv4_server *srv, dsv4_sreq *r, bool fed);
+/* r delivered ev, the PROMPT_TOKEN event of prompt token t: its followers that score the
+ * prompt get it too. */
+void dsv4_serve_siblings_relay(dsv4_sreq *r, const dsv4_gen_event *ev, uint32_t t);
 /* r is retracted or ends: its followers go (to compute the prompt themselves), and r
  * stops following. */
-void dsv4_serve_siblings_leave(dsv4_sreq *r);
+void dsv4_serve_siblings_leave(const dsv4_server *srv, dsv4_sreq *r);
 
 /* Prefix-cache glue (cache.c). */
 /* The radix cache and, with a [hostcache] plugin that keeps pages, its host tier. */

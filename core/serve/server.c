@@ -258,21 +258,23 @@ int dsv4_server_submit(dsv4_server *srv, const int32_t *prompt, size_t n,
                        const dsv4_gen_params *params, dsv4_gen_event_fn fn, void *ctx,
                        uint64_t *id_p)
 {
-    if (!dsv4_pd_takes_clients(srv))
-        return -EPERM; /* a prefill server computes leases only */
-    return dsv4_serve_submit(srv, prompt, n, params, fn, ctx, NULL, id_p);
+    return dsv4_server_submit_choices(srv, prompt, n, params, 1, fn, &ctx, id_p);
 }
 
-int dsv4_serve_submit(dsv4_server *srv, const int32_t *prompt, size_t n,
-                      const dsv4_gen_params *params, dsv4_gen_event_fn fn, void *ctx,
-                      struct dsv4_pd_job *pd, uint64_t *id_p)
+/* A request record for prompt and params (both copied), not yet queued; NULL with the
+ * status in *rc_p. */
+static dsv4_sreq *dsv4_serve_sreq_new(dsv4_server *srv, const int32_t *prompt, size_t n,
+                                      const dsv4_gen_params *params, dsv4_gen_event_fn fn,
+                                      void *ctx, struct dsv4_pd_job *pd, int *rc_p)
 {
+    *rc_p = -EINVAL;
     if (!prompt || n == 0 || !params || !fn || !dsv4_serve_params_ok(srv, params) ||
         n > srv->max_context || params->max_tokens > srv->max_context - n)
-        return -EINVAL;
+        return NULL;
     for (size_t i = 0; i < n; i++)
         if (prompt[i] < 0 || (uint32_t)prompt[i] >= srv->vocab)
-            return -EINVAL;
+            return NULL;
+    *rc_p = -ENOMEM;
     dsv4_sreq *r = calloc(1, sizeof(*r));
     int32_t *toks = malloc((n + params->max_tokens) * sizeof(int32_t));
     dsv4_logit_bias *bias =
@@ -281,7 +283,7 @@ int dsv4_serve_submit(dsv4_server *srv, const int32_t *prompt, size_t n,
         free(r);
         free(toks);
         free(bias);
-        return -ENOMEM;
+        return NULL;
     }
     memcpy(toks, prompt, n * sizeof(int32_t));
     if (bias)
@@ -302,37 +304,90 @@ int dsv4_serve_submit(dsv4_server *srv, const int32_t *prompt, size_t n,
     dsv4_list_init(&r->follow);
     dsv4_rng_seed(&r->rng, params->seed);
     r->t_submit_ns = dsv4_now_ns();
+    *rc_p = 0;
+    return r;
+}
 
+void dsv4_serve_sreq_free(dsv4_sreq *r)
+{
+    free(r->bias);
+    free(r->toks);
+    free(r);
+}
+
+/* Queue rs[0..count) together, in order, or none of them: a client's requests that would
+ * pass max_waiting are refused now, not queued (a PD lease is the peer's request, admitted
+ * there already). 0 with their ids in ids, or -EBUSY or -ESHUTDOWN (the caller frees
+ * them). */
+static int dsv4_serve_enqueue(dsv4_server *srv, dsv4_sreq *const *rs, uint32_t count, bool pd,
+                              uint64_t *ids)
+{
     pthread_mutex_lock(&srv->mu);
-    /* a client's request past max_waiting is refused now, not queued (a PD lease is the
-     * peer's request, admitted there already) */
-    int refused = srv->stopping ? -ESHUTDOWN
-                  : !pd && srv->max_waiting && atomic_load(&srv->n_queued) >= srv->max_waiting
-                      ? -EBUSY
-                      : 0;
+    int refused =
+        srv->stopping ? -ESHUTDOWN
+        : !pd && srv->max_waiting && atomic_load(&srv->n_queued) + count > srv->max_waiting ? -EBUSY
+                                                                                            : 0;
     if (refused) {
         pthread_mutex_unlock(&srv->mu);
-        free(bias);
-        free(toks);
-        free(r);
         if (refused == -EBUSY)
             dsv4_metric_add(DSV4_M_REQUESTS_REJECTED, 1);
         return refused;
     }
-    if (!pd) {
-        atomic_store(&r->queued, true);
-        atomic_fetch_add(&srv->n_queued, 1);
+    for (uint32_t i = 0; i < count; i++) {
+        dsv4_sreq *r = rs[i];
+        if (!pd) {
+            atomic_store(&r->queued, true);
+            atomic_fetch_add(&srv->n_queued, 1);
+        }
+        r->id = ids[i] = srv->next_id++;
+        r->where = DSV4_SREQ_INBOX;
+        dsv4_list_push_back(&srv->all, &r->all);
+        dsv4_list_push_back(&srv->inbox, &r->q);
     }
-    r->id = srv->next_id++;
-    r->where = DSV4_SREQ_INBOX;
-    dsv4_list_push_back(&srv->all, &r->all);
-    dsv4_list_push_back(&srv->inbox, &r->q);
-    *id_p = r->id;
     pthread_cond_signal(&srv->wake);
     pthread_mutex_unlock(&srv->mu);
-    dsv4_metric_add(DSV4_M_REQUESTS, 1);
-    dsv4_metric_add(DSV4_M_PROMPT_TOKENS, n);
+    dsv4_metric_add(DSV4_M_REQUESTS, count);
+    dsv4_metric_add(DSV4_M_PROMPT_TOKENS, (int64_t)count * rs[0]->n_prompt);
     return 0;
+}
+
+int dsv4_server_submit_choices(dsv4_server *srv, const int32_t *prompt, size_t n,
+                               const dsv4_gen_params *params, uint32_t n_choices,
+                               dsv4_gen_event_fn fn, void *const *ctxs, uint64_t *ids)
+{
+    if (!dsv4_pd_takes_clients(srv))
+        return -EPERM; /* a prefill server computes leases only */
+    if (n_choices == 0 || n_choices > DSV4_SERVER_CHOICES_MAX || !ctxs || !ids)
+        return -EINVAL;
+    dsv4_sreq *rs[DSV4_SERVER_CHOICES_MAX];
+    int rc = 0;
+    uint32_t made = 0;
+    for (; rc == 0 && made < n_choices; made++) {
+        dsv4_gen_params p = *params;
+        p.seed += made;
+        rs[made] = dsv4_serve_sreq_new(srv, prompt, n, &p, fn, ctxs[made], NULL, &rc);
+        if (rc == 0 && made > 0)
+            dsv4_serve_siblings_link(srv, rs[0], rs[made]);
+    }
+    made -= rc != 0; /* the one that failed was not made */
+    if (rc == 0)
+        rc = dsv4_serve_enqueue(srv, rs, n_choices, false, ids);
+    for (uint32_t i = 0; rc != 0 && i < made; i++)
+        dsv4_serve_sreq_free(rs[i]);
+    return rc;
+}
+
+int dsv4_serve_submit(dsv4_server *srv, const int32_t *prompt, size_t n,
+                      const dsv4_gen_params *params, dsv4_gen_event_fn fn, void *ctx,
+                      struct dsv4_pd_job *pd, uint64_t *id_p)
+{
+    int rc;
+    dsv4_sreq *r = dsv4_serve_sreq_new(srv, prompt, n, params, fn, ctx, pd, &rc);
+    if (rc == 0)
+        rc = dsv4_serve_enqueue(srv, &r, 1, pd != NULL, id_p);
+    if (rc != 0 && r)
+        dsv4_serve_sreq_free(r);
+    return rc;
 }
 
 void dsv4_serve_unqueue(dsv4_server *srv, dsv4_sreq *r)

@@ -1,26 +1,30 @@
-/* siblings.c: requests that share a prompt (the choices of one client request,
- * dsv4_gen_params.shares_prompt_of) compute it once.
+/* siblings.c: the choices of one client request (dsv4_server_submit_choices) compute their
+ * prompt once.
  *
- * The first request (the leader) runs as any other; each later one (a follower) waits in
- * the queue, passed over by admission, until the leader's KV reaches the share point: the
- * last page boundary before the prompt's last token, as far as the prefix cache can serve
- * a request with this prompt (it keeps whole pages with the state at their end, and
- * leaves at least one token to prefill). There the leader puts its pages and its state
- * snapshot in the cache at once, instead of when it ends, and lets its followers go: they
- * adopt that prefix like any cached one and prefill the rest, a page of tokens at most.
- * The tokens are the same either way (a cached prefix is bitwise the KV a prefill
- * computes, and the state snapshot is the state there).
+ * The first choice (the leader) runs as any other request; each later one (a follower)
+ * waits in the queue, passed over by admission, until the leader's KV reaches the share
+ * point: the last page boundary before the prompt's last token, as far as the prefix
+ * cache can serve a request with this prompt (it keeps whole pages with the state at
+ * their end, and leaves at least one token to prefill). There the leader puts its pages
+ * and its state snapshot in the cache at once, instead of when it ends, and lets its
+ * followers go: they adopt that prefix like any cached one and prefill the rest, a page of
+ * tokens at most. The tokens are the same either way (a cached prefix is bitwise the KV a
+ * prefill computes, and the state snapshot is the state there).
  *
- * A follower is let go to compute the prompt itself whenever sharing fails: its leader
- * ends, is retracted, or has no snapshot at the share point (no state slot was free). It
- * is not linked when nothing can be shared: a prompt of a page or less, a follower that
- * scores its prompt (prompt_logprobs computes every row), a PD decode server's request
- * (its KV comes from the prefill server), a leader gone, retracted, past the share point
- * or with another prompt.
+ * When the choices score their prompt (prompt_logprobs), the followers get the leader's
+ * PROMPT_TOKEN events as it delivers them (the same rows, the same alternatives) and wait
+ * until it has scored the whole prompt; they then owe no prompt token and take the prefix
+ * from the cache like the others (with max_tokens 0 they end there, having computed
+ * nothing). The choices are queued together, so no follower arrives after its leader has
+ * scored anything.
+ *
+ * A follower is let go to compute what it still needs itself whenever sharing fails: its
+ * leader ends or is retracted (a follower that scores resumes at the first token it has no
+ * event for), or has no snapshot at the share point (no state slot was free). It is not
+ * linked when nothing can be shared: a prompt of a page or less, or a PD decode server,
+ * where each choice's KV comes from the prefill server.
  */
 #include "core/serve/serve_priv.h"
-
-#include <string.h>
 
 #include "core/serve/pd.h"
 #include "core/util/log.h"
@@ -31,41 +35,26 @@ static uint32_t dsv4_serve_share_point(const dsv4_server *srv, const dsv4_sreq *
     return (r->n_prompt - 1) / srv->page_tokens * srv->page_tokens;
 }
 
-static dsv4_sreq *dsv4_serve_find(dsv4_server *srv, uint64_t id)
+void dsv4_serve_siblings_link(const dsv4_server *srv, dsv4_sreq *leader, dsv4_sreq *f)
 {
-    for (dsv4_link *l = srv->all.next; l != &srv->all; l = l->next) {
-        dsv4_sreq *r = DSV4_CONTAINER(l, dsv4_sreq, all);
-        if (r->id == id)
-            return r;
-    }
-    return NULL;
+    if (dsv4_serve_share_point(srv, f) == 0 || dsv4_pd_decode_takes(srv, f))
+        return;
+    f->leader = leader;
+    dsv4_list_push_back(&leader->followers, &f->follow);
 }
 
-void dsv4_serve_siblings_link(dsv4_server *srv, dsv4_sreq *r)
+/* Let r's followers go: all of them, or those r has done its part for (its KV at the
+ * share point, and every prompt token's event relayed to those that score). */
+static void dsv4_serve_siblings_release(const dsv4_server *srv, dsv4_sreq *r, bool all)
 {
-    uint64_t id = r->params.shares_prompt_of;
-    uint32_t share = dsv4_serve_share_point(srv, r);
-    if (id == 0 || share == 0 || dsv4_sreq_scores_prompt(r) || dsv4_pd_decode_takes(srv, r))
-        return;
-    dsv4_sreq *leader = dsv4_serve_find(srv, id);
-    bool can = leader && leader != r && leader->n_prompt == r->n_prompt &&
-               !dsv4_pd_decode_takes(srv, leader) &&
-               (leader->where == DSV4_SREQ_WAITING ||
-                (leader->where == DSV4_SREQ_RUNNING && leader->n_fed < share)) &&
-               memcmp(leader->toks, r->toks, r->n_prompt * sizeof(int32_t)) == 0;
-    if (!can)
-        return;
-    r->leader = leader;
-    dsv4_list_push_back(&leader->followers, &r->follow);
-}
-
-/* Let every follower of r go. */
-static void dsv4_serve_siblings_release(dsv4_sreq *r)
-{
-    while (!dsv4_list_empty(&r->followers)) {
-        dsv4_sreq *f = DSV4_CONTAINER(r->followers.next, dsv4_sreq, follow);
-        dsv4_list_unlink(&f->follow);
-        f->leader = NULL;
+    bool shared = r->n_fed >= dsv4_serve_share_point(srv, r);
+    for (dsv4_link *l = r->followers.next, *next; l != &r->followers; l = next) {
+        next = l->next;
+        dsv4_sreq *f = DSV4_CONTAINER(l, dsv4_sreq, follow);
+        if (all || (shared && !dsv4_sreq_scores_prompt(f))) {
+            dsv4_list_unlink(&f->follow);
+            f->leader = NULL;
+        }
     }
 }
 
@@ -75,17 +64,28 @@ void dsv4_serve_siblings_progress(dsv4_server *srv, dsv4_sreq *r, bool fed)
     if (dsv4_list_empty(&r->followers) || r->n_fed < share)
         return;
     /* admitted from a cached prefix that reaches the share point: the cache holds it */
-    if (fed && !dsv4_serve_cache_publish(srv, r))
+    if (fed && r->n_fed == share && !dsv4_serve_cache_publish(srv, r))
         dsv4_log(DSV4_LOG_DEBUG, "server",
                  "request %llu: prompt not shared (no snapshot at token %u); its siblings "
                  "compute it",
                  (unsigned long long)r->id, share);
-    dsv4_serve_siblings_release(r);
+    dsv4_serve_siblings_release(srv, r, false);
 }
 
-void dsv4_serve_siblings_leave(dsv4_sreq *r)
+void dsv4_serve_siblings_relay(dsv4_sreq *r, const dsv4_gen_event *ev, uint32_t t)
 {
-    dsv4_serve_siblings_release(r);
+    for (dsv4_link *l = r->followers.next; l != &r->followers; l = l->next) {
+        dsv4_sreq *f = DSV4_CONTAINER(l, dsv4_sreq, follow);
+        if (dsv4_sreq_scores_prompt(f) && f->plp_next == t) {
+            f->fn(f->ctx, ev);
+            f->plp_next = t + 1;
+        }
+    }
+}
+
+void dsv4_serve_siblings_leave(const dsv4_server *srv, dsv4_sreq *r)
+{
+    dsv4_serve_siblings_release(srv, r, true);
     if (r->leader) {
         dsv4_list_unlink(&r->follow);
         r->leader = NULL;

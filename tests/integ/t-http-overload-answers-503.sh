@@ -3,7 +3,7 @@
 # the limit is answered 503 at once (an OpenAI-style error body with code overloaded and
 # Retry-After: 1) instead of queueing, and counted in dsv4d_requests_rejected_total. With
 # max_running 1 and max_waiting 1: a long stream runs; a request for two choices, of which
-# only the first finds a place, is refused whole (its first choice cancelled); a second
+# only one would find a place, is refused whole (neither is queued); a second
 # request waits, a third is refused; once the stream's client hangs up the waiting request is answered whole and the
 # server takes new requests again.
 exec python3 - <<'EOF'
@@ -37,8 +37,8 @@ r = d.post("/v1/completions", dict(small, n=2))
 m = wait_metric("dsv4d_requests_waiting", 0)
 ok(r.error_ok(503) and r.json()["error"]["code"] == "overloaded"
    and m.get("dsv4d_requests_waiting") == 0 and m.get("dsv4d_requests_rejected_total") == 1,
-   "n = 2 when one place is left: its second choice is refused, the request answered 503 and "
-   "its first choice cancelled (nothing left waiting)", (r.body, m))
+   "n = 2 when one place is left: the request is refused whole, answered 503, neither "
+   "choice queued (nothing left waiting)", (r.body, m))
 
 waiting = {}
 t = threading.Thread(target=lambda: waiting.update(r=d.post("/v1/completions", small)))

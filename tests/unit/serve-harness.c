@@ -175,6 +175,19 @@ int dsv4_th_try_submit(dsv4_server *srv, dsv4_th_req *req, const int32_t *prompt
     return dsv4_server_submit(srv, prompt, n, params, dsv4_th_event, req, &req->id);
 }
 
+int dsv4_th_try_submit_choices(dsv4_server *srv, dsv4_th_req *reqs, uint32_t count,
+                               const int32_t *prompt, uint32_t n, const dsv4_gen_params *params)
+{
+    void *ctxs[DSV4_SERVER_CHOICES_MAX] = {0};
+    uint64_t ids[DSV4_SERVER_CHOICES_MAX];
+    for (uint32_t i = 0; i < count && i < DSV4_SERVER_CHOICES_MAX; i++)
+        ctxs[i] = &reqs[i];
+    int rc = dsv4_server_submit_choices(srv, prompt, n, params, count, dsv4_th_event, ctxs, ids);
+    for (uint32_t i = 0; rc == 0 && i < count; i++)
+        reqs[i].id = ids[i];
+    return rc;
+}
+
 void dsv4_th_submit(dsv4_server *srv, dsv4_th_req *req, const int32_t *prompt, uint32_t n,
                     const dsv4_gen_params *params)
 {

@@ -53,6 +53,10 @@ void dsv4_th_submit(dsv4_server *srv, dsv4_th_req *req, const int32_t *prompt, u
 /* Submit and record into req; submit's status. */
 int dsv4_th_try_submit(dsv4_server *srv, dsv4_th_req *req, const int32_t *prompt, uint32_t n,
                        const dsv4_gen_params *params);
+/* The count choices of one request (dsv4_server_submit_choices), recorded into
+ * reqs[0..count) (left as the caller set them up); submit's status. */
+int dsv4_th_try_submit_choices(dsv4_server *srv, dsv4_th_req *reqs, uint32_t count,
+                               const int32_t *prompt, uint32_t n, const dsv4_gen_params *params);
 /* Wait for the terminal events of n requests. */
 void dsv4_th_wait(dsv4_th_req *const *reqs, size_t n);
 /* Wait until req has at least n tokens or ended. */

@@ -5,8 +5,8 @@
  * Once released, every accepted request runs to its end; a place is given back when its
  * request is admitted, and when it is cancelled while waiting: at the cancel, while the
  * engine thread is still held (so a client that hangs up frees its place for the next one
- * at once), and the next round is again refused exactly at the third. max_waiting 0 is no
- * limit. */
+ * at once), and the next round is again refused exactly at the third. The choices of one
+ * request take their places together or not at all. max_waiting 0 is no limit. */
 #include <errno.h>
 #include <string.h>
 
@@ -60,7 +60,7 @@ static bool round_of(dsv4_server *srv, uint32_t n, int *rc, bool cancel_second)
 
 int main(void)
 {
-    plan(10);
+    plan(12);
     dsv4_th_init(12);
     dsv4_test_tokens(prompt, 24, dsv4_th_model()->cfg.vocab_size, 3);
     dsv4_metrics_reset();
@@ -92,6 +92,26 @@ int main(void)
     ok(rc[0] == 0 && rc[1] == 0 && rc[2] == -EBUSY && whole,
        "the cancelled request gave its place back: refused at the third again");
     is_int(dsv4_metric_get(DSV4_M_REQUESTS_REJECTED), 4, "four refusals counted in all");
+
+    /* the choices of one request take their places together or not at all */
+    static dsv4_th_req blocker, three[3], two[2];
+    memset(&blocker, 0, sizeof(blocker));
+    memset(three, 0, sizeof(three));
+    memset(two, 0, sizeof(two));
+    dsv4_th_hold(&blocker);
+    dsv4_th_submit(srv, &blocker, prompt, 24, &params);
+    dsv4_th_wait_tokens(&blocker, 1);
+    int rc3 = dsv4_th_try_submit_choices(srv, three, 3, prompt, 24, &params);
+    int rc2 = dsv4_th_try_submit_choices(srv, two, 2, prompt, 24, &params);
+    dsv4_th_release();
+    dsv4_th_wait((dsv4_th_req *[]){&blocker, &two[0], &two[1]}, 3);
+    ok(rc3 == -EBUSY && three[0].n_tokens == 0 && !three[0].done && rc2 == 0,
+       "3 choices where 2 places are left are refused whole (%d), then 2 choices are queued "
+       "(%d)",
+       rc3, rc2);
+    ok(two[0].n_tokens == NEW && two[1].n_tokens == NEW &&
+           dsv4_metric_get(DSV4_M_REQUESTS_REJECTED) == 5,
+       "both choices run to their end; the refusal counted once");
     dsv4_server_stop(srv, 0);
 
     cfg.max_waiting = 0;
