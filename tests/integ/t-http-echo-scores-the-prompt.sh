@@ -14,7 +14,7 @@ sys.dont_write_bytecode = True  # nothing written into the source tree
 sys.path.insert(0, os.path.join(os.environ.get("top_srcdir", "."), "tests", "integ"))
 from dsv4d_http import Daemon, plan, ok, is_, done, byte_decode
 
-plan(18)
+plan(19)
 d = Daemon()
 
 base = {"model": "model", "prompt": "Hello there", "max_tokens": 3, "temperature": 0,
@@ -112,6 +112,17 @@ ok(len(two) == 2 and all(x["text"].startswith("Hello there") for x in two)
    == two[1]["logprobs"]["token_logprobs"][:n_prompt]
    == lp["token_logprobs"][:n_prompt],
    "n = 2: both choices echo the prompt with its scores")
+# a prompt of 600 ids (pages of 256 tokens), the scoring call with n = 3: choice 0 scores it
+# and the other two get its scores without computing anything
+long_ids = [(37 * i) % 200 + 10 for i in range(600)]
+score = {"model": "model", "prompt": [long_ids], "echo": True, "logprobs": 1, "max_tokens": 0}
+one = d.post("/v1/completions", score).json()["choices"][0]["logprobs"]
+asked = d.metrics().get("dsv4d_prefix_cache_query_tokens_total", 0)
+three = d.post("/v1/completions", dict(score, n=3)).json()["choices"]
+asked = d.metrics().get("dsv4d_prefix_cache_query_tokens_total", 0) - asked
+ok(len(three) == 3 and all(x["logprobs"] == one for x in three) and asked == 600,
+   "n = 3, max_tokens 0 over 600 ids: each choice has the scores of n = 1, and only one "
+   "choice was computed (%d prompt tokens looked up)" % asked)
 
 # --- refused elsewhere
 r = d.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}],
