@@ -204,23 +204,26 @@ void dsv4_serve_cache_boundary(dsv4_server *srv, dsv4_sreq *r)
     r->snap_pages = r->n_fed / srv->page_tokens;
 }
 
-bool dsv4_serve_cache_publish(dsv4_server *srv, dsv4_sreq *r)
+bool dsv4_serve_cache_publish(dsv4_server *srv, dsv4_sreq *r, bool state)
 {
-    uint32_t slot, n_pages = 0;
-    if (r->snap_slot == DSV4_RADIX_NO_SLOT || r->snap_pages * srv->page_tokens != r->n_fed)
+    uint32_t slot, n_pages = 0, whole = r->n_fed / srv->page_tokens;
+    if (state && (r->snap_slot == DSV4_RADIX_NO_SLOT || r->snap_pages != whole ||
+                  whole * srv->page_tokens != r->n_fed))
         return false;
     const uint32_t *pages = dsv4_engine_seq_pages(srv->eng, r->seq, &slot, &n_pages);
-    if (!pages || n_pages < r->snap_pages)
+    if (!pages || n_pages < whole || whole == 0)
         return false;
     /* the slot is the cache's now whatever the outcome (kept by the node, or freed) */
-    int rc =
-        dsv4_radix_insert(srv->cache, r->toks, r->snap_pages, pages, r->snap_pages, r->snap_slot);
-    r->snap_slot = DSV4_RADIX_NO_SLOT;
+    int rc = dsv4_radix_insert(srv->cache, r->toks, whole, pages, state ? whole : 0,
+                               state ? r->snap_slot : DSV4_RADIX_NO_SLOT);
+    if (state)
+        r->snap_slot = DSV4_RADIX_NO_SLOT;
     /* r runs from the published node now: locked, its pages (r's too) are not counted as
      * pages eviction could free, and they stay for the requests waiting to adopt them */
     dsv4_radix_node *node;
-    if (rc != 0 || dsv4_radix_match(srv->cache, r->toks, r->n_fed, DSV4_RADIX_WITH_STATE,
-                                    srv->cache_pages, &node) != r->snap_pages)
+    if (rc != 0 || dsv4_radix_match(srv->cache, r->toks, whole * srv->page_tokens,
+                                    state ? DSV4_RADIX_WITH_STATE : DSV4_RADIX_PAGES,
+                                    srv->cache_pages, &node) != whole)
         return false;
     dsv4_radix_lock(srv->cache, node);
     if (r->node)

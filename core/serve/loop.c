@@ -383,7 +383,7 @@ static bool dsv4_serve_try_admit(dsv4_server *srv, dsv4_sreq *r, uint32_t *reser
     }
     if (!pd) {
         dsv4_serve_move(srv, r, DSV4_SREQ_RUNNING, false);
-        dsv4_serve_siblings_progress(srv, r, false);
+        dsv4_serve_siblings_progress(srv, r, DSV4_GREW_ADOPTED);
     }
     *reserved += claim - dsv4_serve_pages(srv, r->n_fed);
     return true;
@@ -610,7 +610,7 @@ static void dsv4_serve_prefill(dsv4_server *srv)
             r->n_fed += srv->lens[i];
             if (r->n_fed % pt == 0)
                 dsv4_serve_cache_boundary(srv, r);
-            dsv4_serve_siblings_progress(srv, r, true);
+            dsv4_serve_siblings_progress(srv, r, DSV4_GREW_FED);
             if (dsv4_sreq_done_without_tokens(r))
                 dsv4_serve_finish(srv, r, DSV4_EV_DONE, DSV4_FINISH_LENGTH, 0); /* scored */
             else if (r->n_fed == dsv4_sreq_len(r))

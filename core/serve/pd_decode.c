@@ -552,6 +552,7 @@ static void pd_complete(dsv4_server *srv, dsv4_pd_job *job, const dsv4_pd_comple
     pd_job_end(srv, job);
     r->n_fed = dsv4_engine_seq_len(srv->eng, r->seq);
     dsv4_serve_move(srv, r, DSV4_SREQ_RUNNING, false);
+    dsv4_serve_siblings_progress(srv, r, DSV4_GREW_LANDED);
 }
 
 static void pd_gone(dsv4_server *srv, dsv4_pd_peer *p)

@@ -200,10 +200,15 @@ void dsv4_serve_finish(dsv4_server *srv, dsv4_sreq *r, dsv4_gen_event_kind kind,
 /* Before they are queued: make f a follower of leader (another choice of the same
  * request, queued before it), when anything can be shared. */
 void dsv4_serve_siblings_link(const dsv4_server *srv, dsv4_sreq *leader, dsv4_sreq *f);
-/* After r's KV grew, by a prefill chunk (fed) or adopted from the cache at admission: at
- * the share point publish a prefix it computed, and let go the followers it has done its
- * part for. */
-void dsv4_serve_siblings_progress(dsv4_server *srv, dsv4_sreq *r, bool fed);
+/* How r's KV grew. */
+typedef enum dsv4_serve_grew {
+    DSV4_GREW_FED,     /* a prefill chunk */
+    DSV4_GREW_ADOPTED, /* taken from the prefix cache at admission */
+    DSV4_GREW_LANDED,  /* a decode server: its PD lease's KV landed */
+} dsv4_serve_grew;
+/* After r's KV grew: at the share point (or when its lease landed) publish the prefix it
+ * computed (or received), and let go the followers it has done its part for. */
+void dsv4_serve_siblings_progress(dsv4_server *srv, dsv4_sreq *r, dsv4_serve_grew how);
 /* r delivered ev, the PROMPT_TOKEN event of prompt token t: its followers that score the
  * prompt get it too. */
 void dsv4_serve_siblings_relay(dsv4_sreq *r, const dsv4_gen_event *ev, uint32_t t);
@@ -226,11 +231,12 @@ uint32_t dsv4_serve_cache_hit_pages(const dsv4_server *srv, const dsv4_sreq *r,
 uint32_t dsv4_serve_cache_adopt(dsv4_server *srv, dsv4_sreq *r);
 /* Called when r's KV length reached a page boundary: keep its state there. */
 void dsv4_serve_cache_boundary(dsv4_server *srv, dsv4_sreq *r);
-/* Put r's pages up to its snapshot, which must be at its KV's end, and the snapshot in the
- * cache now, while it runs (its next boundary takes a new slot); r then holds the lock on
- * that node instead of the one it started from. False when r has no snapshot there or the
- * cache could not take them. */
-bool dsv4_serve_cache_publish(dsv4_server *srv, dsv4_sreq *r);
+/* Put r's whole pages in the cache now, while it runs, with the state at their end when
+ * `state` (r's snapshot, which must be at its KV's end: its next boundary takes a new
+ * slot; a decode server keeps whole pages without state too). r then holds the lock on
+ * that node instead of the one it started from. False when r has no whole page (or, with
+ * state, no snapshot there) or the cache could not take them. */
+bool dsv4_serve_cache_publish(dsv4_server *srv, dsv4_sreq *r, bool state);
 /* r leaves the running set: offer its pages to the cache (when insert), unlock its node
  * and drop its snapshot unless the cache took it. */
 void dsv4_serve_cache_release(dsv4_server *srv, dsv4_sreq *r, bool insert);

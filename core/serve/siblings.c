@@ -18,15 +18,20 @@
  * nothing). The choices are queued together, so no follower arrives after its leader has
  * scored anything.
  *
+ * On a PD decode server, where a request's prompt KV comes from a prefill server, the
+ * followers wait until the leader's lease has landed; its whole pages then go to the
+ * cache (a decode server keeps whole pages without state), and each follower adopts them
+ * and leases only the rest (the last page and the state): the prompt's KV crosses the
+ * transport once, and the prefill server, whose cache the leader's lease left the prefix
+ * in, computes less than a page of each follower's.
+ *
  * A follower is let go to compute what it still needs itself whenever sharing fails: its
  * leader ends or is retracted (a follower that scores resumes at the first token it has no
  * event for), or has no snapshot at the share point (no state slot was free). It is not
- * linked when nothing can be shared: a prompt of a page or less, or a PD decode server,
- * where each choice's KV comes from the prefill server.
+ * linked when nothing can be shared: a prompt of a page or less.
  */
 #include "core/serve/serve_priv.h"
 
-#include "core/serve/pd.h"
 #include "core/util/log.h"
 
 /* The tokens of r's prompt the prefix cache could serve another request with it. */
@@ -37,7 +42,7 @@ static uint32_t dsv4_serve_share_point(const dsv4_server *srv, const dsv4_sreq *
 
 void dsv4_serve_siblings_link(const dsv4_server *srv, dsv4_sreq *leader, dsv4_sreq *f)
 {
-    if (dsv4_serve_share_point(srv, f) == 0 || dsv4_pd_decode_takes(srv, f))
+    if (dsv4_serve_share_point(srv, f) == 0)
         return;
     f->leader = leader;
     dsv4_list_push_back(&leader->followers, &f->follow);
@@ -58,17 +63,19 @@ static void dsv4_serve_siblings_release(const dsv4_server *srv, dsv4_sreq *r, bo
     }
 }
 
-void dsv4_serve_siblings_progress(dsv4_server *srv, dsv4_sreq *r, bool fed)
+void dsv4_serve_siblings_progress(dsv4_server *srv, dsv4_sreq *r, dsv4_serve_grew how)
 {
     uint32_t share = dsv4_serve_share_point(srv, r);
     if (dsv4_list_empty(&r->followers) || r->n_fed < share)
         return;
-    /* admitted from a cached prefix that reaches the share point: the cache holds it */
-    if (fed && r->n_fed == share && !dsv4_serve_cache_publish(srv, r))
+    /* a leader admitted from a cached prefix that reaches the share point: the cache holds
+     * it; one that computed it publishes it with its state, one whose lease landed its
+     * whole pages (a decode server's requests adopt those, and lease the rest) */
+    bool fed = how == DSV4_GREW_FED && r->n_fed == share;
+    if ((fed || how == DSV4_GREW_LANDED) && !dsv4_serve_cache_publish(srv, r, fed))
         dsv4_log(DSV4_LOG_DEBUG, "server",
-                 "request %llu: prompt not shared (no snapshot at token %u); its siblings "
-                 "compute it",
-                 (unsigned long long)r->id, share);
+                 "request %llu: prompt not shared (%s); its siblings compute it",
+                 (unsigned long long)r->id, fed ? "no snapshot at the share point" : "no page");
     dsv4_serve_siblings_release(srv, r, false);
 }
 

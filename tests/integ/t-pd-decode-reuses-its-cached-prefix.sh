@@ -7,7 +7,9 @@
 # tokens grow by exactly the adopted pages, and the bytes moved are exactly those of the
 # pages after them (the page and state sizes solved from two turns, checked on the third),
 # on the decode and the prefill side alike. A second session that shares only the first
-# session's first page adopts that page; the pool returns to its baseline. A decode pool
+# session's first page adopts that page. The choices of one request move the prompt's whole
+# pages once: the first choice's lease moves them, the others adopt them from the cache and
+# lease the last page and the state. The pool returns to its baseline. A decode pool
 # that its cache fills still admits a longer prompt: its pages come from eviction.
 exec python3 - <<'PY'
 import os, sys
@@ -19,7 +21,7 @@ from dsv4d_pd import TRANSPORTS, prefill, decode, wait_connected, generate, held
 PT = 256             # the daemon's page size in tokens
 PAGE_BYTES = 54272   # a page of the tiny model's KV (kv f32, every buffer of every layer)
 NEW = 12             # tokens each turn generates
-plan(18)
+plan(20)
 
 
 def pages(tokens):
@@ -82,6 +84,21 @@ is_(m.get("dsv4d_prefix_cache_hit_tokens_total") - before.get("dsv4d_prefix_cach
     float(PT), "it adopted the shared page")
 is_(m.get("dsv4d_pd_transfer_bytes_total") - before.get("dsv4d_pd_transfer_bytes_total"),
     float(2 * page + state), "and moved its two other pages")
+
+# the 3 choices of one request over a fresh 600-id prompt: the first's lease moves its 3
+# pages; then its 2 whole pages go to the cache, and each other choice adopts them and
+# moves only its last page and the state
+fresh = [256] + [(29 * i + 4) % 250 for i in range(599)]
+body = {"prompt": fresh, "max_tokens": 4, "temperature": 1.0, "seed": 7, "n": 3,
+        "ignore_eos": True}
+want = [c["text"] for c in u.post("/v1/completions", body).json()["choices"]]
+before = d.metrics()
+got = d.post("/v1/completions", body).json()
+m = d.wait_idle()
+is_([c["text"] for c in got["choices"]], want, "n = 3 on the decode server: the unified texts")
+is_(m.get("dsv4d_pd_transfer_bytes_total") - before.get("dsv4d_pd_transfer_bytes_total"),
+    float(3 * page + state + 2 * (page + state)),
+    "the first choice moved 3 pages and the state, the other two 1 page and the state each")
 is_(held_pages(m), base, "decode pages back to the baseline (the rest is the prefix cache)")
 r = d.post("/v1/completions", {"prompt": "Hello there", "max_tokens": 3, "temperature": 0})
 is_(r.status, 200, "the decode server still serves text completions")
