@@ -39,7 +39,7 @@ from dsv4d_http import Daemon
 env = os.environ
 DEVICE = env["SERVE_DEVICE"]
 CORE = "device = cpu\nthreads = 2\n" if DEVICE == "cpu" else "device = cuda\ncuda_device = 0\n"
-d = Daemon(server="max_running = 64\n", core=CORE, kv_pool=env["SERVE_KV_POOL"],
+d = Daemon(core=CORE, kv_pool=env["SERVE_KV_POOL"],
            mkmodel=env["SERVE_MKMODEL"].split())
 body = {"max_tokens": int(env["MAX_TOKENS"]), "temperature": 1.0, "ignore_eos": True}
 fresh = iter(range(1 << 30))
@@ -99,8 +99,10 @@ for length in map(int, env["PROMPTS"].split()):
 with open(env["OUT"], "w") as f:
     f.write("# n choices over one prompt against n separate requests (%s)\n\n"
             % time.strftime("%Y-%m-%d", time.gmtime()))
-    f.write("Commit %s, %s backend, `dsv4ctl mkmodel %s`, KV pool %s; load average %s at "
-            "the start. Produced by `bench/n-choices.sh`.\n\n"
+    f.write("Commit %s, %s backend, `dsv4ctl mkmodel %s`, KV pool %s, pages of 256 tokens, "
+            "[server] and [model] keys at their defaults (max_running 32, state_slots 64) but "
+            "max_context 4096; load average %s at the start. Produced by "
+            "`bench/n-choices.sh`.\n\n"
             % (env["COMMIT"], DEVICE, env["SERVE_MKMODEL"], env["SERVE_KV_POOL"],
                open("/proc/loadavg").read().split()[0]))
     f.write("Each row: the median of %s rounds on fresh prompts, %s tokens a choice. "

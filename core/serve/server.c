@@ -86,6 +86,14 @@ static int dsv4_serve_engine(dsv4_server *srv, const dsv4_config *conf, const ds
              "engine ready in %.1f s (%u kv pages of %zu bytes, %u tokens each; %u state slots; "
              "context %u tokens)",
              took_s, srv->n_pages, page_bytes, srv->page_tokens, srv->n_slots, srv->max_context);
+    /* a running request keeps a snapshot only while a slot stays free for every request
+     * max_running could still admit (cache.c) */
+    if (srv->n_slots <= (uint32_t)conf->server.max_running)
+        dsv4_log(DSV4_LOG_WARN, "server",
+                 "[model] state_slots %u is not above [server] max_running %lld: no slot is "
+                 "left for the prefix cache's state snapshots, so no prompt is served from the "
+                 "cache; raise state_slots",
+                 srv->n_slots, (long long)conf->server.max_running);
     return 0;
 }
 

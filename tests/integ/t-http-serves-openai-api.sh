@@ -16,7 +16,7 @@ sys.dont_write_bytecode = True  # nothing written into the source tree
 sys.path.insert(0, os.path.join(os.environ.get("top_srcdir", "."), "tests", "integ"))
 from dsv4d_http import Daemon, plan, ok, is_, diag, done, byte_decode
 
-plan(63)
+plan(64)
 t_start = time.monotonic()
 d = Daemon()
 
@@ -314,5 +314,13 @@ ok("http: listening on" in d.log() and
    "the daemon logged its listening line and no warning or error", d.log())
 d.signal()
 is_(d.wait(60), 0, "SIGTERM: dsv4d exits 0")
+
+# state slots no more than max_running leave none for the prefix cache: said at start
+w = Daemon(model="state_slots = 32\n")
+ok(any(": warning: server: [model] state_slots 32 is not above [server] max_running 32" in l
+       for l in w.log().splitlines()),
+   "state_slots = max_running: the daemon warns that no prompt is served from the cache",
+   w.log())
+w.stop()
 done()
 EOF
