@@ -15,18 +15,10 @@
 # checkpoint: "--preset tiny --seed 5"), SERVE_KV_POOL (512M). COMMIT names the commit
 # measured (default: the source tree's HEAD).
 set -eu
-src=$(cd "$(dirname "$0")/.." && pwd)
-build=$(cd "${1:-.}" && pwd)
-device=${SERVE_DEVICE:-cpu}
-case $device in
-cpu) machine=cpu ;;
-cuda) machine=gpu ;;
-*) echo "n-choices.sh: SERVE_DEVICE must be cpu or cuda, not '$device'" >&2; exit 2 ;;
-esac
-out=${2:-$src/bench/results/$(date -u +%Y-%m-%d)-n-choices-$machine.md}
+name=n-choices
+. "$(dirname "$0")/serve-env.sh"
 make -C "$build" -s dsv4d dsv4ctl plugins/dsv4-indexk-fp8.la plugins/dsv4-sched-fcfs.la >/dev/null
-export top_srcdir="$src" top_builddir="$build" DSV4D_PLUGIN_PATH="$build/plugins/.libs"
-export OUT="$out" SERVE_DEVICE="$device" PROMPTS="${PROMPTS:-1000 4000}"
+export OUT="$out" PROMPTS="${PROMPTS:-1000 4000}"
 export CHOICES="${CHOICES:-4 8}" ROUNDS="${ROUNDS:-3}" MAX_TOKENS="${MAX_TOKENS:-8}"
 export SERVE_MKMODEL="${SERVE_MKMODEL:---preset tiny --seed 5}" SERVE_KV_POOL="${SERVE_KV_POOL:-512M}"
 export COMMIT="${COMMIT:-$(git -C "$src" rev-parse --short HEAD 2>/dev/null || echo unknown)}"

@@ -17,19 +17,11 @@
 # COMMIT names the commit measured (default: the source tree's HEAD; set it when BUILDDIR
 # was built from a snapshot).
 set -eu
-src=$(cd "$(dirname "$0")/.." && pwd)
-build=$(cd "${1:-.}" && pwd)
-device=${SERVE_DEVICE:-cpu}
-case $device in
-cpu) machine=cpu ;;
-cuda) machine=gpu ;;
-*) echo "serve-load.sh: SERVE_DEVICE must be cpu or cuda, not '$device'" >&2; exit 2 ;;
-esac
-out=${2:-$src/bench/results/$(date -u +%Y-%m-%d)-serve-load-$machine.md}
+name=serve-load
+. "$(dirname "$0")/serve-env.sh"
 make -C "$build" -s dsv4d dsv4ctl bench/serve-load plugins/dsv4-indexk-fp8.la \
     plugins/dsv4-sched-fcfs.la >/dev/null
-export top_srcdir="$src" top_builddir="$build" DSV4D_PLUGIN_PATH="$build/plugins/.libs"
-export LEVELS="${LEVELS:-1 4 16 64 256}" OUT="$out" SERVE_DEVICE="$device"
+export LEVELS="${LEVELS:-1 4 16 64 256}" OUT="$out"
 export PROMPTS="${PROMPTS:-16,64,256,1024}" OUTS="${OUTS:-8,32,128}" GREEDY="${GREEDY:-50}"
 export EXTRAS="${EXTRAS:-0}"
 export SERVE_MKMODEL="${SERVE_MKMODEL:---preset tiny --seed 5}" SERVE_KV_POOL="${SERVE_KV_POOL:-64M}"
