@@ -26,6 +26,7 @@ THREAD_TESTS = tests/unit/t-metrics-render-prometheus-text \
 	tests/unit/t-serve-max-waiting-refuses-past-the-limit \
 	tests/unit/t-serve-prompt-logprobs-score-every-prompt-token \
 	tests/unit/t-serve-siblings-share-the-prompt \
+	tests/unit/t-serve-prefix-cache-keeps-taking-new-prefixes \
 	tests/unit/t-serve-hostcache-evicted-prefix-reloads-bit-identical \
 	tests/unit/t-serve-hostcache-full-host-pool-drops-lru-prefix \
 	tests/unit/t-hostcache-delayed-load-keeps-logits-bit-identical \

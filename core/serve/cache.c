@@ -15,7 +15,9 @@
  * a multi-turn session's history is moved once, not again every turn.
  *
  * Snapshot slots come from the state slots requests use; a request takes one only while
- * a slot stays free for every request max_running could still admit.
+ * a slot stays free for every request max_running could still admit, evicting the cache's
+ * least recently used snapshots for it when the cache holds the rest (the slots beyond
+ * max_running are the snapshots' to share: the cache keeps taking new prefixes).
  *
  * With a [hostcache] plugin that keeps pages on host, the tier (core/hostcache/tier.h)
  * lives here, over the engine's pool: eviction moves cached pages and snapshots to host
@@ -191,8 +193,14 @@ uint32_t dsv4_serve_cache_adopt(dsv4_server *srv, dsv4_sreq *r)
 void dsv4_serve_cache_boundary(dsv4_server *srv, dsv4_sreq *r)
 {
     if (r->snap_slot == DSV4_RADIX_NO_SLOT) {
-        uint32_t free = dsv4_kv_slots_free(dsv4_engine_kv(srv->eng));
-        if (free <= srv->max_running - srv->n_running ||
+        /* a slot stays free for every request max_running could still admit; past that
+         * the cache's least recently used snapshots make way, so that the cache keeps
+         * taking new prefixes instead of holding its first ones for good */
+        const dsv4_kv_pool *pool = dsv4_engine_kv(srv->eng);
+        uint32_t keep = srv->max_running - srv->n_running, free = dsv4_kv_slots_free(pool);
+        if (free <= keep)
+            dsv4_serve_cache_evict(srv, 0, keep + 1 - free);
+        if (dsv4_kv_slots_free(pool) <= keep ||
             dsv4_engine_slot_alloc(srv->eng, &r->snap_slot) != 0)
             return;
     }
