@@ -210,11 +210,24 @@ void dsv4_serve_cache_boundary(dsv4_server *srv, dsv4_sreq *r)
         return;
     }
     r->snap_pages = r->n_fed / srv->page_tokens;
+    if (r->snap_pages == r->fork_pages)
+        dsv4_serve_cache_publish(srv, r, true);
+}
+
+void dsv4_serve_cache_note_fork(dsv4_server *srv, dsv4_sreq *r)
+{
+    uint32_t n;
+    dsv4_serve_cache_want(srv, r, &n);
+    /* the whole pages of r's prompt that cached paths hold, with a state or not */
+    uint32_t shared = dsv4_radix_peek(srv->cache, r->toks, n, DSV4_RADIX_PAGES).pages;
+    r->fork_pages = shared * srv->page_tokens > r->n_fed ? shared : 0;
 }
 
 bool dsv4_serve_cache_publish(dsv4_server *srv, dsv4_sreq *r, bool state)
 {
     uint32_t slot, n_pages = 0, whole = r->n_fed / srv->page_tokens;
+    if (state && whole != 0 && whole == r->published)
+        return true; /* there already */
     if (state && (r->snap_slot == DSV4_RADIX_NO_SLOT || r->snap_pages != whole ||
                   whole * srv->page_tokens != r->n_fed))
         return false;
@@ -237,6 +250,7 @@ bool dsv4_serve_cache_publish(dsv4_server *srv, dsv4_sreq *r, bool state)
     if (r->node)
         dsv4_radix_unlock(srv->cache, r->node);
     r->node = node;
+    r->published = state ? whole : r->published;
     return true;
 }
 
@@ -264,6 +278,7 @@ void dsv4_serve_cache_release(dsv4_server *srv, dsv4_sreq *r, bool insert)
     if (r->node) {
         dsv4_radix_unlock(srv->cache, r->node);
         r->node = NULL;
+        r->published = 0;
     }
 }
 

@@ -382,6 +382,7 @@ static bool dsv4_serve_try_admit(dsv4_server *srv, dsv4_sreq *r, uint32_t *reser
         dsv4_metric_add(DSV4_M_PREFIX_HIT_TOKENS, r->cached);
     }
     if (!pd) {
+        dsv4_serve_cache_note_fork(srv, r);
         dsv4_serve_move(srv, r, DSV4_SREQ_RUNNING, false);
         dsv4_serve_siblings_progress(srv, r, DSV4_GREW_ADOPTED);
     }

@@ -91,6 +91,9 @@ typedef struct dsv4_sreq {
     dsv4_radix_node *node;  /* the cache node the sequence started from (locked) */
     uint32_t snap_slot;     /* state at the newest page boundary, or DSV4_RADIX_NO_SLOT */
     uint32_t snap_pages;    /* pages that snapshot ends after */
+    uint32_t fork_pages;    /* where its prompt leaves a path the cache holds (whole pages
+                               without a state there): its state goes to the cache there */
+    uint32_t published;     /* whole pages it put in the cache with their state so far */
     struct dsv4_pd_job *pd; /* its PD lease while it has one (pd.h), else NULL */
     /* siblings (the choices of one request, siblings.c; engine thread once queued): a
      * follower waits in the queue, not admitted, while `leader` computes their prompt; a
@@ -229,8 +232,12 @@ uint32_t dsv4_serve_cache_hit_pages(const dsv4_server *srv, const dsv4_sreq *r,
 /* Start r's new sequence from the longest cached prefix (loading what is on host);
  * returns the tokens adopted. */
 uint32_t dsv4_serve_cache_adopt(dsv4_server *srv, dsv4_sreq *r);
-/* Called when r's KV length reached a page boundary: keep its state there. */
+/* Called when r's KV length reached a page boundary: keep its state there, and put it in
+ * the cache at once where r's prompt leaves a cached path (the end of a prefix other
+ * requests share, such as a system prompt: the next request with it starts there). */
 void dsv4_serve_cache_boundary(dsv4_server *srv, dsv4_sreq *r);
+/* At r's admission, after adoption: note where its prompt leaves the cached path. */
+void dsv4_serve_cache_note_fork(dsv4_server *srv, dsv4_sreq *r);
 /* Put r's whole pages in the cache now, while it runs, with the state at their end when
  * `state` (r's snapshot, which must be at its KV's end: its next boundary takes a new
  * slot; a decode server keeps whole pages without state too). r then holds the lock on

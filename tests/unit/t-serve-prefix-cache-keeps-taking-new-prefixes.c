@@ -5,7 +5,10 @@
  * for the cache), six two-turn sessions one after another: every second turn starts from
  * the 32 cached tokens its first turn left (the first turn fed 40 + 7 tokens: its last
  * page boundary is 32), with the tokens of a cold run, and the cache holds no more than
- * its two snapshots; the first session, evicted since, starts cold again. */
+ * its two snapshots; the first session, evicted since, starts cold again. Requests that
+ * share only a leading part of their prompts (a system prompt of 40 tokens: 2 whole pages)
+ * share it from the third on: the second, whose prompt leaves the first's cached path
+ * after 2 pages, keeps its state there in the cache, and the third starts from it. */
 #include <string.h>
 
 #include "core/serve/metrics.h"
@@ -31,7 +34,7 @@ static void turn(dsv4_server *srv, dsv4_th_req *req, const int32_t *prompt, uint
 
 int main(void)
 {
-    plan(4);
+    plan(6);
     dsv4_th_init(3);
     uint32_t V = dsv4_th_model()->cfg.vocab_size;
     dsv4_th_server cfg = {.max_running = 2, .prefill_chunk = 64, .state_slots = 4, .n_pages = 64};
@@ -66,6 +69,34 @@ int main(void)
         dsv4_server_stop(srv, 0);
     }
     ok(same, "each second turn's tokens are those of a cold run");
+
+    /* three prompts: the same 40 tokens, then each its own 20 */
+    static int32_t shared[3][60];
+    for (uint32_t i = 0; i < 3; i++) {
+        dsv4_test_tokens(shared[i], 40, V, 300);
+        dsv4_test_tokens(shared[i] + 40, 20, V, 301 + i);
+    }
+    dsv4_th_server roomy = cfg;
+    roomy.state_slots = 8;
+    srv = dsv4_th_start(&roomy);
+    dsv4_th_req forked[3];
+    for (uint32_t i = 0; i < 3; i++)
+        turn(srv, &forked[i], shared[i], 60);
+    dsv4_server_stop(srv, 0);
+    ok(forked[0].end.cached_tokens == 0 && forked[1].end.cached_tokens == 0 &&
+           forked[2].end.cached_tokens == 32,
+       "a shared 40-token prefix: the third request starts from the 32 tokens (2 pages) the "
+       "second kept where it left the first's path (%u, %u, %u)",
+       forked[0].end.cached_tokens, forked[1].end.cached_tokens, forked[2].end.cached_tokens);
+    same = true;
+    for (uint32_t i = 0; i < 3; i++) {
+        srv = dsv4_th_start(&roomy);
+        dsv4_th_req cold;
+        turn(srv, &cold, shared[i], 60);
+        same = same && dsv4_th_same_tokens(&cold, &forked[i]) && cold.n_tokens == NEW;
+        dsv4_server_stop(srv, 0);
+    }
+    ok(same, "and each has the tokens of a cold run");
     dsv4_th_fini();
     return done_testing();
 }
