@@ -15,24 +15,20 @@
 # checkpoint: "--preset tiny --seed 5"), SERVE_KV_POOL (512M). COMMIT names the commit
 # measured (default: the source tree's HEAD).
 set -eu
-name=n-choices
+name=n-choices pool=512M
 . "$(dirname "$0")/serve-env.sh"
 make -C "$build" -s dsv4d dsv4ctl plugins/dsv4-indexk-fp8.la plugins/dsv4-sched-fcfs.la >/dev/null
 export OUT="$out" PROMPTS="${PROMPTS:-1000 4000}"
 export CHOICES="${CHOICES:-4 8}" ROUNDS="${ROUNDS:-3}" MAX_TOKENS="${MAX_TOKENS:-8}"
-export SERVE_MKMODEL="${SERVE_MKMODEL:---preset tiny --seed 5}" SERVE_KV_POOL="${SERVE_KV_POOL:-512M}"
-export COMMIT="${COMMIT:-$(git -C "$src" rev-parse --short HEAD 2>/dev/null || echo unknown)}"
 exec python3 - <<'EOF'
 import os, statistics, sys, threading, time
 sys.dont_write_bytecode = True  # nothing written into the source tree
 sys.path.insert(0, os.path.join(os.environ["top_srcdir"], "tests", "integ"))
-from dsv4d_http import Daemon
+from dsv4d_http import serve_daemon
 
 env = os.environ
 DEVICE = env["SERVE_DEVICE"]
-CORE = "device = cpu\nthreads = 2\n" if DEVICE == "cpu" else "device = cuda\ncuda_device = 0\n"
-d = Daemon(core=CORE, kv_pool=env["SERVE_KV_POOL"],
-           mkmodel=env["SERVE_MKMODEL"].split())
+d = serve_daemon()
 body = {"max_tokens": int(env["MAX_TOKENS"]), "temperature": 1.0, "ignore_eos": True}
 fresh = iter(range(1 << 30))
 

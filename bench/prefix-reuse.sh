@@ -9,27 +9,23 @@
 # bench/results/<date>-prefix-reuse-<cpu|gpu>.md in the source tree. SESSIONS (96),
 # CONCURRENCY (8), TURNS (3: the contexts stay below max_context) and MAX_TOKENS (16)
 # shape the repro run; the server runs with its [server] and [model] keys at their
-# defaults (max_running 32, state_slots 64) but max_context 4096. SERVE_DEVICE (cpu, on 2 threads, or cuda: CUDA device 0),
-# SERVE_MKMODEL ("--preset tiny --seed 5"), SERVE_KV_POOL (256M) as in serve-load.sh.
-# COMMIT names the commit measured (default: the source tree's HEAD).
+# defaults (max_running 32, state_slots 64) but max_context 4096. SERVE_DEVICE, SERVE_MKMODEL,
+# SERVE_KV_POOL (256M) and COMMIT as in serve-load.sh.
 set -eu
-name=prefix-reuse
+name=prefix-reuse pool=256M
 . "$(dirname "$0")/serve-env.sh"
 make -C "$build" -s dsv4d dsv4ctl plugins/dsv4-indexk-fp8.la plugins/dsv4-sched-fcfs.la >/dev/null
 export OUT="$out" SESSIONS="${SESSIONS:-96}" CONCURRENCY="${CONCURRENCY:-8}"
 export TURNS="${TURNS:-3}" MAX_TOKENS="${MAX_TOKENS:-16}"
-export SERVE_MKMODEL="${SERVE_MKMODEL:---preset tiny --seed 5}" SERVE_KV_POOL="${SERVE_KV_POOL:-256M}"
-export COMMIT="${COMMIT:-$(git -C "$src" rev-parse --short HEAD 2>/dev/null || echo unknown)}"
 exec python3 - <<'EOF'
 import os, subprocess, sys, time
 sys.dont_write_bytecode = True  # nothing written into the source tree
 sys.path.insert(0, os.path.join(os.environ["top_srcdir"], "tests", "integ"))
-from dsv4d_http import Daemon
+from dsv4d_http import serve_daemon
 
 env = os.environ
 DEVICE = env["SERVE_DEVICE"]
-CORE = "device = cpu\nthreads = 2\n" if DEVICE == "cpu" else "device = cuda\ncuda_device = 0\n"
-d = Daemon(core=CORE, kv_pool=env["SERVE_KV_POOL"], mkmodel=env["SERVE_MKMODEL"].split())
+d = serve_daemon()
 ctl = os.path.join(env["top_builddir"], "dsv4ctl")
 t = time.monotonic()
 run = subprocess.run([ctl, "repro", "--url", "http://127.0.0.1:%d" % d.port, "--sessions",

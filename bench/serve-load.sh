@@ -17,28 +17,26 @@
 # COMMIT names the commit measured (default: the source tree's HEAD; set it when BUILDDIR
 # was built from a snapshot).
 set -eu
-name=serve-load
+name=serve-load pool=64M
 . "$(dirname "$0")/serve-env.sh"
 make -C "$build" -s dsv4d dsv4ctl bench/serve-load plugins/dsv4-indexk-fp8.la \
     plugins/dsv4-sched-fcfs.la >/dev/null
 export LEVELS="${LEVELS:-1 4 16 64 256}" OUT="$out"
 export PROMPTS="${PROMPTS:-16,64,256,1024}" OUTS="${OUTS:-8,32,128}" GREEDY="${GREEDY:-50}"
 export EXTRAS="${EXTRAS:-0}"
-export SERVE_MKMODEL="${SERVE_MKMODEL:---preset tiny --seed 5}" SERVE_KV_POOL="${SERVE_KV_POOL:-64M}"
 exec python3 - <<'EOF'
 import os, subprocess, sys, time
 sys.dont_write_bytecode = True  # nothing written into the source tree
 sys.path.insert(0, os.path.join(os.environ["top_srcdir"], "tests", "integ"))
-from dsv4d_http import Daemon
+from dsv4d_http import serve_daemon
 
 MAX_RUNNING, STATE_SLOTS = 256, 320
 PROMPTS, OUTS = os.environ["PROMPTS"], os.environ["OUTS"]
 DEVICE, MKMODEL, KV_POOL = (os.environ["SERVE_DEVICE"], os.environ["SERVE_MKMODEL"],
                             os.environ["SERVE_KV_POOL"])
-CORE = "device = cpu\nthreads = 2\n" if DEVICE == "cpu" else "device = cuda\ncuda_device = 0\n"
 load_avg = open("/proc/loadavg").read().split()[0]
-d = Daemon(server="max_running = %d\n" % MAX_RUNNING, model="state_slots = %d\n" % STATE_SLOTS,
-           core=CORE, kv_pool=KV_POOL, mkmodel=MKMODEL.split())
+d = serve_daemon(server="max_running = %d\n" % MAX_RUNNING,
+                 model="state_slots = %d\n" % STATE_SLOTS)
 backend = ("cpu backend with 2 threads" if DEVICE == "cpu" else
            "cuda backend on device 0 (%s)" % next(
                (l.split("(", 1)[1].split(";")[0] for l in d.log().splitlines()
@@ -89,9 +87,7 @@ for c in [int(x) for x in os.environ["LEVELS"].split()]:
                    r["ttft_p90_ms"], r["ttft_p99_ms"], r["itl_p50_ms"], r["itl_p90_ms"],
                    r["itl_p99_ms"], server_view(m0, d.metrics(), float(r["wall_s"]))))
 d.stop()
-rev = os.environ.get("COMMIT") or subprocess.run(
-    ["git", "-C", os.environ["top_srcdir"], "rev-parse", "--short", "HEAD"],
-    stdout=subprocess.PIPE, text=True).stdout.strip()
+rev = os.environ["COMMIT"]
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo")
             if l.startswith("model name")), "unknown CPU")
 with open(os.environ["OUT"], "w") as f:

@@ -111,6 +111,16 @@ def soak_daemon():
             "CPU" if device == "cpu" else "GPU (device = %s)" % device)
 
 
+def serve_daemon(server="", model=""):
+    """The Daemon of the serving benchmarks (bench/serve-env.sh), from the environment:
+    SERVE_DEVICE cpu (2 threads) or cuda (CUDA device 0), SERVE_KV_POOL, SERVE_MKMODEL (the
+    `dsv4ctl mkmodel` arguments); server and model: more keys of those sections."""
+    cpu = os.environ["SERVE_DEVICE"] == "cpu"
+    return Daemon(server=server, model=model, kv_pool=os.environ["SERVE_KV_POOL"],
+                  core="device = cpu\nthreads = 2\n" if cpu else "device = cuda\ncuda_device = 0\n",
+                  mkmodel=os.environ["SERVE_MKMODEL"].split())
+
+
 def free_port():
     """A port nothing listens on now (the kernel's pick for port 0)."""
     s = socket.socket()
