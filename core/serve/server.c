@@ -330,6 +330,8 @@ void dsv4_serve_sreq_free(dsv4_sreq *r)
 static int dsv4_serve_enqueue(dsv4_server *srv, dsv4_sreq *const *rs, uint32_t count, bool pd,
                               uint64_t *ids)
 {
+    /* read now: once queued, the engine thread may end and free them at any time */
+    int64_t prompt_tokens = (int64_t)count * rs[0]->n_prompt;
     pthread_mutex_lock(&srv->mu);
     int refused =
         srv->stopping ? -ESHUTDOWN
@@ -355,7 +357,7 @@ static int dsv4_serve_enqueue(dsv4_server *srv, dsv4_sreq *const *rs, uint32_t c
     pthread_cond_signal(&srv->wake);
     pthread_mutex_unlock(&srv->mu);
     dsv4_metric_add(DSV4_M_REQUESTS, count);
-    dsv4_metric_add(DSV4_M_PROMPT_TOKENS, (int64_t)count * rs[0]->n_prompt);
+    dsv4_metric_add(DSV4_M_PROMPT_TOKENS, prompt_tokens);
     return 0;
 }
 
