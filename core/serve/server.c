@@ -367,7 +367,7 @@ int dsv4_server_submit_choices(dsv4_server *srv, const int32_t *prompt, size_t n
 {
     if (!dsv4_pd_takes_clients(srv))
         return -EPERM; /* a prefill server computes leases only */
-    if (n_choices == 0 || n_choices > DSV4_SERVER_CHOICES_MAX || !ctxs || !ids)
+    if (!params || n_choices == 0 || n_choices > DSV4_SERVER_CHOICES_MAX || !ctxs || !ids)
         return -EINVAL;
     dsv4_sreq *rs[DSV4_SERVER_CHOICES_MAX];
     int rc = 0;
