@@ -317,13 +317,21 @@ static int dsv4_engine_step(dsv4_engine *eng, uint32_t ns)
     return dsv4_fwd_step(eng->fwd, eng->step, ns);
 }
 
-/* dsv4_engine_prefill_each (modes NULL: every sequence's mode is `mode`), and with samples
- * (NULL = none) sequence i's next token chosen on the device by the step that runs its
- * last token (samples[i]). */
+/* What dsv4_engine_run hands the steps besides tokens: each sequence's logits mode (modes
+ * NULL: `mode` for every one) and outputs, its rows to score on the device (scores, NULL =
+ * none) and its next token chosen there by the step that runs its last token (samples,
+ * NULL = none). */
+typedef struct dsv4_run_out {
+    dsv4_logits_mode mode;
+    const dsv4_logits_mode *modes;
+    float *const *logits;
+    const dsv4_score_req *const *scores;
+    const dsv4_fwd_sample *samples;
+} dsv4_run_out;
+
 static int dsv4_engine_run(dsv4_engine *eng, size_t n, const uint32_t *seqs,
                            const int32_t *const *tokens, const uint32_t *lens,
-                           dsv4_logits_mode mode, const dsv4_logits_mode *modes,
-                           float *const *logits, const dsv4_fwd_sample *samples)
+                           const dsv4_run_out *o)
 {
     size_t V = eng->model->cfg.vocab_size;
     uint32_t max_context = eng->conf.n_pages * eng->conf.page_tokens;
@@ -348,24 +356,26 @@ static int dsv4_engine_run(dsv4_engine *eng, size_t n, const uint32_t *seqs,
             take = take < budget ? take : budget;
             if ((rc = dsv4_engine_pages(eng, s, s->len + take)) != 0)
                 return rc;
-            dsv4_logits_mode m = modes ? modes[i] : mode;
+            dsv4_logits_mode m = o->modes ? o->modes[i] : o->mode;
             for (uint32_t j = 0; j < take; j++) {
                 uint32_t idx = eng->done[i] + j;
                 float *out = NULL;
                 if (m == DSV4_LOGITS_ALL)
-                    out = logits[i] + (size_t)idx * V;
+                    out = o->logits[i] + (size_t)idx * V;
                 else if (m == DSV4_LOGITS_LAST && idx == lens[i] - 1)
-                    out = logits[i];
+                    out = o->logits[i];
                 eng->lptr[lp + j] = out;
             }
             bool last = eng->done[i] + take == lens[i];
-            eng->step[ns] = (dsv4_fwd_seq){s->slot,
-                                           s->pages,
-                                           s->len,
-                                           take,
-                                           tokens[i] + eng->done[i],
-                                           eng->lptr + lp,
-                                           samples && last ? &samples[i] : NULL};
+            eng->step[ns] =
+                (dsv4_fwd_seq){s->slot,
+                               s->pages,
+                               s->len,
+                               take,
+                               tokens[i] + eng->done[i],
+                               eng->lptr + lp,
+                               o->samples && last ? &o->samples[i] : NULL,
+                               o->scores && o->scores[i] ? o->scores[i] + eng->done[i] : NULL};
             eng->step_of[ns++] = (uint32_t)i;
             lp += take;
             budget -= take;
@@ -386,14 +396,19 @@ int dsv4_engine_prefill(dsv4_engine *eng, size_t n, const uint32_t *seqs,
                         const int32_t *const *tokens, const uint32_t *lens, dsv4_logits_mode mode,
                         float *const *logits)
 {
-    return dsv4_engine_run(eng, n, seqs, tokens, lens, mode, NULL, logits, NULL);
+    dsv4_run_out o = {.mode = mode, .logits = logits};
+    return dsv4_engine_run(eng, n, seqs, tokens, lens, &o);
 }
 
 int dsv4_engine_prefill_each(dsv4_engine *eng, size_t n, const uint32_t *seqs,
                              const int32_t *const *tokens, const uint32_t *lens,
-                             const dsv4_logits_mode *modes, float *const *logits)
+                             const dsv4_logits_mode *modes, float *const *logits,
+                             const dsv4_score_req *const *scores)
 {
-    return dsv4_engine_run(eng, n, seqs, tokens, lens, DSV4_LOGITS_NONE, modes, logits, NULL);
+    if (scores && !dsv4_engine_samples(eng))
+        return -ENOTSUP;
+    dsv4_run_out o = {.modes = modes, .logits = logits, .scores = scores};
+    return dsv4_engine_run(eng, n, seqs, tokens, lens, &o);
 }
 
 int dsv4_engine_decode(dsv4_engine *eng, size_t n, const uint32_t *seqs, const int32_t *tokens,
@@ -437,6 +452,6 @@ int dsv4_engine_decode_sample(dsv4_engine *eng, size_t n, const uint32_t *seqs,
         eng->tokp[i] = tokens + i;
         eng->dsamp[i] = (dsv4_fwd_sample){&reqs[i], &out[i]};
     }
-    return dsv4_engine_run(eng, n, seqs, eng->tokp, eng->ones, DSV4_LOGITS_NONE, NULL, NULL,
-                           eng->dsamp);
+    return dsv4_engine_run(eng, n, seqs, eng->tokp, eng->ones,
+                           &(dsv4_run_out){.samples = eng->dsamp});
 }

@@ -90,10 +90,14 @@ int dsv4_engine_prefill(dsv4_engine *eng, size_t n, const uint32_t *seqs,
                         const int32_t *const *tokens, const uint32_t *lens, dsv4_logits_mode mode,
                         float *const *logits);
 /* dsv4_engine_prefill with each sequence's own mode: sequence i's logits[i] receives what
- * modes[i] asks for (a serving batch where one request scores its prompt). */
+ * modes[i] asks for (a serving batch where one request scores its prompt). With scores
+ * (NULL = none; only where dsv4_engine_samples, else -ENOTSUP), the rows of sequence i's
+ * tokens that scores[i] (NULL = none; lens[i] entries) asks for are scored on the device,
+ * only their log-probabilities coming back (dsv4_score_req). */
 int dsv4_engine_prefill_each(dsv4_engine *eng, size_t n, const uint32_t *seqs,
                              const int32_t *const *tokens, const uint32_t *lens,
-                             const dsv4_logits_mode *modes, float *const *logits);
+                             const dsv4_logits_mode *modes, float *const *logits,
+                             const dsv4_score_req *const *scores);
 /* One decode step for n sequences: token[i] is appended to seqs[i] and its next-token
  * logits go to logits + i * vocab. Same errors as prefill. */
 int dsv4_engine_decode(dsv4_engine *eng, size_t n, const uint32_t *seqs, const int32_t *tokens,

@@ -52,6 +52,8 @@ typedef struct dsv4_fwd_seq {
     const dsv4_fwd_sample *sample; /* the token after the last of the n, chosen on the
                                       device; NULL = not wanted. The CUDA forward only:
                                       the engine never hands one to dsv4_fwd_step */
+    const dsv4_score_req *scores;  /* [n] rows scored on the device, or NULL. The CUDA
+                                      forward only, as sample */
 } dsv4_fwd_seq;
 
 /* The geometry the kernels rely on (the loader checks shapes, this checks combinations),

@@ -148,6 +148,7 @@ struct dsv4_fwd_cuda {
     uint32_t *sel_host, *score_pages;
     float **head_out;                    /* [max_tokens] per head row, NULL = no logits */
     const dsv4_fwd_sample **head_sample; /* [max_tokens] per head row, NULL = no token */
+    const dsv4_score_req **head_score;   /* [max_tokens] per head row, NULL = not scored */
 
     /* the device sampler (made by the first step that samples) and its rows' I/O; the
      * edits and log-probabilities around it (made by the first step that asks for them) */
@@ -156,6 +157,9 @@ struct dsv4_fwd_cuda {
     int32_t *tokens_host, *tokens_dev; /* [FC_HEAD_ROWS] */
     dsv4_cuda_logits *lw;
     dsv4_cuda_logprobs_row *lp_host; /* [FC_HEAD_ROWS] */
+    /* rows scored (dsv4_score_req): their tokens, and what the scoring gives */
+    int32_t *score_tok_host, *score_tok_dev; /* [FC_HEAD_ROWS] */
+    dsv4_cuda_logprobs_row *score_lp_host;   /* [FC_HEAD_ROWS] */
     dsv4_cuda_logit_edit *edits_host;
     uint32_t edits_cap;
 
@@ -554,6 +558,7 @@ static bool fc_alloc_workspace(dsv4_fwd_cuda *f)
     f->hu = fc_dev(f, FC_HEAD_ROWS * H, sizeof(float));
     f->logits = fc_dev(f, FC_HEAD_ROWS * V, sizeof(float));
     f->tokens_dev = fc_dev(f, FC_HEAD_ROWS, sizeof(int32_t));
+    f->score_tok_dev = fc_dev(f, FC_HEAD_ROWS, sizeof(int32_t));
     f->desc_words = (size_t)FD_COUNT_ARRAYS * B;
     f->desc = fc_dev(f, f->desc_words, sizeof(uint32_t));
 
@@ -571,6 +576,9 @@ static bool fc_alloc_workspace(dsv4_fwd_cuda *f)
     f->rows_host = fc_host(f, FC_HEAD_ROWS, sizeof(dsv4_cuda_sample_row));
     f->tokens_host = fc_host(f, FC_HEAD_ROWS, sizeof(int32_t));
     f->lp_host = fc_host(f, FC_HEAD_ROWS, sizeof(dsv4_cuda_logprobs_row));
+    f->head_score = fc_host(f, B, sizeof(dsv4_score_req *));
+    f->score_tok_host = fc_host(f, FC_HEAD_ROWS, sizeof(int32_t));
+    f->score_lp_host = fc_host(f, FC_HEAD_ROWS, sizeof(dsv4_cuda_logprobs_row));
     f->score_pages = fc_host(f, f->max_context / dsv4_kv_pool_layout(f->pool)->page_tokens + 1,
                              sizeof(uint32_t));
     return !f->oom;
@@ -764,9 +772,11 @@ static int fc_layout(dsv4_fwd_cuda *f, const dsv4_fwd_seq *seqs, size_t n_seqs)
             if (csa && (p + 1) / rate > f->max_valid)
                 f->max_valid = (p + 1) / rate;
             bool logits = sq->logits && sq->logits[i], pick = sq->sample && i == sq->n - 1;
-            if (logits || pick) {
+            bool score = sq->scores && sq->scores[i].out;
+            if (logits || pick || score) {
                 h[FD_HEAD * B + f->n_head] = t;
                 f->head_sample[f->n_head] = pick ? sq->sample : NULL;
+                f->head_score[f->n_head] = score ? &sq->scores[i] : NULL;
                 f->head_out[f->n_head++] = logits ? sq->logits[i] : NULL;
             }
         }
@@ -1194,21 +1204,46 @@ static int fc_sample(dsv4_fwd_cuda *f, uint32_t first, uint32_t n)
     return rc;
 }
 
+/* The log-probabilities of head rows first .. first + n that are scored (dsv4_score_req)
+ * from those rows' logits, into f->score_lp_host once the stream gets there. */
+static int fc_score(dsv4_fwd_cuda *f, uint32_t first, uint32_t n)
+{
+    uint32_t V = f->c->vocab_size;
+    for (uint32_t i = 0; i < n; i++) {
+        const dsv4_score_req *q = f->head_score[first + i];
+        uint32_t top = q && q->top_logprobs < V ? q->top_logprobs : V;
+        f->score_tok_host[i] = q ? q->token : -1;
+        f->score_lp_host[i].want = q ? 1 + top : 0;
+    }
+    if (!f->lw && !(f->lw = dsv4_cuda_logits_new(FC_HEAD_ROWS, V)))
+        return -ENOMEM;
+    int rc = dsv4_cuda_copy(f->score_tok_dev, f->score_tok_host, n * sizeof(int32_t), f->stream);
+    if (rc == 0)
+        rc = dsv4_cuda_logprobs(f->lw, f->logits, n, f->score_tok_dev, f->score_lp_host, f->stream);
+    return rc;
+}
+
+/* A scored or chosen row's log-probabilities (lp) into a dsv4_choice. */
+static void fc_logprobs_out(const dsv4_cuda_logprobs_row *lp, dsv4_choice *out)
+{
+    out->logprob = lp->logprob;
+    for (uint32_t j = 0; j + 1 < lp->want; j++)
+        out->top[j] = (dsv4_token_logprob){lp->top_id[j], lp->top_logprob[j]};
+}
+
 /* Head row i's choice (of the FC_HEAD_ROWS from fc_sample) to its request's out. */
 static void fc_choice(const dsv4_fwd_cuda *f, uint32_t i, const dsv4_fwd_sample *s)
 {
     dsv4_choice *out = s->out;
     const dsv4_cuda_logprobs_row *lp = &f->lp_host[i];
     out->token = f->tokens_host[i];
-    if (!lp->want)
-        return;
-    out->logprob = lp->logprob;
-    for (uint32_t j = 0; j + 1 < lp->want; j++)
-        out->top[j] = (dsv4_token_logprob){lp->top_id[j], lp->top_logprob[j]};
+    if (lp->want)
+        fc_logprobs_out(lp, out);
 }
 
 /* The head rows, FC_HEAD_ROWS at a time: logits copied out to the rows that want them,
- * tokens sampled on the device for the rows that want one (4 bytes come back for those). */
+ * tokens sampled on the device for the rows that want one (4 bytes come back for those),
+ * rows scored there for those that are (their log-probabilities come back). */
 static int fc_head(dsv4_fwd_cuda *f)
 {
     const dsv4_model_config *c = f->c;
@@ -1219,10 +1254,11 @@ static int fc_head(dsv4_fwd_cuda *f)
     int rc = 0;
     for (uint32_t first = 0; rc == 0 && first < f->n_head; first += FC_HEAD_ROWS) {
         uint32_t n = f->n_head - first < FC_HEAD_ROWS ? f->n_head - first : FC_HEAD_ROWS;
-        bool logits = false, pick = false;
+        bool logits = false, pick = false, score = false;
         for (uint32_t i = 0; i < n; i++) {
             logits = logits || f->head_out[first + i];
             pick = pick || f->head_sample[first + i];
+            score = score || f->head_score[first + i];
         }
         rc = dsv4_cuda_hc_head(&f->dims, n, rows + first, layers ? f->xf : f->x,
                                layers ? &ex : NULL, f->hch_fn, f->hch_base, f->m->hc_head.scale[0],
@@ -1231,6 +1267,8 @@ static int fc_head(dsv4_fwd_cuda *f)
             rc = dsv4_cuda_linear(f->blas, &f->head, V, H, f->hu, H, n, f->logits, V);
         if (rc == 0 && pick)
             rc = fc_sample(f, first, n);
+        if (rc == 0 && score)
+            rc = fc_score(f, first, n);
         if (rc == 0 && logits)
             rc = dsv4_cuda_copy(f->logits_host, f->logits, n * V * sizeof(float), f->stream);
         if (rc == 0)
@@ -1240,6 +1278,8 @@ static int fc_head(dsv4_fwd_cuda *f)
                 memcpy(f->head_out[first + i], f->logits_host + i * V, V * sizeof(float));
             if (f->head_sample[first + i])
                 fc_choice(f, i, f->head_sample[first + i]);
+            if (f->head_score[first + i])
+                fc_logprobs_out(&f->score_lp_host[i], f->head_score[first + i]->out);
         }
     }
     return rc;

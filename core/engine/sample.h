@@ -70,4 +70,14 @@ typedef struct dsv4_choice {
     dsv4_token_logprob top[DSV4_TOP_LOGPROBS_MAX];
 } dsv4_choice;
 
+/* A row of logits scored on the engine's device instead of handed out (a prompt's own
+ * log-probabilities): out receives token's log-probability under the row and its
+ * top_logprobs likeliest tokens, as a dsv4_choice's logprob and top (out->token is not
+ * written). */
+typedef struct dsv4_score_req {
+    int32_t token;
+    uint32_t top_logprobs; /* <= DSV4_TOP_LOGPROBS_MAX */
+    dsv4_choice *out;      /* NULL = this row is not scored */
+} dsv4_score_req;
+
 #endif

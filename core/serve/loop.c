@@ -269,16 +269,22 @@ static void dsv4_serve_token(dsv4_server *srv, dsv4_sreq *r, const float *logits
     dsv4_serve_emit(srv, r, &ev);
 }
 
+/* ev's logprob of its token and its top alternatives as the engine's device gave them. */
+static void dsv4_serve_device_logprobs(const dsv4_server *srv, const dsv4_sreq *r,
+                                       const dsv4_choice *c, dsv4_gen_event *ev)
+{
+    ev->logprob = c->logprob;
+    ev->n_top = r->params.top_logprobs < srv->vocab ? r->params.top_logprobs : srv->vocab;
+    memcpy(ev->top, c->top, ev->n_top * sizeof(*ev->top));
+}
+
 /* Deliver r's token as the engine chose it on its device (c), with the logprobs r asked
  * for, and end r when it is done. */
 static void dsv4_serve_chosen(dsv4_server *srv, dsv4_sreq *r, const dsv4_choice *c)
 {
     dsv4_gen_event ev = {.kind = DSV4_EV_TOKEN, .token = c->token};
-    if (r->params.logprobs) {
-        ev.logprob = c->logprob;
-        ev.n_top = r->params.top_logprobs < srv->vocab ? r->params.top_logprobs : srv->vocab;
-        memcpy(ev.top, c->top, ev.n_top * sizeof(*ev.top));
-    }
+    if (r->params.logprobs)
+        dsv4_serve_device_logprobs(srv, r, c, &ev);
     dsv4_serve_emit(srv, r, &ev);
 }
 
@@ -534,29 +540,57 @@ static void dsv4_serve_decode(dsv4_server *srv)
     }
 }
 
-/* The PROMPT_TOKEN events of r that a prefill call's rows (one a token it fed, from
- * position `from`) make: the row at position p scores prompt token p + 1. */
-static void dsv4_serve_prompt_scores(dsv4_server *srv, dsv4_sreq *r, const float *rows,
-                                     uint32_t from, uint32_t n)
+/* Whether r still owes the event of the prompt token that the j-th row of a prefill call
+ * feeding from position `from` scores (the row at position p scores token p + 1). */
+static bool dsv4_serve_owes(const dsv4_sreq *r, uint32_t from, uint32_t j)
+{
+    uint32_t t = from + j + 1;
+    return t >= r->plp_next && t < r->n_prompt;
+}
+
+/* r's PROMPT_TOKEN events from a prefill call that fed n tokens from position `from`,
+ * scored on the host from the call's logits rows (rows, one a token) or on the engine's
+ * device (scores, one a token). */
+static void dsv4_serve_prompt_scores(dsv4_server *srv, dsv4_sreq *r, uint32_t from, uint32_t n,
+                                     const float *rows, const dsv4_score_req *scores)
 {
     for (uint32_t j = 0; j < n; j++) {
-        uint32_t t = from + j + 1;
-        if (t < r->plp_next || t >= r->n_prompt)
+        if (!dsv4_serve_owes(r, from, j))
             continue;
-        dsv4_gen_event ev = {.kind = DSV4_EV_PROMPT_TOKEN, .token = r->toks[t]};
-        dsv4_serve_logprobs(srv, r, rows + (size_t)j * srv->vocab, &ev);
+        dsv4_gen_event ev = {.kind = DSV4_EV_PROMPT_TOKEN, .token = r->toks[from + j + 1]};
+        if (scores)
+            dsv4_serve_device_logprobs(srv, r, scores[j].out, &ev);
+        else
+            dsv4_serve_logprobs(srv, r, rows + (size_t)j * srv->vocab, &ev);
         r->fn(r->ctx, &ev);
-        r->plp_next = t + 1;
-        dsv4_serve_siblings_relay(r, &ev, t);
+        r->plp_next = from + j + 2;
+        dsv4_serve_siblings_relay(r, &ev, from + j + 1);
     }
+}
+
+/* What the engine's device scores of r's rows in a prefill call that feeds `take` tokens:
+ * the tokens it owes (srv->score_reqs and score_outs from `at`, the call's tokens before). */
+static const dsv4_score_req *dsv4_serve_score_reqs(dsv4_server *srv, const dsv4_sreq *r,
+                                                   uint32_t at, uint32_t take)
+{
+    dsv4_score_req *q = srv->score_reqs + at;
+    for (uint32_t j = 0; j < take; j++)
+        q[j] = dsv4_serve_owes(r, r->n_fed, j)
+                   ? (dsv4_score_req){r->toks[r->n_fed + j + 1], r->params.top_logprobs,
+                                      srv->score_outs + at + j}
+                   : (dsv4_score_req){.out = NULL};
+    return q;
 }
 
 static void dsv4_serve_prefill(dsv4_server *srv)
 {
     dsv4_sreq **batch = srv->batch;
     uint32_t budget = srv->prefill_chunk, pt = srv->page_tokens, V = srv->vocab;
+    /* prompts scored where the engine chooses tokens: on its device, else from rows here */
+    bool device = dsv4_engine_samples(srv->eng) && !srv->host_sampling;
     while (budget > 0) {
         uint32_t n = 0, need = 0, used = 0, rows = 0;
+        bool scored = false;
         for (dsv4_link *l = srv->running.next; l != &srv->running && used < budget; l = l->next) {
             dsv4_sreq *r = DSV4_CONTAINER(l, dsv4_sreq, q);
             uint32_t take = dsv4_sreq_len(r) - r->n_fed;
@@ -565,16 +599,18 @@ static void dsv4_serve_prefill(dsv4_server *srv)
             take = take < budget - used ? take : budget - used;
             take = take < pt - r->n_fed % pt ? take : pt - r->n_fed % pt;
             bool scores = dsv4_sreq_scores_prompt(r);
-            if (scores) { /* every row it feeds comes back: as many as the buffer holds */
+            srv->modes[n] = DSV4_LOGITS_LAST;
+            srv->lptr[n] = srv->logits + (size_t)n * V;
+            srv->scorep[n] = scores && device ? dsv4_serve_score_reqs(srv, r, used, take) : NULL;
+            scored = scored || srv->scorep[n];
+            if (scores && !device) { /* every row it feeds comes back: as many as fit */
                 if (rows == srv->prompt_rows_max)
                     continue;
                 take = take < srv->prompt_rows_max - rows ? take : srv->prompt_rows_max - rows;
+                srv->modes[n] = DSV4_LOGITS_ALL;
                 srv->lptr[n] = srv->prompt_rows + (size_t)rows * V;
                 rows += take;
-            } else {
-                srv->lptr[n] = srv->logits + (size_t)n * V;
             }
-            srv->modes[n] = scores ? DSV4_LOGITS_ALL : DSV4_LOGITS_LAST;
             batch[n] = r;
             srv->lens[n++] = take;
             need += dsv4_serve_pages(srv, r->n_fed + take) - dsv4_serve_pages(srv, r->n_fed);
@@ -595,7 +631,7 @@ static void dsv4_serve_prefill(dsv4_server *srv)
         }
         uint64_t t0 = dsv4_now_ns();
         int rc = dsv4_engine_prefill_each(srv->eng, n, srv->seqs, srv->tokp, srv->lens, srv->modes,
-                                          srv->lptr);
+                                          srv->lptr, scored ? srv->scorep : NULL);
         dsv4_metric_add(DSV4_M_PREFILL_SECONDS, dsv4_now_ns() - t0);
         if (rc != 0) {
             dsv4_serve_fail(srv, batch, n, rc, "prefill step");
@@ -604,8 +640,10 @@ static void dsv4_serve_prefill(dsv4_server *srv)
         for (uint32_t i = 0; i < n; i++) {
             dsv4_sreq *r = batch[i];
             const float *last = srv->lptr[i];
+            if (srv->scorep[i])
+                dsv4_serve_prompt_scores(srv, r, r->n_fed, srv->lens[i], NULL, srv->scorep[i]);
             if (srv->modes[i] == DSV4_LOGITS_ALL) {
-                dsv4_serve_prompt_scores(srv, r, srv->lptr[i], r->n_fed, srv->lens[i]);
+                dsv4_serve_prompt_scores(srv, r, r->n_fed, srv->lens[i], srv->lptr[i], NULL);
                 last += (size_t)(srv->lens[i] - 1) * V;
             }
             r->n_fed += srv->lens[i];

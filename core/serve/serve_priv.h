@@ -165,8 +165,13 @@ struct dsv4_server {
     const int32_t **tokp;    /* [max_running] */
     float **lptr;            /* [max_running] */
     dsv4_logits_mode *modes; /* [max_running] a prefill call's, per request */
-    float *prompt_rows;      /* [prompt_rows_max][vocab] the rows of prompts being scored */
+    float *prompt_rows;      /* [prompt_rows_max][vocab] the rows of prompts scored here */
     uint32_t prompt_rows_max;
+    /* prompts scored on the engine's device: a prefill call's rows [prefill_chunk], and
+     * each request's first [max_running] (NULL = none) */
+    dsv4_score_req *score_reqs;
+    dsv4_choice *score_outs;
+    const dsv4_score_req **scorep;
 
     /* a decode batch whose tokens the engine chooses on its device [max_running]: what
      * each request asks for (its edits from edit_at[i] in edits) and what it got */

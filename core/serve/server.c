@@ -137,6 +137,9 @@ static void dsv4_serve_free(dsv4_server *srv)
     free(srv->lptr);
     free(srv->modes);
     free(srv->prompt_rows);
+    free(srv->score_reqs);
+    free(srv->score_outs);
+    free(srv->scorep);
     pthread_mutex_destroy(&srv->mu);
     pthread_cond_destroy(&srv->wake);
     pthread_cond_destroy(&srv->flushed);
@@ -199,9 +202,13 @@ dsv4_server *dsv4_server_start_opts(const dsv4_config *conf, const dsv4_model *m
     rows = rows < srv->prefill_chunk ? rows : srv->prefill_chunk;
     srv->prompt_rows_max = rows ? (uint32_t)rows : 1;
     srv->prompt_rows = malloc((size_t)srv->prompt_rows_max * srv->vocab * sizeof(float));
+    srv->score_reqs = calloc(srv->prefill_chunk, sizeof(*srv->score_reqs));
+    srv->score_outs = calloc(srv->prefill_chunk, sizeof(*srv->score_outs));
+    srv->scorep = calloc(R, sizeof(*srv->scorep));
     if (!srv->logits || !srv->scratch || !srv->adjusted || !srv->counts || !srv->batch ||
         !srv->seqs || !srv->lens || !srv->tokens || !srv->choices || !srv->chosen ||
-        !srv->edit_at || !srv->tokp || !srv->lptr || !srv->modes || !srv->prompt_rows) {
+        !srv->edit_at || !srv->tokp || !srv->lptr || !srv->modes || !srv->prompt_rows ||
+        !srv->score_reqs || !srv->score_outs || !srv->scorep) {
         snprintf(err, errlen, "server: out of memory");
         goto fail;
     }
