@@ -53,7 +53,8 @@ bench_serve_load_LDADD = $(JANSSON_LIBS) $(PTHREAD_LIBS) -lm
 # A bounded run of bench/soak.sh (bench/serve-load against dsv4d; no timing thresholds).
 TESTS += tests/integ/t-soak-80-clients-with-aborts-leak-nothing.sh
 EXTRA_DIST += tests/integ/t-soak-80-clients-with-aborts-leak-nothing.sh bench/soak.sh \
-	bench/serve-load.sh bench/n-choices.sh bench/serve-env.sh bench/prefix-reuse.sh
+	bench/serve-load.sh bench/n-choices.sh bench/serve-env.sh bench/prefix-reuse.sh \
+	bench/shared-prefix-burst.sh
 # The host tier's fence through the HTTP server under load: async keeps every greedy answer,
 # unfenced (the negative control) garbles some and the soak catches it.
 TESTS += tests/integ/t-soak-host-tier-fence-keeps-answers-unfenced-is-caught.sh

@@ -21,6 +21,7 @@ SERVE_LOOP_TESTS = tests/unit/t-serve-same-tokens-however-scheduled \
 	tests/unit/t-serve-max-waiting-refuses-past-the-limit \
 	tests/unit/t-serve-prompt-logprobs-score-every-prompt-token \
 	tests/unit/t-serve-siblings-share-the-prompt \
+	tests/unit/t-serve-arrivals-share-a-prefix-in-flight \
 	tests/unit/t-serve-prefix-cache-keeps-taking-new-prefixes
 tests_unit_t_serve_same_tokens_however_scheduled_SOURCES = \
 	tests/unit/t-serve-same-tokens-however-scheduled.c $(SERVE_HARNESS)
@@ -46,6 +47,9 @@ tests_unit_t_serve_prompt_logprobs_score_every_prompt_token_LDADD = $(TEST_CORE_
 tests_unit_t_serve_siblings_share_the_prompt_SOURCES = \
 	tests/unit/t-serve-siblings-share-the-prompt.c $(SERVE_HARNESS)
 tests_unit_t_serve_siblings_share_the_prompt_LDADD = $(TEST_CORE_LIBS) -lm
+tests_unit_t_serve_arrivals_share_a_prefix_in_flight_SOURCES = \
+	tests/unit/t-serve-arrivals-share-a-prefix-in-flight.c $(SERVE_HARNESS)
+tests_unit_t_serve_arrivals_share_a_prefix_in_flight_LDADD = $(TEST_CORE_LIBS) -lm
 tests_unit_t_serve_prefix_cache_keeps_taking_new_prefixes_SOURCES = \
 	tests/unit/t-serve-prefix-cache-keeps-taking-new-prefixes.c $(SERVE_HARNESS)
 tests_unit_t_serve_prefix_cache_keeps_taking_new_prefixes_LDADD = $(TEST_CORE_LIBS) -lm

@@ -3,11 +3,12 @@
  * pages run out, sampling, and the events and metrics of every request.
  *
  * One step:
- *   1. take new requests from the inbox, end cancelled ones, abort everything past the
+ *   1. take new requests from the inbox (each may follow a running request that computes
+ *      a prefix of its prompt, siblings.c), end cancelled ones, abort everything past the
  *      stop deadline;
  *   2. admission: retracted requests first (oldest first), then the waiting queue in the
  *      sched plugin's order, stopping at the first that does not fit (so the order holds)
- *      and passing over a request that waits for a sibling to compute their shared prompt
+ *      and passing over a request that waits for another to compute the prefix they share
  *      (siblings.c);
  *   3. decode: one batched decode step for every running request with exactly one token
  *      left to feed (the last sampled one); where the engine samples on its device (CUDA)
@@ -129,7 +130,7 @@ void dsv4_serve_finish(dsv4_server *srv, dsv4_sreq *r, dsv4_gen_event_kind kind,
 {
     if (r->where == DSV4_SREQ_RUNNING || r->where == DSV4_SREQ_PD)
         dsv4_serve_release(srv, r, kind == DSV4_EV_DONE);
-    dsv4_serve_siblings_leave(srv, r);
+    dsv4_serve_siblings_leave(r);
     dsv4_serve_move(srv, r, DSV4_SREQ_ENDED, false);
     pthread_mutex_lock(&srv->mu);
     dsv4_list_unlink(&r->all);
@@ -332,7 +333,7 @@ static void dsv4_serve_retract(dsv4_server *srv)
     dsv4_log(DSV4_LOG_DEBUG, "server", "request %llu retracted (%u tokens to recompute)",
              (unsigned long long)r->id, dsv4_sreq_len(r));
     dsv4_serve_release(srv, r, false);
-    dsv4_serve_siblings_leave(srv, r);
+    dsv4_serve_siblings_leave(r);
     dsv4_serve_move(srv, r, DSV4_SREQ_RETRACTED, true);
     dsv4_metric_add(DSV4_M_RETRACTIONS, 1);
 }
@@ -391,6 +392,7 @@ static bool dsv4_serve_try_admit(dsv4_server *srv, dsv4_sreq *r, uint32_t *reser
         dsv4_serve_cache_note_fork(srv, r);
         dsv4_serve_move(srv, r, DSV4_SREQ_RUNNING, false);
         dsv4_serve_siblings_progress(srv, r, DSV4_GREW_ADOPTED);
+        dsv4_serve_siblings_gather(srv, r);
     }
     *reserved += claim - dsv4_serve_pages(srv, r->n_fed);
     return true;
@@ -708,7 +710,8 @@ void *dsv4_serve_loop(void *arg)
         while (!srv->stopping && !srv->cancel_pending && dsv4_list_empty(&srv->inbox) &&
                srv->flush_asked == srv->flush_done && !dsv4_serve_busy(srv))
             pthread_cond_wait(&srv->wake, &srv->mu);
-        while (!dsv4_list_empty(&srv->inbox)) {
+        uint32_t arrived = 0;
+        for (; !dsv4_list_empty(&srv->inbox); arrived++) {
             dsv4_sreq *r = DSV4_CONTAINER(srv->inbox.next, dsv4_sreq, q);
             r->arrival = srv->next_arrival++;
             dsv4_serve_move(srv, r, DSV4_SREQ_WAITING, false);
@@ -717,6 +720,9 @@ void *dsv4_serve_loop(void *arg)
         uint64_t deadline = srv->deadline_ns, flush = srv->flush_asked;
         srv->cancel_pending = false;
         pthread_mutex_unlock(&srv->mu);
+        /* the waiting list's newest are those that just arrived */
+        for (dsv4_link *l = srv->waiting.prev; arrived > 0; l = l->prev, arrived--)
+            dsv4_serve_siblings_join(srv, DSV4_CONTAINER(l, dsv4_sreq, q));
         dsv4_serve_end_empty(srv);
 
         if (cancels)

@@ -95,10 +95,12 @@ typedef struct dsv4_sreq {
                                without a state there): its state goes to the cache there */
     uint32_t published;     /* whole pages it put in the cache with their state so far */
     struct dsv4_pd_job *pd; /* its PD lease while it has one (pd.h), else NULL */
-    /* siblings (the choices of one request, siblings.c; engine thread once queued): a
-     * follower waits in the queue, not admitted, while `leader` computes their prompt; a
-     * leader lists the followers waiting for it */
+    /* a shared prefix (siblings.c; engine thread once queued): a follower waits in the
+     * queue, not admitted, while `leader` computes the first `share` tokens of its prompt
+     * (the whole prompt but its last page, for the choices of one request); a leader lists
+     * the followers waiting for it */
     struct dsv4_sreq *leader;
+    uint32_t share;
     dsv4_link followers, follow;
 } dsv4_sreq;
 
@@ -204,25 +206,31 @@ void dsv4_serve_move(dsv4_server *srv, dsv4_sreq *r, dsv4_sreq_where to, bool fr
 void dsv4_serve_finish(dsv4_server *srv, dsv4_sreq *r, dsv4_gen_event_kind kind, dsv4_finish finish,
                        int status);
 
-/* Requests that share a prompt (siblings.c). */
+/* Requests that share a prompt or its prefix (siblings.c). */
 /* Before they are queued: make f a follower of leader (another choice of the same
  * request, queued before it), when anything can be shared. */
 void dsv4_serve_siblings_link(const dsv4_server *srv, dsv4_sreq *leader, dsv4_sreq *f);
+/* r has just arrived (waiting): it follows the running request that is computing the
+ * longest prefix of its prompt the cache does not hold yet, if any. */
+void dsv4_serve_siblings_join(dsv4_server *srv, dsv4_sreq *r);
+/* r has just been admitted (running, its cached prefix adopted): the waiting requests
+ * whose prompts begin with more of r's than the cache holds for them follow r. */
+void dsv4_serve_siblings_gather(dsv4_server *srv, dsv4_sreq *r);
 /* How r's KV grew. */
 typedef enum dsv4_serve_grew {
     DSV4_GREW_FED,     /* a prefill chunk */
     DSV4_GREW_ADOPTED, /* taken from the prefix cache at admission */
     DSV4_GREW_LANDED,  /* a decode server: its PD lease's KV landed */
 } dsv4_serve_grew;
-/* After r's KV grew: at the share point (or when its lease landed) publish the prefix it
- * computed (or received), and let go the followers it has done its part for. */
+/* After r's KV grew: at a follower's share point (or when its lease landed) publish the
+ * prefix it computed (or received), and let go the followers it has done its part for. */
 void dsv4_serve_siblings_progress(dsv4_server *srv, dsv4_sreq *r, dsv4_serve_grew how);
 /* r delivered ev, the PROMPT_TOKEN event of prompt token t: its followers that score the
  * prompt get it too. */
 void dsv4_serve_siblings_relay(dsv4_sreq *r, const dsv4_gen_event *ev, uint32_t t);
 /* r is retracted or ends: its followers go (to compute the prompt themselves), and r
  * stops following. */
-void dsv4_serve_siblings_leave(const dsv4_server *srv, dsv4_sreq *r);
+void dsv4_serve_siblings_leave(dsv4_sreq *r);
 
 /* Prefix-cache glue (cache.c). */
 /* The radix cache and, with a [hostcache] plugin that keeps pages, its host tier. */

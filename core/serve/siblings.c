@@ -1,5 +1,6 @@
-/* siblings.c: the choices of one client request (dsv4_server_submit_choices) compute their
- * prompt once.
+/* siblings.c: requests that share a prompt, or a prefix of it, compute it once: the
+ * choices of one client request (dsv4_server_submit_choices), and requests that arrive
+ * while another computes a prefix of theirs the cache does not hold yet.
  *
  * The first choice (the leader) runs as any other request; each later one (a follower)
  * waits in the queue, passed over by admission, until the leader's KV reaches the share
@@ -29,9 +30,24 @@
  * leader ends or is retracted (a follower that scores resumes at the first token it has no
  * event for), or has no snapshot at the share point (no state slot was free). It is not
  * linked when nothing can be shared: a prompt of a page or less.
+ *
+ * Requests that are not choices of one request follow one another the same way: a
+ * waiting request whose prompt begins with more whole pages of a running request's prompt
+ * than the cache holds for it, where that one has not computed them yet, follows it (many
+ * clients sending one new system prompt at once, or a conversation's next turn sent while
+ * the previous one is still being prefilled). It is linked when it arrives (to the
+ * running request with the longest such prefix) or when such a request is admitted, and
+ * its share point is the end of those pages, where the leader puts them and its state in
+ * the cache as it passes. Only the page where the leader's own computation starts is
+ * compared for most requests (a prefix they share with it from the cache does not count).
+ * A request that scores its prompt computes every row and follows no other request, and
+ * neither does a decode server's (its prefill server shares the prompt's computation).
  */
 #include "core/serve/serve_priv.h"
 
+#include <string.h>
+
+#include "core/serve/pd.h"
 #include "core/util/log.h"
 
 /* The tokens of r's prompt the prefix cache could serve another request with it. */
@@ -40,23 +56,91 @@ static uint32_t dsv4_serve_share_point(const dsv4_server *srv, const dsv4_sreq *
     return (r->n_prompt - 1) / srv->page_tokens * srv->page_tokens;
 }
 
-void dsv4_serve_siblings_link(const dsv4_server *srv, dsv4_sreq *leader, dsv4_sreq *f)
+static void dsv4_serve_follow(dsv4_sreq *leader, dsv4_sreq *f, uint32_t share)
 {
-    if (dsv4_serve_share_point(srv, f) == 0)
-        return;
+    dsv4_log(DSV4_LOG_DEBUG, "server", "request %llu waits for request %llu's first %u tokens",
+             (unsigned long long)f->id, (unsigned long long)leader->id, share);
     f->leader = leader;
+    f->share = share;
     dsv4_list_push_back(&leader->followers, &f->follow);
 }
 
-/* Let r's followers go: all of them, or those r has done its part for (its KV at the
- * share point, and every prompt token's event relayed to those that score). */
-static void dsv4_serve_siblings_release(const dsv4_server *srv, dsv4_sreq *r, bool all)
+void dsv4_serve_siblings_link(const dsv4_server *srv, dsv4_sreq *leader, dsv4_sreq *f)
 {
-    bool shared = r->n_fed >= dsv4_serve_share_point(srv, r);
+    uint32_t share = dsv4_serve_share_point(srv, f);
+    if (share != 0)
+        dsv4_serve_follow(leader, f, share);
+}
+
+/* Whether r may follow a request that is not one of its siblings: it computes its prompt
+ * here (a decode server's comes from its prefill server, which shares it there), owes no
+ * prompt token's score (those rows are all computed) and has something to compute. */
+static bool dsv4_serve_may_follow(dsv4_server *srv, const dsv4_sreq *r)
+{
+    return !r->leader && !dsv4_pd_decode_takes(srv, r) && !r->params.prompt_logprobs &&
+           !dsv4_sreq_done_without_tokens(r) && dsv4_serve_share_point(srv, r) != 0;
+}
+
+/* The tokens of f's prompt it could take from the cache once c has computed them: the
+ * whole pages their prompts begin with alike, where c has not computed them yet and the
+ * cache does not already serve them to f; 0 when there are none. *cached caches f's
+ * cached tokens (UINT32_MAX: not looked up yet). */
+static uint32_t dsv4_serve_gain(dsv4_server *srv, const dsv4_sreq *c, const dsv4_sreq *f,
+                                uint32_t *cached)
+{
+    uint32_t pt = srv->page_tokens, limit = dsv4_serve_share_point(srv, c);
+    uint32_t own = dsv4_serve_share_point(srv, f), from = c->n_fed / pt * pt;
+    limit = limit < own ? limit : own;
+    /* the first page c has still to compute must be alike: the cheap test that rejects
+     * most (requests that share only a cached system prompt, or nothing) */
+    if (from + pt > limit || memcmp(c->toks + from, f->toks + from, pt * sizeof(*f->toks)) != 0)
+        return 0;
+    uint32_t n = 0;
+    while (n + pt <= limit && memcmp(c->toks + n, f->toks + n, pt * sizeof(*f->toks)) == 0)
+        n += pt;
+    if (n <= c->n_fed)
+        return 0;
+    if (*cached == UINT32_MAX)
+        *cached = dsv4_serve_cache_peek(srv, f);
+    return n > *cached ? n : 0;
+}
+
+void dsv4_serve_siblings_join(dsv4_server *srv, dsv4_sreq *r)
+{
+    if (!dsv4_serve_may_follow(srv, r))
+        return;
+    uint32_t cached = UINT32_MAX, best = 0;
+    dsv4_sreq *leader = NULL;
+    for (dsv4_link *l = srv->running.next; l != &srv->running; l = l->next) {
+        dsv4_sreq *c = DSV4_CONTAINER(l, dsv4_sreq, q);
+        uint32_t gain = dsv4_serve_gain(srv, c, r, &cached);
+        if (gain > best) {
+            best = gain;
+            leader = c;
+        }
+    }
+    if (leader)
+        dsv4_serve_follow(leader, r, best);
+}
+
+void dsv4_serve_siblings_gather(dsv4_server *srv, dsv4_sreq *r)
+{
+    for (dsv4_link *l = srv->waiting.next; l != &srv->waiting; l = l->next) {
+        dsv4_sreq *w = DSV4_CONTAINER(l, dsv4_sreq, q);
+        uint32_t cached = UINT32_MAX, gain;
+        if (dsv4_serve_may_follow(srv, w) && (gain = dsv4_serve_gain(srv, r, w, &cached)) != 0)
+            dsv4_serve_follow(r, w, gain);
+    }
+}
+
+/* Let r's followers go: all of them, or those r has done its part for (its KV at their
+ * share point, and every prompt token's event relayed to those that score). */
+static void dsv4_serve_siblings_release(dsv4_sreq *r, bool all)
+{
     for (dsv4_link *l = r->followers.next, *next; l != &r->followers; l = next) {
         next = l->next;
         dsv4_sreq *f = DSV4_CONTAINER(l, dsv4_sreq, follow);
-        if (all || (shared && !dsv4_sreq_scores_prompt(f))) {
+        if (all || (r->n_fed >= f->share && !dsv4_sreq_scores_prompt(f))) {
             dsv4_list_unlink(&f->follow);
             f->leader = NULL;
         }
@@ -65,20 +149,19 @@ static void dsv4_serve_siblings_release(const dsv4_server *srv, dsv4_sreq *r, bo
 
 void dsv4_serve_siblings_progress(dsv4_server *srv, dsv4_sreq *r, dsv4_serve_grew how)
 {
-    uint32_t share = dsv4_serve_share_point(srv, r);
-    if (dsv4_list_empty(&r->followers) || r->n_fed < share)
-        return;
-    /* a leader admitted from a cached prefix that reaches the share point: the cache holds
+    /* a leader admitted from a cached prefix that reaches a share point: the cache holds
      * it; one that computed it publishes it with its state, one whose lease landed its
      * whole pages (a decode server's requests adopt those, and lease the rest) */
-    bool fed = how == DSV4_GREW_FED && r->n_fed == share;
-    if ((fed || how == DSV4_GREW_LANDED) && !dsv4_serve_cache_publish(srv, r, fed))
+    bool publish = how == DSV4_GREW_LANDED;
+    for (dsv4_link *l = r->followers.next; l != &r->followers; l = l->next)
+        publish |= how == DSV4_GREW_FED && r->n_fed == DSV4_CONTAINER(l, dsv4_sreq, follow)->share;
+    bool fed = how == DSV4_GREW_FED;
+    if (publish && !dsv4_serve_cache_publish(srv, r, fed))
         dsv4_log(DSV4_LOG_DEBUG, "server",
-                 "request %llu: prompt not shared (%s); its siblings compute it",
-                 (unsigned long long)r->id, fed ? "no snapshot at the share point" : "no page");
-    dsv4_serve_siblings_release(srv, r, false);
+                 "request %llu: prefix not shared (%s); its followers compute it",
+                 (unsigned long long)r->id, fed ? "no snapshot there" : "no page");
+    dsv4_serve_siblings_release(r, false);
 }
-
 void dsv4_serve_siblings_relay(dsv4_sreq *r, const dsv4_gen_event *ev, uint32_t t)
 {
     for (dsv4_link *l = r->followers.next; l != &r->followers; l = l->next) {
@@ -90,9 +173,9 @@ void dsv4_serve_siblings_relay(dsv4_sreq *r, const dsv4_gen_event *ev, uint32_t 
     }
 }
 
-void dsv4_serve_siblings_leave(const dsv4_server *srv, dsv4_sreq *r)
+void dsv4_serve_siblings_leave(dsv4_sreq *r)
 {
-    dsv4_serve_siblings_release(srv, r, true);
+    dsv4_serve_siblings_release(r, true);
     if (r->leader) {
         dsv4_list_unlink(&r->follow);
         r->leader = NULL;

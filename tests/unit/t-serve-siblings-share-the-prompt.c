@@ -2,7 +2,8 @@
  * compute their prompt once. With pages of 16 tokens a 71-token prompt's share point is
  * 64: each later choice starts from 64 cached tokens the first computed, and every choice
  * gets exactly the tokens it gets alone (seeded sampling, seed + i). The same choices as
- * separate requests compute the prompt four times (the control). The first choice
+ * separate requests arriving together share it the same way (the later ones follow the
+ * first, t-serve-arrivals-share-a-prefix-in-flight has the rest of that). The first choice
  * publishes the prefix while it runs: with max_running 1 a later choice, admitted only when
  * the first has ended, still finds the state at 64 (an ending request leaves only its
  * newest snapshot). Sharing fails safe: a cancelled first choice lets the others go to
@@ -163,11 +164,13 @@ int main(void)
 
     dsv4_metrics_reset();
     srv = dsv4_th_start(&big);
+    hold_engine(srv);
     submit_all(srv, got, false, &plain);
+    dsv4_th_release();
     wait_all(got);
-    ok(same_as_alone(got, 0xf) && cached_are(got, 0, 0, 0, 0),
-       "control, four requests of one choice: each computes the whole prompt");
-    ok(baseline(srv), "control: nothing held past the cache");
+    ok(same_as_alone(got, 0xf) && cached_are(got, 0, SHARE, SHARE, SHARE),
+       "four requests of one choice arriving together: the later three follow the first");
+    ok(baseline(srv), "separate requests: nothing held past the cache");
     dsv4_server_stop(srv, 0);
 
     dsv4_metrics_reset();
