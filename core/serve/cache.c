@@ -225,11 +225,10 @@ void dsv4_serve_cache_note_fork(dsv4_server *srv, dsv4_sreq *r)
 
 bool dsv4_serve_cache_publish(dsv4_server *srv, dsv4_sreq *r, bool state)
 {
-    uint32_t slot, n_pages = 0, whole = r->n_fed / srv->page_tokens;
+    uint32_t slot, n_pages = 0, whole = state ? r->snap_pages : r->n_fed / srv->page_tokens;
     if (state && whole != 0 && whole == r->published)
         return true; /* there already */
-    if (state && (r->snap_slot == DSV4_RADIX_NO_SLOT || r->snap_pages != whole ||
-                  whole * srv->page_tokens != r->n_fed))
+    if (state && r->snap_slot == DSV4_RADIX_NO_SLOT)
         return false;
     const uint32_t *pages = dsv4_engine_seq_pages(srv->eng, r->seq, &slot, &n_pages);
     if (!pages || n_pages < whole || whole == 0)

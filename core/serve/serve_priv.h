@@ -251,11 +251,11 @@ uint32_t dsv4_serve_cache_adopt(dsv4_server *srv, dsv4_sreq *r);
 void dsv4_serve_cache_boundary(dsv4_server *srv, dsv4_sreq *r);
 /* At r's admission, after adoption: note where its prompt leaves the cached path. */
 void dsv4_serve_cache_note_fork(dsv4_server *srv, dsv4_sreq *r);
-/* Put r's whole pages in the cache now, while it runs, with the state at their end when
- * `state` (r's snapshot, which must be at its KV's end: its next boundary takes a new
- * slot; a decode server keeps whole pages without state too). r then holds the lock on
- * that node instead of the one it started from. False when r has no whole page (or, with
- * state, no snapshot there) or the cache could not take them. */
+/* Put r's pages in the cache now, while it runs: with `state`, the whole pages its newest
+ * snapshot ends after, with that snapshot (its next boundary takes a new slot); without,
+ * every whole page (a decode server keeps whole pages without state too). r then holds
+ * the lock on that node instead of the one it started from. False when there is no whole
+ * page (or, with state, no snapshot) or the cache could not take them. */
 bool dsv4_serve_cache_publish(dsv4_server *srv, dsv4_sreq *r, bool state);
 /* r leaves the running set: offer its pages to the cache (when insert), unlock its node
  * and drop its snapshot unless the cache took it. */

@@ -81,45 +81,82 @@ static bool dsv4_serve_may_follow(dsv4_server *srv, const dsv4_sreq *r)
            !dsv4_sreq_done_without_tokens(r) && dsv4_serve_share_point(srv, r) != 0;
 }
 
-/* The tokens of f's prompt it could take from the cache once c has computed them: the
- * whole pages their prompts begin with alike, where c has not computed them yet and the
- * cache does not already serve them to f; 0 when there are none. *cached caches f's
- * cached tokens (UINT32_MAX: not looked up yet). */
-static uint32_t dsv4_serve_gain(dsv4_server *srv, const dsv4_sreq *c, const dsv4_sreq *f,
-                                uint32_t *cached)
+/* The whole pages f's prompt begins with alike c's (up to both share points), when they
+ * reach past token `from` (0 otherwise). The page at `from` is compared first: the cheap
+ * test that rejects most requests (those that share only a cached system prompt, or
+ * nothing). */
+static uint32_t dsv4_serve_alike(const dsv4_server *srv, const dsv4_sreq *c, const dsv4_sreq *f,
+                                 uint32_t from)
 {
     uint32_t pt = srv->page_tokens, limit = dsv4_serve_share_point(srv, c);
-    uint32_t own = dsv4_serve_share_point(srv, f), from = c->n_fed / pt * pt;
+    uint32_t own = dsv4_serve_share_point(srv, f);
     limit = limit < own ? limit : own;
-    /* the first page c has still to compute must be alike: the cheap test that rejects
-     * most (requests that share only a cached system prompt, or nothing) */
     if (from + pt > limit || memcmp(c->toks + from, f->toks + from, pt * sizeof(*f->toks)) != 0)
         return 0;
     uint32_t n = 0;
     while (n + pt <= limit && memcmp(c->toks + n, f->toks + n, pt * sizeof(*f->toks)) == 0)
         n += pt;
-    if (n <= c->n_fed)
-        return 0;
+    return n > from ? n : 0;
+}
+
+/* Whether n tokens are more than the cache already serves f (*cached: UINT32_MAX until
+ * looked up). */
+static bool dsv4_serve_beyond_cache(dsv4_server *srv, const dsv4_sreq *f, uint32_t n,
+                                    uint32_t *cached)
+{
     if (*cached == UINT32_MAX)
         *cached = dsv4_serve_cache_peek(srv, f);
-    return n > *cached ? n : 0;
+    return n > *cached;
+}
+
+/* The tokens of f's prompt it could take from the cache once c has computed them: the
+ * whole pages their prompts begin with alike, where c has not computed them yet and the
+ * cache does not already serve them to f; 0 when there are none. */
+static uint32_t dsv4_serve_gain(dsv4_server *srv, const dsv4_sreq *c, const dsv4_sreq *f,
+                                uint32_t *cached)
+{
+    uint32_t n = dsv4_serve_alike(srv, c, f, c->n_fed / srv->page_tokens * srv->page_tokens);
+    return n > c->n_fed && dsv4_serve_beyond_cache(srv, f, n, cached) ? n : 0;
+}
+
+/* Where c has computed past the pages f shares with it, but still keeps its state at a
+ * page boundary among them (its newest snapshot, until its next boundary): the tokens of
+ * f's prompt that snapshot would serve it, beyond what the cache does; else 0. */
+static uint32_t dsv4_serve_kept(dsv4_server *srv, const dsv4_sreq *c, const dsv4_sreq *f,
+                                uint32_t *cached)
+{
+    uint32_t pt = srv->page_tokens, kept = c->snap_pages * pt;
+    if (c->snap_slot == DSV4_RADIX_NO_SLOT || kept == 0 || kept > c->n_fed)
+        return 0;
+    return dsv4_serve_alike(srv, c, f, kept - pt) >= kept &&
+                   dsv4_serve_beyond_cache(srv, f, kept, cached)
+               ? kept
+               : 0;
 }
 
 void dsv4_serve_siblings_join(dsv4_server *srv, dsv4_sreq *r)
 {
     if (!dsv4_serve_may_follow(srv, r))
         return;
-    uint32_t cached = UINT32_MAX, best = 0;
-    dsv4_sreq *leader = NULL;
+    uint32_t cached = UINT32_MAX, best = 0, best_kept = 0;
+    dsv4_sreq *leader = NULL, *keeper = NULL;
     for (dsv4_link *l = srv->running.next; l != &srv->running; l = l->next) {
         dsv4_sreq *c = DSV4_CONTAINER(l, dsv4_sreq, q);
-        uint32_t gain = dsv4_serve_gain(srv, c, r, &cached);
+        uint32_t gain = dsv4_serve_gain(srv, c, r, &cached), kept;
         if (gain > best) {
             best = gain;
             leader = c;
+        } else if (gain == 0 && (kept = dsv4_serve_kept(srv, c, r, &cached)) > best_kept) {
+            best_kept = kept;
+            keeper = c;
         }
     }
-    if (leader)
+    /* a snapshot at least as far as the running request would compute: r takes it from
+     * the cache at admission (the keeper holds it there while it runs) */
+    if (keeper && best_kept >= best && dsv4_serve_cache_publish(srv, keeper, true))
+        dsv4_log(DSV4_LOG_DEBUG, "server", "request %llu: request %llu keeps its first %u tokens",
+                 (unsigned long long)r->id, (unsigned long long)keeper->id, best_kept);
+    else if (leader)
         dsv4_serve_follow(leader, r, best);
 }
 

@@ -5,10 +5,12 @@
  * Arriving together, B, C and E follow A and start from the 32, 64 and 80 tokens A
  * computed; D computes its own. A request that arrives while A is still computing the
  * prefix follows it too; with max_running 1 the followers, run after A ended, still find
- * each prefix A put in the cache as it passed. Sharing fails safe: A cancelled while B
- * follows it lets B compute. Every request gets exactly the tokens it gets alone, and the
- * pool holds only what the cache holds afterwards. The negative control is the cached
- * counts: without following, B, C and E start from 0 (nothing was cached when they came). */
+ * each prefix A put in the cache as it passed. One that arrives when A has computed past
+ * the pages they share but still keeps its state at their end (its newest snapshot)
+ * starts from that. Sharing fails safe: A cancelled while C follows it lets C compute. Every
+ * request gets exactly the tokens it gets alone, and the pool holds only what the cache holds
+ * afterwards. The negative control is the cached counts: without following, B, C and E start from 0
+ * (nothing was cached when they came). */
 #include <string.h>
 
 #include "core/serve/metrics.h"
@@ -28,13 +30,21 @@ static bool gate_shut;
 static const dsv4_gen_params plain = {
     .max_tokens = NEW, .temperature = 1.0f, .top_p = 1, .seed = 31, .ignore_eos = true};
 
-/* Prompt i's request draws with seed + i. */
-static void submit(dsv4_server *srv, dsv4_th_req *got, uint32_t i)
+/* Prompt i's request draws with seed + i; held: it holds the engine thread at its first
+ * token (dsv4_th_hold). */
+static void submit_as(dsv4_server *srv, dsv4_th_req *got, uint32_t i, bool held)
 {
     dsv4_gen_params p = plain;
     p.seed += i;
     memset(&got[i], 0, sizeof(got[i]));
+    if (held)
+        dsv4_th_hold(&got[i]);
     dsv4_th_submit(srv, &got[i], prompts[i], LEN, &p);
+}
+
+static void submit(dsv4_server *srv, dsv4_th_req *got, uint32_t i)
+{
+    submit_as(srv, got, i, false);
 }
 
 /* A blocker runs (one short prompt) and holds the engine thread at its first token. */
@@ -129,7 +139,7 @@ static void wait_all(dsv4_th_req *got, unsigned mask)
 
 int main(void)
 {
-    plan(12);
+    plan(14);
     dsv4_th_init(23);
     uint32_t V = dsv4_th_model()->cfg.vocab_size;
     int32_t base[LEN], tail[3][LEN];
@@ -194,6 +204,17 @@ int main(void)
            got[C].end.cached_tokens == 0,
        "A cancelled while C follows it: C computes the prefix, tokens as alone");
     ok(baseline(srv), "after the cancelled leader: nothing held past the cache");
+
+    /* E arrives when A has computed its prompt and decodes: A's newest state is at 80, the
+     * end of the pages they share, and goes to the cache for E */
+    submit_as(srv, got, A, true);
+    dsv4_th_wait_tokens(&got[A], 1);
+    submit(srv, got, E);
+    dsv4_th_release();
+    wait_all(got, 1u << A | 1u << E);
+    ok(same_as_alone(got, 1u << A | 1u << E) && cached_are(got, 1u << E, shared),
+       "E, arriving after A computed their prefix, starts from the state at 80 A kept");
+    ok(baseline(srv), "kept state: nothing held past the cache");
     dsv4_server_stop(srv, 0);
 
     /* one request at a time: B, C and E run after A ended, from what A left on its way */
