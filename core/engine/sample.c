@@ -51,6 +51,22 @@ double dsv4_sample_draw(const dsv4_sample_params *p, dsv4_rng *rng)
     return dsv4_sample_greedy(p) ? 0 : dsv4_rng_uniform(rng);
 }
 
+void dsv4_sample_logprobs(const float *logits, uint32_t n, int32_t token, uint32_t k, uint32_t *idx,
+                          dsv4_choice *out)
+{
+    double max = logits[0], sum = 0;
+    for (uint32_t i = 1; i < n; i++)
+        max = logits[i] > max ? logits[i] : max;
+    for (uint32_t i = 0; i < n; i++)
+        sum += exp(logits[i] - max);
+    double log_sum = log(sum);
+    out->logprob = (float)(logits[token] - max - log_sum);
+    dsv4_k_topk(logits, n, k, idx);
+    for (uint32_t i = 0; i < k; i++)
+        out->top[i] =
+            (dsv4_token_logprob){(int32_t)idx[i], (float)(logits[idx[i]] - max - log_sum)};
+}
+
 /* The first index of the highest logit, as the loop `if (x[i] > x[best]) best = i` from
  * best = 0 finds it (so index 0 when x[0] is NaN, and NaN elsewhere never wins), in two
  * passes the compiler vectorises: the highest value (`a > b ? a : b` is what a vector max

@@ -70,6 +70,13 @@ typedef struct dsv4_choice {
     dsv4_token_logprob top[DSV4_TOP_LOGPROBS_MAX];
 } dsv4_choice;
 
+/* A row's log-probabilities as the host computes them (the maximum and the sum of
+ * exponentials in double; the device's kernels match this): token's into out->logprob and
+ * the k likeliest tokens' into out->top, best first (ties to the lower id; k <=
+ * DSV4_TOP_LOGPROBS_MAX); out->token is not written. idx is scratch for n ids. */
+void dsv4_sample_logprobs(const float *logits, uint32_t n, int32_t token, uint32_t k, uint32_t *idx,
+                          dsv4_choice *out);
+
 /* A row of logits scored on the engine's device instead of handed out (a prompt's own
  * log-probabilities): out receives token's log-probability under the row and its
  * top_logprobs likeliest tokens, as a dsv4_choice's logprob and top (out->token is not

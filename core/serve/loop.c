@@ -41,7 +41,6 @@
 #include "core/serve/serve_priv.h"
 
 #include <errno.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -51,7 +50,6 @@
 #include "core/serve/pd.h"
 #include "core/util/log.h"
 #include "core/util/status.h"
-#include "kernels/kernels.h"
 
 uint32_t dsv4_serve_pages(const dsv4_server *srv, uint64_t tokens)
 {
@@ -165,38 +163,15 @@ static void dsv4_serve_fail(dsv4_server *srv, dsv4_sreq **batch, uint32_t n, int
         dsv4_serve_finish(srv, batch[i], DSV4_EV_ERROR, DSV4_FINISH_NONE, status);
 }
 
-/* The log-probabilities of a row of logits: log p(t) = (logits[t] - max) - log_sum. */
-typedef struct dsv4_log_softmax {
-    double max, log_sum;
-} dsv4_log_softmax;
-
-static dsv4_log_softmax dsv4_serve_log_softmax(const float *logits, uint32_t n)
-{
-    double max = logits[0], sum = 0;
-    for (uint32_t i = 1; i < n; i++)
-        max = logits[i] > max ? logits[i] : max;
-    for (uint32_t i = 0; i < n; i++)
-        sum += exp(logits[i] - max);
-    return (dsv4_log_softmax){max, log(sum)};
-}
-
-static float dsv4_serve_logprob(const dsv4_log_softmax *ls, const float *logits, int32_t tok)
-{
-    return (float)(logits[tok] - ls->max - ls->log_sum);
-}
-
 /* ev's logprob of its token and its top alternatives, from the row's logits. */
 static void dsv4_serve_logprobs(dsv4_server *srv, const dsv4_sreq *r, const float *logits,
                                 dsv4_gen_event *ev)
 {
-    dsv4_log_softmax ls = dsv4_serve_log_softmax(logits, srv->vocab);
-    ev->logprob = dsv4_serve_logprob(&ls, logits, ev->token);
-    uint32_t *idx = srv->scratch, k = r->params.top_logprobs;
-    k = k < srv->vocab ? k : srv->vocab;
-    dsv4_k_topk(logits, srv->vocab, k, idx);
-    for (uint32_t i = 0; i < k; i++)
-        ev->top[i] =
-            (dsv4_token_logprob){(int32_t)idx[i], dsv4_serve_logprob(&ls, logits, (int32_t)idx[i])};
+    uint32_t k = r->params.top_logprobs < srv->vocab ? r->params.top_logprobs : srv->vocab;
+    dsv4_choice c;
+    dsv4_sample_logprobs(logits, srv->vocab, ev->token, k, srv->scratch, &c);
+    ev->logprob = c.logprob;
+    memcpy(ev->top, c.top, k * sizeof(*ev->top));
     ev->n_top = k;
 }
 

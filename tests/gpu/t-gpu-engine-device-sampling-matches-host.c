@@ -21,7 +21,6 @@
 #include <string.h>
 
 #include "core/engine/sample.h"
-#include "kernels/kernels.h"
 #include "tests/gpu/gpu-engine.h"
 #include "tests/unit/engine-testmodel.h"
 
@@ -55,22 +54,6 @@ typedef struct run {
     float logprob[SEQS][STEPS + 1];
     dsv4_token_logprob top[SEQS][STEPS + 1][DSV4_TOP_LOGPROBS_MAX];
 } run;
-
-/* The host's log-probabilities of row x (the serving loop's arithmetic). */
-static void host_logprobs(const float *x, uint32_t V, int32_t tok, uint32_t k, uint32_t *idx,
-                          float *lp, dsv4_token_logprob *top)
-{
-    double max = x[0], sum = 0;
-    for (uint32_t i = 1; i < V; i++)
-        max = x[i] > max ? x[i] : max;
-    for (uint32_t i = 0; i < V; i++)
-        sum += exp(x[i] - max);
-    double log_sum = log(sum);
-    *lp = (float)(x[tok] - max - log_sum);
-    dsv4_k_topk(x, V, k, idx);
-    for (uint32_t i = 0; i < k; i++)
-        top[i] = (dsv4_token_logprob){(int32_t)idx[i], (float)(x[idx[i]] - max - log_sum)};
-}
 
 /* Prompt, then STEPS decode steps of SEQS sequences together: the first token sampled on
  * the host from the prefill's logits (as the server does), every later one on the device
@@ -135,9 +118,12 @@ static void generate(dsv4_engine *e, bool device, bool with_extras, run *out)
             const float *x = logits + i * (size_t)V;
             dsv4_logit_edits_apply(edited, x, V, reqs[i].edits, reqs[i].n_edits);
             out->tok[i][k] = dsv4_sample(edited, V, &params[i], &rng[i], scratch);
-            if (reqs[i].logprob)
-                host_logprobs(x, V, out->tok[i][k], reqs[i].top_logprobs, idx, &out->logprob[i][k],
-                              out->top[i][k]);
+            if (reqs[i].logprob) {
+                dsv4_choice c;
+                dsv4_sample_logprobs(x, V, out->tok[i][k], reqs[i].top_logprobs, idx, &c);
+                out->logprob[i][k] = c.logprob;
+                memcpy(out->top[i][k], c.top, reqs[i].top_logprobs * sizeof(*c.top));
+            }
         }
     }
     for (uint32_t i = 0; i < SEQS; i++)

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "core/engine/adjust.h"
+#include "core/engine/sample.h"
 #include "kernels/cuda/logits.h"
 #include "kernels/kernels.h"
 
@@ -55,24 +56,6 @@ static void fill(float *x, uint32_t r)
             break;
         default: x[i] = (float)(10 * g); break;
         }
-    }
-}
-
-/* The serving loop's log-probability arithmetic. */
-static void host_logprobs(const float *x, int32_t tok, uint32_t k, uint32_t *idx,
-                          dsv4_cuda_logprobs_row *want)
-{
-    double max = x[0], sum = 0;
-    for (uint32_t i = 1; i < V; i++)
-        max = x[i] > max ? x[i] : max;
-    for (uint32_t i = 0; i < V; i++)
-        sum += exp(x[i] - max);
-    double log_sum = log(sum);
-    want->logprob = (float)(x[tok] - max - log_sum);
-    dsv4_k_topk(x, V, k, idx);
-    for (uint32_t i = 0; i < k; i++) {
-        want->top_id[i] = (int32_t)idx[i];
-        want->top_logprob[i] = (float)(x[idx[i]] - max - log_sum);
     }
 }
 
@@ -141,7 +124,8 @@ int main(void)
     /* rows ask for: nothing, the token only, 1, 5, 20 alternatives, and 20 for a row without
      * a token (its alternatives still come) */
     static const uint32_t wants[ROWS] = {0, 1, 1 + 1, 1 + 5, 1 + 20, 1 + 20};
-    dsv4_cuda_logprobs_row *rows = calloc(ROWS, sizeof(*rows)), want_row;
+    dsv4_cuda_logprobs_row *rows = calloc(ROWS, sizeof(*rows));
+    dsv4_choice want;
     for (uint32_t r = 0; r < ROWS; r++) {
         rows[r].want = wants[r];
         rows[r].logprob = 1234.5f; /* must be overwritten where asked, kept where not */
@@ -158,13 +142,13 @@ int main(void)
             continue;
         }
         const float *xr = x + (size_t)r * V;
-        host_logprobs(xr, tokens[r] < 0 ? 0 : tokens[r], wants[r] - 1, idx, &want_row);
+        dsv4_sample_logprobs(xr, V, tokens[r] < 0 ? 0 : tokens[r], wants[r] - 1, idx, &want);
         lp_ok += tokens[r] < 0 ? rows[r].logprob == 1234.5f
-                               : close_to(rows[r].logprob, want_row.logprob, &worst);
+                               : close_to(rows[r].logprob, want.logprob, &worst);
         bool same = true;
         for (uint32_t j = 0; j + 1 < wants[r]; j++)
-            same = same && rows[r].top_id[j] == want_row.top_id[j] &&
-                   close_to(rows[r].top_logprob[j], want_row.top_logprob[j], &worst);
+            same = same && rows[r].top_id[j] == want.top[j].token &&
+                   close_to(rows[r].top_logprob[j], want.top[j].logprob, &worst);
         top_ok += same;
     }
     is_int(lp_ok, ROWS,
