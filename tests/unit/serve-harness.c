@@ -240,6 +240,23 @@ void dsv4_th_release(void)
     pthread_mutex_unlock(&th_mu);
 }
 
+void dsv4_th_hold_engine(dsv4_server *srv, dsv4_th_req *blocker, const int32_t *prompt, uint32_t n)
+{
+    memset(blocker, 0, sizeof(*blocker));
+    dsv4_th_hold(blocker);
+    dsv4_gen_params p = {.max_tokens = 2, .top_p = 1, .ignore_eos = true};
+    dsv4_th_submit(srv, blocker, prompt, n, &p);
+    dsv4_th_wait_tokens(blocker, 1);
+}
+
+bool dsv4_th_holds_only_the_cache(dsv4_server *srv)
+{
+    bool cache_only = dsv4_metric_get(DSV4_M_PAGES_USED) == dsv4_metric_get(DSV4_M_PAGES_CACHED) &&
+                      dsv4_metric_get(DSV4_M_RUNNING) == 0;
+    return cache_only && dsv4_server_flush_cache(srv) == 0 &&
+           dsv4_metric_get(DSV4_M_PAGES_USED) == 0 && dsv4_metric_get(DSV4_M_SLOTS_USED) == 0;
+}
+
 void dsv4_th_lock(void)
 {
     pthread_mutex_lock(&th_mu);

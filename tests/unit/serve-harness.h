@@ -65,6 +65,12 @@ void dsv4_th_wait_tokens(dsv4_th_req *req, uint32_t n);
  * TOKEN event until dsv4_th_release (the test queues others behind it meanwhile). */
 void dsv4_th_hold(dsv4_th_req *req);
 void dsv4_th_release(void);
+/* Hold the engine thread with a blocker: a 2-token request over prompt[0..n) (greedy),
+ * recorded into blocker, held at its first token; returns once it is. */
+void dsv4_th_hold_engine(dsv4_server *srv, dsv4_th_req *blocker, const int32_t *prompt, uint32_t n);
+/* Whether the pool holds only what the prefix cache holds with nothing running, and a
+ * cache flush then frees every page and state slot. */
+bool dsv4_th_holds_only_the_cache(dsv4_server *srv);
 /* Lock and signal around state the hooks and the test share. */
 void dsv4_th_lock(void);
 void dsv4_th_unlock(void);

@@ -47,16 +47,6 @@ static void submit(dsv4_server *srv, dsv4_th_req *got, uint32_t i)
     submit_as(srv, got, i, false);
 }
 
-/* A blocker runs (one short prompt) and holds the engine thread at its first token. */
-static void hold_engine(dsv4_server *srv)
-{
-    memset(&blocker, 0, sizeof(blocker));
-    dsv4_th_hold(&blocker);
-    dsv4_gen_params p = {.max_tokens = 2, .top_p = 1, .ignore_eos = true};
-    dsv4_th_submit(srv, &blocker, other, 20, &p);
-    dsv4_th_wait_tokens(&blocker, 1);
-}
-
 /* A second blocker's hook: holds the engine at its first token while the gate is shut. */
 static void gate_hook(dsv4_th_req *req)
 {
@@ -118,15 +108,6 @@ static bool cached_are(const dsv4_th_req *got, unsigned mask, const uint32_t *wa
     return as;
 }
 
-/* The pool holds only what the cache holds; a flush frees every page and slot. */
-static bool baseline(dsv4_server *srv)
-{
-    bool cache_only = dsv4_metric_get(DSV4_M_PAGES_USED) == dsv4_metric_get(DSV4_M_PAGES_CACHED) &&
-                      dsv4_metric_get(DSV4_M_RUNNING) == 0;
-    return cache_only && dsv4_server_flush_cache(srv) == 0 &&
-           dsv4_metric_get(DSV4_M_PAGES_USED) == 0 && dsv4_metric_get(DSV4_M_SLOTS_USED) == 0;
-}
-
 static void wait_all(dsv4_th_req *got, unsigned mask)
 {
     for (uint32_t i = 0; i < N; i++)
@@ -169,7 +150,7 @@ int main(void)
     dsv4_th_req got[N];
     dsv4_metrics_reset();
     dsv4_server *srv = dsv4_th_start(&big);
-    hold_engine(srv);
+    dsv4_th_hold_engine(srv, &blocker, other, 20);
     for (uint32_t i = 0; i < N; i++)
         submit(srv, got, i);
     dsv4_th_release();
@@ -179,22 +160,22 @@ int main(void)
     ok(cached_are(got, 0x1f, shared),
        "B, C and E start from the 32, 64 and 80 tokens A computed; D from nothing");
     is_int(dsv4_metric_get(DSV4_M_PREFIX_HIT_TOKENS), 32 + 64 + 80, "and the hits are counted");
-    ok(baseline(srv), "together: nothing held past the cache");
+    ok(dsv4_th_holds_only_the_cache(srv), "together: nothing held past the cache");
     dsv4_server_stop(srv, 0);
 
     /* C arrives while A is computing their prefix */
     srv = dsv4_th_start(&big);
-    hold_engine(srv);
+    dsv4_th_hold_engine(srv, &blocker, other, 20);
     start_a_and_hold(srv, got);
     submit(srv, got, C);
     gate_set(false);
     wait_all(got, 1u << A | 1u << C);
     ok(same_as_alone(got, 1u << A | 1u << C) && cached_are(got, 1u << C, shared),
        "C, arriving while A computes their prefix, follows it: from 64 cached, tokens as alone");
-    ok(baseline(srv), "arriving later: nothing held past the cache");
+    ok(dsv4_th_holds_only_the_cache(srv), "arriving later: nothing held past the cache");
 
     /* the same, A cancelled when C has just arrived: C computes the prefix itself */
-    hold_engine(srv);
+    dsv4_th_hold_engine(srv, &blocker, other, 20);
     start_a_and_hold(srv, got);
     submit(srv, got, C);
     dsv4_server_cancel(srv, got[A].id);
@@ -203,7 +184,8 @@ int main(void)
     ok(got[A].end.finish == DSV4_FINISH_ABORT && same_as_alone(got, 1u << C) &&
            got[C].end.cached_tokens == 0,
        "A cancelled while C follows it: C computes the prefix, tokens as alone");
-    ok(baseline(srv), "after the cancelled leader: nothing held past the cache");
+    ok(dsv4_th_holds_only_the_cache(srv),
+       "after the cancelled leader: nothing held past the cache");
 
     /* E arrives when A has computed its prompt and decodes: A's newest state is at 80, the
      * end of the pages they share, and goes to the cache for E */
@@ -214,14 +196,14 @@ int main(void)
     wait_all(got, 1u << A | 1u << E);
     ok(same_as_alone(got, 1u << A | 1u << E) && cached_are(got, 1u << E, shared),
        "E, arriving after A computed their prefix, starts from the state at 80 A kept");
-    ok(baseline(srv), "kept state: nothing held past the cache");
+    ok(dsv4_th_holds_only_the_cache(srv), "kept state: nothing held past the cache");
     dsv4_server_stop(srv, 0);
 
     /* one request at a time: B, C and E run after A ended, from what A left on its way */
     dsv4_th_server one = big;
     one.max_running = 1;
     srv = dsv4_th_start(&one);
-    hold_engine(srv);
+    dsv4_th_hold_engine(srv, &blocker, other, 20);
     for (uint32_t i = 0; i < N; i++)
         submit(srv, got, i);
     dsv4_th_release();
@@ -229,7 +211,7 @@ int main(void)
     ok(same_as_alone(got, 0x1f), "max_running 1: each gets the tokens it gets alone");
     ok(cached_are(got, 0x1f, shared),
        "and B, C and E, admitted after A ended, start from the 32, 64 and 80 tokens it published");
-    ok(baseline(srv), "max_running 1: nothing held past the cache");
+    ok(dsv4_th_holds_only_the_cache(srv), "max_running 1: nothing held past the cache");
     dsv4_server_stop(srv, 0);
     dsv4_th_fini();
     return done_testing();

@@ -26,7 +26,7 @@
 #define NEW 40
 
 static int32_t prompt[LEN], other[20];
-static dsv4_th_req ref[CHOICES];
+static dsv4_th_req ref[CHOICES], blocker; /* blocker: holds the engine while choices are queued */
 
 static const dsv4_gen_params plain = {
     .max_tokens = NEW, .temperature = 1.0f, .top_p = 1, .seed = 11, .ignore_eos = true};
@@ -113,27 +113,6 @@ static bool cached_are(const dsv4_th_req *got, uint32_t c0, uint32_t c1, uint32_
     return as;
 }
 
-/* The pool holds only what the cache holds; a flush frees every page and slot. */
-static bool baseline(dsv4_server *srv)
-{
-    bool cache_only = dsv4_metric_get(DSV4_M_PAGES_USED) == dsv4_metric_get(DSV4_M_PAGES_CACHED) &&
-                      dsv4_metric_get(DSV4_M_RUNNING) == 0;
-    return cache_only && dsv4_server_flush_cache(srv) == 0 &&
-           dsv4_metric_get(DSV4_M_PAGES_USED) == 0 && dsv4_metric_get(DSV4_M_SLOTS_USED) == 0;
-}
-
-/* A blocker holds the engine thread (max_running 1) while every choice is submitted. */
-static dsv4_th_req blocker;
-
-static void hold_engine(dsv4_server *srv)
-{
-    memset(&blocker, 0, sizeof(blocker));
-    dsv4_th_hold(&blocker);
-    dsv4_gen_params p = {.max_tokens = 2, .top_p = 1, .ignore_eos = true};
-    dsv4_th_submit(srv, &blocker, other, 20, &p);
-    dsv4_th_wait_tokens(&blocker, 1);
-}
-
 int main(void)
 {
     plan(24);
@@ -164,13 +143,13 @@ int main(void)
 
     dsv4_metrics_reset();
     srv = dsv4_th_start(&big);
-    hold_engine(srv);
+    dsv4_th_hold_engine(srv, &blocker, other, 20);
     submit_all(srv, got, false, &plain);
     dsv4_th_release();
     wait_all(got);
     ok(same_as_alone(got, 0xf) && cached_are(got, 0, SHARE, SHARE, SHARE),
        "four requests of one choice arriving together: the later three follow the first");
-    ok(baseline(srv), "separate requests: nothing held past the cache");
+    ok(dsv4_th_holds_only_the_cache(srv), "separate requests: nothing held past the cache");
     dsv4_server_stop(srv, 0);
 
     dsv4_metrics_reset();
@@ -187,14 +166,14 @@ int main(void)
     wait_all(got);
     ok(same_as_alone(got, 0xf) && cached_are(got, SHARE, SHARE, SHARE, SHARE),
        "a second round: every choice starts from the cache");
-    ok(baseline(srv), "shared: nothing held past the cache");
+    ok(dsv4_th_holds_only_the_cache(srv), "shared: nothing held past the cache");
     dsv4_server_stop(srv, 0);
 
     /* one at a time: a later choice runs after choice 0 ended, and still starts at 64 */
     dsv4_th_server one = big;
     one.max_running = 1;
     srv = dsv4_th_start(&one);
-    hold_engine(srv);
+    dsv4_th_hold_engine(srv, &blocker, other, 20);
     submit_all(srv, got, true, &plain);
     dsv4_server_cancel(srv, got[2].id);
     dsv4_th_release();
@@ -205,10 +184,10 @@ int main(void)
        "choices 1 and 3, admitted after choice 0 ended, start from the state at 64 it published "
        "(%u, %u)",
        got[1].end.cached_tokens, got[3].end.cached_tokens);
-    ok(baseline(srv), "max_running 1: nothing held past the cache");
+    ok(dsv4_th_holds_only_the_cache(srv), "max_running 1: nothing held past the cache");
 
     /* choice 0 cancelled before it computed anything: the others compute the prompt */
-    hold_engine(srv);
+    dsv4_th_hold_engine(srv, &blocker, other, 20);
     submit_all(srv, got, true, &plain);
     dsv4_server_cancel(srv, got[0].id);
     dsv4_th_release();
@@ -216,7 +195,8 @@ int main(void)
     ok(got[0].end.finish == DSV4_FINISH_ABORT && got[0].n_tokens == 0 && same_as_alone(got, 0xe),
        "choice 0 cancelled while it waits: choices 1-3 go on without it, tokens as alone");
     ok(got[1].end.cached_tokens == 0, "choice 1 computed the prompt itself");
-    ok(baseline(srv), "after the cancelled first choice: nothing held past the cache");
+    ok(dsv4_th_holds_only_the_cache(srv),
+       "after the cancelled first choice: nothing held past the cache");
     dsv4_server_stop(srv, 0);
 
     /* every choice scores its prompt: choices 1-3 get choice 0's events and the prefix */
@@ -243,7 +223,7 @@ int main(void)
        "max_tokens 0: every choice ends with every prompt token's event, as scored alone");
     is_int(dsv4_metric_get(DSV4_M_PREFIX_QUERY_TOKENS), LEN,
            "and only choice 0 was ever admitted (the others computed nothing)");
-    ok(baseline(srv), "scoring: nothing held past the cache");
+    ok(dsv4_th_holds_only_the_cache(srv), "scoring: nothing held past the cache");
     dsv4_server_stop(srv, 0);
 
     /* 8 pages of 16 tokens: a choice grows to 7 (4 of them shared), so choices admitted
@@ -257,7 +237,7 @@ int main(void)
     ok(dsv4_metric_get(DSV4_M_RETRACTIONS) > 0 && same_as_alone(got, 0xf),
        "a pool of 8 pages: choices retract (%lld times), the tokens as alone",
        (long long)dsv4_metric_get(DSV4_M_RETRACTIONS));
-    ok(baseline(srv), "small pool: nothing held past the cache");
+    ok(dsv4_th_holds_only_the_cache(srv), "small pool: nothing held past the cache");
     dsv4_server_stop(srv, 0);
 
     /* a host tier under the small pool: evicted shared pages reload bit for bit */
@@ -271,7 +251,7 @@ int main(void)
     submit_all(srv, got, true, &plain);
     wait_all(got);
     ok(same_as_alone(got, 0xf), "async host tier, 8 pages, two rounds: the tokens as alone");
-    ok(baseline(srv), "host tier: nothing held past the cache");
+    ok(dsv4_th_holds_only_the_cache(srv), "host tier: nothing held past the cache");
     dsv4_server_stop(srv, 0);
     dsv4_th_fini();
     return done_testing();
