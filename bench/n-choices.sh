@@ -1,7 +1,9 @@
 #!/bin/sh
 # n-choices.sh: what a request for n choices costs against n separate requests for one
-# (each computing the prompt: what n choices cost before they shared it), written as a
-# markdown result.
+# sent at once, written as a markdown result. Up to 490d820 the separate requests each
+# computed the prompt (what n choices cost before they shared it); since d3c3cbd requests
+# arriving together share it too (bench/shared-prefix-burst.sh), so the two columns differ
+# by what the separate requests cost beyond the shared prompt.
 #
 #   bench/n-choices.sh [BUILDDIR] [OUT.md]
 #
@@ -24,10 +26,9 @@ exec python3 - <<'EOF'
 import os, statistics, sys, threading, time
 sys.dont_write_bytecode = True  # nothing written into the source tree
 sys.path.insert(0, os.path.join(os.environ["top_srcdir"], "tests", "integ"))
-from dsv4d_http import serve_daemon
+from dsv4d_http import serve_daemon, serve_result_head
 
 env = os.environ
-DEVICE = env["SERVE_DEVICE"]
 d = serve_daemon()
 body = {"max_tokens": int(env["MAX_TOKENS"]), "temperature": 1.0, "ignore_eos": True}
 fresh = iter(range(1 << 30))
@@ -85,18 +86,12 @@ for length in map(int, env["PROMPTS"].split()):
               file=sys.stderr, flush=True)
 
 with open(env["OUT"], "w") as f:
-    f.write("# n choices over one prompt against n separate requests (%s)\n\n"
-            % time.strftime("%Y-%m-%d", time.gmtime()))
-    f.write("Commit %s, %s backend, `dsv4ctl mkmodel %s`, KV pool %s, pages of 256 tokens, "
-            "[server] and [model] keys at their defaults (max_running 32, state_slots 64) but "
-            "max_context 4096; load average %s at the start. Produced by "
-            "`bench/n-choices.sh`.\n\n"
-            % (env["COMMIT"], DEVICE, env["SERVE_MKMODEL"], env["SERVE_KV_POOL"],
-               open("/proc/loadavg").read().split()[0]))
+    f.write(serve_result_head("n choices over one prompt against n separate requests",
+                              "n-choices.sh"))
     f.write("Each row: the median of %s rounds on fresh prompts, %s tokens a choice. "
             "**n choices**: one /v1/completions request with `n`; **n requests**: n "
-            "concurrent requests of one choice each with seeds seed + i (what n choices "
-            "cost when each computed the prompt); same texts: those n requests answered "
+            "concurrent requests of one choice each with seeds seed + i (sharing the prompt "
+            "as requests arriving together do); same texts: those n requests answered "
             "what one request with n answers on the same prompt.\n\n"
             % (env["ROUNDS"], env["MAX_TOKENS"]))
     f.write("| prompt ids | n | n choices s | n requests s | speedup | cached tokens (n choices) | same texts |\n")

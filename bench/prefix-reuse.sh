@@ -21,10 +21,9 @@ exec python3 - <<'EOF'
 import os, subprocess, sys, time
 sys.dont_write_bytecode = True  # nothing written into the source tree
 sys.path.insert(0, os.path.join(os.environ["top_srcdir"], "tests", "integ"))
-from dsv4d_http import serve_daemon
+from dsv4d_http import serve_daemon, serve_result_head
 
 env = os.environ
-DEVICE = env["SERVE_DEVICE"]
 d = serve_daemon()
 ctl = os.path.join(env["top_builddir"], "dsv4ctl")
 t = time.monotonic()
@@ -37,16 +36,11 @@ m = d.wait_idle()
 hit, asked = m.get("dsv4d_prefix_cache_hit_tokens_total", 0), m.get(
     "dsv4d_prefix_cache_query_tokens_total", 0)
 with open(env["OUT"], "w") as f:
-    f.write("# The prefix cache over many multi-turn sessions (%s)\n\n"
-            % time.strftime("%Y-%m-%d", time.gmtime()))
-    f.write("Commit %s, %s backend, `dsv4ctl mkmodel %s`, KV pool %s, pages of 256 tokens, "
-            "[server] and [model] keys at their defaults (max_running 32, state_slots 64) but "
-            "max_context 4096; load average %s at the start. `dsv4ctl repro --sessions %s "
-            "--concurrency %s --turns %s --max-tokens %s --seed 1` (exit %d). Produced by "
-            "`bench/prefix-reuse.sh`.\n\n"
-            % (env["COMMIT"], DEVICE, env["SERVE_MKMODEL"], env["SERVE_KV_POOL"],
-               open("/proc/loadavg").read().split()[0], env["SESSIONS"], env["CONCURRENCY"],
-               env["TURNS"], env["MAX_TOKENS"], run.returncode))
+    f.write(serve_result_head(
+        "The prefix cache over many multi-turn sessions", "prefix-reuse.sh",
+        "`dsv4ctl repro --sessions %s --concurrency %s --turns %s --max-tokens %s --seed 1` "
+        "(exit %d)." % (env["SESSIONS"], env["CONCURRENCY"], env["TURNS"], env["MAX_TOKENS"],
+                        run.returncode)))
     f.write("| prompt tokens looked up | served from the cache | share | wall s |\n")
     f.write("|---:|---:|---:|---:|\n")
     f.write("| %d | %d | %.1f%% | %.1f |\n" % (asked, hit, 100.0 * hit / asked if asked else 0,

@@ -25,10 +25,9 @@ exec python3 - <<'EOF'
 import os, statistics, sys, threading, time
 sys.dont_write_bytecode = True  # nothing written into the source tree
 sys.path.insert(0, os.path.join(os.environ["top_srcdir"], "tests", "integ"))
-from dsv4d_http import serve_daemon
+from dsv4d_http import serve_daemon, serve_result_head
 
 env = os.environ
-DEVICE = env["SERVE_DEVICE"]
 d = serve_daemon()
 body = {"max_tokens": int(env["MAX_TOKENS"]), "temperature": 1.0, "ignore_eos": True}
 QUESTION = int(env["QUESTION"])
@@ -77,14 +76,8 @@ for system in map(int, env["SYSTEM"].split()):
               file=sys.stderr, flush=True)
 
 with open(env["OUT"], "w") as f:
-    f.write("# A burst of requests on one new system prompt against one of separate prompts (%s)\n\n"
-            % time.strftime("%Y-%m-%d", time.gmtime()))
-    f.write("Commit %s, %s backend, `dsv4ctl mkmodel %s`, KV pool %s, pages of 256 tokens, "
-            "[server] and [model] keys at their defaults (max_running 32, state_slots 64) but "
-            "max_context 4096; load average %s at the start. Produced by "
-            "`bench/shared-prefix-burst.sh`.\n\n"
-            % (env["COMMIT"], DEVICE, env["SERVE_MKMODEL"], env["SERVE_KV_POOL"],
-               open("/proc/loadavg").read().split()[0]))
+    f.write(serve_result_head("A burst of requests on one new system prompt against one of "
+                              "separate prompts", "shared-prefix-burst.sh"))
     f.write("Each row: the median of %s rounds, each request adding %d ids of its own to its "
             "system prompt and sampling %s tokens. **shared**: the requests sent at once, "
             "their prompts beginning with one system prompt nothing cached; **separate**: "

@@ -115,10 +115,27 @@ def serve_daemon(server="", model=""):
     """The Daemon of the serving benchmarks (bench/serve-env.sh), from the environment:
     SERVE_DEVICE cpu (2 threads) or cuda (CUDA device 0), SERVE_KV_POOL, SERVE_MKMODEL (the
     `dsv4ctl mkmodel` arguments); server and model: more keys of those sections."""
+    global serve_load_at_start
+    serve_load_at_start = os.getloadavg()[0]
     cpu = os.environ["SERVE_DEVICE"] == "cpu"
     return Daemon(server=server, model=model, kv_pool=os.environ["SERVE_KV_POOL"],
                   core="device = cpu\nthreads = 2\n" if cpu else "device = cuda\ncuda_device = 0\n",
                   mkmodel=os.environ["SERVE_MKMODEL"].split())
+
+
+def serve_result_head(title, script, more=""):
+    """The opening of a serving benchmark's markdown result: the title with today's date,
+    then what was measured (commit, backend, checkpoint, pool, the daemon's keys, the load
+    average when serve_daemon started it; `more` says what else) and the script that wrote
+    it."""
+    env = os.environ
+    return ("# %s (%s)\n\nCommit %s, %s backend, `dsv4ctl mkmodel %s`, KV pool %s, pages of "
+            "256 tokens, [server] and [model] keys at their defaults (max_running 32, "
+            "state_slots 64) but max_context 4096; load average %.2f at the start.%s Produced "
+            "by `bench/%s`.\n\n"
+            % (title, time.strftime("%Y-%m-%d", time.gmtime()), env["COMMIT"],
+               env["SERVE_DEVICE"], env["SERVE_MKMODEL"], env["SERVE_KV_POOL"],
+               serve_load_at_start, " " + more if more else "", script))
 
 
 def free_port():
