@@ -22,6 +22,7 @@ SERVE_LOOP_TESTS = tests/unit/t-serve-same-tokens-however-scheduled \
 	tests/unit/t-serve-prompt-logprobs-score-every-prompt-token \
 	tests/unit/t-serve-siblings-share-the-prompt \
 	tests/unit/t-serve-arrivals-share-a-prefix-in-flight \
+	tests/unit/t-serve-shared-prefixes-under-churn-keep-tokens \
 	tests/unit/t-serve-prefix-cache-keeps-taking-new-prefixes
 tests_unit_t_serve_same_tokens_however_scheduled_SOURCES = \
 	tests/unit/t-serve-same-tokens-however-scheduled.c $(SERVE_HARNESS)
@@ -50,6 +51,9 @@ tests_unit_t_serve_siblings_share_the_prompt_LDADD = $(TEST_CORE_LIBS) -lm
 tests_unit_t_serve_arrivals_share_a_prefix_in_flight_SOURCES = \
 	tests/unit/t-serve-arrivals-share-a-prefix-in-flight.c $(SERVE_HARNESS)
 tests_unit_t_serve_arrivals_share_a_prefix_in_flight_LDADD = $(TEST_CORE_LIBS) -lm
+tests_unit_t_serve_shared_prefixes_under_churn_keep_tokens_SOURCES = \
+	tests/unit/t-serve-shared-prefixes-under-churn-keep-tokens.c $(SERVE_HARNESS)
+tests_unit_t_serve_shared_prefixes_under_churn_keep_tokens_LDADD = $(TEST_CORE_LIBS) -lm
 tests_unit_t_serve_prefix_cache_keeps_taking_new_prefixes_SOURCES = \
 	tests/unit/t-serve-prefix-cache-keeps-taking-new-prefixes.c $(SERVE_HARNESS)
 tests_unit_t_serve_prefix_cache_keeps_taking_new_prefixes_LDADD = $(TEST_CORE_LIBS) -lm
