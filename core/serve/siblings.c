@@ -160,9 +160,16 @@ void dsv4_serve_siblings_join(dsv4_server *srv, dsv4_sreq *r)
         dsv4_serve_follow(leader, r, best);
 }
 
+/* Waiting requests an admitted one looks at, from the oldest: what an admission costs stays
+ * bounded however long the queue grows ([server] max_waiting 0 sets no limit); a request
+ * further back computes the prefix itself unless the cache holds it when it is admitted. */
+#define DSV4_SERVE_GATHER_SCAN 1024
+
 void dsv4_serve_siblings_gather(dsv4_server *srv, dsv4_sreq *r)
 {
-    for (dsv4_link *l = srv->waiting.next; l != &srv->waiting; l = l->next) {
+    uint32_t scanned = 0;
+    for (dsv4_link *l = srv->waiting.next; l != &srv->waiting && scanned < DSV4_SERVE_GATHER_SCAN;
+         l = l->next, scanned++) {
         dsv4_sreq *w = DSV4_CONTAINER(l, dsv4_sreq, q);
         uint32_t cached = UINT32_MAX, gain;
         if (dsv4_serve_may_follow(srv, w) && (gain = dsv4_serve_gain(srv, r, w, &cached)) != 0)
