@@ -26,27 +26,15 @@ exec python3 - <<'EOF'
 import os, statistics, sys, threading, time
 sys.dont_write_bytecode = True  # nothing written into the source tree
 sys.path.insert(0, os.path.join(os.environ["top_srcdir"], "tests", "integ"))
-from dsv4d_http import serve_daemon, serve_result_head
+from dsv4d_http import fresh_ids, serve_daemon, serve_result_head
 
 env = os.environ
 d = serve_daemon()
 body = {"max_tokens": int(env["MAX_TOKENS"]), "temperature": 1.0, "ignore_eos": True}
-fresh = iter(range(1 << 30))
-
-
-def prompt(length):
-    k = next(fresh)  # a prompt no earlier request used: nothing of it is cached
-    return [(37 * i + 101 * k) % 200 + 10 for i in range(length)]
-
-
-def hits():
-    return d.metrics().get("dsv4d_prefix_cache_hit_tokens_total", 0)
-
-
 def timed(fn):
-    h, t = hits(), time.monotonic()
+    h, t = d.prefix_hits(), time.monotonic()
     texts = fn()
-    return time.monotonic() - t, hits() - h, texts
+    return time.monotonic() - t, d.prefix_hits() - h, texts
 
 
 def one_request(ids, n):
@@ -73,8 +61,8 @@ for length in map(int, env["PROMPTS"].split()):
     for n in map(int, env["CHOICES"].split()):
         a, b, cached, same = [], [], 0, True
         for _ in range(int(env["ROUNDS"])):
-            ta, ca, texts_a = timed(lambda: one_request(prompt(length), n))
-            ids = prompt(length)
+            ta, ca, texts_a = timed(lambda: one_request(fresh_ids(length), n))
+            ids = fresh_ids(length)
             tb, cb, texts_b = timed(lambda: separate(ids, n))
             # the same seeds over another prompt: compare with one request on that prompt
             same = same and texts_b == one_request(ids, n)

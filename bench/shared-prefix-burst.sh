@@ -25,24 +25,12 @@ exec python3 - <<'EOF'
 import os, statistics, sys, threading, time
 sys.dont_write_bytecode = True  # nothing written into the source tree
 sys.path.insert(0, os.path.join(os.environ["top_srcdir"], "tests", "integ"))
-from dsv4d_http import serve_daemon, serve_result_head
+from dsv4d_http import fresh_ids, serve_daemon, serve_result_head
 
 env = os.environ
 d = serve_daemon()
 body = {"max_tokens": int(env["MAX_TOKENS"]), "temperature": 1.0, "ignore_eos": True}
 QUESTION = int(env["QUESTION"])
-fresh = iter(range(1 << 30))
-
-
-def ids(length):
-    k = next(fresh)  # ids no earlier request used: nothing of them is cached
-    return [(37 * i + 101 * k) % 200 + 10 for i in range(length)]
-
-
-def hits():
-    return d.metrics().get("dsv4d_prefix_cache_hit_tokens_total", 0)
-
-
 def burst(prompts):
     """The prompts sent at once (request i with seed 7 + i): seconds and cached tokens."""
     out = [None] * len(prompts)
@@ -50,7 +38,7 @@ def burst(prompts):
     def go(i):
         out[i] = d.post("/v1/completions", dict(body, prompt=prompts[i], seed=7 + i))
 
-    h, t = hits(), time.monotonic()
+    h, t = d.prefix_hits(), time.monotonic()
     threads = [threading.Thread(target=go, args=(i,)) for i in range(len(prompts))]
     for th in threads:
         th.start()
@@ -58,7 +46,7 @@ def burst(prompts):
         th.join()
     took = time.monotonic() - t
     assert all(o.status == 200 for o in out), [o.body for o in out if o.status != 200]
-    return took, hits() - h
+    return took, d.prefix_hits() - h
 
 
 rows = []
@@ -66,9 +54,9 @@ for system in map(int, env["SYSTEM"].split()):
     for n in map(int, env["CLIENTS"].split()):
         a, b, cached, alone = [], [], 0, 0
         for _ in range(int(env["ROUNDS"])):
-            shared = ids(system)
-            ta, cached = burst([shared + ids(QUESTION) for _ in range(n)])
-            tb, alone = burst([ids(system) + ids(QUESTION) for _ in range(n)])
+            shared = fresh_ids(system)
+            ta, cached = burst([shared + fresh_ids(QUESTION) for _ in range(n)])
+            tb, alone = burst([fresh_ids(system) + fresh_ids(QUESTION) for _ in range(n)])
             a.append(ta)
             b.append(tb)
         rows.append((system, n, statistics.median(a), statistics.median(b), cached, alone))

@@ -138,6 +138,16 @@ def serve_result_head(title, script, more=""):
                serve_load_at_start, " " + more if more else "", script))
 
 
+_fresh = iter(range(1 << 30))
+
+
+def fresh_ids(length):
+    """length token ids no earlier call returned as a sequence (10..209): nothing of them
+    is in a prefix cache (the serving benchmarks' prompts)."""
+    k = next(_fresh)
+    return [(37 * i + 101 * k) % 200 + 10 for i in range(length)]
+
+
 def free_port():
     """A port nothing listens on now (the kernel's pick for port 0)."""
     s = socket.socket()
@@ -237,6 +247,10 @@ class Daemon:
             if m:
                 out[m.group(1)] = float(m.group(2))
         return out
+
+    def prefix_hits(self):
+        """Prompt tokens served from the prefix cache so far."""
+        return self.metrics().get("dsv4d_prefix_cache_hit_tokens_total", 0)
 
     def wait_idle(self, timeout=60):
         """Wait until no request runs or waits and no page is held outside the prefix
