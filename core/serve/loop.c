@@ -163,16 +163,24 @@ static void dsv4_serve_fail(dsv4_server *srv, dsv4_sreq **batch, uint32_t n, int
         dsv4_serve_finish(srv, batch[i], DSV4_EV_ERROR, DSV4_FINISH_NONE, status);
 }
 
-/* ev's logprob of its token and its top alternatives, from the row's logits. */
+/* ev's logprob of its token and its top alternatives (r's top_logprobs of them), as c, the
+ * engine's device or dsv4_sample_logprobs, gives them. */
+static void dsv4_serve_choice_logprobs(const dsv4_server *srv, const dsv4_sreq *r,
+                                       const dsv4_choice *c, dsv4_gen_event *ev)
+{
+    ev->logprob = c->logprob;
+    ev->n_top = r->params.top_logprobs < srv->vocab ? r->params.top_logprobs : srv->vocab;
+    memcpy(ev->top, c->top, ev->n_top * sizeof(*ev->top));
+}
+
+/* The same, computed here from the row's logits. */
 static void dsv4_serve_logprobs(dsv4_server *srv, const dsv4_sreq *r, const float *logits,
                                 dsv4_gen_event *ev)
 {
-    uint32_t k = r->params.top_logprobs < srv->vocab ? r->params.top_logprobs : srv->vocab;
     dsv4_choice c;
+    uint32_t k = r->params.top_logprobs < srv->vocab ? r->params.top_logprobs : srv->vocab;
     dsv4_sample_logprobs(logits, srv->vocab, ev->token, k, srv->scratch, &c);
-    ev->logprob = c.logprob;
-    memcpy(ev->top, c.top, k * sizeof(*ev->top));
-    ev->n_top = k;
+    dsv4_serve_choice_logprobs(srv, r, &c, ev);
 }
 
 static dsv4_sample_params dsv4_serve_sample_params(const dsv4_sreq *r)
@@ -245,22 +253,13 @@ static void dsv4_serve_token(dsv4_server *srv, dsv4_sreq *r, const float *logits
     dsv4_serve_emit(srv, r, &ev);
 }
 
-/* ev's logprob of its token and its top alternatives as the engine's device gave them. */
-static void dsv4_serve_device_logprobs(const dsv4_server *srv, const dsv4_sreq *r,
-                                       const dsv4_choice *c, dsv4_gen_event *ev)
-{
-    ev->logprob = c->logprob;
-    ev->n_top = r->params.top_logprobs < srv->vocab ? r->params.top_logprobs : srv->vocab;
-    memcpy(ev->top, c->top, ev->n_top * sizeof(*ev->top));
-}
-
 /* Deliver r's token as the engine chose it on its device (c), with the logprobs r asked
  * for, and end r when it is done. */
 static void dsv4_serve_chosen(dsv4_server *srv, dsv4_sreq *r, const dsv4_choice *c)
 {
     dsv4_gen_event ev = {.kind = DSV4_EV_TOKEN, .token = c->token};
     if (r->params.logprobs)
-        dsv4_serve_device_logprobs(srv, r, c, &ev);
+        dsv4_serve_choice_logprobs(srv, r, c, &ev);
     dsv4_serve_emit(srv, r, &ev);
 }
 
@@ -534,14 +533,15 @@ static void dsv4_serve_prompt_scores(dsv4_server *srv, dsv4_sreq *r, uint32_t fr
     for (uint32_t j = 0; j < n; j++) {
         if (!dsv4_serve_owes(r, from, j))
             continue;
-        dsv4_gen_event ev = {.kind = DSV4_EV_PROMPT_TOKEN, .token = r->toks[from + j + 1]};
+        uint32_t t = from + j + 1; /* the prompt token row j scores */
+        dsv4_gen_event ev = {.kind = DSV4_EV_PROMPT_TOKEN, .token = r->toks[t]};
         if (scores)
-            dsv4_serve_device_logprobs(srv, r, scores[j].out, &ev);
+            dsv4_serve_choice_logprobs(srv, r, scores[j].out, &ev);
         else
             dsv4_serve_logprobs(srv, r, rows + (size_t)j * srv->vocab, &ev);
         r->fn(r->ctx, &ev);
-        r->plp_next = from + j + 2;
-        dsv4_serve_siblings_relay(r, &ev, from + j + 1);
+        r->plp_next = t + 1;
+        dsv4_serve_siblings_relay(r, &ev, t);
     }
 }
 
