@@ -128,7 +128,7 @@ void dsv4_serve_finish(dsv4_server *srv, dsv4_sreq *r, dsv4_gen_event_kind kind,
 {
     if (r->where == DSV4_SREQ_RUNNING || r->where == DSV4_SREQ_PD)
         dsv4_serve_release(srv, r, kind == DSV4_EV_DONE);
-    dsv4_serve_siblings_leave(r);
+    dsv4_serve_siblings_leave(srv, r);
     dsv4_serve_move(srv, r, DSV4_SREQ_ENDED, false);
     pthread_mutex_lock(&srv->mu);
     dsv4_list_unlink(&r->all);
@@ -307,7 +307,7 @@ static void dsv4_serve_retract(dsv4_server *srv)
     dsv4_log(DSV4_LOG_DEBUG, "server", "request %llu retracted (%u tokens to recompute)",
              (unsigned long long)r->id, dsv4_sreq_len(r));
     dsv4_serve_release(srv, r, false);
-    dsv4_serve_siblings_leave(r);
+    dsv4_serve_siblings_leave(srv, r);
     dsv4_serve_move(srv, r, DSV4_SREQ_RETRACTED, true);
     dsv4_metric_add(DSV4_M_RETRACTIONS, 1);
 }
@@ -637,9 +637,14 @@ static void dsv4_serve_prefill(dsv4_server *srv)
 }
 
 /* Waiting requests with nothing to do (max_tokens 0 without a prompt to score, as they
- * arrived or once a sibling relayed every prompt token's score) end now. */
+ * arrived or once a sibling relayed every prompt token's score and let them go) end now.
+ * The queue is walked only after one of those events (srv->empty_due), not every step:
+ * under a flood of queued requests a step's bookkeeping stays off the queue's length. */
 static void dsv4_serve_end_empty(dsv4_server *srv)
 {
+    if (!srv->empty_due)
+        return;
+    srv->empty_due = false;
     for (dsv4_link *l = srv->waiting.next, *next; l != &srv->waiting; l = next) {
         next = l->next;
         dsv4_sreq *r = DSV4_CONTAINER(l, dsv4_sreq, q);
@@ -689,6 +694,7 @@ void *dsv4_serve_loop(void *arg)
         for (; !dsv4_list_empty(&srv->inbox); arrived++) {
             dsv4_sreq *r = DSV4_CONTAINER(srv->inbox.next, dsv4_sreq, q);
             r->arrival = srv->next_arrival++;
+            srv->empty_due |= dsv4_sreq_done_without_tokens(r);
             dsv4_serve_move(srv, r, DSV4_SREQ_WAITING, false);
         }
         bool cancels = srv->cancel_pending, stopping = srv->stopping;

@@ -151,6 +151,7 @@ struct dsv4_server {
     dsv4_link waiting, retracted, running, pd_held;
     uint32_t n_waiting, n_retracted, n_running, n_pd_held;
     uint64_t next_arrival;
+    bool empty_due; /* a waiting request may have nothing left to do (loop.c end_empty) */
     dsv4_radix *cache;
     dsv4_hc_tier *tier;     /* the host tier; NULL without a hostcache plugin that keeps pages */
     uint32_t *cache_pages;  /* [max_context / page_tokens + 1] a match */
@@ -230,7 +231,7 @@ void dsv4_serve_siblings_progress(dsv4_server *srv, dsv4_sreq *r, dsv4_serve_gre
 void dsv4_serve_siblings_relay(dsv4_sreq *r, const dsv4_gen_event *ev, uint32_t t);
 /* r is retracted or ends: its followers go (to compute the prompt themselves), and r
  * stops following. */
-void dsv4_serve_siblings_leave(dsv4_sreq *r);
+void dsv4_serve_siblings_leave(dsv4_server *srv, dsv4_sreq *r);
 
 /* Prefix-cache glue (cache.c). */
 /* The radix cache and, with a [hostcache] plugin that keeps pages, its host tier. */

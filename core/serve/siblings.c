@@ -179,7 +179,7 @@ void dsv4_serve_siblings_gather(dsv4_server *srv, dsv4_sreq *r)
 
 /* Let r's followers go: all of them, or those r has done its part for (its KV at their
  * share point, and every prompt token's event relayed to those that score). */
-static void dsv4_serve_siblings_release(dsv4_sreq *r, bool all)
+static void dsv4_serve_siblings_release(dsv4_server *srv, dsv4_sreq *r, bool all)
 {
     for (dsv4_link *l = r->followers.next, *next; l != &r->followers; l = next) {
         next = l->next;
@@ -187,6 +187,7 @@ static void dsv4_serve_siblings_release(dsv4_sreq *r, bool all)
         if (all || (r->n_fed >= f->share && !dsv4_sreq_scores_prompt(f))) {
             dsv4_list_unlink(&f->follow);
             f->leader = NULL;
+            srv->empty_due |= dsv4_sreq_done_without_tokens(f);
         }
     }
 }
@@ -204,7 +205,7 @@ void dsv4_serve_siblings_progress(dsv4_server *srv, dsv4_sreq *r, dsv4_serve_gre
         dsv4_log(DSV4_LOG_DEBUG, "server",
                  "request %llu: prefix not shared (%s); its followers compute it",
                  (unsigned long long)r->id, fed ? "no snapshot there" : "no page");
-    dsv4_serve_siblings_release(r, false);
+    dsv4_serve_siblings_release(srv, r, false);
 }
 void dsv4_serve_siblings_relay(dsv4_sreq *r, const dsv4_gen_event *ev, uint32_t t)
 {
@@ -217,9 +218,9 @@ void dsv4_serve_siblings_relay(dsv4_sreq *r, const dsv4_gen_event *ev, uint32_t 
     }
 }
 
-void dsv4_serve_siblings_leave(dsv4_sreq *r)
+void dsv4_serve_siblings_leave(dsv4_server *srv, dsv4_sreq *r)
 {
-    dsv4_serve_siblings_release(r, true);
+    dsv4_serve_siblings_release(srv, r, true);
     if (r->leader) {
         dsv4_list_unlink(&r->follow);
         r->leader = NULL;

@@ -231,6 +231,7 @@ int main(void)
 
     /* max_tokens 0: the prompt's scores and no token; without prompt_logprobs, nothing */
     dsv4_th_req none[2];
+    dsv4_metrics_reset();
     srv = dsv4_th_start(&big);
     for (int i = 0; i < 2; i++) {
         clear(&none[i], (uint32_t)i);
@@ -242,8 +243,10 @@ int main(void)
     ok(scored(&none[0], 0) && none[0].n_tokens == 0 && none[0].end.kind == DSV4_EV_DONE &&
            none[0].end.finish == DSV4_FINISH_LENGTH && none[0].end.completion_tokens == 0 &&
            none[1].n_tokens == 0 && none[1].n_prompt_events == 0 &&
-           none[1].end.finish == DSV4_FINISH_LENGTH,
-       "max_tokens 0: the prompt scored and no token generated; unscored, it ends at once");
+           none[1].end.finish == DSV4_FINISH_LENGTH &&
+           dsv4_metric_get(DSV4_M_PREFIX_QUERY_TOKENS) == lens[0],
+       "max_tokens 0: the prompt scored and no token generated; unscored, it ends at once, "
+       "never admitted");
     dsv4_server_stop(srv, 0);
 
     dsv4_engine_free(eng);
