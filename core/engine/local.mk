@@ -8,7 +8,7 @@ core_libdsv4core_la_SOURCES += \
 	core/engine/engine.c core/engine/engine.h core/engine/engine_priv.h \
 	core/engine/prefix.c \
 	core/engine/adjust.c core/engine/adjust.h \
-	core/engine/sample.c core/engine/sample.h
+	core/engine/sample.c core/engine/sample.h kernels/sample_weight.h
 # the CUDA forward (its kernels come with kernels/libdsv4cudafwd.la, kernels/cuda/local.mk)
 if HAVE_CUDA
 core_libdsv4core_la_SOURCES += core/engine/forward_cuda.c

@@ -4,6 +4,7 @@
 #include <math.h>
 
 #include "kernels/kernels.h"
+#include "kernels/sample_weight.h"
 
 static uint64_t dsv4_splitmix64(uint64_t *x)
 {
@@ -90,7 +91,8 @@ static uint32_t dsv4_argmax(const float *x, uint32_t n)
 int32_t dsv4_sample(const float *logits, uint32_t n, const dsv4_sample_params *p, dsv4_rng *rng,
                     void *scratch)
 {
-    uint32_t *idx = (uint32_t *)((float *)scratch + n);
+    uint64_t *w = scratch;
+    uint32_t *idx = (uint32_t *)(w + n);
     if (dsv4_sample_greedy(p))
         return (int32_t)dsv4_argmax(logits, n);
     uint32_t k = p->top_k && p->top_k < n ? p->top_k : n;
@@ -102,26 +104,22 @@ int32_t dsv4_sample(const float *logits, uint32_t n, const dsv4_sample_params *p
     else
         dsv4_k_topk(logits, n, k, idx);
 
-    /* probabilities of the candidates, best first, in double */
-    double m = logits[idx[0]], total = 0;
-    float *prob = scratch;
-    for (uint32_t i = 0; i < k; i++) {
-        prob[i] = (float)exp(((double)logits[idx[i]] - m) / p->temperature);
-        total += prob[i];
-    }
-    if (p->top_p > 0 && p->top_p < 1) {
-        double acc = 0;
-        uint32_t keep = 0;
-        while (keep < k && acc < p->top_p * total)
-            acc += prob[keep++];
-        k = keep ? keep : 1;
-        total = acc ? acc : prob[0];
-    }
-    double r = dsv4_sample_draw(p, rng) * total, acc = 0;
-    for (uint32_t i = 0; i < k; i++) {
-        acc += prob[i];
-        if (r < acc)
+    /* the candidates' weights, best first; integer sums are exact in any order */
+    double m = logits[idx[0]];
+    uint32_t shift = dsv4_sample_weight_shift(k);
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < k; i++)
+        total += w[i] =
+            dsv4_sample_weight(dsv4_sample_prob(logits[idx[i]], m, p->temperature), shift);
+    double draw = dsv4_sample_draw(p, rng);
+    if (total == 0) /* the best logit is infinite or NaN: no probabilities */
+        return (int32_t)idx[0];
+    /* kept: the sum of the smallest best-first prefix reaching the top_p cut */
+    uint64_t cut = dsv4_sample_cut(total, p->top_p), kept = 0;
+    for (uint32_t i = 0; kept < cut; i++)
+        kept += w[i];
+    uint64_t r = dsv4_sample_target(draw, kept), acc = 0;
+    for (uint32_t i = 0;; i++)
+        if (r < (acc += w[i]))
             return (int32_t)idx[i];
-    }
-    return (int32_t)idx[k - 1];
 }

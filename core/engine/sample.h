@@ -31,13 +31,16 @@ bool dsv4_sample_greedy(const dsv4_sample_params *p);
  * its draws here, so a seed gives the same stream of draws on every backend. */
 double dsv4_sample_draw(const dsv4_sample_params *p, dsv4_rng *rng);
 
-/* Scratch the sampler needs for a vocabulary of n. */
-#define DSV4_SAMPLE_SCRATCH(n) ((size_t)(n) * (sizeof(float) + 4 * sizeof(uint32_t)))
+/* Scratch the sampler needs for a vocabulary of n: the weights, the ranking and its
+ * radix sort's buffers. */
+#define DSV4_SAMPLE_SCRATCH(n) ((size_t)(n) * (sizeof(uint64_t) + 4 * sizeof(uint32_t)))
 
 /* The chosen token id. Greedy picks the highest logit (the lowest id among equals).
- * Otherwise candidates are the top_k highest logits (ties to the lower id), then the
- * smallest best-first prefix whose probability reaches top_p; one is drawn from rng.
- * scratch holds DSV4_SAMPLE_SCRATCH(n) bytes. */
+ * Otherwise candidates are the top_k highest logits (ties to the lower id), weighed in
+ * fixed point (kernels/sample_weight.h: their probabilities under temperature, exact
+ * integers); the smallest best-first prefix whose weight reaches top_p of the total is
+ * kept, and one is drawn from rng: the first whose cumulative weight passes draw * kept.
+ * scratch holds DSV4_SAMPLE_SCRATCH(n) bytes, 8-byte aligned. */
 int32_t dsv4_sample(const float *logits, uint32_t n, const dsv4_sample_params *p, dsv4_rng *rng,
                     void *scratch);
 

@@ -31,7 +31,7 @@ CUDA_MODEL_OBJECTS = kernels/cuda/model_mem.lo kernels/cuda/model_gemm.lo \
 	kernels/cuda/model_gemm_wgmma.lo kernels/cuda/model_ffn.lo kernels/cuda/model_attn.lo \
 	kernels/cuda/sample.lo kernels/cuda/logits.lo
 CUDA_MODEL_INCS = kernels/cuda/model.h kernels/cuda/model_common.cuh kernels/kernels.h \
-	kernels/cuda/sample.h kernels/cuda/logits.h kernels/cuda/model_gemm.cuh kernels/cuda/cp_async.cuh \
+	kernels/cuda/sample.h kernels/sample_weight.h kernels/cuda/logits.h kernels/cuda/model_gemm.cuh kernels/cuda/cp_async.cuh \
 	kernels/cuda/evict_first.cuh
 EXTRA_DIST += kernels/cuda/model_mem.cu kernels/cuda/model_gemm.cu \
 	kernels/cuda/model_gemm_wgmma.cu kernels/cuda/model_ffn.cu kernels/cuda/model_attn.cu \

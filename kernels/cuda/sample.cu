@@ -1,72 +1,70 @@
 /* sample.cu: next-token choice on the device, dsv4_sample's semantics (sample.h).
  *
- * The rows' params go up with a slot per row that needs a sort (not greedy, not skipped),
- * then one fixed sequence of launches for the whole batch:
- *   1. sp_prep: the logits of the row in sorted slot c become 64-bit keys (c << 32 | a
- *      32-bit key that orders like dsv4_k_topk: higher logit first, -0 as +0, NaN last);
- *   2. one cub::DeviceRadixSort of (key, id) over every sorted slot at once: the slot
- *      bits keep the rows apart, and the sort is stable with the ids starting ascending,
- *      so equal logits keep the lower id first. A row with 1 < top_k <= DSV4_CUDA_TOPK_MAX
- *      (and below the vocabulary) takes no part in it: the indexer's exact top-k selection
- *      (topk.cu, the same order) ranks its first top_k candidates into its slot, which is
- *      all the steps below read of it (H200: the sort took 540 us for 64 rows of 129280
- *      at top_k 50, bench/results/2026-11-29-sample-h200.md);
- *   3. for the drawing rows, over every multiprocessor: sp_runs computes each of the first
- *      k sorted candidates' probability with the CPU's formula and sums runs of them in
- *      order, sp_offsets scans the run sums (one block per row, a fixed order), sp_ends
- *      adds each run up from its offset to its cumulative sum at its end;
- *   4. sp_pick, one block per row: greedy rows reduce to the best (logit, id) over the
- *      row; the others find the run where the cumulative sum passes top_p * total, then
- *      the one where it passes the draw, and walk only those runs.
- *
- * Why a full sort for the other drawing rows rather than a select: top_k = 0 needs every
- * candidate in order (the total sums them all, best first), and so does a top_k past what
- * the selection takes. Why one device-wide sort rather than a segmented one: a
- * segmented sort gives each row one block, which took 0.9 ms for one row of 129280
- * (bench/sample-decode); the device-wide sort spreads a row over every multiprocessor. */
+ * A drawing row needs no sort. Its candidates' weights are exact integers
+ * (kernels/sample_weight.h), so the total, the top_p cut and the draw are radix selections
+ * over the candidates' order (the logit's key, then the id: the host's ranking) weighted
+ * by them, and land where the host's walk down its sorted candidates lands, bit for bit.
+ * One fixed sequence of launches for the whole batch:
+ *   1. sp_first, over every multiprocessor: each drawing row's first candidate in that
+ *      order (its best logit, the max of the probabilities);
+ *   2. sp_weigh, over every multiprocessor: each candidate's probability, and the row's
+ *      candidate counts and weights by the top SP_L1_BITS bits of the order;
+ *   3. sp_pick, one block per row: greedy rows reduce to the best (logit, id); a drawing row
+ *      selects its top_k-th candidate by count (when top_k cuts the vocabulary), then its
+ *      top_p cut and its draw by weight. A selection takes its bin of the top bits from
+ *      step 2's sums, narrows by SP_DIGIT_BITS more bits a pass over the row while more
+ *      than SP_GATHER candidates share the prefix (ties and flat rows), and sorts and scans
+ *      the last ones in shared memory.
+ * It replaced a device-wide radix sort of every drawing row (H200: 816 us for 64 rows of
+ * 129280 at top_p 0.95, bench/results/2026-11-29-sample-h200.md), whose double sums in
+ * another order than the host's could pick a neighbour at a rounding boundary. */
 #include "kernels/cuda/sample.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/status.cuh"
+#include "kernels/sample_weight.h"
 
+#include <cub/block/block_radix_sort.cuh>
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
-#include <cub/device/device_radix_sort.cuh>
 
-#include <math.h>
 #include <stdlib.h>
 
 #define SP_THREADS 1024
-#define SP_RUNS 4096 /* runs a drawing row's candidates are cut into, at most */
-#define SP_PREP_THREADS 256
+#define SP_L1_BITS 11 /* the order's top bits that sp_weigh sums by */
+#define SP_L1 (1u << SP_L1_BITS)
+#define SP_DIGIT_BITS 10 /* the bits a further pass narrows by */
+#define SP_DIGITS (1u << SP_DIGIT_BITS)
+#define SP_GATHER SP_THREADS /* candidates a selection sorts: one a thread */
+#define SP_UNROLL 8          /* loads a sp_pick thread has in flight in a pass over a row */
+#define SP_WIDE_THREADS 256
+#define SP_WIDE_PER 16 /* candidates a sp_first or sp_weigh thread takes */
+
+typedef unsigned long long u64; /* what CUDA's 64-bit atomics take */
 
 struct dsv4_cuda_sampler {
     uint32_t max_rows, vocab;
-    uint64_t *keys_in;              /* [max_rows * vocab] sort keys; sp_runs reuses them for the
-                                       candidates' probabilities */
-    uint64_t *keys_out;             /* [max_rows * vocab] sorted keys */
-    uint32_t *ids_in;               /* [max_rows * vocab] 0..vocab-1 per row, written once */
-    uint32_t *ids_out;              /* [max_rows * vocab] ids in sorted order */
     dsv4_cuda_sample_row *rows_dev; /* [max_rows] */
-    uint32_t *map_host, *map_dev;   /* [2 * max_rows]: each row's slot (UINT32_MAX: none,
-                                       greedy or skipped), then each slot's row */
-    double *run_sum, *run_off, *run_end;    /* [max_rows * SP_RUNS] per sorted slot */
-    uint32_t *sel_rows_host, *sel_rows_dev; /* [max_rows]: vocab for a selected row, else 0 */
-    uint32_t *sel_idx; /* [max_rows * DSV4_CUDA_TOPK_MAX]: the selected rows' top-k */
-    void *temp;
-    size_t temp_bytes;
+    u64 *first;                     /* [max_rows] each drawing row's first candidate */
+    float *probs;                   /* [max_rows * vocab] */
+    uint32_t *l1_count;             /* [max_rows * SP_L1] candidates by top bits */
+    u64 *l1_weight;                 /* [max_rows * SP_L1] their weights */
 };
 
-/* Whether a drawing row's candidates come from the top-k selection rather than the sort:
- * 1 < top_k <= DSV4_CUDA_TOPK_MAX, below the vocabulary (sp_k's k is then top_k). */
-static inline bool sp_selected(const dsv4_cuda_sample_row *p, uint32_t vocab)
-{
-    return p->top_k > 1 && p->top_k <= DSV4_CUDA_TOPK_MAX && p->top_k < vocab;
-}
-
-/* Greedy as dsv4_sample decides it (the host sorts the other rows only). */
+/* Greedy as dsv4_sample decides it. */
 __host__ __device__ static inline bool sp_greedy(const dsv4_cuda_sample_row *p)
 {
     return p->temperature <= 0 || p->top_k == 1;
+}
+
+__device__ static inline bool sp_draws(const dsv4_cuda_sample_row *p)
+{
+    return !p->skip && !sp_greedy(p);
+}
+
+/* Candidates of a drawing row: the top_k best, or the whole vocabulary. */
+__device__ static inline uint32_t sp_k(const dsv4_cuda_sample_row *p, uint32_t vocab)
+{
+    return p->top_k && p->top_k < vocab ? p->top_k : vocab;
 }
 
 /* The sort key of a logit: ascending keys are descending logits, -0 equals +0, NaN last. */
@@ -88,37 +86,24 @@ __device__ static inline float sp_value(uint32_t key)
     return __uint_as_float((asc & 0x80000000u) ? (asc & 0x7fffffffu) : ~asc);
 }
 
-__global__ void sp_ids(uint32_t *ids, uint32_t vocab, size_t n)
+/* A candidate's place in the order, key then id: the key above the id's ib bits (the bits
+ * of vocab - 1), 32 + ib bits in all. */
+__device__ static inline u64 sp_order(float x, uint32_t id, uint32_t ib)
 {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n)
-        ids[i] = (uint32_t)(i % vocab);
+    return (u64)sp_key(x) << ib | id;
 }
 
-/* Sorted slot c = blockIdx.y holds row map[max_rows + c]. */
-__global__ void sp_prep(const float *logits, uint32_t vocab, const uint32_t *map, uint32_t max_rows,
-                        uint64_t *keys)
+__device__ static inline uint32_t sp_id_bits(uint32_t vocab)
 {
-    uint32_t c = blockIdx.y, j = blockIdx.x * blockDim.x + threadIdx.x;
-    uint32_t r = map[max_rows + c];
-    if (j < vocab)
-        keys[(size_t)c * vocab + j] = (uint64_t)c << 32 | sp_key(logits[(size_t)r * vocab + j]);
+    return vocab > 1 ? 32 - __clz(vocab - 1) : 0;
 }
 
-/* Selected slot c = first + blockIdx.y (row r): its top_k candidates from the top-k
- * selection idx (kmax a row) into the sorted arrays, as the sort would have put them. */
-__global__ void sp_from_topk(const float *logits, uint32_t vocab, const uint32_t *map,
-                             uint32_t max_rows, uint32_t first, const dsv4_cuda_sample_row *rows,
-                             const uint32_t *idx, uint32_t kmax, uint64_t *keys, uint32_t *ids)
-{
-    uint32_t c = first + blockIdx.y, j = blockIdx.x * blockDim.x + threadIdx.x;
-    uint32_t r = map[max_rows + c];
-    if (j >= rows[r].top_k)
-        return;
-    uint32_t id = idx[(size_t)r * kmax + j];
-    ids[(size_t)c * vocab + j] = id;
-    keys[(size_t)c * vocab + j] = (uint64_t)c << 32 | sp_key(logits[(size_t)r * vocab + id]);
-}
+struct sp_min_op {
+    __device__ u64 operator()(const u64 &a, const u64 &b) const
+    {
+        return b < a ? b : a;
+    }
+};
 
 /* A candidate for the greedy choice. */
 struct sp_best {
@@ -160,232 +145,320 @@ __device__ static void sp_pick_greedy(const float *x, uint32_t vocab, int32_t *t
         *token = x[0] != x[0] ? 0 : (int32_t)b.i;
 }
 
-/* The candidates of a drawing row are cut into runs of sp_run_len(k) (at most SP_RUNS
- * runs): each run's probabilities are summed in order, the run sums scanned in a fixed
- * order into each run's offset, and a candidate's cumulative sum is its run's offset plus
- * the run's probabilities up to it, added in order. The order depends on k alone. */
-__device__ static inline uint32_t sp_k(const dsv4_cuda_sample_row *p, uint32_t vocab)
-{
-    return p->top_k && p->top_k < vocab ? p->top_k : vocab;
-}
+/* Candidates [x0, x0 + SP_WIDE_THREADS SP_WIDE_PER) of row blockIdx.y, thread by thread. */
+#define SP_WIDE_EACH(V, j)                                                                         \
+    for (uint32_t u_ = 0, j = blockIdx.x * SP_WIDE_THREADS * SP_WIDE_PER + threadIdx.x;            \
+         u_ < SP_WIDE_PER; u_++, j += SP_WIDE_THREADS)                                             \
+        if (j < (V))
 
-__device__ static inline uint32_t sp_run_len(uint32_t k)
+/* Step 1: first[r] = the least order of row r's candidates (first[] starts all ones). */
+__global__ void __launch_bounds__(SP_WIDE_THREADS)
+    sp_first(const float *logits, uint32_t vocab, const dsv4_cuda_sample_row *rows, u64 *first)
 {
-    return (k + SP_RUNS - 1) / SP_RUNS;
-}
-
-/* Per sorted slot: each candidate's probability, exactly as dsv4_sample computes it, and
- * each run's sum. */
-__global__ void sp_runs(uint32_t vocab, const dsv4_cuda_sample_row *rows, const uint32_t *map,
-                        uint32_t max_rows, const uint64_t *keys_out, float *probs, double *run_sum)
-{
-    uint32_t c = blockIdx.y, r = blockIdx.x * blockDim.x + threadIdx.x;
-    dsv4_cuda_sample_row p = rows[map[max_rows + c]];
-    uint32_t k = sp_k(&p, vocab), len = sp_run_len(k), lo = r * len;
-    if (lo >= k)
+    typedef cub::BlockReduce<u64, SP_WIDE_THREADS> reduce;
+    __shared__ typename reduce::TempStorage tmp;
+    uint32_t r = blockIdx.y, ib = sp_id_bits(vocab);
+    if (!sp_draws(&rows[r]))
         return;
-    uint32_t hi = lo + len < k ? lo + len : k;
-    const uint64_t *key = keys_out + (size_t)c * vocab;
-    float *prob = probs + (size_t)c * vocab;
-    double m = sp_value((uint32_t)key[0]), sum = 0;
-    for (uint32_t j = lo; j < hi; j++) {
-        float q = (float)exp(((double)sp_value((uint32_t)key[j]) - m) / (double)p.temperature);
-        prob[j] = q;
-        sum += q;
+    const float *x = logits + (size_t)r * vocab;
+    u64 least = ~0ull;
+    SP_WIDE_EACH(vocab, j)
+    {
+        u64 o = sp_order(x[j], j, ib);
+        least = o < least ? o : least;
     }
-    run_sum[(size_t)c * SP_RUNS + r] = sum;
+    least = reduce(tmp).Reduce(least, sp_min_op());
+    if (threadIdx.x == 0)
+        atomicMin(&first[r], least);
 }
 
-/* Per sorted slot: each run's offset (the runs before it: each thread adds its
- * SP_RUNS / SP_THREADS runs in order, then a block scan of the threads). */
-__global__ void __launch_bounds__(SP_THREADS)
-    sp_offsets(uint32_t vocab, const dsv4_cuda_sample_row *rows, const uint32_t *map,
-               uint32_t max_rows, const double *run_sum, double *run_off)
+/* Step 2: row r's probabilities, and its counts and weights by the order's top bits (the
+ * block's sums in shared memory first; l1_count and l1_weight start at zero). */
+__global__ void __launch_bounds__(SP_WIDE_THREADS)
+    sp_weigh(const float *logits, uint32_t vocab, const dsv4_cuda_sample_row *rows,
+             const u64 *first, float *probs, uint32_t *l1_count, u64 *l1_weight)
 {
-    typedef cub::BlockScan<double, SP_THREADS> scan;
-    __shared__ typename scan::TempStorage tmp;
-    const uint32_t per = SP_RUNS / SP_THREADS;
-    uint32_t c = blockIdx.x, t = threadIdx.x;
-    dsv4_cuda_sample_row p = rows[map[max_rows + c]];
-    uint32_t k = sp_k(&p, vocab), len = sp_run_len(k), runs = (k + len - 1) / len;
-    const double *sum = run_sum + (size_t)c * SP_RUNS;
-    double v[SP_RUNS / SP_THREADS], mine = 0, off;
-    for (uint32_t i = 0; i < per; i++) {
-        v[i] = t * per + i < runs ? sum[t * per + i] : 0;
+    __shared__ uint32_t count[SP_L1];
+    __shared__ u64 weight[SP_L1];
+    uint32_t r = blockIdx.y, ib = sp_id_bits(vocab);
+    dsv4_cuda_sample_row p = rows[r];
+    if (!sp_draws(&p))
+        return;
+    for (uint32_t b = threadIdx.x; b < SP_L1; b += SP_WIDE_THREADS)
+        count[b] = 0, weight[b] = 0;
+    __syncthreads();
+    double max = sp_value((uint32_t)(first[r] >> ib));
+    uint32_t shift = dsv4_sample_weight_shift(sp_k(&p, vocab));
+    const float *x = logits + (size_t)r * vocab;
+    float *prob = probs + (size_t)r * vocab;
+    SP_WIDE_EACH(vocab, j)
+    {
+        float v = x[j], q = dsv4_sample_prob(v, max, p.temperature);
+        uint32_t b = sp_key(v) >> (32 - SP_L1_BITS);
+        prob[j] = q;
+        atomicAdd(&count[b], 1u);
+        atomicAdd(&weight[b], (u64)dsv4_sample_weight(q, shift));
+    }
+    __syncthreads();
+    for (uint32_t b = threadIdx.x; b < SP_L1; b += SP_WIDE_THREADS)
+        if (count[b]) {
+            atomicAdd(&l1_count[(size_t)r * SP_L1 + b], count[b]);
+            atomicAdd(&l1_weight[(size_t)r * SP_L1 + b], weight[b]);
+        }
+}
+
+/* What a drawing row's selections share in sp_pick's (dynamic) shared memory. */
+struct sp_shared {
+    uint32_t l1_count[SP_L1];
+    u64 l1_weight[SP_L1]; /* the members' weights (the top_k candidates') */
+    union {
+        struct {
+            uint32_t count[SP_DIGITS];
+            u64 weight[SP_DIGITS];
+        } digit;
+        struct {
+            u64 at[SP_GATHER], weight[SP_GATHER];
+        } gather;
+        cub::BlockRadixSort<u64, SP_THREADS, 1, u64>::TempStorage sort;
+        cub::BlockScan<u64, SP_THREADS>::TempStorage scan;
+        cub::BlockReduce<u64, SP_THREADS>::TempStorage reduce;
+    } u;
+    uint32_t bin, n, gathered;
+    u64 below, at, weight; /* a bin's weight below it; a selection's result */
+};
+
+/* A drawing row as sp_pick's selections read it. */
+struct sp_row {
+    const float *x, *prob;
+    uint32_t vocab, ib, nb; /* ib id bits, nb = 32 + ib bits of order */
+    uint32_t shift;
+    bool count; /* weigh every candidate 1 (else by its probability) */
+    u64 bound;  /* members: the candidates at or before it in the order */
+};
+
+__device__ static inline u64 sp_member_weight(const sp_row &row, uint32_t j, u64 o)
+{
+    return o > row.bound ? 0 : row.count ? 1 : dsv4_sample_weight(row.prob[j], row.shift);
+}
+
+/* f(j, order, valid) for every candidate of the row, SP_UNROLL loads a thread in flight;
+ * every thread of the block calls f the same number of times (f may use the warp). */
+template <typename F> __device__ static void sp_each(const sp_row &row, F &&f)
+{
+    for (uint32_t base = 0; base < row.vocab; base += SP_THREADS * SP_UNROLL) {
+        float v[SP_UNROLL];
+#pragma unroll
+        for (uint32_t u = 0; u < SP_UNROLL; u++) {
+            uint32_t j = base + u * SP_THREADS + threadIdx.x;
+            v[u] = j < row.vocab ? row.x[j] : 0.0f;
+        }
+#pragma unroll
+        for (uint32_t u = 0; u < SP_UNROLL; u++) {
+            uint32_t j = base + u * SP_THREADS + threadIdx.x;
+            f(j, sp_order(v[u], j, row.ib), j < row.vocab);
+        }
+    }
+}
+
+/* The bin b < bins holding position t of the bins' weights w in order (the first whose
+ * cumulative weight passes t): sh.bin, its count (of count) sh.n, the weight of the bins
+ * before it sh.below. bins <= 2 SP_THREADS; every thread calls it. The arrays may share
+ * the union with the scan's storage: they are read before it is written. */
+template <typename W>
+__device__ static void sp_find_bin(sp_shared &sh, const uint32_t *count, const W *w, uint32_t bins,
+                                   u64 t)
+{
+    uint32_t per = bins > SP_THREADS ? 2 : 1, b0 = threadIdx.x * per, c[2];
+    u64 v[2], mine = 0, below;
+    for (uint32_t i = 0; i < 2; i++) {
+        bool in = i < per && b0 + i < bins;
+        v[i] = in ? (u64)w[b0 + i] : 0;
+        c[i] = in ? count[b0 + i] : 0;
         mine += v[i];
     }
-    scan(tmp).ExclusiveSum(mine, off);
-    for (uint32_t i = 0; i < per; i++) {
-        if (t * per + i < runs)
-            run_off[(size_t)c * SP_RUNS + t * per + i] = off;
-        off += v[i];
-    }
-}
-
-/* Per sorted slot: the cumulative sum at each run's last candidate. */
-__global__ void sp_ends(uint32_t vocab, const dsv4_cuda_sample_row *rows, const uint32_t *map,
-                        uint32_t max_rows, const float *probs, const double *run_off,
-                        double *run_end)
-{
-    uint32_t c = blockIdx.y, r = blockIdx.x * blockDim.x + threadIdx.x;
-    dsv4_cuda_sample_row p = rows[map[max_rows + c]];
-    uint32_t k = sp_k(&p, vocab), len = sp_run_len(k), lo = r * len;
-    if (lo >= k)
-        return;
-    uint32_t hi = lo + len < k ? lo + len : k;
-    const float *prob = probs + (size_t)c * vocab;
-    double acc = run_off[(size_t)c * SP_RUNS + r];
-    for (uint32_t j = lo; j < hi; j++)
-        acc += prob[j];
-    run_end[(size_t)c * SP_RUNS + r] = acc;
-}
-
-/* The first candidate j < hi of run r (from lo) whose cumulative sum stops `below` bound
- * (acc < bound, or bound < acc for the draw); hi when none. *acc_p gets its sum. */
-__device__ static uint32_t sp_walk(const float *prob, uint32_t lo, uint32_t hi, double off,
-                                   double bound, bool draw, double *acc_p)
-{
-    double acc = off;
-    for (uint32_t j = lo; j < hi; j++) {
-        acc += prob[j];
-        if (draw ? bound < acc : !(acc < bound)) {
-            *acc_p = acc;
-            return j;
+    __syncthreads();
+    cub::BlockScan<u64, SP_THREADS>(sh.u.scan).ExclusiveSum(mine, below);
+    for (uint32_t i = 0; i < 2; i++) {
+        if (below <= t && t < below + v[i]) {
+            sh.bin = b0 + i;
+            sh.n = c[i];
+            sh.below = below;
         }
-    }
-    *acc_p = acc;
-    return hi;
-}
-
-/* The first run r < runs whose end passes bound (ends[r] for r < last, last_end for run
- * last), into *first (UINT32_MAX: none); every thread of the block calls it. */
-__device__ static void sp_first_run(const double *ends, uint32_t runs, uint32_t last,
-                                    double last_end, double bound, bool draw, uint32_t *first)
-{
-    for (uint32_t r = threadIdx.x; r < runs; r += SP_THREADS) {
-        double e = r == last ? last_end : ends[r];
-        if (draw ? bound < e : !(e < bound)) {
-            atomicMin(first, r);
-            break;
-        }
-    }
-}
-
-/* One block per row: greedy rows reduce over their logits; drawing rows find the top_p cut
- * and the draw among the runs' ends, then walk the one run that holds each. */
-__global__ void __launch_bounds__(SP_THREADS)
-    sp_pick(const float *logits, uint32_t vocab, const dsv4_cuda_sample_row *rows,
-            const uint32_t *map, const uint32_t *ids_out, const float *probs, const double *run_off,
-            const double *run_end, int32_t *tokens)
-{
-    __shared__ uint32_t first;
-    __shared__ double kept;
-    uint32_t r = blockIdx.x, t = threadIdx.x;
-    dsv4_cuda_sample_row p = rows[r];
-    if (p.skip) {
-        if (t == 0)
-            tokens[r] = -1;
-        return;
-    }
-    if (sp_greedy(&p)) {
-        sp_pick_greedy(logits + (size_t)r * vocab, vocab, tokens + r);
-        return;
-    }
-    uint32_t c = map[r], k = sp_k(&p, vocab), len = sp_run_len(k), runs = (k + len - 1) / len;
-    const float *prob = probs + (size_t)c * vocab;
-    const double *off = run_off + (size_t)c * SP_RUNS, *end = run_end + (size_t)c * SP_RUNS;
-    double total = end[runs - 1], acc;
-    uint32_t keep = k;
-    if (t == 0) {
-        first = UINT32_MAX;
-        kept = total;
+        below += v[i];
     }
     __syncthreads();
-    if (p.top_p > 0 && p.top_p < 1) {
-        /* keep = the smallest prefix whose sum is not below top_p * total (0 when even the
-         * empty prefix is not), as dsv4_sample's while loop; the kept total is its sum */
-        double bound = (double)p.top_p * total;
-        if (!(0 < bound)) {
-            keep = 0;
-        } else {
-            sp_first_run(end, runs, runs - 1, total, bound, false, &first);
-            __syncthreads();
-            if (first != UINT32_MAX) {
-                uint32_t lo = first * len, hi = lo + len < k ? lo + len : k;
-                keep = sp_walk(prob, lo, hi, off[first], bound, false, &acc) + 1;
-                if (t == 0)
-                    kept = acc;
+}
+
+/* The member at which the members' cumulative weight, in order, passes t (t below their
+ * total): its order into sh.at, its weight sh.weight, the members' weight before it
+ * sh.below. Every thread calls it. */
+__device__ static void sp_select(sp_shared &sh, const sp_row &row, u64 t)
+{
+    if (row.count)
+        sp_find_bin(sh, sh.l1_count, sh.l1_count, SP_L1, t);
+    else
+        sp_find_bin(sh, sh.l1_count, sh.l1_weight, SP_L1, t);
+    u64 prefix = sh.bin, below = sh.below;
+    uint32_t bits = SP_L1_BITS, n = sh.n; /* n: at least the members with the prefix */
+    t -= below;
+    while (n > SP_GATHER) { /* ties or a flat row: narrow by the next digit */
+        uint32_t d = min(SP_DIGIT_BITS, row.nb - bits), lo = row.nb - bits - d;
+        for (uint32_t b = threadIdx.x; b < SP_DIGITS; b += SP_THREADS)
+            sh.u.digit.count[b] = 0, sh.u.digit.weight[b] = 0;
+        __syncthreads();
+        sp_each(row, [&](uint32_t j, u64 o, bool valid) {
+            if (valid && o >> (lo + d) == prefix && o <= row.bound) {
+                uint32_t b = (uint32_t)(o >> lo) & ((1u << d) - 1);
+                atomicAdd(&sh.u.digit.count[b], 1u);
+                atomicAdd(&sh.u.digit.weight[b], sp_member_weight(row, j, o));
             }
-        }
-        if (keep == 0 && t == 0)
-            kept = prob[0];
-        __syncthreads();
-        if (t == 0) {
-            if (kept == 0) /* dsv4_sample: total = acc ? acc : prob[0] */
-                kept = prob[0];
-            first = UINT32_MAX;
-        }
-        keep = keep ? keep : 1;
-        __syncthreads();
+        });
+        sp_find_bin(sh, sh.u.digit.count, sh.u.digit.weight, 1u << d, t);
+        prefix = prefix << d | sh.bin;
+        bits += d;
+        n = sh.n;
+        below += sh.below;
+        t -= sh.below;
     }
-    /* the draw among the first keep candidates: the run holding keep - 1 ends there at the
-     * kept total, which is the cumulative sum at keep - 1 (total itself without top_p) */
-    double rr = p.draw * kept;
-    uint32_t last = (keep - 1) / len;
-    sp_first_run(end, last + 1, last, kept, rr, true, &first);
+    /* the n members with the prefix: gathered, sorted and scanned */
+    uint32_t lo = row.nb - bits, lane = threadIdx.x % 32;
+    if (threadIdx.x == 0)
+        sh.gathered = 0;
     __syncthreads();
-    if (t == 0) {
-        uint32_t j = keep - 1;
-        if (first != UINT32_MAX) {
-            uint32_t lo = first * len, hi = lo + len < keep ? lo + len : keep;
-            uint32_t at = sp_walk(prob, lo, hi, off[first], rr, true, &acc);
-            j = at < hi ? at : j;
+    sp_each(row, [&](uint32_t j, u64 o, bool valid) {
+        bool in = valid && o >> lo == prefix && o <= row.bound;
+        uint32_t mask = __ballot_sync(0xffffffffu, in), base = 0;
+        if (mask == 0)
+            return;
+        if (lane == 0)
+            base = atomicAdd(&sh.gathered, (uint32_t)__popc(mask));
+        base = __shfl_sync(0xffffffffu, base, 0);
+        if (in) {
+            uint32_t slot = base + __popc(mask & ((1u << lane) - 1));
+            sh.u.gather.at[slot] = o;
+            sh.u.gather.weight[slot] = sp_member_weight(row, j, o);
         }
-        tokens[r] = (int32_t)ids_out[(size_t)c * vocab + j];
+    });
+    __syncthreads();
+    u64 at[1], w[1];
+    bool mine = threadIdx.x < sh.gathered;
+    at[0] = mine ? sh.u.gather.at[threadIdx.x] : ~0ull;
+    w[0] = mine ? sh.u.gather.weight[threadIdx.x] : 0;
+    __syncthreads();
+    cub::BlockRadixSort<u64, SP_THREADS, 1, u64>(sh.u.sort).Sort(at, w, 0, (int)row.nb);
+    __syncthreads();
+    u64 before;
+    cub::BlockScan<u64, SP_THREADS>(sh.u.scan).ExclusiveSum(w[0], before);
+    if (before <= t && t < before + w[0]) {
+        sh.at = at[0];
+        sh.weight = w[0];
+        sh.below = below + before;
     }
+    __syncthreads();
 }
 
-/* Bits of the slot index above the 32 key bits for m sorted slots. */
-static int sp_slot_bits(uint32_t m)
+/* The members' weight at the order's top bin b: the candidates there at or before the
+ * bound (every thread calls it). */
+__device__ static u64 sp_weight_at_bin(sp_shared &sh, const sp_row &row, uint32_t b)
 {
-    int b = 0;
-    while (m > 1u << b)
-        b++;
-    return b;
+    uint32_t lo = row.nb - SP_L1_BITS;
+    u64 mine = 0;
+    sp_each(row, [&](uint32_t j, u64 o, bool valid) {
+        if (valid && o >> lo == b)
+            mine += sp_member_weight(row, j, o);
+    });
+    u64 sum = cub::BlockReduce<u64, SP_THREADS>(sh.u.reduce).Sum(mine);
+    if (threadIdx.x == 0)
+        sh.weight = sum;
+    __syncthreads();
+    return sh.weight;
+}
+
+/* A drawing row's token (p its request, first its first candidate's order): the top_k-th
+ * candidate bounds the members, whose weight at the top bins is then the sums of step 2
+ * up to the bound's bin; the cut and the draw select among them as dsv4_sample's walks. */
+__device__ static int32_t sp_draw_row(sp_shared &sh, sp_row &row, const dsv4_cuda_sample_row &p,
+                                      const uint32_t *l1_count, const u64 *l1_weight, u64 first)
+{
+    for (uint32_t b = threadIdx.x; b < SP_L1; b += SP_THREADS)
+        sh.l1_count[b] = l1_count[b], sh.l1_weight[b] = l1_weight[b];
+    __syncthreads();
+    uint32_t k = sp_k(&p, row.vocab), lo = row.nb - SP_L1_BITS;
+    u64 id_mask = (1ull << row.ib) - 1;
+    if (k < row.vocab) {
+        row.count = true;
+        sp_select(sh, row, k - 1);
+        row.count = false;
+        row.bound = sh.at;
+        uint32_t b = (uint32_t)(row.bound >> lo);
+        u64 at_bound = sp_weight_at_bin(sh, row, b);
+        for (uint32_t i = threadIdx.x; i < SP_L1; i += SP_THREADS)
+            sh.l1_weight[i] = i < b ? sh.l1_weight[i] : i == b ? at_bound : 0;
+        __syncthreads();
+    }
+    u64 mine = 0;
+    for (uint32_t b = threadIdx.x; b < SP_L1; b += SP_THREADS)
+        mine += sh.l1_weight[b];
+    u64 total = cub::BlockReduce<u64, SP_THREADS>(sh.u.reduce).Sum(mine);
+    if (threadIdx.x == 0)
+        sh.weight = total;
+    __syncthreads();
+    total = sh.weight;
+    if (total == 0) /* the best logit is infinite or NaN: dsv4_sample takes the first */
+        return (int32_t)(first & id_mask);
+    u64 cut = dsv4_sample_cut(total, p.top_p), kept = total;
+    if (cut < total) {
+        sp_select(sh, row, cut - 1);
+        kept = sh.below + sh.weight;
+    }
+    sp_select(sh, row, dsv4_sample_target(p.draw, kept));
+    return (int32_t)(sh.at & id_mask);
+}
+
+/* Step 3, one block per row. */
+__global__ void __launch_bounds__(SP_THREADS)
+    sp_pick(const float *logits, uint32_t vocab, const dsv4_cuda_sample_row *rows, const u64 *first,
+            const float *probs, const uint32_t *l1_count, const u64 *l1_weight, int32_t *tokens)
+{
+    extern __shared__ __align__(16) uint8_t sp_smem[];
+    sp_shared &sh = *reinterpret_cast<sp_shared *>(sp_smem);
+    uint32_t r = blockIdx.x;
+    dsv4_cuda_sample_row p = rows[r];
+    const float *x = logits + (size_t)r * vocab;
+    int32_t token = -1;
+    if (p.skip) {
+    } else if (sp_greedy(&p)) {
+        sp_pick_greedy(x, vocab, &token);
+    } else {
+        uint32_t ib = sp_id_bits(vocab);
+        sp_row row = {x,       probs + (size_t)r * vocab,
+                      vocab,   ib,
+                      32 + ib, dsv4_sample_weight_shift(sp_k(&p, vocab)),
+                      false,   ~0ull};
+        token = sp_draw_row(sh, row, p, l1_count + (size_t)r * SP_L1, l1_weight + (size_t)r * SP_L1,
+                            first[r]);
+    }
+    if (threadIdx.x == 0)
+        tokens[r] = token;
 }
 
 extern "C" dsv4_cuda_sampler *dsv4_cuda_sampler_new(uint32_t max_rows, uint32_t vocab)
 {
-    size_t n = (size_t)max_rows * vocab;
-    if (max_rows == 0 || vocab == 0 || n >= (size_t)INT32_MAX)
+    if (max_rows == 0 || max_rows > 65535 || vocab == 0 || vocab > 1u << 31)
         return NULL;
     dsv4_cuda_sampler *s = (dsv4_cuda_sampler *)calloc(1, sizeof(*s));
     if (!s)
         return NULL;
     s->max_rows = max_rows;
     s->vocab = vocab;
-    s->map_host = (uint32_t *)calloc(2 * max_rows, sizeof(uint32_t));
-    s->sel_rows_host = (uint32_t *)calloc(max_rows, sizeof(uint32_t));
-    bool ok = s->map_host && s->sel_rows_host && cudaMalloc(&s->keys_in, n * 8) == cudaSuccess &&
-              cudaMalloc(&s->keys_out, n * 8) == cudaSuccess &&
-              cudaMalloc(&s->ids_in, n * 4) == cudaSuccess &&
-              cudaMalloc(&s->ids_out, n * 4) == cudaSuccess &&
-              cudaMalloc(&s->rows_dev, max_rows * sizeof(*s->rows_dev)) == cudaSuccess &&
-              cudaMalloc(&s->map_dev, 2 * max_rows * sizeof(uint32_t)) == cudaSuccess &&
-              cudaMalloc(&s->run_sum, max_rows * SP_RUNS * sizeof(double)) == cudaSuccess &&
-              cudaMalloc(&s->run_off, max_rows * SP_RUNS * sizeof(double)) == cudaSuccess &&
-              cudaMalloc(&s->run_end, max_rows * SP_RUNS * sizeof(double)) == cudaSuccess &&
-              cudaMalloc(&s->sel_rows_dev, max_rows * sizeof(uint32_t)) == cudaSuccess &&
-              cudaMalloc(&s->sel_idx, (size_t)max_rows * DSV4_CUDA_TOPK_MAX * sizeof(uint32_t)) ==
-                  cudaSuccess;
-    ok = ok && cub::DeviceRadixSort::SortPairs(nullptr, s->temp_bytes, s->keys_in, s->keys_out,
-                                               s->ids_in, s->ids_out, (int)n, 0,
-                                               32 + sp_slot_bits(max_rows)) == cudaSuccess;
-    ok = ok && cudaMalloc(&s->temp, s->temp_bytes ? s->temp_bytes : 1) == cudaSuccess;
-    if (ok) {
-        sp_ids<<<(unsigned)((n + 255) / 256), 256>>>(s->ids_in, vocab, n);
-        ok = cudaDeviceSynchronize() == cudaSuccess;
-    }
+    bool ok =
+        cudaMalloc(&s->rows_dev, max_rows * sizeof(*s->rows_dev)) == cudaSuccess &&
+        cudaMalloc(&s->first, max_rows * sizeof(u64)) == cudaSuccess &&
+        cudaMalloc(&s->probs, (size_t)max_rows * vocab * sizeof(float)) == cudaSuccess &&
+        cudaMalloc(&s->l1_count, (size_t)max_rows * SP_L1 * sizeof(uint32_t)) == cudaSuccess &&
+        cudaMalloc(&s->l1_weight, (size_t)max_rows * SP_L1 * sizeof(u64)) == cudaSuccess &&
+        cudaFuncSetAttribute(sp_pick, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)sizeof(sp_shared)) == cudaSuccess;
     if (!ok) {
         dsv4_cuda_sampler_free(s);
         return NULL;
@@ -397,20 +470,11 @@ extern "C" void dsv4_cuda_sampler_free(dsv4_cuda_sampler *s)
 {
     if (!s)
         return;
-    cudaFree(s->keys_in);
-    cudaFree(s->keys_out);
-    cudaFree(s->ids_in);
-    cudaFree(s->ids_out);
     cudaFree(s->rows_dev);
-    cudaFree(s->map_dev);
-    cudaFree(s->run_sum);
-    cudaFree(s->run_off);
-    cudaFree(s->run_end);
-    cudaFree(s->temp);
-    cudaFree(s->sel_rows_dev);
-    cudaFree(s->sel_idx);
-    free(s->map_host);
-    free(s->sel_rows_host);
+    cudaFree(s->first);
+    cudaFree(s->probs);
+    cudaFree(s->l1_count);
+    cudaFree(s->l1_weight);
     free(s);
 }
 
@@ -422,81 +486,35 @@ extern "C" int dsv4_cuda_sample(dsv4_cuda_sampler *s, const float *logits_dev, u
     if (n > s->max_rows)
         return -EINVAL;
     cudaStream_t st = (cudaStream_t)stream;
-    uint32_t V = s->vocab, m = 0, ms = 0, kmax = 0, *map = s->map_host, *sel = s->sel_rows_host;
-    /* slots: the sorted rows first (the sort takes slots 0 .. ms - 1), then the selected */
-    for (int pass = 0; pass < 2; pass++)
-        for (uint32_t i = 0; i < n; i++) {
-            bool drawn = !rows[i].skip && !sp_greedy(&rows[i]);
-            bool selected = drawn && sp_selected(&rows[i], V);
-            if (pass == 0) {
-                map[i] = UINT32_MAX;
-                sel[i] = selected ? V : 0;
-                kmax = selected && rows[i].top_k > kmax ? rows[i].top_k : kmax;
-            }
-            if (drawn && selected == (pass == 1)) {
-                map[i] = m;
-                map[s->max_rows + m++] = i;
-            }
-            if (pass == 0 && drawn && !selected)
-                ms++;
-        }
-    /* copies from pageable memory: they return once the host buffers are staged */
+    uint32_t V = s->vocab;
+    bool draws = false;
+    for (uint32_t i = 0; i < n && !draws; i++)
+        draws = !rows[i].skip && !sp_greedy(&rows[i]);
+    /* a copy from pageable memory: it returns once the host buffer is staged */
     int rc = dsv4_cuda_status(
         cudaMemcpyAsync(s->rows_dev, rows, n * sizeof(*rows), cudaMemcpyHostToDevice, st));
-    if (rc == 0)
-        rc = dsv4_cuda_status(cudaMemcpyAsync(s->map_dev, map, 2 * s->max_rows * sizeof(uint32_t),
-                                              cudaMemcpyHostToDevice, st));
-    if (rc == 0 && ms > 0) {
-        int items = (int)((size_t)ms * V), end_bit = 32 + sp_slot_bits(ms);
-        size_t temp_bytes = 0;
-        if (cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, s->keys_in, s->keys_out, s->ids_in,
-                                            s->ids_out, items, 0, end_bit) != cudaSuccess ||
-            temp_bytes > s->temp_bytes)
-            return -EIO;
-        dim3 grid((V + SP_PREP_THREADS - 1) / SP_PREP_THREADS, ms);
-        sp_prep<<<grid, SP_PREP_THREADS, 0, st>>>(logits_dev, V, s->map_dev, s->max_rows,
-                                                  s->keys_in);
-        rc = dsv4_cuda_launch_status();
-        temp_bytes = s->temp_bytes;
+    if (rc == 0 && draws) {
+        dim3 grid((V + SP_WIDE_THREADS * SP_WIDE_PER - 1) / (SP_WIDE_THREADS * SP_WIDE_PER), n);
+        rc = dsv4_cuda_status(cudaMemsetAsync(s->first, 0xff, n * sizeof(u64), st));
         if (rc == 0)
             rc = dsv4_cuda_status(
-                cub::DeviceRadixSort::SortPairs(s->temp, temp_bytes, s->keys_in, s->keys_out,
-                                                s->ids_in, s->ids_out, items, 0, end_bit, st));
-    }
-    if (rc == 0 && m > ms) {
-        rc = dsv4_cuda_status(cudaMemcpyAsync(s->sel_rows_dev, sel, n * sizeof(uint32_t),
-                                              cudaMemcpyHostToDevice, st));
+                cudaMemsetAsync(s->l1_count, 0, (size_t)n * SP_L1 * sizeof(uint32_t), st));
         if (rc == 0)
-            rc = dsv4_cuda_topk(logits_dev, V, s->sel_rows_dev, n, kmax, s->sel_idx, st);
+            rc = dsv4_cuda_status(
+                cudaMemsetAsync(s->l1_weight, 0, (size_t)n * SP_L1 * sizeof(u64), st));
         if (rc == 0) {
-            dim3 grid((kmax + SP_PREP_THREADS - 1) / SP_PREP_THREADS, m - ms);
-            sp_from_topk<<<grid, SP_PREP_THREADS, 0, st>>>(logits_dev, V, s->map_dev, s->max_rows,
-                                                           ms, s->rows_dev, s->sel_idx, kmax,
-                                                           s->keys_out, s->ids_out);
+            sp_first<<<grid, SP_WIDE_THREADS, 0, st>>>(logits_dev, V, s->rows_dev, s->first);
+            rc = dsv4_cuda_launch_status();
+        }
+        if (rc == 0) {
+            sp_weigh<<<grid, SP_WIDE_THREADS, 0, st>>>(logits_dev, V, s->rows_dev, s->first,
+                                                       s->probs, s->l1_count, s->l1_weight);
             rc = dsv4_cuda_launch_status();
         }
     }
-    /* the sort read the keys: their buffer now holds the probabilities */
-    float *probs = (float *)s->keys_in;
-    dim3 runs(SP_RUNS / SP_PREP_THREADS, m);
-    if (rc == 0 && m > 0) {
-        sp_runs<<<runs, SP_PREP_THREADS, 0, st>>>(V, s->rows_dev, s->map_dev, s->max_rows,
-                                                  s->keys_out, probs, s->run_sum);
-        rc = dsv4_cuda_launch_status();
-    }
-    if (rc == 0 && m > 0) {
-        sp_offsets<<<m, SP_THREADS, 0, st>>>(V, s->rows_dev, s->map_dev, s->max_rows, s->run_sum,
-                                             s->run_off);
-        rc = dsv4_cuda_launch_status();
-    }
-    if (rc == 0 && m > 0) {
-        sp_ends<<<runs, SP_PREP_THREADS, 0, st>>>(V, s->rows_dev, s->map_dev, s->max_rows, probs,
-                                                  s->run_off, s->run_end);
-        rc = dsv4_cuda_launch_status();
-    }
     if (rc != 0)
         return rc;
-    sp_pick<<<n, SP_THREADS, 0, st>>>(logits_dev, V, s->rows_dev, s->map_dev, s->ids_out, probs,
-                                      s->run_off, s->run_end, tokens_dev);
+    sp_pick<<<n, SP_THREADS, sizeof(sp_shared), st>>>(
+        logits_dev, V, s->rows_dev, s->first, s->probs, s->l1_count, s->l1_weight, tokens_dev);
     return dsv4_cuda_launch_status();
 }

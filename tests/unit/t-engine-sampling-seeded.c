@@ -1,20 +1,22 @@
 /* t-engine-sampling-seeded: next-token choice (core/engine/sample.h). The PRNG is
  * splitmix64-seeded xoshiro256** (its first outputs for seed 0 are pinned, so every
  * machine draws the same numbers); greedy takes the highest logit and the lower id on a
- * tie; top-k keeps only the k best; top-p keeps the smallest best-first set reaching p;
- * with a seed the draws are reproducible and follow the softmax of logits/temperature. */
+ * tie; top-k keeps only the k best; top-p keeps the smallest best-first set reaching p,
+ * in exact integer weights (a cut at an exact boundary keeps exactly that prefix); with a
+ * seed the draws are reproducible and follow the softmax of logits/temperature. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/engine/sample.h"
+#include "kernels/sample_weight.h"
 #include "tests/tap.h"
 
 #define V 8
 
 int main(void)
 {
-    plan(10);
+    plan(12);
     dsv4_rng rng;
     dsv4_rng_seed(&rng, 0);
     /* splitmix64(0) = e220a8397b1dcdaf, the seed expansion's first word */
@@ -28,7 +30,7 @@ int main(void)
     ok(u >= 0 && u < 1, "uniform in [0, 1)");
 
     float logits[V] = {0.5f, 2.0f, 2.0f, -1.0f, 1.5f, 0.0f, 1.9f, -3.0f};
-    uint8_t scratch[DSV4_SAMPLE_SCRATCH(V)];
+    uint64_t scratch[DSV4_SAMPLE_SCRATCH(V) / 8];
     dsv4_sample_params greedy = {0, 1, 0};
     is_int(dsv4_sample(logits, V, &greedy, &rng, scratch), 1,
            "greedy: highest logit, lower id on a tie");
@@ -49,6 +51,24 @@ int main(void)
         only_p = only_p && (t == 1 || t == 2);
     }
     ok(only_p, "top-p 0.3 keeps the two best (their mass passes 0.3)");
+
+    /* four equal logits weigh 2^shift each: top_p 0.5 cuts at exactly two of them, and a
+     * draw of 0.5 is the first position of the second half of what is kept */
+    float even[4] = {1, 1, 1, 1};
+    dsv4_sample_params half = {1.0f, 0.5f, 0};
+    bool first_two = true;
+    for (int i = 0; i < 500; i++) {
+        int32_t t = dsv4_sample(even, 4, &half, &rng, scratch);
+        first_two = first_two && (t == 0 || t == 1);
+    }
+    ok(first_two, "top-p 0.5 over four equal candidates keeps exactly the first two");
+    uint32_t shift = dsv4_sample_weight_shift(4);
+    ok(shift == 60 && dsv4_sample_weight(dsv4_sample_prob(1, 1, 1), shift) == 1ull << 60 &&
+           dsv4_sample_cut(4ull << 60, 0.5f) == 2ull << 60 &&
+           dsv4_sample_target(0.5, 2ull << 60) == 1ull << 60 &&
+           dsv4_sample_target(0.9999999999999999, 3) == 2 &&
+           dsv4_sample_weight(dsv4_sample_prob(NAN, 1, 1), 60) == 0,
+       "weights: 2^shift for the best, the cut and the draw exact, NaN weighs nothing");
 
     int counts[V] = {0};
     dsv4_rng_seed(&rng, 7);
@@ -78,7 +98,7 @@ int main(void)
     const float pool[] = {NAN, -INFINITY, -1.0f, -0.0f, 0.0f, 0.5f, 1.0f, INFINITY};
     enum { N = 300 };
     float row[N];
-    uint8_t big[DSV4_SAMPLE_SCRATCH(N)];
+    uint64_t big[DSV4_SAMPLE_SCRATCH(N) / 8];
     dsv4_rng pick;
     dsv4_rng_seed(&pick, 3);
     int agree = 0;
