@@ -40,7 +40,8 @@ DSV4_SW_FN float dsv4_sample_prob(float logit, double max, float temperature)
 /* A probability's weight (0 for NaN). */
 DSV4_SW_FN uint64_t dsv4_sample_weight(float prob, uint32_t shift)
 {
-    return prob > 0 ? (uint64_t)ldexp((double)prob, (int)shift) : 0;
+    /* times a power of two: exact, as ldexp would be, without the call */
+    return prob > 0 ? (uint64_t)((double)prob * (double)(1ull << shift)) : 0;
 }
 
 /* The weight the kept candidates reach at least: the smallest best-first prefix whose sum

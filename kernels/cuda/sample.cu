@@ -1,29 +1,30 @@
 /* sample.cu: next-token choice on the device, dsv4_sample's semantics (sample.h).
  *
  * A drawing row needs no sort. Its candidates' weights are exact integers
- * (kernels/sample_weight.h), so the total, the top_p cut and the draw are radix selections
- * over the candidates' order (the logit's key, then the id: the host's ranking) weighted
- * by them, and land where the host's walk down its sorted candidates lands, bit for bit.
- * One fixed sequence of launches for the whole batch:
- *   1. sp_first, over every multiprocessor: each drawing row's first candidate in that
- *      order (its best logit, the max of the probabilities);
- *   2. sp_weigh, over every multiprocessor: each candidate's probability, and the row's
- *      candidate counts and weights by the top SP_L1_BITS bits of the order;
- *   3. sp_pick, one block per row: greedy rows reduce to the best (logit, id); a drawing row
- *      selects its top_k-th candidate by count (when top_k cuts the vocabulary), then its
- *      top_p cut and its draw by weight. A selection takes its bin of the top bits from
- *      step 2's sums, narrows by SP_DIGIT_BITS more bits a pass over the row while more
- *      than SP_GATHER candidates share the prefix (ties and flat rows), and sorts and scans
- *      the last ones in shared memory.
- * It replaced a device-wide radix sort of every drawing row (H200: 816 us for 64 rows of
- * 129280 at top_p 0.95, bench/results/2026-11-29-sample-h200.md), whose double sums in
- * another order than the host's could pick a neighbour at a rounding boundary. */
+ * (kernels/sample_weight.h), so the total, the top_p cut and the draw are sums and
+ * selections in the candidates' order (the logit's key, then the id: the host's ranking)
+ * that land where the host's walk down its ranked candidates lands, bit for bit, whatever
+ * order the device adds in. One fixed sequence of launches for the whole batch:
+ *   1. rows with 1 < top_k <= DSV4_CUDA_TOPK_MAX: the exact top-k selection (topk.cu, the
+ *      host's order) ranks their candidates;
+ *   2. the other drawing rows, over every multiprocessor: sp_first finds each row's first
+ *      candidate (its best logit, the largest probability), sp_weigh each candidate's
+ *      probability and the row's counts and weights by the top SP_L1_BITS bits of the order;
+ *   3. sp_pick, one block per row: greedy rows reduce to the best (logit, id); selected
+ *      rows scan their ranked candidates' weights for the cut and the draw; the others
+ *      select (sp_select) their top_k-th candidate by count when top_k cuts the vocabulary,
+ *      then the top_p cut and the draw by weight: a selection takes its bin of the top bits
+ *      from step 2's sums, narrows by SP_DIGIT_BITS more bits a pass over the row while more
+ *      than SP_GATHER candidates share the prefix (ties and flat rows), gathers those, one a
+ *      thread, and narrows them in shared memory to the one.
+ * It replaced a device-wide radix sort of every such row, whose double sums in another
+ * order than the host's could pick a neighbour at a rounding boundary. H100, 64 rows of
+ * 129280 at top_p 0.95: 1020 -> 269 us (bench/results/2026-12-05-sample-integer-h100.md). */
 #include "kernels/cuda/sample.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/status.cuh"
 #include "kernels/sample_weight.h"
 
-#include <cub/block/block_radix_sort.cuh>
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 
@@ -34,7 +35,7 @@
 #define SP_L1 (1u << SP_L1_BITS)
 #define SP_DIGIT_BITS 10 /* the bits a further pass narrows by */
 #define SP_DIGITS (1u << SP_DIGIT_BITS)
-#define SP_GATHER SP_THREADS /* candidates a selection sorts: one a thread */
+#define SP_GATHER SP_THREADS /* candidates a selection gathers: one a thread */
 #define SP_UNROLL 8          /* loads a sp_pick thread has in flight in a pass over a row */
 #define SP_WIDE_THREADS 256
 #define SP_WIDE_PER 16 /* candidates a sp_first or sp_weigh thread takes */
@@ -43,11 +44,13 @@ typedef unsigned long long u64; /* what CUDA's 64-bit atomics take */
 
 struct dsv4_cuda_sampler {
     uint32_t max_rows, vocab;
-    dsv4_cuda_sample_row *rows_dev; /* [max_rows] */
-    u64 *first;                     /* [max_rows] each drawing row's first candidate */
-    float *probs;                   /* [max_rows * vocab] */
-    uint32_t *l1_count;             /* [max_rows * SP_L1] candidates by top bits */
-    u64 *l1_weight;                 /* [max_rows * SP_L1] their weights */
+    dsv4_cuda_sample_row *rows_dev;         /* [max_rows] */
+    uint32_t *sel_rows_host, *sel_rows_dev; /* [max_rows]: vocab for a selected row, else 0 */
+    uint32_t *sel_idx;  /* [max_rows * DSV4_CUDA_TOPK_MAX]: the selected rows' top-k */
+    u64 *first;         /* [max_rows] each drawing row's first candidate */
+    float *probs;       /* [max_rows * vocab] */
+    uint32_t *l1_count; /* [max_rows * SP_L1] candidates by top bits */
+    u64 *l1_weight;     /* [max_rows * SP_L1] their weights */
 };
 
 /* Greedy as dsv4_sample decides it. */
@@ -56,9 +59,22 @@ __host__ __device__ static inline bool sp_greedy(const dsv4_cuda_sample_row *p)
     return p->temperature <= 0 || p->top_k == 1;
 }
 
-__device__ static inline bool sp_draws(const dsv4_cuda_sample_row *p)
+__host__ __device__ static inline bool sp_draws(const dsv4_cuda_sample_row *p)
 {
     return !p->skip && !sp_greedy(p);
+}
+
+/* Whether a drawing row's candidates come from the top-k selection (topk.cu, the host's
+ * order): 1 < top_k <= DSV4_CUDA_TOPK_MAX, below the vocabulary. The others are ranked by
+ * the selections below. */
+__host__ __device__ static inline bool sp_selected(const dsv4_cuda_sample_row *p, uint32_t vocab)
+{
+    return p->top_k > 1 && p->top_k <= DSV4_CUDA_TOPK_MAX && p->top_k < vocab;
+}
+
+__host__ __device__ static inline bool sp_ranked(const dsv4_cuda_sample_row *p, uint32_t vocab)
+{
+    return sp_draws(p) && !sp_selected(p, vocab);
 }
 
 /* Candidates of a drawing row: the top_k best, or the whole vocabulary. */
@@ -158,7 +174,7 @@ __global__ void __launch_bounds__(SP_WIDE_THREADS)
     typedef cub::BlockReduce<u64, SP_WIDE_THREADS> reduce;
     __shared__ typename reduce::TempStorage tmp;
     uint32_t r = blockIdx.y, ib = sp_id_bits(vocab);
-    if (!sp_draws(&rows[r]))
+    if (!sp_ranked(&rows[r], vocab))
         return;
     const float *x = logits + (size_t)r * vocab;
     u64 least = ~0ull;
@@ -182,7 +198,7 @@ __global__ void __launch_bounds__(SP_WIDE_THREADS)
     __shared__ u64 weight[SP_L1];
     uint32_t r = blockIdx.y, ib = sp_id_bits(vocab);
     dsv4_cuda_sample_row p = rows[r];
-    if (!sp_draws(&p))
+    if (!sp_ranked(&p, vocab))
         return;
     for (uint32_t b = threadIdx.x; b < SP_L1; b += SP_WIDE_THREADS)
         count[b] = 0, weight[b] = 0;
@@ -219,7 +235,6 @@ struct sp_shared {
         struct {
             u64 at[SP_GATHER], weight[SP_GATHER];
         } gather;
-        cub::BlockRadixSort<u64, SP_THREADS, 1, u64>::TempStorage sort;
         cub::BlockScan<u64, SP_THREADS>::TempStorage scan;
         cub::BlockReduce<u64, SP_THREADS>::TempStorage reduce;
     } u;
@@ -270,6 +285,7 @@ __device__ static void sp_find_bin(sp_shared &sh, const uint32_t *count, const W
 {
     uint32_t per = bins > SP_THREADS ? 2 : 1, b0 = threadIdx.x * per, c[2];
     u64 v[2], mine = 0, below;
+    __syncthreads(); /* the bins' sums are in */
     for (uint32_t i = 0; i < 2; i++) {
         bool in = i < per && b0 + i < bins;
         v[i] = in ? (u64)w[b0 + i] : 0;
@@ -301,7 +317,7 @@ __device__ static void sp_select(sp_shared &sh, const sp_row &row, u64 t)
     u64 prefix = sh.bin, below = sh.below;
     uint32_t bits = SP_L1_BITS, n = sh.n; /* n: at least the members with the prefix */
     t -= below;
-    while (n > SP_GATHER) { /* ties or a flat row: narrow by the next digit */
+    while (n > SP_GATHER && bits < row.nb) { /* ties or a flat row: narrow by a digit */
         uint32_t d = min(SP_DIGIT_BITS, row.nb - bits), lo = row.nb - bits - d;
         for (uint32_t b = threadIdx.x; b < SP_DIGITS; b += SP_THREADS)
             sh.u.digit.count[b] = 0, sh.u.digit.weight[b] = 0;
@@ -320,39 +336,54 @@ __device__ static void sp_select(sp_shared &sh, const sp_row &row, u64 t)
         below += sh.below;
         t -= sh.below;
     }
-    /* the n members with the prefix: gathered, sorted and scanned */
-    uint32_t lo = row.nb - bits, lane = threadIdx.x % 32;
+    /* the n <= SP_GATHER members with the prefix: one a thread, then narrowed by digits
+     * of the bits below the prefix in shared memory until one is left */
+    uint32_t rem = row.nb - bits, lane = threadIdx.x % 32;
     if (threadIdx.x == 0)
         sh.gathered = 0;
     __syncthreads();
     sp_each(row, [&](uint32_t j, u64 o, bool valid) {
-        bool in = valid && o >> lo == prefix && o <= row.bound;
+        bool in = valid && o >> rem == prefix && o <= row.bound;
         uint32_t mask = __ballot_sync(0xffffffffu, in), base = 0;
         if (mask == 0)
             return;
         if (lane == 0)
             base = atomicAdd(&sh.gathered, (uint32_t)__popc(mask));
         base = __shfl_sync(0xffffffffu, base, 0);
-        if (in) {
-            uint32_t slot = base + __popc(mask & ((1u << lane) - 1));
+        uint32_t slot = base + __popc(mask & ((1u << lane) - 1));
+        if (in && slot < SP_GATHER) {
             sh.u.gather.at[slot] = o;
             sh.u.gather.weight[slot] = sp_member_weight(row, j, o);
         }
     });
     __syncthreads();
-    u64 at[1], w[1];
-    bool mine = threadIdx.x < sh.gathered;
-    at[0] = mine ? sh.u.gather.at[threadIdx.x] : ~0ull;
-    w[0] = mine ? sh.u.gather.weight[threadIdx.x] : 0;
-    __syncthreads();
-    cub::BlockRadixSort<u64, SP_THREADS, 1, u64>(sh.u.sort).Sort(at, w, 0, (int)row.nb);
-    __syncthreads();
-    u64 before;
-    cub::BlockScan<u64, SP_THREADS>(sh.u.scan).ExclusiveSum(w[0], before);
-    if (before <= t && t < before + w[0]) {
-        sh.at = at[0];
-        sh.weight = w[0];
-        sh.below = below + before;
+    n = min(sh.gathered, SP_GATHER);
+    bool alive = threadIdx.x < n;
+    u64 at = alive ? sh.u.gather.at[threadIdx.x] : 0,
+        w = alive ? sh.u.gather.weight[threadIdx.x] : 0;
+    while (n > 1 && rem > 0) {
+        uint32_t d = min(SP_DIGIT_BITS, rem), b = 0;
+        rem -= d;
+        __syncthreads(); /* the gathered items and the last bins are read */
+        for (uint32_t i = threadIdx.x; i < SP_DIGITS; i += SP_THREADS)
+            sh.u.digit.count[i] = 0, sh.u.digit.weight[i] = 0;
+        __syncthreads();
+        if (alive) {
+            b = (uint32_t)(at >> rem) & ((1u << d) - 1);
+            atomicAdd(&sh.u.digit.count[b], 1u);
+            atomicAdd(&sh.u.digit.weight[b], w);
+        }
+        sp_find_bin(sh, sh.u.digit.count, sh.u.digit.weight, 1u << d, t);
+        alive = alive && b == sh.bin;
+        n = sh.n;
+        below += sh.below;
+        t -= sh.below;
+    }
+    __syncthreads(); /* every thread has read the last bin's sh.below */
+    if (alive) {
+        sh.at = at;
+        sh.weight = w;
+        sh.below = below;
     }
     __syncthreads();
 }
@@ -415,10 +446,45 @@ __device__ static int32_t sp_draw_row(sp_shared &sh, sp_row &row, const dsv4_cud
     return (int32_t)(sh.at & id_mask);
 }
 
+/* A selected row's token: its top_k candidates come ranked (idx), two a thread, so the cut
+ * and the draw are a scan of their weights. */
+__device__ static int32_t sp_draw_selected(sp_shared &sh, const float *x, const uint32_t *idx,
+                                           const dsv4_cuda_sample_row &p)
+{
+    uint32_t k = p.top_k, shift = dsv4_sample_weight_shift(k), j0 = 2 * threadIdx.x;
+    double max = x[idx[0]];
+    u64 w[2], mine = 0, below, total;
+    for (uint32_t i = 0; i < 2; i++) {
+        w[i] = j0 + i < k
+                   ? dsv4_sample_weight(dsv4_sample_prob(x[idx[j0 + i]], max, p.temperature), shift)
+                   : 0;
+        mine += w[i];
+    }
+    cub::BlockScan<u64, SP_THREADS>(sh.u.scan).ExclusiveSum(mine, below, total);
+    if (total == 0) /* the best logit is infinite or NaN: dsv4_sample takes the first */
+        return (int32_t)idx[0];
+    u64 cut = dsv4_sample_cut(total, p.top_p), acc = below;
+    if (threadIdx.x == 0)
+        sh.weight = total;
+    __syncthreads();
+    for (uint32_t i = 0; i < 2; acc += w[i++])
+        if (cut < total && acc < cut && cut <= acc + w[i])
+            sh.weight = acc + w[i]; /* kept: the first prefix reaching the cut */
+    __syncthreads();
+    u64 r = dsv4_sample_target(p.draw, sh.weight);
+    acc = below;
+    for (uint32_t i = 0; i < 2; acc += w[i++])
+        if (acc <= r && r < acc + w[i])
+            sh.at = idx[j0 + i];
+    __syncthreads();
+    return (int32_t)sh.at;
+}
+
 /* Step 3, one block per row. */
 __global__ void __launch_bounds__(SP_THREADS)
     sp_pick(const float *logits, uint32_t vocab, const dsv4_cuda_sample_row *rows, const u64 *first,
-            const float *probs, const uint32_t *l1_count, const u64 *l1_weight, int32_t *tokens)
+            const float *probs, const uint32_t *l1_count, const u64 *l1_weight,
+            const uint32_t *sel_idx, uint32_t kmax, int32_t *tokens)
 {
     extern __shared__ __align__(16) uint8_t sp_smem[];
     sp_shared &sh = *reinterpret_cast<sp_shared *>(sp_smem);
@@ -429,6 +495,8 @@ __global__ void __launch_bounds__(SP_THREADS)
     if (p.skip) {
     } else if (sp_greedy(&p)) {
         sp_pick_greedy(x, vocab, &token);
+    } else if (sp_selected(&p, vocab)) {
+        token = sp_draw_selected(sh, x, sel_idx + (size_t)r * kmax, p);
     } else {
         uint32_t ib = sp_id_bits(vocab);
         sp_row row = {x,       probs + (size_t)r * vocab,
@@ -451,8 +519,13 @@ extern "C" dsv4_cuda_sampler *dsv4_cuda_sampler_new(uint32_t max_rows, uint32_t 
         return NULL;
     s->max_rows = max_rows;
     s->vocab = vocab;
+    s->sel_rows_host = (uint32_t *)calloc(max_rows, sizeof(uint32_t));
     bool ok =
+        s->sel_rows_host &&
         cudaMalloc(&s->rows_dev, max_rows * sizeof(*s->rows_dev)) == cudaSuccess &&
+        cudaMalloc(&s->sel_rows_dev, max_rows * sizeof(uint32_t)) == cudaSuccess &&
+        cudaMalloc(&s->sel_idx, (size_t)max_rows * DSV4_CUDA_TOPK_MAX * sizeof(uint32_t)) ==
+            cudaSuccess &&
         cudaMalloc(&s->first, max_rows * sizeof(u64)) == cudaSuccess &&
         cudaMalloc(&s->probs, (size_t)max_rows * vocab * sizeof(float)) == cudaSuccess &&
         cudaMalloc(&s->l1_count, (size_t)max_rows * SP_L1 * sizeof(uint32_t)) == cudaSuccess &&
@@ -471,10 +544,13 @@ extern "C" void dsv4_cuda_sampler_free(dsv4_cuda_sampler *s)
     if (!s)
         return;
     cudaFree(s->rows_dev);
+    cudaFree(s->sel_rows_dev);
+    cudaFree(s->sel_idx);
     cudaFree(s->first);
     cudaFree(s->probs);
     cudaFree(s->l1_count);
     cudaFree(s->l1_weight);
+    free(s->sel_rows_host);
     free(s);
 }
 
@@ -486,14 +562,23 @@ extern "C" int dsv4_cuda_sample(dsv4_cuda_sampler *s, const float *logits_dev, u
     if (n > s->max_rows)
         return -EINVAL;
     cudaStream_t st = (cudaStream_t)stream;
-    uint32_t V = s->vocab;
-    bool draws = false;
-    for (uint32_t i = 0; i < n && !draws; i++)
-        draws = !rows[i].skip && !sp_greedy(&rows[i]);
-    /* a copy from pageable memory: it returns once the host buffer is staged */
+    uint32_t V = s->vocab, kmax = 0, *sel = s->sel_rows_host;
+    bool ranked = false;
+    for (uint32_t i = 0; i < n; i++) {
+        bool selected = sp_draws(&rows[i]) && sp_selected(&rows[i], V);
+        sel[i] = selected ? V : 0;
+        kmax = selected && rows[i].top_k > kmax ? rows[i].top_k : kmax;
+        ranked = ranked || sp_ranked(&rows[i], V);
+    }
+    /* copies from pageable memory: they return once the host buffers are staged */
     int rc = dsv4_cuda_status(
         cudaMemcpyAsync(s->rows_dev, rows, n * sizeof(*rows), cudaMemcpyHostToDevice, st));
-    if (rc == 0 && draws) {
+    if (rc == 0 && kmax > 0)
+        rc = dsv4_cuda_status(cudaMemcpyAsync(s->sel_rows_dev, sel, n * sizeof(uint32_t),
+                                              cudaMemcpyHostToDevice, st));
+    if (rc == 0 && kmax > 0)
+        rc = dsv4_cuda_topk(logits_dev, V, s->sel_rows_dev, n, kmax, s->sel_idx, st);
+    if (rc == 0 && ranked) {
         dim3 grid((V + SP_WIDE_THREADS * SP_WIDE_PER - 1) / (SP_WIDE_THREADS * SP_WIDE_PER), n);
         rc = dsv4_cuda_status(cudaMemsetAsync(s->first, 0xff, n * sizeof(u64), st));
         if (rc == 0)
@@ -514,7 +599,8 @@ extern "C" int dsv4_cuda_sample(dsv4_cuda_sampler *s, const float *logits_dev, u
     }
     if (rc != 0)
         return rc;
-    sp_pick<<<n, SP_THREADS, sizeof(sp_shared), st>>>(
-        logits_dev, V, s->rows_dev, s->first, s->probs, s->l1_count, s->l1_weight, tokens_dev);
+    sp_pick<<<n, SP_THREADS, sizeof(sp_shared), st>>>(logits_dev, V, s->rows_dev, s->first,
+                                                      s->probs, s->l1_count, s->l1_weight,
+                                                      s->sel_idx, kmax ? kmax : 1, tokens_dev);
     return dsv4_cuda_launch_status();
 }
