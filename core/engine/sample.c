@@ -116,7 +116,7 @@ int32_t dsv4_sample(const float *logits, uint32_t n, const dsv4_sample_params *p
         return (int32_t)idx[0];
     /* kept: the sum of the smallest best-first prefix reaching the top_p cut */
     uint64_t cut = dsv4_sample_cut(total, p->top_p), kept = 0;
-    for (uint32_t i = 0; kept < cut; i++)
+    for (uint32_t i = 0; kept < cut && i < k; i++)
         kept += w[i];
     uint64_t r = dsv4_sample_target(draw, kept), acc = 0;
     for (uint32_t i = 0;; i++)
