@@ -167,7 +167,7 @@ __device__ static void sp_pick_greedy(const float *x, uint32_t vocab, int32_t *t
          u_ < SP_WIDE_PER; u_++, j += SP_WIDE_THREADS)                                             \
         if (j < (V))
 
-/* Step 1: first[r] = the least order of row r's candidates (first[] starts all ones). */
+/* Step 2, first: first[r] = the least order of row r's candidates (first[] starts all ones). */
 __global__ void __launch_bounds__(SP_WIDE_THREADS)
     sp_first(const float *logits, uint32_t vocab, const dsv4_cuda_sample_row *rows, u64 *first)
 {
@@ -188,7 +188,7 @@ __global__ void __launch_bounds__(SP_WIDE_THREADS)
         atomicMin(&first[r], least);
 }
 
-/* Step 2: row r's probabilities, and its counts and weights by the order's top bits (the
+/* Step 2, then: row r's probabilities, and its counts and weights by the order's top bits (the
  * block's sums in shared memory first; l1_count and l1_weight start at zero). */
 __global__ void __launch_bounds__(SP_WIDE_THREADS)
     sp_weigh(const float *logits, uint32_t vocab, const dsv4_cuda_sample_row *rows,
