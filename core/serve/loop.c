@@ -131,7 +131,7 @@ void dsv4_serve_finish(dsv4_server *srv, dsv4_sreq *r, dsv4_gen_event_kind kind,
     dsv4_serve_siblings_leave(srv, r);
     dsv4_serve_move(srv, r, DSV4_SREQ_ENDED, false);
     pthread_mutex_lock(&srv->mu);
-    dsv4_list_unlink(&r->all);
+    dsv4_list_unlink(&r->by_id);
     pthread_mutex_unlock(&srv->mu);
     /* the outcome is counted before the gauges drop: a scrape that finds the request no
      * longer running or waiting finds it counted */

@@ -64,8 +64,9 @@ typedef enum dsv4_sreq_where {
 } dsv4_sreq_where;
 
 typedef struct dsv4_sreq {
-    dsv4_link all; /* srv->all, under srv->mu: what cancel can find */
-    dsv4_link q;   /* the list `where` names */
+    dsv4_link by_id; /* srv->by_id[id % DSV4_SERVE_ID_BUCKETS], under srv->mu, until it
+                      * ends: what cancel finds */
+    dsv4_link q;     /* the list `where` names */
     dsv4_sreq_where where;
     uint64_t id, arrival;
     dsv4_gen_params params;
@@ -122,6 +123,12 @@ static inline bool dsv4_sreq_done_without_tokens(const dsv4_sreq *r)
     return r->params.max_tokens == 0 && !dsv4_sreq_scores_prompt(r);
 }
 
+/* Buckets of the server's requests by id: a cancel looks through one (ids are consecutive,
+ * so a bucket holds one request in DSV4_SERVE_ID_BUCKETS), not through every request
+ * queued; under a flood of queued requests whose clients hang up, each cancel held the
+ * server mutex for a walk of the whole queue. */
+#define DSV4_SERVE_ID_BUCKETS 4096u
+
 struct dsv4_server {
     const dsv4_model *model;
     dsv4_engine *eng;
@@ -139,7 +146,8 @@ struct dsv4_server {
     pthread_cond_t wake;    /* engine thread: work, cancel, flush or stop */
     pthread_cond_t flushed; /* flush_cache callers */
     /* under mu */
-    dsv4_link inbox, all;
+    dsv4_link inbox;
+    dsv4_link by_id[DSV4_SERVE_ID_BUCKETS]; /* the requests not yet ended, by id */
     bool stopping, cancel_pending;
     uint64_t deadline_ns;
     uint64_t next_id;

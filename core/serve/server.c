@@ -158,7 +158,8 @@ dsv4_server *dsv4_server_start_opts(const dsv4_config *conf, const dsv4_model *m
     pthread_cond_init(&srv->wake, NULL);
     pthread_cond_init(&srv->flushed, NULL);
     dsv4_list_init(&srv->inbox);
-    dsv4_list_init(&srv->all);
+    for (uint32_t b = 0; b < DSV4_SERVE_ID_BUCKETS; b++)
+        dsv4_list_init(&srv->by_id[b]);
     dsv4_list_init(&srv->waiting);
     dsv4_list_init(&srv->retracted);
     dsv4_list_init(&srv->running);
@@ -358,7 +359,7 @@ static int dsv4_serve_enqueue(dsv4_server *srv, dsv4_sreq *const *rs, uint32_t c
         }
         r->id = ids[i] = srv->next_id++;
         r->where = DSV4_SREQ_INBOX;
-        dsv4_list_push_back(&srv->all, &r->all);
+        dsv4_list_push_back(&srv->by_id[r->id % DSV4_SERVE_ID_BUCKETS], &r->by_id);
         dsv4_list_push_back(&srv->inbox, &r->q);
     }
     pthread_cond_signal(&srv->wake);
@@ -417,8 +418,9 @@ int dsv4_server_cancel(dsv4_server *srv, uint64_t id)
 {
     int rc = -ENOENT;
     pthread_mutex_lock(&srv->mu);
-    for (dsv4_link *l = srv->all.next; l != &srv->all; l = l->next) {
-        dsv4_sreq *r = DSV4_CONTAINER(l, dsv4_sreq, all);
+    dsv4_link *bucket = &srv->by_id[id % DSV4_SERVE_ID_BUCKETS];
+    for (dsv4_link *l = bucket->next; l != bucket; l = l->next) {
+        dsv4_sreq *r = DSV4_CONTAINER(l, dsv4_sreq, by_id);
         if (r->id == id) {
             atomic_store(&r->cancel, true);
             dsv4_serve_unqueue(srv, r); /* its place is free now, not when the loop sees it */

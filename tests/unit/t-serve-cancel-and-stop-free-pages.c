@@ -2,14 +2,17 @@
  * DONE(ABORT), keeps the tokens it had, and gives its pages back; cancelling a request
  * still in the queue aborts it with no tokens; cancelling an ended request is -ENOENT.
  * Stopping with a grace lets a running request finish; stopping with none aborts it (each
- * request gets its terminal event), and submit refuses new work once stopping. Points in
- * time are fixed by token hooks that hold the engine thread, not by sleeping. */
+ * request gets its terminal event), and submit refuses new work once stopping. Cancel
+ * finds a request among thousands queued (the server's index by id puts ids
+ * DSV4_SERVE_ID_BUCKETS apart in one bucket). Points in time are fixed by token hooks that
+ * hold the engine thread, not by sleeping. */
 #include <errno.h>
 #include <pthread.h>
 #include <string.h>
 #include <time.h>
 
 #include "core/serve/metrics.h"
+#include "core/serve/serve_priv.h"
 #include "tests/tap.h"
 #include "tests/unit/engine-testmodel.h"
 #include "tests/unit/serve-harness.h"
@@ -80,7 +83,7 @@ static dsv4_th_req stop_during(uint64_t grace_ms)
 
 int main(void)
 {
-    plan(11);
+    plan(14);
     dsv4_th_init(5);
     dsv4_test_tokens(prompt, 20, dsv4_th_model()->cfg.vocab_size, 9);
     dsv4_th_server cfg = {.max_running = 1, .prefill_chunk = 64, .state_slots = 2, .n_pages = 32};
@@ -112,6 +115,35 @@ int main(void)
     ok(dsv4_server_flush_cache(srv) == 0 && dsv4_metric_get(DSV4_M_PAGES_USED) == 0 &&
            dsv4_metric_get(DSV4_M_SLOTS_USED) == 0,
        "no page or slot left after a cache flush");
+
+    /* behind a held request, more queued requests than the index has buckets: the first,
+     * the one a bucket's count later (the same bucket) and the last are cancelled */
+    enum { MANY = DSV4_SERVE_ID_BUCKETS + 3 };
+    static dsv4_th_req many[MANY];
+    dsv4_th_req blocker;
+    dsv4_gen_params one = {.max_tokens = 1, .top_p = 1, .ignore_eos = true};
+    dsv4_th_hold_engine(srv, &blocker, prompt, 20);
+    for (uint32_t i = 0; i < MANY; i++)
+        dsv4_th_submit(srv, &many[i], prompt, 4, &one);
+    const uint32_t cut[] = {0, DSV4_SERVE_ID_BUCKETS, MANY - 1};
+    bool found = many[DSV4_SERVE_ID_BUCKETS].id == many[0].id + DSV4_SERVE_ID_BUCKETS;
+    for (uint32_t c = 0; c < 3; c++)
+        found = found && dsv4_server_cancel(srv, many[cut[c]].id) == 0;
+    is_int(dsv4_server_cancel(srv, many[MANY - 1].id + DSV4_SERVE_ID_BUCKETS), -ENOENT,
+           "an id not given out yet, in a bucket of queued ones: -ENOENT");
+    dsv4_th_release();
+    for (uint32_t i = 0; i < MANY; i++)
+        dsv4_th_wait((dsv4_th_req *[]){&many[i]}, 1);
+    uint32_t aborted = 0, served = 0;
+    for (uint32_t i = 0; i < MANY; i++) {
+        bool cancelled = i == cut[0] || i == cut[1] || i == cut[2];
+        aborted += cancelled && many[i].end.finish == DSV4_FINISH_ABORT && many[i].n_tokens == 0;
+        served += !cancelled && many[i].end.finish == DSV4_FINISH_LENGTH && many[i].n_tokens == 1;
+    }
+    ok(found && aborted == 3,
+       "%u queued: cancel finds the first, the one a bucket later and the last (%u aborted)",
+       (unsigned)MANY, aborted);
+    is_int(served, MANY - 3, "every other queued request is served");
     dsv4_server_stop(srv, 0);
 
     dsv4_th_req r = stop_during(600000);
