@@ -132,6 +132,7 @@ void dsv4_serve_finish(dsv4_server *srv, dsv4_sreq *r, dsv4_gen_event_kind kind,
     dsv4_serve_move(srv, r, DSV4_SREQ_ENDED, false);
     pthread_mutex_lock(&srv->mu);
     dsv4_list_unlink(&r->by_id);
+    dsv4_list_unlink(&r->cancel_link);
     pthread_mutex_unlock(&srv->mu);
     /* the outcome is counted before the gauges drop: a scrape that finds the request no
      * longer running or waiting finds it counted */
@@ -653,22 +654,34 @@ static void dsv4_serve_end_empty(dsv4_server *srv)
     }
 }
 
-/* Every request in `head` (only the cancelled ones, if so asked) gets DONE(ABORT). */
-static void dsv4_serve_abort_list(dsv4_server *srv, dsv4_link *head, bool only_cancelled)
+/* Every request in `head` gets DONE(ABORT). */
+static void dsv4_serve_abort_list(dsv4_server *srv, dsv4_link *head)
 {
     for (dsv4_link *l = head->next, *next; l != head; l = next) {
         next = l->next;
-        dsv4_sreq *r = DSV4_CONTAINER(l, dsv4_sreq, q);
-        if (!only_cancelled || atomic_load(&r->cancel))
-            dsv4_serve_finish(srv, r, DSV4_EV_DONE, DSV4_FINISH_ABORT, 0);
+        dsv4_serve_finish(srv, DSV4_CONTAINER(l, dsv4_sreq, q), DSV4_EV_DONE, DSV4_FINISH_ABORT, 0);
     }
 }
 
-static void dsv4_serve_abort(dsv4_server *srv, bool only_cancelled)
+static void dsv4_serve_abort(dsv4_server *srv)
 {
-    dsv4_serve_abort_list(srv, &srv->running, only_cancelled);
-    dsv4_serve_abort_list(srv, &srv->retracted, only_cancelled);
-    dsv4_serve_abort_list(srv, &srv->waiting, only_cancelled);
+    dsv4_serve_abort_list(srv, &srv->running);
+    dsv4_serve_abort_list(srv, &srv->retracted);
+    dsv4_serve_abort_list(srv, &srv->waiting);
+}
+
+/* The requests cancelled since the last step (taken from srv->cancels into `cancelled`)
+ * that run, wait or were retracted get DONE(ABORT); one in a PD transfer ends where the
+ * PD code sees its cancel flag. Only those are looked at, not the whole queue. */
+static void dsv4_serve_end_cancelled(dsv4_server *srv, dsv4_link *cancelled)
+{
+    while (!dsv4_list_empty(cancelled)) {
+        dsv4_sreq *r = DSV4_CONTAINER(cancelled->next, dsv4_sreq, cancel_link);
+        dsv4_list_unlink(&r->cancel_link);
+        if (r->where == DSV4_SREQ_RUNNING || r->where == DSV4_SREQ_RETRACTED ||
+            r->where == DSV4_SREQ_WAITING)
+            dsv4_serve_finish(srv, r, DSV4_EV_DONE, DSV4_FINISH_ABORT, 0);
+    }
 }
 
 static bool dsv4_serve_busy(const dsv4_server *srv)
@@ -697,7 +710,14 @@ void *dsv4_serve_loop(void *arg)
             srv->empty_due |= dsv4_sreq_done_without_tokens(r);
             dsv4_serve_move(srv, r, DSV4_SREQ_WAITING, false);
         }
-        bool cancels = srv->cancel_pending, stopping = srv->stopping;
+        dsv4_link cancelled;
+        dsv4_list_init(&cancelled);
+        while (!dsv4_list_empty(&srv->cancels)) {
+            dsv4_link *l = srv->cancels.next;
+            dsv4_list_unlink(l);
+            dsv4_list_push_back(&cancelled, l);
+        }
+        bool stopping = srv->stopping;
         uint64_t deadline = srv->deadline_ns, flush = srv->flush_asked;
         srv->cancel_pending = false;
         pthread_mutex_unlock(&srv->mu);
@@ -706,10 +726,9 @@ void *dsv4_serve_loop(void *arg)
             dsv4_serve_siblings_join(srv, DSV4_CONTAINER(l, dsv4_sreq, q));
         dsv4_serve_end_empty(srv);
 
-        if (cancels)
-            dsv4_serve_abort(srv, true);
+        dsv4_serve_end_cancelled(srv, &cancelled);
         if (stopping && dsv4_now_ns() >= deadline)
-            dsv4_serve_abort(srv, false);
+            dsv4_serve_abort(srv);
         if (flush != srv->flush_done) {
             dsv4_serve_cache_flush(srv);
             dsv4_serve_gauges(srv);

@@ -64,9 +64,11 @@ typedef enum dsv4_sreq_where {
 } dsv4_sreq_where;
 
 typedef struct dsv4_sreq {
-    dsv4_link by_id; /* srv->by_id[id % DSV4_SERVE_ID_BUCKETS], under srv->mu, until it
-                      * ends: what cancel finds */
-    dsv4_link q;     /* the list `where` names */
+    dsv4_link by_id;       /* srv->by_id[id % DSV4_SERVE_ID_BUCKETS], under srv->mu, until it
+                            * ends: what cancel finds */
+    dsv4_link q;           /* the list `where` names */
+    dsv4_link cancel_link; /* srv->cancels (under srv->mu) once cancelled, until the
+                              engine thread takes it */
     dsv4_sreq_where where;
     uint64_t id, arrival;
     dsv4_gen_params params;
@@ -147,6 +149,7 @@ struct dsv4_server {
     pthread_cond_t flushed; /* flush_cache callers */
     /* under mu */
     dsv4_link inbox;
+    dsv4_link cancels; /* requests cancelled since the engine thread last looked */
     dsv4_link by_id[DSV4_SERVE_ID_BUCKETS]; /* the requests not yet ended, by id */
     bool stopping, cancel_pending;
     uint64_t deadline_ns;

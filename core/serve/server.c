@@ -158,6 +158,7 @@ dsv4_server *dsv4_server_start_opts(const dsv4_config *conf, const dsv4_model *m
     pthread_cond_init(&srv->wake, NULL);
     pthread_cond_init(&srv->flushed, NULL);
     dsv4_list_init(&srv->inbox);
+    dsv4_list_init(&srv->cancels);
     for (uint32_t b = 0; b < DSV4_SERVE_ID_BUCKETS; b++)
         dsv4_list_init(&srv->by_id[b]);
     dsv4_list_init(&srv->waiting);
@@ -318,6 +319,7 @@ static dsv4_sreq *dsv4_serve_sreq_new(dsv4_server *srv, const int32_t *prompt, s
     atomic_init(&r->queued, false);
     dsv4_list_init(&r->followers);
     dsv4_list_init(&r->follow);
+    dsv4_list_init(&r->cancel_link);
     dsv4_rng_seed(&r->rng, params->seed);
     r->t_submit_ns = dsv4_now_ns();
     *rc_p = 0;
@@ -422,7 +424,8 @@ int dsv4_server_cancel(dsv4_server *srv, uint64_t id)
     for (dsv4_link *l = bucket->next; l != bucket; l = l->next) {
         dsv4_sreq *r = DSV4_CONTAINER(l, dsv4_sreq, by_id);
         if (r->id == id) {
-            atomic_store(&r->cancel, true);
+            if (!atomic_exchange(&r->cancel, true))
+                dsv4_list_push_back(&srv->cancels, &r->cancel_link);
             dsv4_serve_unqueue(srv, r); /* its place is free now, not when the loop sees it */
             srv->cancel_pending = true;
             pthread_cond_signal(&srv->wake);

@@ -117,7 +117,8 @@ int main(void)
        "no page or slot left after a cache flush");
 
     /* behind a held request, more queued requests than the index has buckets: the first,
-     * the one a bucket's count later (the same bucket) and the last are cancelled */
+     * the one a bucket's count later (the same bucket; cancelled twice) and the last are
+     * cancelled */
     enum { MANY = DSV4_SERVE_ID_BUCKETS + 3 };
     static dsv4_th_req many[MANY];
     dsv4_th_req blocker;
@@ -129,6 +130,7 @@ int main(void)
     bool found = many[DSV4_SERVE_ID_BUCKETS].id == many[0].id + DSV4_SERVE_ID_BUCKETS;
     for (uint32_t c = 0; c < 3; c++)
         found = found && dsv4_server_cancel(srv, many[cut[c]].id) == 0;
+    found = found && dsv4_server_cancel(srv, many[cut[1]].id) == 0; /* twice: once taken */
     is_int(dsv4_server_cancel(srv, many[MANY - 1].id + DSV4_SERVE_ID_BUCKETS), -ENOENT,
            "an id not given out yet, in a bucket of queued ones: -ENOENT");
     dsv4_th_release();
