@@ -700,7 +700,7 @@ void *dsv4_serve_loop(void *arg)
                  "engine thread: cannot make the engine's device current (%s)", dsv4_strerror(rc));
     for (;;) {
         pthread_mutex_lock(&srv->mu);
-        while (!srv->stopping && !srv->cancel_pending && dsv4_list_empty(&srv->inbox) &&
+        while (!srv->stopping && dsv4_list_empty(&srv->cancels) && dsv4_list_empty(&srv->inbox) &&
                srv->flush_asked == srv->flush_done && !dsv4_serve_busy(srv))
             pthread_cond_wait(&srv->wake, &srv->mu);
         uint32_t arrived = 0;
@@ -719,7 +719,6 @@ void *dsv4_serve_loop(void *arg)
         }
         bool stopping = srv->stopping;
         uint64_t deadline = srv->deadline_ns, flush = srv->flush_asked;
-        srv->cancel_pending = false;
         pthread_mutex_unlock(&srv->mu);
         /* the waiting list's newest are those that just arrived */
         for (dsv4_link *l = srv->waiting.prev; arrived > 0; l = l->prev, arrived--)

@@ -50,7 +50,7 @@ static void dsv4_pd_idle(dsv4_server *srv)
         ts.tv_nsec -= 1000000000;
     }
     pthread_mutex_lock(&srv->mu);
-    if (dsv4_list_empty(&srv->inbox) && !srv->cancel_pending)
+    if (dsv4_list_empty(&srv->inbox) && dsv4_list_empty(&srv->cancels))
         pthread_cond_timedwait(&srv->wake, &srv->mu, &ts);
     pthread_mutex_unlock(&srv->mu);
 }

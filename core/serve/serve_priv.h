@@ -151,7 +151,7 @@ struct dsv4_server {
     dsv4_link inbox;
     dsv4_link cancels; /* requests cancelled since the engine thread last looked */
     dsv4_link by_id[DSV4_SERVE_ID_BUCKETS]; /* the requests not yet ended, by id */
-    bool stopping, cancel_pending;
+    bool stopping;
     uint64_t deadline_ns;
     uint64_t next_id;
     uint64_t flush_asked, flush_done;

@@ -424,11 +424,11 @@ int dsv4_server_cancel(dsv4_server *srv, uint64_t id)
     for (dsv4_link *l = bucket->next; l != bucket; l = l->next) {
         dsv4_sreq *r = DSV4_CONTAINER(l, dsv4_sreq, by_id);
         if (r->id == id) {
-            if (!atomic_exchange(&r->cancel, true))
+            if (!atomic_exchange(&r->cancel, true)) {
                 dsv4_list_push_back(&srv->cancels, &r->cancel_link);
+                pthread_cond_signal(&srv->wake);
+            }
             dsv4_serve_unqueue(srv, r); /* its place is free now, not when the loop sees it */
-            srv->cancel_pending = true;
-            pthread_cond_signal(&srv->wake);
             rc = 0;
             break;
         }
