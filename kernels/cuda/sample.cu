@@ -7,16 +7,16 @@
  * order the device adds in. One fixed sequence of launches for the whole batch:
  *   1. rows with 1 < top_k <= DSV4_CUDA_TOPK_MAX: the exact top-k selection (topk.cu, the
  *      host's order) ranks their candidates;
- *   2. the other drawing rows, over every multiprocessor: sp_first finds each row's first
- *      candidate (its best logit, the largest probability), sp_weigh each candidate's
- *      probability and the row's counts and weights by the top SP_L1_BITS bits of the order;
- *   3. sp_pick, one block per row: greedy rows reduce to the best (logit, id); selected
- *      rows scan their ranked candidates' weights for the cut and the draw; the others
- *      select (sp_select) their top_k-th candidate by count when top_k cuts the vocabulary,
- *      then the top_p cut and the draw by weight: a selection takes its bin of the top bits
- *      from step 2's sums, narrows by SP_DIGIT_BITS more bits a pass over the row while more
- *      than SP_GATHER candidates share the prefix (ties and flat rows), gathers those, one a
- *      thread, and narrows them in shared memory to the one.
+ *   2. over every multiprocessor: sp_first finds the first candidate (the best logit, the
+ *      largest probability) of the greedy rows and the other drawing rows, sp_weigh the
+ *      latter's probabilities and counts and weights by the top SP_L1_BITS bits of the order;
+ *   3. sp_pick, one block per row: greedy rows take their first candidate; selected rows
+ *      scan their ranked candidates' weights for the cut and the draw; the others select
+ *      (sp_select) their top_k-th candidate by count when top_k cuts the vocabulary, then
+ *      the top_p cut and the draw by weight: a selection takes its bin of the top bits from
+ *      step 2's sums, narrows by SP_DIGIT_BITS more bits a pass over the row while more
+ *      than SP_GATHER candidates share the prefix (ties and flat rows), gathers those, one
+ *      a thread, and narrows them in shared memory to the one.
  * It replaced a device-wide radix sort of every such row, whose double sums in another
  * order than the host's could pick a neighbour at a rounding boundary. H100, 64 rows of
  * 129280 at top_p 0.95: 1020 -> 269 us (bench/results/2026-12-05-sample-integer-h100.md). */
@@ -77,6 +77,14 @@ __host__ __device__ static inline bool sp_ranked(const dsv4_cuda_sample_row *p, 
     return sp_draws(p) && !sp_selected(p, vocab);
 }
 
+/* Whether sp_first finds a row's first candidate: a greedy row's token (the first in the
+ * order is dsv4_sample's greedy choice, but where logits[0] is NaN) and a ranked row's
+ * largest probability. */
+__host__ __device__ static inline bool sp_needs_first(const dsv4_cuda_sample_row *p, uint32_t vocab)
+{
+    return !p->skip && (sp_greedy(p) || !sp_selected(p, vocab));
+}
+
 /* Candidates of a drawing row: the top_k best, or the whole vocabulary. */
 __device__ static inline uint32_t sp_k(const dsv4_cuda_sample_row *p, uint32_t vocab)
 {
@@ -121,46 +129,6 @@ struct sp_min_op {
     }
 };
 
-/* A candidate for the greedy choice. */
-struct sp_best {
-    float v;
-    uint32_t i;
-};
-
-/* a before b in dsv4_sample's greedy order (among non-NaN: higher, then lower id). */
-__device__ static inline bool sp_beats(sp_best a, sp_best b)
-{
-    if (a.v != a.v)
-        return false;
-    if (b.v != b.v)
-        return true;
-    return a.v > b.v || (a.v == b.v && a.i < b.i);
-}
-
-struct sp_best_op {
-    __device__ sp_best operator()(const sp_best &a, const sp_best &b) const
-    {
-        return sp_beats(b, a) ? b : a;
-    }
-};
-
-/* Greedy: dsv4_sample's loop keeps index 0 when logits[0] is NaN (nothing compares
- * above it), else the first index of the highest non-NaN logit. */
-__device__ static void sp_pick_greedy(const float *x, uint32_t vocab, int32_t *token)
-{
-    typedef cub::BlockReduce<sp_best, SP_THREADS> reduce;
-    __shared__ typename reduce::TempStorage tmp;
-    sp_best b = {__uint_as_float(0x7fc00000u), UINT32_MAX};
-    for (uint32_t j = threadIdx.x; j < vocab; j += SP_THREADS) {
-        sp_best c = {x[j], j};
-        if (sp_beats(c, b))
-            b = c;
-    }
-    b = reduce(tmp).Reduce(b, sp_best_op());
-    if (threadIdx.x == 0)
-        *token = x[0] != x[0] ? 0 : (int32_t)b.i;
-}
-
 /* Candidates [x0, x0 + SP_WIDE_THREADS SP_WIDE_PER) of row blockIdx.y, thread by thread. */
 #define SP_WIDE_EACH(V, j)                                                                         \
     for (uint32_t u_ = 0, j = blockIdx.x * SP_WIDE_THREADS * SP_WIDE_PER + threadIdx.x;            \
@@ -174,7 +142,7 @@ __global__ void __launch_bounds__(SP_WIDE_THREADS)
     typedef cub::BlockReduce<u64, SP_WIDE_THREADS> reduce;
     __shared__ typename reduce::TempStorage tmp;
     uint32_t r = blockIdx.y, ib = sp_id_bits(vocab);
-    if (!sp_ranked(&rows[r], vocab))
+    if (!sp_needs_first(&rows[r], vocab))
         return;
     const float *x = logits + (size_t)r * vocab;
     u64 least = ~0ull;
@@ -305,6 +273,26 @@ __device__ static void sp_find_bin(sp_shared &sh, const uint32_t *count, const W
     __syncthreads();
 }
 
+/* Zero the digit bins; every thread calls it after the last reads of the union. */
+__device__ static void sp_digits_clear(sp_shared &sh)
+{
+    for (uint32_t b = threadIdx.x; b < SP_DIGITS; b += SP_THREADS)
+        sh.u.digit.count[b] = 0, sh.u.digit.weight[b] = 0;
+    __syncthreads();
+}
+
+/* The digit bin of d bits holding position *t of the digit bins' weights (sp_find_bin):
+ * returned, its count in *n; the weight of the bins before it moves from *t to *below. */
+__device__ static uint32_t sp_digits_find(sp_shared &sh, uint32_t d, u64 *t, u64 *below,
+                                          uint32_t *n)
+{
+    sp_find_bin(sh, sh.u.digit.count, sh.u.digit.weight, 1u << d, *t);
+    *n = sh.n;
+    *below += sh.below;
+    *t -= sh.below;
+    return sh.bin;
+}
+
 /* The member at which the members' cumulative weight, in order, passes t (t below their
  * total): its order into sh.at, its weight sh.weight, the members' weight before it
  * sh.below. Every thread calls it. */
@@ -319,9 +307,7 @@ __device__ static void sp_select(sp_shared &sh, const sp_row &row, u64 t)
     t -= below;
     while (n > SP_GATHER && bits < row.nb) { /* ties or a flat row: narrow by a digit */
         uint32_t d = min(SP_DIGIT_BITS, row.nb - bits), lo = row.nb - bits - d;
-        for (uint32_t b = threadIdx.x; b < SP_DIGITS; b += SP_THREADS)
-            sh.u.digit.count[b] = 0, sh.u.digit.weight[b] = 0;
-        __syncthreads();
+        sp_digits_clear(sh);
         sp_each(row, [&](uint32_t j, u64 o, bool valid) {
             if (valid && o >> (lo + d) == prefix && o <= row.bound) {
                 uint32_t b = (uint32_t)(o >> lo) & ((1u << d) - 1);
@@ -329,12 +315,8 @@ __device__ static void sp_select(sp_shared &sh, const sp_row &row, u64 t)
                 atomicAdd(&sh.u.digit.weight[b], sp_member_weight(row, j, o));
             }
         });
-        sp_find_bin(sh, sh.u.digit.count, sh.u.digit.weight, 1u << d, t);
-        prefix = prefix << d | sh.bin;
+        prefix = prefix << d | sp_digits_find(sh, d, &t, &below, &n);
         bits += d;
-        n = sh.n;
-        below += sh.below;
-        t -= sh.below;
     }
     /* the n <= SP_GATHER members with the prefix: one a thread, then narrowed by digits
      * of the bits below the prefix in shared memory until one is left */
@@ -364,20 +346,15 @@ __device__ static void sp_select(sp_shared &sh, const sp_row &row, u64 t)
     while (n > 1 && rem > 0) {
         uint32_t d = min(SP_DIGIT_BITS, rem), b = 0;
         rem -= d;
-        __syncthreads(); /* the gathered items and the last bins are read */
-        for (uint32_t i = threadIdx.x; i < SP_DIGITS; i += SP_THREADS)
-            sh.u.digit.count[i] = 0, sh.u.digit.weight[i] = 0;
-        __syncthreads();
+        __syncthreads(); /* the gathered items (the digits' union) are read */
+        sp_digits_clear(sh);
         if (alive) {
             b = (uint32_t)(at >> rem) & ((1u << d) - 1);
             atomicAdd(&sh.u.digit.count[b], 1u);
             atomicAdd(&sh.u.digit.weight[b], w);
         }
-        sp_find_bin(sh, sh.u.digit.count, sh.u.digit.weight, 1u << d, t);
-        alive = alive && b == sh.bin;
-        n = sh.n;
-        below += sh.below;
-        t -= sh.below;
+        uint32_t bin = sp_digits_find(sh, d, &t, &below, &n); /* every thread calls it */
+        alive = alive && b == bin;
     }
     __syncthreads(); /* every thread has read the last bin's sh.below */
     if (alive) {
@@ -488,17 +465,18 @@ __global__ void __launch_bounds__(SP_THREADS)
 {
     extern __shared__ __align__(16) uint8_t sp_smem[];
     sp_shared &sh = *reinterpret_cast<sp_shared *>(sp_smem);
-    uint32_t r = blockIdx.x;
+    uint32_t r = blockIdx.x, ib = sp_id_bits(vocab);
     dsv4_cuda_sample_row p = rows[r];
     const float *x = logits + (size_t)r * vocab;
     int32_t token = -1;
     if (p.skip) {
     } else if (sp_greedy(&p)) {
-        sp_pick_greedy(x, vocab, &token);
+        /* dsv4_sample's loop keeps index 0 when logits[0] is NaN (nothing compares above
+         * it), else the first index of the highest non-NaN logit: the first candidate */
+        token = x[0] != x[0] ? 0 : (int32_t)(first[r] & ((1ull << ib) - 1));
     } else if (sp_selected(&p, vocab)) {
         token = sp_draw_selected(sh, x, sel_idx + (size_t)r * kmax, p);
     } else {
-        uint32_t ib = sp_id_bits(vocab);
         sp_row row = {x,       probs + (size_t)r * vocab,
                       vocab,   ib,
                       32 + ib, dsv4_sample_weight_shift(sp_k(&p, vocab)),
@@ -563,12 +541,13 @@ extern "C" int dsv4_cuda_sample(dsv4_cuda_sampler *s, const float *logits_dev, u
         return -EINVAL;
     cudaStream_t st = (cudaStream_t)stream;
     uint32_t V = s->vocab, kmax = 0, *sel = s->sel_rows_host;
-    bool ranked = false;
+    bool ranked = false, firsts = false;
     for (uint32_t i = 0; i < n; i++) {
         bool selected = sp_draws(&rows[i]) && sp_selected(&rows[i], V);
         sel[i] = selected ? V : 0;
         kmax = selected && rows[i].top_k > kmax ? rows[i].top_k : kmax;
         ranked = ranked || sp_ranked(&rows[i], V);
+        firsts = firsts || sp_needs_first(&rows[i], V);
     }
     /* copies from pageable memory: they return once the host buffers are staged */
     int rc = dsv4_cuda_status(
@@ -578,19 +557,20 @@ extern "C" int dsv4_cuda_sample(dsv4_cuda_sampler *s, const float *logits_dev, u
                                               cudaMemcpyHostToDevice, st));
     if (rc == 0 && kmax > 0)
         rc = dsv4_cuda_topk(logits_dev, V, s->sel_rows_dev, n, kmax, s->sel_idx, st);
-    if (rc == 0 && ranked) {
-        dim3 grid((V + SP_WIDE_THREADS * SP_WIDE_PER - 1) / (SP_WIDE_THREADS * SP_WIDE_PER), n);
+    dim3 grid((V + SP_WIDE_THREADS * SP_WIDE_PER - 1) / (SP_WIDE_THREADS * SP_WIDE_PER), n);
+    if (rc == 0 && firsts) {
         rc = dsv4_cuda_status(cudaMemsetAsync(s->first, 0xff, n * sizeof(u64), st));
-        if (rc == 0)
-            rc = dsv4_cuda_status(
-                cudaMemsetAsync(s->l1_count, 0, (size_t)n * SP_L1 * sizeof(uint32_t), st));
-        if (rc == 0)
-            rc = dsv4_cuda_status(
-                cudaMemsetAsync(s->l1_weight, 0, (size_t)n * SP_L1 * sizeof(u64), st));
         if (rc == 0) {
             sp_first<<<grid, SP_WIDE_THREADS, 0, st>>>(logits_dev, V, s->rows_dev, s->first);
             rc = dsv4_cuda_launch_status();
         }
+    }
+    if (rc == 0 && ranked) {
+        rc = dsv4_cuda_status(
+            cudaMemsetAsync(s->l1_count, 0, (size_t)n * SP_L1 * sizeof(uint32_t), st));
+        if (rc == 0)
+            rc = dsv4_cuda_status(
+                cudaMemsetAsync(s->l1_weight, 0, (size_t)n * SP_L1 * sizeof(u64), st));
         if (rc == 0) {
             sp_weigh<<<grid, SP_WIDE_THREADS, 0, st>>>(logits_dev, V, s->rows_dev, s->first,
                                                        s->probs, s->l1_count, s->l1_weight);
@@ -599,8 +579,12 @@ extern "C" int dsv4_cuda_sample(dsv4_cuda_sampler *s, const float *logits_dev, u
     }
     if (rc != 0)
         return rc;
-    sp_pick<<<n, SP_THREADS, sizeof(sp_shared), st>>>(logits_dev, V, s->rows_dev, s->first,
-                                                      s->probs, s->l1_count, s->l1_weight,
-                                                      s->sel_idx, kmax ? kmax : 1, tokens_dev);
+    /* a batch without drawing rows asks for no dynamic shared memory: the 60 KB would
+     * reconfigure the multiprocessors' carve-out around a greedy batch (H100: 1-8 greedy
+     * rows 5-15 us slower with it) */
+    size_t smem = kmax || ranked ? sizeof(sp_shared) : 0;
+    sp_pick<<<n, SP_THREADS, smem, st>>>(logits_dev, V, s->rows_dev, s->first, s->probs,
+                                         s->l1_count, s->l1_weight, s->sel_idx, kmax ? kmax : 1,
+                                         tokens_dev);
     return dsv4_cuda_launch_status();
 }
