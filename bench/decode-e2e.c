@@ -10,7 +10,7 @@
  *                   [--steps 16] [--backend cuda|cpu] [--bw 4.3e12] [--profile]
  *                   [--parity OUT.safetensors] [--parity-steps 8] [--parity-prompt N]
  *                   [--modes fast,deterministic] [--host-logits] [--prefill 1024,8192,...]
- *                   [--stagger N] [--temperature T] [--top-p P]
+ *                   [--stagger N] [--temperature T] [--top-p P] [--eager]
  * Prints one markdown table row per (mode, batch), progress on stderr. Needs
  * DSV4D_PLUGIN_PATH (indexk/fp8; indexk/f32 for --parity).
  *
@@ -30,6 +30,9 @@
  *
  * A step decodes as dsv4d serves: on the CUDA backend the greedy next token is chosen on the
  * device (dsv4_engine_decode_sample) and fed back, 4 bytes a row coming back to the host;
+ * --eager: every step launched kernel by kernel ([core] cuda_graphs = false) instead of
+ * replayed from its CUDA graph: the difference is what the graphs save a step.
+ *
  * --host-logits (and the CPU backend) copies every row's logits to the host instead
  * (dsv4_engine_decode, vocab x 4 bytes a row: 132 MB a step at batch 256 of a 129280-token
  * vocabulary), feeding the same tokens each step.
@@ -87,7 +90,7 @@ typedef struct bench_opts {
     uint32_t prefill[MAX_BATCHES], n_prefill, prefill_max; /* --prefill's prompt lengths */
     unsigned prompt, steps, parity_steps, parity_prompt, stagger;
     double temperature, top_p; /* the rows' sampling; temperature 0: greedy */
-    bool cuda, profile, host_logits;
+    bool cuda, profile, host_logits, eager;
     bool mode_off[2]; /* --modes: CUDA's fast (0) and deterministic (1) mode not asked for */
     double bw;
 } bench_opts;
@@ -200,7 +203,8 @@ static dsv4_engine *engine_open(const dsv4_model *m, const dsv4_plugin_desc *ik,
                            .indexk = ik,
                            .backend = o->cuda ? DSV4_BACKEND_CUDA : DSV4_BACKEND_CPU,
                            .cuda_device = -1,
-                           .fast_kernels = o->cuda && mode == 0};
+                           .fast_kernels = o->cuda && mode == 0,
+                           .eager = o->eager};
     return dsv4_engine_new(m, &ec, err, errlen);
 }
 
@@ -377,8 +381,9 @@ static int bench_run(const dsv4_model *m, const dsv4_plugin_desc *ik, const benc
         if (rc != 0)
             break;
         double tps = (double)B * o->steps / dt, roof = (double)B * o->bw / step_bytes(m, B);
-        printf("| %s | %s | %u | %.0f | %.0f | %.1f%% |\n", o->cuda ? "cuda" : "cpu",
-               o->cuda ? mode_name(o, mode) : "-", B, tps, roof, 100 * tps / roof);
+        printf("| %s | %s%s | %u | %.0f | %.0f | %.1f%% |\n", o->cuda ? "cuda" : "cpu",
+               o->cuda ? mode_name(o, mode) : "-", o->cuda && o->eager ? ", eager" : "", B, tps,
+               roof, 100 * tps / roof);
         fflush(stdout);
     }
     if (rc != 0)
@@ -529,7 +534,7 @@ int main(int argc, char **argv)
         {"parity-prompt", required_argument, NULL, 'z'}, {"modes", required_argument, NULL, 'M'},
         {"host-logits", no_argument, NULL, 'L'}, {"prefill", required_argument, NULL, 'F'},
         {"stagger", required_argument, NULL, 'g'}, {"temperature", required_argument, NULL, 'T'},
-        {"top-p", required_argument, NULL, 'U'},
+        {"top-p", required_argument, NULL, 'U'}, {"eager", no_argument, NULL, 'E'},
         {NULL, 0, NULL, 0}};
     /* clang-format on */
     for (int ch; (ch = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
@@ -551,6 +556,7 @@ int main(int argc, char **argv)
         case 'g': o.stagger = (unsigned)atoi(optarg); break;
         case 'T': o.temperature = atof(optarg); break;
         case 'U': o.top_p = atof(optarg); break;
+        case 'E': o.eager = true; break;
         default: return 2;
         }
     }

@@ -23,6 +23,7 @@ typedef struct dsv4_core_conf {
     int64_t cuda_device;    /* -1 = first */
     int64_t threads;        /* CPU worker threads, 0 = one per core */
     bool deterministic;     /* batch-invariant kernels on CUDA */
+    bool cuda_graphs;       /* forward passes replayed from CUDA graphs */
     const char *plugin_dir; /* extra plugin directory, or "" */
     int log_level;          /* dsv4_log_level */
 } dsv4_core_conf;

@@ -39,6 +39,12 @@ const dsv4_option dsv4_core_options[] = {
      "atomics, cuBLAS for long f32 steps), whose logits may change with the batch, the "
      "chunking and from run to run; the cpu backend always is invariant",
      offsetof(dsv4_core_conf, deterministic)},
+    {"cuda_graphs", DSV4_OPT_BOOL, "true", NO_RANGE, NULL,
+     "replay a CUDA graph of each forward pass whose shape has come before (recorded the "
+     "second time it comes), so the pass is one launch; false launches every pass kernel by "
+     "kernel (for a profiler that follows kernels, or to measure what the graphs save); the "
+     "same logits either way; the cpu backend has no graphs",
+     offsetof(dsv4_core_conf, cuda_graphs)},
     {"plugin_dir", DSV4_OPT_STRING, "", NO_RANGE, NULL,
      "directory searched for plugins after --plugin-dir and DSV4D_PLUGIN_PATH, before the "
      "installed one; empty adds none",

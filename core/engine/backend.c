@@ -131,8 +131,9 @@ int dsv4_backend_pick(const dsv4_engine_conf *conf, dsv4_backend *backend_p, cha
         *backend_p = DSV4_BACKEND_CPU;
         return 0;
     }
-    dsv4_log(DSV4_LOG_INFO, "engine", "cuda backend on device %d (%s; %s kernels; device = %s)",
+    dsv4_log(DSV4_LOG_INFO, "engine", "cuda backend on device %d (%s; %s kernels%s; device = %s)",
              ordinal, name, conf->fast_kernels ? "fast" : "deterministic",
+             conf->eager ? ", no CUDA graphs" : "",
              conf->backend == DSV4_BACKEND_AUTO ? "auto" : "cuda");
     *backend_p = DSV4_BACKEND_CUDA;
     return 0;

@@ -100,7 +100,8 @@ dsv4_engine *dsv4_engine_new(const dsv4_model *model, const dsv4_engine_conf *co
                         B,
                         conf->n_pages * eng->conf.page_tokens};
 #ifdef HAVE_CUDA
-    if (cuda && !(eng->cfwd = dsv4_fwd_cuda_new(&fc, !conf->fast_kernels, err, errlen)))
+    if (cuda &&
+        !(eng->cfwd = dsv4_fwd_cuda_new(&fc, !conf->fast_kernels, conf->eager, err, errlen)))
         goto fail;
 #endif
     /* the CPU forward reads every weight at every step: all of them in memory for good */

@@ -43,6 +43,8 @@ typedef struct dsv4_engine_conf {
     int32_t cuda_device;  /* [core] cuda_device: the ordinal; -1 = the first */
     bool fast_kernels;    /* [core] deterministic = false: cuBLAS picks the GEMM kernels,
                              so CUDA logits may depend on the batch */
+    bool eager;           /* [core] cuda_graphs = false: every CUDA forward pass launched
+                             kernel by kernel */
     /* For AUTO: the whole selection and the selected plugins ([DSV4_FAMILY_COUNT]), whose
      * check hooks are asked whether device = cuda suits them (plugins NULL = the indexk
      * plugin alone; selection NULL = each plugin with its schema defaults). */

@@ -140,7 +140,8 @@ struct dsv4_fwd_cuda {
     uint32_t n_seqs, n_pages_total, max_valid, n_new, n_touch, n_head;
     uint32_t score_rows;     /* the scores' row stride, 0 when no token chooses its rows */
     dsv4_graph_cache graphs; /* step shapes met, with their CUDA graphs */
-    bool graphs_off;         /* a capture failed: every step runs its launches directly */
+    bool graphs_off;         /* [core] cuda_graphs = false, or a capture failed: every step runs its
+                                launches directly */
     dsv4_engine_graph_stats graph_stats;
     dsv4_indexk_slot *ik_slots;
     float *ik_rows_host, *iq_host, *iw_host, *scores_host, *logits_host;
@@ -584,8 +585,8 @@ static bool fc_alloc_workspace(dsv4_fwd_cuda *f)
     return !f->oom;
 }
 
-dsv4_fwd_cuda *dsv4_fwd_cuda_new(const dsv4_fwd_conf *conf, bool deterministic, char *err,
-                                 size_t errlen)
+dsv4_fwd_cuda *dsv4_fwd_cuda_new(const dsv4_fwd_conf *conf, bool deterministic, bool eager,
+                                 char *err, size_t errlen)
 {
     const dsv4_model *m = conf->model;
     const dsv4_model_config *c = &m->cfg;
@@ -612,6 +613,7 @@ dsv4_fwd_cuda *dsv4_fwd_cuda_new(const dsv4_fwd_conf *conf, bool deterministic, 
         return NULL;
     }
     dsv4_graph_cache_init(&f->graphs, sizeof(fc_shape), fc_graph_free);
+    f->graphs_off = eager;
     f->m = m;
     f->c = c;
     f->pool = conf->pool;

@@ -27,9 +27,10 @@
 typedef struct dsv4_fwd_cuda dsv4_fwd_cuda;
 
 /* conf->threads is not used. The current CUDA device (dsv4_cuda_device_use) is the
- * pool's. NULL with the reason in err (geometry, out of device memory, cuBLAS). */
-dsv4_fwd_cuda *dsv4_fwd_cuda_new(const dsv4_fwd_conf *conf, bool deterministic, char *err,
-                                 size_t errlen);
+ * pool's. eager: every step launched kernel by kernel, never recorded into a CUDA graph.
+ * NULL with the reason in err (geometry, out of device memory, cuBLAS). */
+dsv4_fwd_cuda *dsv4_fwd_cuda_new(const dsv4_fwd_conf *conf, bool deterministic, bool eager,
+                                 char *err, size_t errlen);
 void dsv4_fwd_cuda_free(dsv4_fwd_cuda *fwd);
 /* As dsv4_fwd_step; also -EIO when CUDA failed. */
 int dsv4_fwd_cuda_step(dsv4_fwd_cuda *fwd, const dsv4_fwd_seq *seqs, size_t n_seqs);

@@ -54,6 +54,7 @@ static int dsv4_serve_engine(dsv4_server *srv, const dsv4_config *conf, const ds
         .backend = dsv4_backend_of_device((dsv4_device)conf->core.device),
         .cuda_device = (int32_t)conf->core.cuda_device,
         .fast_kernels = !conf->core.deterministic,
+        .eager = !conf->core.cuda_graphs,
         .selection = &conf->selection,
         .plugins = conf->desc,
     };

@@ -71,6 +71,9 @@ GPU_TESTS = tests/gpu/t-gpu-xxh64-matches-libxxhash \
 	tests/gpu/t-gpu-serve-device-sampling-matches-host-sampling
 check_PROGRAMS += $(GPU_TESTS)
 TESTS += $(GPU_TESTS)
+# A device = cuda server with [core] cuda_graphs = false: every pass direct, the same tokens.
+TESTS += tests/gpu/t-gpu-serve-without-cuda-graphs-gives-the-same-tokens.sh
+EXTRA_DIST += tests/gpu/t-gpu-serve-without-cuda-graphs-gives-the-same-tokens.sh
 GPU_TEST_SRC = tests/gpu/gpu.c tests/gpu/gpu.h
 GPU_TEST_FLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
 tests_gpu_t_gpu_xxh64_matches_libxxhash_SOURCES = tests/gpu/t-gpu-xxh64-matches-libxxhash.c \

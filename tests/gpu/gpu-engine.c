@@ -22,7 +22,8 @@ dsv4_engine *gpu_engine(const dsv4_model *m, const dsv4_plugin_desc *ik, const g
                              .indexk = ik,
                              .backend = c->backend,
                              .cuda_device = -1,
-                             .fast_kernels = c->fast};
+                             .fast_kernels = c->fast,
+                             .eager = c->eager};
     dsv4_engine *eng = dsv4_engine_new(m, &conf, err, sizeof(err));
     if (!eng)
         bail_out("engine: %s", err);

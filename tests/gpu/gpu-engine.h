@@ -13,6 +13,7 @@ typedef struct gpu_engine_conf {
     uint32_t page_tokens;
     uint32_t step_tokens; /* the prefill chunk */
     uint32_t n_slots;
+    bool eager; /* [core] cuda_graphs = false */
 } gpu_engine_conf;
 
 /* An engine of 64 pages (bails out when it cannot be made). */

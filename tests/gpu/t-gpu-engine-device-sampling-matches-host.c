@@ -165,7 +165,7 @@ int main(void)
     dsv4_model *m = dsv4_test_model_new(&shape, 5);
     dsv4_registry *reg;
     const dsv4_plugin_desc *ik = dsv4_test_indexk(&reg, "fp8");
-    gpu_engine_conf conf = {DSV4_BACKEND_CUDA, false, DSV4_KV_BF16, 32, 256, SEQS};
+    gpu_engine_conf conf = {DSV4_BACKEND_CUDA, false, DSV4_KV_BF16, 32, 256, SEQS, false};
     dsv4_engine *e = gpu_engine(m, ik, &conf);
     static run host, dev, host_x, dev_x;
     generate(e, false, false, &host);

@@ -43,7 +43,7 @@ static void check(const dsv4_model *m, const invariance_case *k)
     dsv4_test_tokens(c, TC, m->cfg.vocab_size, 23);
     float *whole = alloc_logits(TA, V), *got = alloc_logits(TA, V);
     float *ob = alloc_logits(TB + DEC, V), *oc = alloc_logits(TC, V);
-    gpu_engine_conf conf = {DSV4_BACKEND_CUDA, false, k->kv, 32, 256, 4};
+    gpu_engine_conf conf = {DSV4_BACKEND_CUDA, false, k->kv, 32, 256, 4, false};
 
     dsv4_engine *e = gpu_engine(m, ik, &conf);
     const int32_t *ta[1] = {a};

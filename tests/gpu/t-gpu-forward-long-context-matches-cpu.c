@@ -71,7 +71,7 @@ int main(void)
 
     plan(4);
     for (int kv = 0; kv < 2; kv++) {
-        gpu_engine_conf c = {DSV4_BACKEND_CPU, false, (dsv4_kv_dtype)kv, 128, 512, 4};
+        gpu_engine_conf c = {DSV4_BACKEND_CPU, false, (dsv4_kv_dtype)kv, 128, 512, 4, false};
         run(m, ik, &c, toks, 2, DEC, cpu);
         c.backend = DSV4_BACKEND_CUDA;
         run(m, ik, &c, toks, 2, DEC, gpu);

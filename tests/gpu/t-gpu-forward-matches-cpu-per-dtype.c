@@ -20,7 +20,7 @@ static const double kv_tol[] = {2e-3, 2e-2, 5e-2};
 
 static double compare(const dsv4_model *m, const dsv4_plugin_desc *ik, dsv4_kv_dtype kv, bool fast)
 {
-    gpu_engine_conf c = {DSV4_BACKEND_CUDA, fast, kv, 32, 24, 4};
+    gpu_engine_conf c = {DSV4_BACKEND_CUDA, fast, kv, 32, 24, 4, false};
     return gpu_err_against_cpu(m, ik, &c);
 }
 

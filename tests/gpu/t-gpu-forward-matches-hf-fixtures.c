@@ -78,7 +78,7 @@ static float *run(const dsv4_model *m, const dsv4_plugin_desc *ik, dsv4_backend 
         lens[b] = fx->T;
         outs[b] = out + b * row;
     }
-    gpu_engine_conf c = {be, false, DSV4_KV_F32, 256, chunk, fx->B};
+    gpu_engine_conf c = {be, false, DSV4_KV_F32, 256, chunk, fx->B, false};
     dsv4_engine *e = gpu_engine(m, ik, &c);
     gpu_run(e, fx->B, toks, lens, NULL, 0, outs);
     dsv4_engine_free(e);

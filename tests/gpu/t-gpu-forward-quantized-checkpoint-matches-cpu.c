@@ -43,7 +43,7 @@ static void run_pair(const dsv4_model *m, const dsv4_plugin_desc *ik, dsv4_backe
     if (!o->a || !o->b)
         bail_out("out of memory");
     float *out[2] = {o->a, o->b};
-    gpu_engine_conf c = {be, fast, DSV4_KV_F32, 32, 24, 4};
+    gpu_engine_conf c = {be, fast, DSV4_KV_F32, 32, 24, 4, false};
     dsv4_engine *e = gpu_engine(m, ik, &c);
     gpu_run(e, 2, toks, lens, dec, DEC, out);
     dsv4_engine_free(e);
@@ -60,7 +60,7 @@ static float *run_alone(const dsv4_model *m, const dsv4_plugin_desc *ik)
     float *out = calloc((TA + DEC) * V, sizeof(float));
     if (!out)
         bail_out("out of memory");
-    gpu_engine_conf c = {DSV4_BACKEND_CUDA, false, DSV4_KV_F32, 32, 24, 4};
+    gpu_engine_conf c = {DSV4_BACKEND_CUDA, false, DSV4_KV_F32, 32, 24, 4, false};
     dsv4_engine *e = gpu_engine(m, ik, &c);
     gpu_run(e, 1, toks, lens, dec, DEC, &out);
     dsv4_engine_free(e);

@@ -47,7 +47,7 @@ int main(void)
         shape.scoring = cases[i].scoring;
         dsv4_model *m = dsv4_test_model_new(&shape, 40 + i);
         /* a prefill step of 48 tokens: more than the 32 the grouping kernel routes itself */
-        gpu_engine_conf c = {DSV4_BACKEND_CUDA, false, DSV4_KV_F32, 32, 48, 4};
+        gpu_engine_conf c = {DSV4_BACKEND_CUDA, false, DSV4_KV_F32, 32, 48, 4, false};
         double err = gpu_err_against_cpu(m, ik, &c);
         ok(err <= TOL, "%u experts, top %u, %s: gpu within %.0e of cpu (max rel %.3g)",
            cases[i].experts, cases[i].top_k, cases[i].scoring_name, TOL, err);
