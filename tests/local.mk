@@ -46,3 +46,6 @@ check-threads:
 	$(MAKE) $(AM_MAKEFLAGS) check TESTS='$(THREAD_TESTS)'
 .PHONY: check-threads
 EXTRA_DIST += tests/tsan.supp
+# The suite's time limit on each test (tests/test-timeout.sh, every test's LOG_COMPILER)
+TESTS += tests/integ/t-suite-stops-a-hung-test.sh
+EXTRA_DIST += tests/integ/t-suite-stops-a-hung-test.sh tests/test-timeout.sh
