@@ -1,4 +1,5 @@
-/* numfmt.c: the one scalar definition of each storage-format conversion (see numfmt.h).
+/* numfmt.c: the one scalar definition of each storage-format conversion (see numfmt.h;
+ * the decodings of bf16 and e4m3 are inline there).
  * Everything works on the IEEE bit patterns with integer arithmetic so the result does
  * not depend on the FPU rounding mode or on compiler contraction; rounding is to nearest,
  * ties to even, everywhere. */
@@ -14,18 +15,6 @@ static uint32_t f32_bits(float f)
     return u;
 }
 
-static float f32_from_bits(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-float dsv4_bf16_to_f32(uint16_t h)
-{
-    return f32_from_bits((uint32_t)h << 16);
-}
-
 uint16_t dsv4_f32_to_bf16(float f)
 {
     uint32_t u = f32_bits(f);
@@ -37,23 +26,6 @@ uint16_t dsv4_f32_to_bf16(float f)
      * largest finite values correctly carries into infinity. */
     u += 0x7fffu + ((u >> 16) & 1u);
     return (uint16_t)(u >> 16);
-}
-
-/* E4M3FN: 1 sign, 4 exponent (bias 7), 3 mantissa bits; exponent 0 is subnormal
- * (m/8 * 2^-6); S.1111.111 is NaN; there is no infinity, so S.1111.110 = 448 is the max. */
-float dsv4_e4m3_to_f32(uint8_t q)
-{
-    unsigned e = (q >> 3) & 0xfu;
-    unsigned m = q & 0x7u;
-    float mag;
-
-    if (e == 0xfu && m == 0x7u)
-        return (q & 0x80u) ? -NAN : NAN;
-    if (e == 0)
-        mag = ldexpf((float)m, -9); /* m/8 * 2^-6 */
-    else
-        mag = ldexpf((float)(8u + m), (int)e - 10); /* (1 + m/8) * 2^(e-7) */
-    return (q & 0x80u) ? -mag : mag;
 }
 
 uint8_t dsv4_f32_to_e4m3(float f)
