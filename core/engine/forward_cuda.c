@@ -985,8 +985,8 @@ static int fc_hc_pre(dsv4_fwd_cuda *f, const float *x, const dsv4_cuda_hc_expand
     if (rc == 0)
         rc = dsv4_cuda_hc_pre(&f->dims, n, x, ex, xo, fn, base, scale, norm, f->pre, f->hz, f->u,
                               f->stream);
-    /* the Sinkhorn beside the block: its latency (one warp a token, ~20 us on an H200) sat
-     * between the collapse and the block's first GEMM */
+    /* the Sinkhorn beside the block: its latency (~20 us on an H200 when it took a warp a
+     * token) sat between the collapse and the block's first GEMM */
     if (rc == 0)
         rc = dsv4_cuda_event_record(f->mix_fork, f->stream);
     if (rc == 0)

@@ -209,7 +209,7 @@ int dsv4_cuda_hc_pre(const dsv4_cuda_dims *d, uint32_t n, const float *x_dev,
                      const dsv4_cuda_hc_expand *ex, float *xo_dev, const float *fn_dev,
                      const float *base_dev, const float *scale_dev, const float *norm_dev,
                      float *pre_dev, float *z_dev, float *u_dev, void *stream);
-/* post[t] and comb[t] from z[t] (dsv4_k_hc_mix's), t < n, a warp a token. */
+/* post[t] and comb[t] from z[t] (dsv4_k_hc_mix's), t < n, 4 lanes a token (16 where hc_mult > 4). */
 int dsv4_cuda_hc_mix(const dsv4_cuda_dims *d, uint32_t n, const float *z_dev, const float *base_dev,
                      const float *scale_dev, float *post_dev, float *comb_dev, void *stream);
 /* The head's collapse of rows rows[i] of X, expanded by ex first where ex is set (X is

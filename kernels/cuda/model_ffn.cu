@@ -14,7 +14,7 @@
 namespace cg = cooperative_groups;
 
 #define HC_MAX 16 /* streams (kernels/cpu/hc.c) */
-/* dsv4_hc_mix_warp gives each comb row a lane */
+/* dsv4_hc_mix_lanes gives each comb row a lane of a warp */
 static_assert(HC_MAX <= 32, "a warp holds HC_MAX rows");
 
 __device__ static inline float dsv4_sigmoid(float x)
@@ -50,22 +50,27 @@ __device__ static inline float dsv4_hc_pre_of(const float *z, const float *base,
     return dsv4_sigmoid(scale * z[i] + base[i]) + eps;
 }
 
-/* dsv4_k_hc_mix's post and comb of one token by one warp: lane i < n writes post_i and keeps
- * row i of comb in registers; a row sum is the lane's own, a column sum takes the rows from
- * their lanes by shuffles. Every sum is the CPU's, over the same values in the same order,
- * so every value has the bits of one thread doing it all. All 32 lanes of the warp call it.
- * (A thread per comb value with barriers between passes took 3 block barriers a pass, 40
- * passes a token; thread 0 alone, ~60 us a token on an H200.) The loops run over NM >= n
- * rows, those past n skipped: NM = 4 where it is enough, since every skipped step of a
- * loop unrolled to 16 still cost its instructions, 20 passes over. */
+/* dsv4_k_hc_mix's post and comb of one token by the NM lanes of a warp that hold it (lanes
+ * NM t' .. NM t' + NM - 1 for the warp's t'-th token; NM divides 32): lane i < n of the group
+ * writes post_i and keeps row i of comb in registers; a row sum is the lane's own, a column
+ * sum takes the rows from their lanes by shuffles within the group. Every sum is the CPU's,
+ * over the same values in the same order, so every value has the bits of one thread doing
+ * it all. All 32 lanes of the warp call it (live false: the group's token is a repeat,
+ * nothing written). The loops run over NM >= n rows, those past n skipped: NM = 4 where it
+ * is enough, since every skipped step of a loop unrolled to 16 still cost its instructions,
+ * 20 passes over. (A warp a token left 28 of its lanes idle and took a multiprocessor for
+ * every 8 tokens, ~14 us each, beside the GEMMs that the mix runs along with; a thread per
+ * comb value with barriers between passes took 3 block barriers a pass, 40 passes a token;
+ * thread 0 alone, ~60 us a token on an H200.) */
 template <uint32_t NM>
-__device__ static void dsv4_hc_mix_warp(const float *z, const float *base, const float *scale,
-                                        uint32_t n, uint32_t iters, float eps, float *post,
-                                        float *comb)
+__device__ static void dsv4_hc_mix_lanes(const float *z, const float *base, const float *scale,
+                                         uint32_t n, uint32_t iters, float eps, bool live,
+                                         float *post, float *comb)
 {
-    uint32_t lane = threadIdx.x % 32, i = lane < n ? lane : 0;
-    if (lane < n)
-        post[lane] = 2.0f * dsv4_sigmoid(scale[1] * z[n + lane] + base[n + lane]);
+    static_assert(32 % NM == 0, "a token's lanes in one warp");
+    uint32_t g = threadIdx.x % NM, i = g < n ? g : 0;
+    if (live && g < n)
+        post[g] = 2.0f * dsv4_sigmoid(scale[1] * z[n + g] + base[n + g]);
     const float *zc = z + 2 * n + i * n, *bc = base + 2 * n + i * n;
     float row[NM], m = -INFINITY, sum = 0;
 #pragma unroll
@@ -105,11 +110,11 @@ __device__ static void dsv4_hc_mix_warp(const float *z, const float *base, const
 #pragma unroll
                 for (uint32_t k = 0; k < NM; k++)
                     if (k < n)
-                        cs += __shfl_sync(0xffffffffu, row[j], k);
+                        cs += __shfl_sync(0xffffffffu, row[j], k, NM);
                 row[j] = row[j] / (cs + eps);
             }
     }
-    if (lane < n)
+    if (live && g < n)
 #pragma unroll
         for (uint32_t j = 0; j < NM; j++)
             if (j < n)
@@ -663,18 +668,19 @@ int dsv4_cuda_hc_head(const dsv4_cuda_dims *d, uint32_t n, const uint32_t *rows_
     return dsv4_hc_collapse_launch(d, n, true, a, stream);
 }
 
-/* Token t by warp t % 8 of block t / 8 (dsv4_hc_mix_warp). */
+/* Token t by lanes NM t .. NM t + NM - 1 of the launch (dsv4_hc_mix_lanes); the lanes past
+ * the last token repeat it, unwritten. */
 template <uint32_t NM>
 __global__ static void dsv4_hc_mix_kernel(dsv4_cuda_dims d, uint32_t n, const float *z,
                                           const float *base, const float *scale, float *post,
                                           float *comb)
 {
     dsv4_pdl_begin();
-    uint32_t t = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, N = d.hc_mult;
-    if (t >= n)
-        return;
-    dsv4_hc_mix_warp<NM>(z + (size_t)t * (2 + N) * N, base, scale, N, d.hc_iters, d.hc_eps,
-                         post + (size_t)t * N, comb + (size_t)t * N * N);
+    uint32_t t = (blockIdx.x * blockDim.x + threadIdx.x) / NM, N = d.hc_mult;
+    bool live = t < n;
+    t = live ? t : n - 1;
+    dsv4_hc_mix_lanes<NM>(z + (size_t)t * (2 + N) * N, base, scale, N, d.hc_iters, d.hc_eps, live,
+                          post + (size_t)t * N, comb + (size_t)t * N * N);
 }
 
 int dsv4_cuda_hc_mix(const dsv4_cuda_dims *d, uint32_t n, const float *z_dev, const float *base_dev,
@@ -684,11 +690,13 @@ int dsv4_cuda_hc_mix(const dsv4_cuda_dims *d, uint32_t n, const float *z_dev, co
         return 0;
     if (d->hc_mult > HC_MAX)
         return -EINVAL;
-    unsigned blocks = (n + DSV4_CUDA_BLOCK / 32 - 1) / (DSV4_CUDA_BLOCK / 32);
+    uint32_t lanes = d->hc_mult <= 4 ? 4 : HC_MAX;
+    size_t threads = ((size_t)n * lanes + 31) / 32 * 32;
+    unsigned block = threads < DSV4_CUDA_BLOCK ? (unsigned)threads : DSV4_CUDA_BLOCK;
+    unsigned blocks = (unsigned)((threads + block - 1) / block);
     cudaStream_t st = (cudaStream_t)stream;
-    return dsv4_pdl_launch(d->hc_mult <= 4 ? dsv4_hc_mix_kernel<4> : dsv4_hc_mix_kernel<HC_MAX>,
-                           blocks, DSV4_CUDA_BLOCK, 0, st, *d, n, z_dev, base_dev, scale_dev,
-                           post_dev, comb_dev);
+    return dsv4_pdl_launch(lanes == 4 ? dsv4_hc_mix_kernel<4> : dsv4_hc_mix_kernel<HC_MAX>, blocks,
+                           block, 0, st, *d, n, z_dev, base_dev, scale_dev, post_dev, comb_dev);
 }
 
 __global__ static void dsv4_rmsnorm_kernel(uint32_t len, size_t stride, float *x, const float *w,

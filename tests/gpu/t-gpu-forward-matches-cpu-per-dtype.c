@@ -2,7 +2,8 @@
  * KV dtype of the CPU forward's, for every kv_dtype (f32, bf16, fp8) with every indexk plugin
  * (f32, bf16, fp8), over a chunked prefill of two sequences past index_topk (the indexer
  * chooses through the plugin's CUDA scorer: index_head_dim 64, 8 rows a page) and four
- * decode steps; also in fast mode (cuBLAS GEMMs).
+ * decode steps; also in fast mode (cuBLAS GEMMs), and with 4 and 6 mHC streams (the model's
+ * 2 take 4 lanes of a warp a token in the mix's Sinkhorn, as 4 do; 6 take 16 lanes).
  *
  * Tolerance (max |gpu - cpu| / max |cpu|): f32 rows 2e-3; bf16 rows 2e-2; fp8 rows 5e-2.
  * The CPU and the GPU sum in different orders, round the same f32 values to the row dtype
@@ -39,7 +40,7 @@ int main(void)
     for (int i = 0; i < 3; i++)
         ik[i] = dsv4_test_indexk(&reg[i], iks[i]);
 
-    plan(10);
+    plan(12);
     for (int kv = 0; kv < 3; kv++) {
         for (int i = 0; i < 3; i++) {
             double err = compare(m, ik[i], (dsv4_kv_dtype)kv, false);
@@ -50,8 +51,17 @@ int main(void)
     double err = compare(m, ik[0], DSV4_KV_F32, true);
     ok(err <= kv_tol[0], "fast mode, kv f32, indexk f32: gpu within %.0e of cpu (max rel %.3g)",
        kv_tol[0], err);
+    dsv4_test_model_free(m);
+    for (uint32_t hc = 4; hc <= 6; hc += 2) {
+        shape.hc_mult = hc;
+        m = dsv4_test_model_new(&shape, 5);
+        err = compare(m, ik[0], DSV4_KV_F32, false);
+        ok(err <= kv_tol[0],
+           "%u mHC streams, kv f32, indexk f32: gpu within %.0e of cpu (max rel %.3g)", hc,
+           kv_tol[0], err);
+        dsv4_test_model_free(m);
+    }
     for (int i = 0; i < 3; i++)
         dsv4_registry_free(reg[i]);
-    dsv4_test_model_free(m);
     return done_testing();
 }
