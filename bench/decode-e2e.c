@@ -1,13 +1,16 @@
 /* decode-e2e.c: end-to-end decode tokens/s of the engine on a checkpoint (an existing
  * directory, or a dsv4ctl mkmodel preset written to a temp dir) at several batch sizes,
  * CUDA backend in fast and deterministic mode (or the CPU), against the bandwidth roofline:
- * roofline tokens/s = batch * HBM read bandwidth / step_bytes(batch), the bytes of the
+ * roofline tokens/s = batch * the memory ceiling / step_bytes(batch), the bytes of the
  * engine's device weights one decode step of `batch` tokens must read (every weight once;
  * of the routed experts only the min(batch * top_k, experts) a step can touch; KV reads,
- * a few MB at these contexts, are left out).
+ * a few MB at these contexts, are left out). The ceiling is measured on the GPU in the same
+ * run, as gemm-stream measures it (bench/hbm-ceiling.h: device-to-device copies, bytes read
+ * and written a second), and printed above the table; --bw BYTES_PER_S sets one instead
+ * (the CPU backend's rows have a roofline only with --bw).
  *
  * usage: decode-e2e [--model DIR | --preset small] [--batches 1,2,4,...,256] [--prompt 256]
- *                   [--steps 16] [--backend cuda|cpu] [--bw 4.3e12] [--profile]
+ *                   [--steps 16] [--backend cuda|cpu] [--bw BYTES_PER_S] [--profile]
  *                   [--parity OUT.safetensors] [--parity-steps 8] [--parity-prompt N]
  *                   [--modes fast,deterministic] [--host-logits] [--prefill 1024,8192,...]
  *                   [--stagger N] [--temperature T] [--top-p P] [--eager]
@@ -79,6 +82,7 @@
 #include "core/util/status.h"
 #ifdef HAVE_CUDA
 #include "bench/gemm-cublaslt.h"
+#include "bench/hbm-ceiling.h"
 #include "kernels/cuda/model.h"
 #endif
 
@@ -381,9 +385,12 @@ static int bench_run(const dsv4_model *m, const dsv4_plugin_desc *ik, const benc
         if (rc != 0)
             break;
         double tps = (double)B * o->steps / dt, roof = (double)B * o->bw / step_bytes(m, B);
-        printf("| %s | %s%s | %u | %.0f | %.0f | %.1f%% |\n", o->cuda ? "cuda" : "cpu",
-               o->cuda ? mode_name(o, mode) : "-", o->cuda && o->eager ? ", eager" : "", B, tps,
-               roof, 100 * tps / roof);
+        printf("| %s | %s%s | %u | %.0f | ", o->cuda ? "cuda" : "cpu",
+               o->cuda ? mode_name(o, mode) : "-", o->cuda && o->eager ? ", eager" : "", B, tps);
+        if (o->bw > 0)
+            printf("%.0f | %.1f%% |\n", roof, 100 * tps / roof);
+        else
+            printf("- | - |\n");
         fflush(stdout);
     }
     if (rc != 0)
@@ -522,8 +529,8 @@ int main(int argc, char **argv)
     const char *preset = "small", *model_dir = NULL, *batches = "1,2,4,8,16,32,64,128,256";
     const char *backend = "cuda", *parity = NULL, *modes_arg = "fast,deterministic";
     const char *prefill = NULL;
-    bench_opts o = {
-        .prompt = 256, .steps = 16, .parity_steps = 8, .stagger = 1, .top_p = 1, .bw = 4.3e12};
+    bool bw_set = false;
+    bench_opts o = {.prompt = 256, .steps = 16, .parity_steps = 8, .stagger = 1, .top_p = 1};
     /* clang-format off */
     static const struct option opts[] = {
         {"preset", required_argument, NULL, 'p'},   {"batches", required_argument, NULL, 'b'},
@@ -544,7 +551,7 @@ int main(int argc, char **argv)
         case 'n': o.prompt = (unsigned)atoi(optarg); break;
         case 's': o.steps = (unsigned)atoi(optarg); break;
         case 'k': backend = optarg; break;
-        case 'w': o.bw = atof(optarg); break;
+        case 'w': o.bw = atof(optarg), bw_set = true; break;
         case 'P': o.profile = true; break;
         case 'm': model_dir = optarg; break;
         case 'y': parity = optarg; break;
@@ -568,6 +575,10 @@ int main(int argc, char **argv)
         o.steps == 0 || o.stagger == 0 || o.stagger > 4096 ||
         (prefill && list_parse(prefill, 1u << 20, o.prefill, &o.n_prefill, &o.prefill_max) != 0)) {
         fprintf(stderr, "decode-e2e: bad --batches, --prompt, --steps, --stagger or --prefill\n");
+        return 2;
+    }
+    if (bw_set && !(o.bw > 0)) {
+        fprintf(stderr, "decode-e2e: --bw takes the memory ceiling in bytes a second (> 0)\n");
         return 2;
     }
     if (!(o.temperature >= 0) || !(o.top_p > 0 && o.top_p <= 1) ||
@@ -601,6 +612,21 @@ int main(int argc, char **argv)
         return 1;
     }
     int modes = o.cuda ? 2 : 1, rc = 0;
+    const char *bw_from = bw_set ? "--bw" : NULL;
+#ifdef HAVE_CUDA
+    void *stream = NULL;
+    if (o.cuda && !bw_set && dsv4_cuda_stream_new(&stream) == 0) {
+        o.bw = bench_hbm_copy_rate(stream);
+        bw_from = BENCH_HBM_COPY_WHAT;
+    }
+    dsv4_cuda_stream_free(stream);
+    if (o.cuda && !(o.bw > 0)) {
+        snprintf(err, sizeof(err), "cannot measure the HBM ceiling (device copies failed)");
+        rc = -EIO;
+    }
+#endif
+    if (rc == 0 && bw_from)
+        printf("%s ceiling: %.0f GB/s (%s)\n\n", bw_set ? "memory" : "HBM", o.bw * 1e-9, bw_from);
     parity_out par[2] = {{0}};
     printf("| backend | mode | batch | tokens/s | roofline tokens/s | of roofline |\n");
     printf("|---|---|---:|---:|---:|---:|\n");

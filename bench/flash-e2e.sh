@@ -4,9 +4,10 @@
 # widths, 8 routed experts; bf16 under Hugging Face names), dsv4d's engine over it
 # (bench/decode-e2e, fast and deterministic mode, with the parity run), then transformers
 # over the same files (bench/hf-decode.py), and one table: batch, dsv4d fast and
-# deterministic tokens/s, fast mode's share of the bandwidth roofline, transformers
-# tokens/s, and fast dsv4d over transformers; with --prefill, decode-e2e's prefill table
-# after it (one prompt of each length, against the bf16 GEMM ceiling of the same run).
+# deterministic tokens/s, fast mode's share of the bandwidth roofline (at the HBM ceiling
+# decode-e2e measures in the same run), transformers tokens/s, and fast dsv4d over
+# transformers; with --prefill, decode-e2e's prefill table after it (one prompt of each
+# length, against the bf16 GEMM ceiling of the same run).
 #
 # usage: bench/flash-e2e.sh --bin BUILDDIR [--out DIR] [--ckpt DIR] [--batches 1,2,...,256]
 #            [--prompt 256] [--steps 16] [--hf-steps 8] [--hf-budget SECONDS] [--no-hf]
@@ -90,6 +91,8 @@ import json, os, sys
 out = sys.argv[1]
 rows = {}
 for line in open(os.path.join(out, "dsv4d.md")):
+    if line.startswith("HBM ceiling:"):
+        print(line.strip() + ", the roofline's\n")
     f = [c.strip() for c in line.strip().strip("|").split("|")]
     if len(f) == 6 and f[2].isdigit():
         r = rows.setdefault(int(f[2]), {})

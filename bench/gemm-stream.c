@@ -28,11 +28,11 @@
 
 #include "bench/bench-util.h"
 #include "bench/gemm-cublaslt.h"
+#include "bench/hbm-ceiling.h"
 #include "kernels/cpu/numfmt.h"
 #include "kernels/cuda/model.h"
 
 #define MAX_ROWS_LIST 16
-#define COPY_BYTES ((size_t)1 << 30)
 
 /* One linear layer of a Flash layer: mats [out][in]; grouped: rows spread over the
  * matrices as top-6-of-8 routing spreads them (6 rows per token). */
@@ -146,30 +146,6 @@ static void peer_rows(gemm_peer *peer, dsv4_cuda_blas *fast, const dsv4_cuda_wei
     free(y_peer);
 }
 
-/* Bytes read and written per second by device-to-device copies of COPY_BYTES. */
-static double copy_rate(void *stream)
-{
-    uint8_t *a = dsv4_cuda_alloc(COPY_BYTES), *b = dsv4_cuda_alloc(COPY_BYTES);
-    if (!a || !b)
-        die("out of memory (copy ceiling)");
-    double t0 = 0;
-    for (int it = -2; it < 10; it++) {
-        if (it == 0) {
-            if (dsv4_cuda_sync(stream) != 0)
-                die("copy failed");
-            t0 = (double)bench_now_ns() * 1e-9;
-        }
-        if (dsv4_cuda_copy(it % 2 ? a : b, it % 2 ? b : a, COPY_BYTES, stream) != 0)
-            die("copy failed");
-    }
-    if (dsv4_cuda_sync(stream) != 0)
-        die("copy failed");
-    double dt = ((double)bench_now_ns() * 1e-9 - t0) / 10;
-    dsv4_cuda_free(a);
-    dsv4_cuda_free(b);
-    return 2.0 * COPY_BYTES / dt;
-}
-
 int main(int argc, char **argv)
 {
     const char *rows_list = "1,2,4,8,16,32,64,128,256", *formats = "f32,bf16,fp8,mxfp4";
@@ -245,10 +221,10 @@ int main(int argc, char **argv)
     if (dsv4_cuda_copy(x_dev, x, (size_t)max_rows * 6 * in_max * sizeof(float), stream) != 0)
         die("copy failed");
     fprintf(stderr, "gemm-stream: %s\n", name);
-    if (bw == 0)
-        bw = copy_rate(stream);
+    if (bw == 0 && (bw = bench_hbm_copy_rate(stream)) == 0)
+        die("the copy ceiling's copies failed");
     printf("HBM ceiling: %.0f GB/s (%s)\n\n", bw / 1e9,
-           bw_set ? "--bw" : "device copy of 1 GiB, bytes read + written / time");
+           bw_set ? "--bw" : BENCH_HBM_COPY_WHAT);
     printf("| layer | format | mode | rows | us/call | weight GB/s | of %.2f TB/s | TFLOP/s |\n",
            bw / 1e12);
     printf("|---|---|---|---:|---:|---:|---:|---:|\n");

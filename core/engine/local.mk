@@ -79,8 +79,9 @@ bench_decode_e2e_SOURCES = bench/decode-e2e.c
 bench_decode_e2e_LDADD = core/libdsv4core.la -lm
 bench_decode_e2e_CPPFLAGS = $(AM_CPPFLAGS)
 if HAVE_CUDA
-# --prefill's bf16 GEMM ceiling: cuBLASLt (bench/gemm-cublaslt.h)
-bench_decode_e2e_SOURCES += bench/gemm-cublaslt.c $(BENCH_UTIL)
+# the roofline's memory ceiling (bench/hbm-ceiling.h); --prefill's bf16 GEMM ceiling:
+# cuBLASLt (bench/gemm-cublaslt.h)
+bench_decode_e2e_SOURCES += bench/gemm-cublaslt.c $(BENCH_HBM) $(BENCH_UTIL)
 bench_decode_e2e_CPPFLAGS += $(CUDA_CPPFLAGS)
 bench_decode_e2e_LDADD += $(CUBLAS_LIBS) $(CUDA_LIBS)
 endif

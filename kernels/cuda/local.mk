@@ -173,11 +173,11 @@ tests_gpu_t_gpu_forward_quantized_checkpoint_matches_cpu_LDADD = $(TEST_CORE_LIB
 	$(CUDA_TEST_LIBS) -lm
 if HAVE_CUDA
 noinst_PROGRAMS += bench/gemm-stream
-bench_gemm_stream_SOURCES = bench/gemm-stream.c bench/gemm-cublaslt.c $(BENCH_UTIL)
+bench_gemm_stream_SOURCES = bench/gemm-stream.c bench/gemm-cublaslt.c $(BENCH_HBM) $(BENCH_UTIL)
 bench_gemm_stream_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
 bench_gemm_stream_LDADD = core/libdsv4core.la $(CUBLAS_LIBS) $(CUDA_LIBS) -lm
 endif
-EXTRA_DIST += bench/gemm-stream.c bench/gemm-cublaslt.c bench/gemm-cublaslt.h
+EXTRA_DIST += bench/gemm-stream.c bench/gemm-cublaslt.c bench/gemm-cublaslt.h $(BENCH_HBM)
 
 # Benchmarks (bench/): nvcc-built programs, run by hand on a GPU machine; results go to
 # bench/results/.
