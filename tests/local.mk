@@ -6,7 +6,8 @@ EXTRA_DIST += tests/tap.sh
 TEST_CORE_LIBS = tests/libtap.la core/libdsv4core.la
 
 # ThreadSanitizer (configure --enable-sanitizers=thread --without-ucx): `make check-threads`
-# runs the tests of the code with threads of its own (the metrics a scrape reads while the
+# runs the tests of the code with threads of its own (the CPU kernels' thread pool, whose
+# threads hand jobs over by atomics before they sleep, the metrics a scrape reads while the
 # engine writes them, the PD connection threads and roles, the serving loop under the HTTP
 # server, the host tier's copy worker, transport/local's worker under chaos) and of the
 # servers they start; a race fails a test (the sanitizer's exit status 66). Left out: the
@@ -15,7 +16,8 @@ TEST_CORE_LIBS = tests/libtap.la core/libdsv4core.la
 # sanitizer to lose it), and t-transport-local-moves-every-buffer (its child process starts
 # threads after a fork of a threaded process, which the sanitizer does not support).
 # tests/tsan.supp names the races tests make on purpose.
-THREAD_TESTS = tests/unit/t-metrics-render-prometheus-text \
+THREAD_TESTS = tests/unit/t-kernels-linear-thread-invariant \
+	tests/unit/t-metrics-render-prometheus-text \
 	tests/unit/t-pd-conn-authenticates-peers \
 	tests/unit/t-pd-conn-send-and-receive-fail-apart \
 	tests/unit/t-pd-lease-drains-before-free-and-rejects-stale \
