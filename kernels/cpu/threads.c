@@ -24,8 +24,8 @@ typedef struct dsv4_worker {
 /* A forward's jobs follow each other within microseconds: a thread that finds none spins
  * this many pauses (some 10-40 us) on the generation, or the caller on the count of workers
  * still running, before it sleeps on the condition variable. Sleeping at once made every job
- * a futex wake and a context switch per worker and one more for the caller: about a sixth of
- * the CPU engine's time serving the tiny model. */
+ * a futex wake and a context switch per worker and one more for the caller; spinning first,
+ * the small preset decodes 1.2-1.3x the tokens/s at batch 8 and 64 on a 2-core machine. */
 #define DSV4_THREADS_SPIN 1024
 
 struct dsv4_threads {
