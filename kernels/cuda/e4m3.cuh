@@ -28,4 +28,32 @@ __device__ static inline uint32_t dsv4_e4m3_bits(float v)
     return isnan(v) ? 0x7fu : (uint32_t)__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
 }
 
+/* The e4m3 bits of x.x / s .. x.w / s (x.x in the low byte), each as dsv4_e4m3_bits(
+ * __fdiv_rn(x, s)) gives it, for a normal s and inv = 1.0f / s (IEEE, as written): x inv
+ * is two roundings (2^-24 relative each) from x / s and the IEEE quotient one, so the
+ * quotient lies between x inv (1 - 2^-20) and x inv (1 + 2^-20) (an f32 subnormal x inv is
+ * under e4m3's least half-step, as are both ends and the quotient); the saturating
+ * conversion is monotonic, so where both ends give one code the quotient gives it. Four
+ * values whose ends differ (a quotient near a rounding boundary) or give a NaN code (0x7f,
+ * 0xff) are divided: some 20 instructions a division, more for tiny dividends, against the
+ * handful a value here. */
+__device__ static inline uint32_t dsv4_e4m3x4_quotient_bits(float4 x, float s, float inv)
+{
+    const float q[4] = {x.x * inv, x.y * inv, x.z * inv, x.w * inv};
+    uint32_t ends[2];
+    for (int e = 0; e < 2; e++) {
+        const float m = e ? 1.0f + 0x1p-20f : 1.0f - 0x1p-20f;
+        ends[e] = (uint32_t)__nv_cvt_float2_to_fp8x2(make_float2(q[0] * m, q[1] * m),
+                                                     __NV_SATFINITE, __NV_E4M3) |
+                  (uint32_t)__nv_cvt_float2_to_fp8x2(make_float2(q[2] * m, q[3] * m),
+                                                     __NV_SATFINITE, __NV_E4M3)
+                      << 16;
+    }
+    const uint32_t nan_codes = ((ends[0] & 0x7f7f7f7fu) + 0x01010101u) & 0x80808080u;
+    if (ends[0] == ends[1] && nan_codes == 0)
+        return ends[0];
+    return dsv4_e4m3_bits(__fdiv_rn(x.x, s)) | dsv4_e4m3_bits(__fdiv_rn(x.y, s)) << 8 |
+           dsv4_e4m3_bits(__fdiv_rn(x.z, s)) << 16 | dsv4_e4m3_bits(__fdiv_rn(x.w, s)) << 24;
+}
+
 #endif /* DSV4_KERNELS_CUDA_E4M3_CUH */

@@ -226,9 +226,8 @@ __device__ static inline float ik_relu(float x)
 
 /* An e4m3 query (DSV4_CUDA_IK_QUERY_E4M3*) is quantised as plugins/indexk/fp8.c quantises a
  * row, so that the CPU and the GPU score the same query: the head's scale from the largest
- * finite |value| (a maximum does not depend on the order it is taken in), IEEE division by
- * it (__fdiv_rn, as the host's `/`), the saturating conversion with NaN made 0x7f as
- * kernels/cpu/numfmt.c does for either sign. */
+ * finite |value| (a maximum does not depend on the order it is taken in), the e4m3 codes of
+ * the IEEE quotients by it (as the host's `/`, dsv4_e4m3x4_quotient_bits). */
 __device__ static inline float ik_q_abs(float x, bool e4m3)
 {
     return e4m3 && !isfinite(x) ? 0.0f : fabsf(x);
@@ -240,23 +239,16 @@ __device__ static inline float ik_q_scale(float amax, dsv4_cuda_ik_query query)
     return dsv4_e4m3_scale(amax, query == DSV4_CUDA_IK_QUERY_E4M3_UE8M0);
 }
 
-/* A value under 2^-11 s rounds to a zero of its sign either way; it skips the division,
- * whose slow path (taken for tiny and subnormal dividends) cost a step 10 us where most of a
- * query's values were tiny (bench/results/2026-11-30-indexer-e4m3q-h200.md, b1). */
-__device__ static inline uint32_t ik_q_e4m3(float x, float s)
+/* The e4m3 query values of x (scale s, inv = 1 / s) as floats, for the kernels that
+ * multiply them in f16 (exact: e4m3 values are f16 values). */
+__device__ static inline float4 ik_q_values(float4 x, float s, float inv)
 {
-    float v = copysignf(0.0f, x);
-    if (!(fabsf(x) < s * 0x1p-11f))
-        v = __fdiv_rn(x, s);
-    return dsv4_e4m3_bits(v);
-}
-
-/* The e4m3 query value of x (scale s) as a float, for the kernels that multiply it in f16
- * (exact: e4m3 values are f16 values). */
-__device__ static inline float ik_q_value(float x, float s)
-{
-    return __half2float(
-        __half(__nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)ik_q_e4m3(x, s), __NV_E4M3)));
+    const uint32_t codes = dsv4_e4m3x4_quotient_bits(x, s, inv);
+    const __half2 two[2] = {
+        __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(codes & 0xffffu), __NV_E4M3),
+        __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(codes >> 16), __NV_E4M3)};
+    const float2 lo = __half22float2(two[0]), hi = __half22float2(two[1]);
+    return make_float4(lo.x, lo.y, hi.x, hi.y);
 }
 
 /* The MMAs of one 16-byte key chunk (k-steps c * SPC ..) of one 8-row tile, for the MT
@@ -394,10 +386,8 @@ __global__ void __launch_bounds__(ik_fmt<F>::threads, ik_fmt<F>::blocks)
                 const float *x = v + (s / SPC) * E + (s % SPC) * 4;
                 float x0 = x[0] * inv, x1 = x[1] * inv, x2 = x[2] * inv, x3 = x[3] * inv;
                 if (q8) {
-                    x0 = ik_q_value(x[0], sh);
-                    x1 = ik_q_value(x[1], sh);
-                    x2 = ik_q_value(x[2], sh);
-                    x3 = ik_q_value(x[3], sh);
+                    const float4 y = ik_q_values(make_float4(x[0], x[1], x[2], x[3]), sh, inv);
+                    x0 = y.x, x1 = y.y, x2 = y.z, x3 = y.w;
                 }
                 if (F == DSV4_CUDA_IK_FP8) {
                     qa[0][mt][s][hs] = ik_pack_f16(x0, x1);
@@ -802,8 +792,7 @@ __global__ void __launch_bounds__(128, IK_WG_BLOCKS)
             uint8_t *at = qs + 2u * s * 1024u + (h / 8) * 128u + (h % 8) * 16u + (q % 4) * 4u;
             float4 y = make_float4(x[k].x * inv, x[k].y * inv, x[k].z * inv, x[k].w * inv);
             if (q8)
-                y = make_float4(ik_q_value(x[k].x, sh), ik_q_value(x[k].y, sh),
-                                ik_q_value(x[k].z, sh), ik_q_value(x[k].w, sh));
+                y = ik_q_values(x[k], sh, inv);
             *(uint32_t *)at = ik_pack_f16(y.x, y.y);
             *(uint32_t *)(at + 1024u) = ik_pack_f16(y.z, y.w);
         }
@@ -1015,8 +1004,8 @@ __global__ void __launch_bounds__(128, IK_TM_BLOCKS)
             for (int e = 0; e < 2; e++) {
                 const float *y = x[u][s][e];
                 if constexpr (F8)
-                    qa[s][u + 2 * e] = ik_q_e4m3(y[0], sh) | ik_q_e4m3(y[1], sh) << 8 |
-                                       ik_q_e4m3(y[2], sh) << 16 | ik_q_e4m3(y[3], sh) << 24;
+                    qa[s][u + 2 * e] =
+                        dsv4_e4m3x4_quotient_bits(make_float4(y[0], y[1], y[2], y[3]), sh, inv);
                 else
                     qa[s][u + 2 * e] = ik_pack_bf16(y[0] * inv, y[1] * inv);
             }

@@ -8,10 +8,9 @@
  * most one step's worth of them, so the check reads little and from L2.
  *
  * Byte identity with the host encoders (plugins/indexk/f32.c, bf16.c, fp8.c): bf16 uses the
- * integer rounding of kernels/cpu/numfmt.c (model_common.cuh); fp8 divides by the scale with
- * IEEE division (__fdiv_rn, as the host's `/`), takes the maximum of the finite values
- * (a maximum does not depend on the order it is taken in), and converts with the
- * saturating e4m3 conversion, NaN made 0x7f explicitly as numfmt.c does for either sign. */
+ * integer rounding of kernels/cpu/numfmt.c (model_common.cuh); fp8 takes the maximum of the
+ * finite values (a maximum does not depend on the order it is taken in) and the e4m3 codes
+ * of the IEEE quotients by the scale (as the host's `/`, dsv4_e4m3x4_quotient_bits). */
 #include "kernels/cuda/e4m3.cuh"
 #include "kernels/cuda/indexk_store.h"
 #include "kernels/cuda/model_common.cuh"
@@ -71,12 +70,10 @@ __global__ static void iks_kernel(dsv4_cuda_ik_store_fmt f, uint8_t *pool, size_
     amax = iks_warp_max(amax);
     const float scale = dsv4_e4m3_scale(amax, f.pow2_scale);
     uint32_t *dst = (uint32_t *)(page + (size_t)slot * f.dim);
-    for (uint32_t w = lane; w < words; w += 32) {
-        uint32_t word = 0;
-        for (uint32_t j = 0; j < 4; j++)
-            word |= dsv4_e4m3_bits(__fdiv_rn(v[4 * w + j], scale)) << (8 * j);
-        dst[w] = word;
-    }
+    const float inv = 1.0f / scale;
+    for (uint32_t w = lane; w < words; w += 32)
+        dst[w] = dsv4_e4m3x4_quotient_bits(
+            make_float4(v[4 * w], v[4 * w + 1], v[4 * w + 2], v[4 * w + 3]), scale, inv);
     if (lane == 0)
         ((float *)(page + (size_t)f.rows_per_page * f.dim))[slot] = scale;
 }

@@ -2,11 +2,13 @@
  * same bytes into its pages as its host store, for rows that reach every corner of the
  * encoders: uniform values, all-zero rows and rows below the fp8 amax floor, exponents from
  * 2^-40 to 2^127 and FLT_MAX, f32 subnormals, exact e4m3 rounding ties (amax 448, so the
- * scale is exactly 1), signed zeros, and NaN and infinities with reject_nonfinite off;
- * slots in shuffled pages and rows, around bytes that must stay as they were. With
- * reject_nonfinite on, a batch holding a NaN is refused as store refuses it: nothing
- * written, the refusal flag set; so is a slot row past the page with it off; a dim that is
- * not a multiple of 4 is -ENOTSUP (the forward then stores through the host). */
+ * scale is exactly 1), values a few ulps either side of a tie at a scale that is not a
+ * power of two (where x (1 / scale) and x / scale can round apart), signed zeros, and NaN
+ * and infinities with reject_nonfinite off; slots in shuffled pages and rows, around bytes
+ * that must stay as they were. With reject_nonfinite on, a batch holding a NaN is refused
+ * as store refuses it: nothing written, the refusal flag set; so is a slot row past the
+ * page with it off; a dim that is not a multiple of 4 is -ENOTSUP (the forward then
+ * stores through the host). */
 #include "config.h"
 
 #include "tests/gpu/gpu.h"
@@ -34,12 +36,14 @@ typedef struct variant {
     uint32_t rows_per_page, dim;
 } variant;
 
-/* Row i of the batch, one of eight kinds (i % 8) of values. */
+/* Row i of the batch, one of nine kinds (i % 9) of values. */
 static void fill_row(float *row, uint32_t dim, uint32_t i)
 {
+    /* kind 7's amax, its scale fmaxf(amax, 1e-4) / 448 as fp8.c's */
+    const float tie_amax = i % 9 == 7 ? (float)plugtest_uniform(1.0, 300.0) : 0.0f;
     for (uint32_t d = 0; d < dim; d++) {
         double sign = plugtest_uniform(0, 1) < 0.5 ? -1.0 : 1.0;
-        switch (i % 8) {
+        switch (i % 9) {
         case 0: row[d] = (float)plugtest_uniform(-2.0, 2.0); break;
         case 1: row[d] = 0.0f; break;
         case 2: row[d] = (float)(sign * plugtest_uniform(0, 1e-5)); break; /* amax < floor */
@@ -59,10 +63,19 @@ static void fill_row(float *row, uint32_t dim, uint32_t i)
                          : (float)(sign * ldexp((8.0 + (double)(plugtest_rand() % 8) + 0.5) / 8.0,
                                                 (int)(plugtest_rand() % 18) - 10));
             break;
+        case 7: { /* x / scale a few ulps from an e4m3 tie */
+            float x = (float)(ldexp((8.0 + (double)(plugtest_rand() % 8) + 0.5) / 8.0,
+                                    (int)(plugtest_rand() % 17) - 9) *
+                              (tie_amax / 448.0f));
+            for (int ulps = (int)(plugtest_rand() % 7) - 3; ulps; ulps -= ulps > 0 ? 1 : -1)
+                x = nextafterf(x, ulps > 0 ? INFINITY : 0.0f);
+            row[d] = d == 0 ? tie_amax : (float)sign * x;
+            break;
+        }
         default: {
             static const float odd[] = {NAN, INFINITY, -INFINITY, -0.0f, 0.0f, 3.0f};
             row[d] = d < 6 ? odd[d] : (float)plugtest_uniform(-5.0, 5.0);
-            if (d == 0 && i % 16 == 15)
+            if (d == 0 && i % 18 == 17)
                 row[d] = -NAN;
         }
         }
