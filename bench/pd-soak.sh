@@ -308,5 +308,7 @@ if out:
         for t, v in samples:
             f.write("    %5.0f: %s\n" % (t, ", ".join("%d / %d" % v[n] for n in names)))
 is_(rcs, dict((n, 0) for n in names), "SIGTERM: every server exits 0")
+for n, d in daemons:
+    d.diag_exit(n, rcs[n])
 done()
 EOF

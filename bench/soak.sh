@@ -127,5 +127,6 @@ if out:
         f.write("\n/health after the run: %d %s; dsv4d exit status on SIGTERM: %s.\n"
                 % (h.status, h.body.decode().strip(), rc))
 is_(rc, 0, "SIGTERM: dsv4d exits 0")
+d.diag_exit("dsv4d", rc)
 done()
 EOF

@@ -199,6 +199,13 @@ class Daemon:
         with open(self.err_path) as f:
             return f.read()
 
+    def diag_exit(self, name, rc, lines=80):
+        """After a nonzero exit, the log's last lines as diagnostics: where a sanitizer's
+        report is (ThreadSanitizer exits 66), otherwise lost with the test's directory."""
+        if rc != 0:
+            diag("%s exited %s; its log's last %d lines:" % (name, rc, lines))
+            diag("\n".join(self.log().splitlines()[-lines:]))
+
     def conn(self, timeout=REQUEST_TIMEOUT):
         return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
 
