@@ -25,7 +25,9 @@
  * plugin to the peer with a one-page "shadow" layout whose blocks live in chaos's scratch
  * memory; after the real writes complete, chaos copies the source page of every buffer
  * into the scratch, flips one byte of one buffer, and posts the shadow page onto the
- * destination page.
+ * destination page. The scratch is the peer's, so one flipped page is in flight a peer: a
+ * corrupted transfer whose writes land while another's flipped page is still being written
+ * waits for it (TSan caught the overwrite, a PD soak in CI, 2026-12-06).
  */
 #include "config.h"
 
@@ -78,6 +80,10 @@ typedef struct chaos_peer {
     dsv4_kv_buffer *shadow_b; /* [n_buffers] */
     uint8_t *scratch;
     const dsv4_kv_layout *local;
+    /* the transfer whose flipped page the inner plugin may still be reading from scratch:
+     * one at a time, or a second corrupt would overwrite the page under the first's copy
+     * (the daemon's serve loop posts, polls and releases, so this needs no lock) */
+    struct chaos_xfer *shadow_owner;
 } chaos_peer;
 
 typedef struct chaos_xfer {
@@ -477,6 +483,15 @@ static int chaos_corrupt(chaos_state *s, chaos_xfer *x)
     return s->ops->post(s->inner_state, x->peer->shadow, &one, &x->shadow);
 }
 
+/* The flipped page's write; the scratch is free for the next once it has ended. */
+static int chaos_poll_shadow(chaos_state *s, chaos_xfer *x)
+{
+    int rc = s->ops->poll(s->inner_state, x->shadow);
+    if (rc != -EAGAIN && x->peer->shadow_owner == x)
+        x->peer->shadow_owner = NULL;
+    return rc;
+}
+
 static int chaos_poll(void *state, void *xfer)
 {
     chaos_state *s = state;
@@ -493,16 +508,20 @@ static int chaos_poll(void *state, void *xfer)
             return rc;
     }
     if (x->shadow)
-        return s->ops->poll(s->inner_state, x->shadow);
+        return chaos_poll_shadow(s, x);
     int rc = s->ops->poll(s->inner_state, x->inner);
     if (x->fault == CHAOS_DELAY && rc == 0 && s->host->now_ns() < x->start_ns)
         return -EAGAIN; /* two-sided: landed on time, reported late */
     if (x->fault == CHAOS_HANG && rc != -EAGAIN)
         return -EAGAIN; /* the writes landed, but nobody will be told */
     if (x->fault == CHAOS_CORRUPT && rc == 0) {
+        if (x->peer->shadow_owner)
+            return -EAGAIN; /* the scratch still holds another transfer's flipped page */
         rc = chaos_corrupt(s, x);
-        if (rc == 0 && x->shadow)
-            rc = s->ops->poll(s->inner_state, x->shadow);
+        if (rc == 0 && x->shadow) {
+            x->peer->shadow_owner = x;
+            rc = chaos_poll_shadow(s, x);
+        }
     }
     return rc;
 }
@@ -529,6 +548,8 @@ static void chaos_release(void *state, void *xfer)
         s->ops->release(s->inner_state, x->inner);
     if (x->shadow)
         s->ops->release(s->inner_state, x->shadow);
+    if (x->peer->shadow_owner == x) /* cancelled: its page's write drained */
+        x->peer->shadow_owner = NULL;
     free((void *)x->req.runs);
     free(x);
 }

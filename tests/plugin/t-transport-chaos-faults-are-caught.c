@@ -1,7 +1,8 @@
 /* t-transport-chaos-faults-are-caught: transport/chaos around transport/local (and around
  * transport/ucx over tcp where it is built). Every dropped transfer reports success yet
  * fails the PD checksums; every corrupted transfer differs from the source in exactly one
- * byte, which the checksums find as exactly one bad block; a hung transfer never reports
+ * byte, which the checksums find as exactly one bad block, also two of them in flight on one
+ * peer at once; a hung transfer never reports
  * completion, and cancel still drains it (nothing lands after cancel returned 0); a delayed
  * transfer completes, never before delay_time, and a cancel in its delay window means it
  * never writes; the same seed replays the same faults; an unknown inner plugin, an
@@ -148,9 +149,53 @@ static void corrupt_trials(const char *inner, const char *inner_options)
     rig_free(&r);
 }
 
+/* Two corrupted transfers in flight on one peer at once (pages 0-2 with the state slot,
+ * pages 3-5), polled in turn: each lands its own pages with its own one flipped byte. The
+ * flipped page goes through the peer's one scratch page, so the second must wait for the
+ * first's write (overwritten under it, a destination got the other transfer's page). */
+static void corrupt_overlapping(const char *inner, const char *inner_options)
+{
+    rig r = rig_new(inner, inner_options, "corrupt", "100", NULL);
+    bool all = true;
+    for (int t = 0; t < 25; t++) {
+        tpool_fill(r.src.l, 300 + (uint64_t)t);
+        dsv4_xfer_run runs[2][3];
+        dsv4_xfer_req req[2] = {
+            {sizeof(req[0]), 2 * (uint64_t)t, 1, runs[0], tx_runs(sp, dp, 3, runs[0]), true, 2, 0},
+            {sizeof(req[1]), 2 * (uint64_t)t + 1, 1, runs[1], tx_runs(sp + 3, dp + 3, 3, runs[1]),
+             false, 0, 0}};
+        void *x[2];
+        int rc[2] = {-EAGAIN, -EAGAIN};
+        for (int i = 0; i < 2; i++)
+            if (ops->post(r.tx, r.peer, &req[i], &x[i]) != 0)
+                bail_out("post");
+        for (uint64_t t0 = now_ms();
+             (rc[0] == -EAGAIN || rc[1] == -EAGAIN) && now_ms() - t0 < 20000;
+             nanosleep(&(struct timespec){0, 100000}, NULL))
+            for (int i = 0; i < 2; i++)
+                if (rc[i] == -EAGAIN)
+                    rc[i] = ops->poll(r.tx, x[i]);
+        for (int i = 0; i < 2; i++)
+            ops->release(r.tx, x[i]);
+        size_t off = bytes_off(&r);
+        uint32_t n_bad;
+        int v = verdict(&r, &n_bad);
+        if (rc[0] != 0 || rc[1] != 0 || off != 2 || v != DSV4_ECHECKSUM || n_bad != 2) {
+            diag("pair %d: polls %d %d, %zu bytes differ, verdict %d (%u bad)", t, rc[0], rc[1],
+                 off, v, n_bad);
+            all = false;
+        }
+    }
+    ok(all,
+       "%s: 25 pairs of corrupted transfers in flight together: each lands its own pages, "
+       "one byte off each",
+       inner);
+    rig_free(&r);
+}
+
 int main(void)
 {
-    plan(PLUGTEST_DESC_TESTS + 14);
+    plan(PLUGTEST_DESC_TESTS + 15);
     desc = plugtest_open("transport", "chaos");
     plugtest_check_desc(desc, DSV4_FAMILY_TRANSPORT, DSV4_TRANSPORT_VERSION, "chaos",
                         sizeof(dsv4_transport_ops));
@@ -173,6 +218,7 @@ int main(void)
 
     /* ---- corrupt */
     corrupt_trials("local", "");
+    corrupt_overlapping("local", "");
 
     /* ---- hang */
     r = rig_new("local", "", "hang", "100", NULL);
