@@ -771,6 +771,15 @@ __global__ void __launch_bounds__(128, IK_WG_BLOCKS)
             x[k] = q16 ? *(const float4 *)qh : make_float4(qh[0], qh[1], qh[2], qh[3]);
         }
     }
+    /* lane k < 16 holds head warp + 4 k's weight, loaded with the query: read where it is
+     * used, after the page ids, it was a second memory latency in every block's start (the
+     * most sampled stall of a 128k x 8 step on an H100,
+     * bench/results/2026-12-06-e4m3-quotient-split-launch-h100.md); loaded here, fp8 steps
+     * took 0.77-0.99x the time (H100, bench/results/2026-12-06-indexer-weights-split-diag-h100.md;
+     * the same change in dsv4_ik_tm_kernel took fp8-e4m3q 0.95-1.06x, so not there) */
+    const uint32_t hw = warp + 4 * lane;
+    const float wl =
+        lane < IK_HEADS / 4 && hw < bt.n_heads ? bt.w_dev[(size_t)b * bt.n_heads + hw] : 0.0f;
     feed.start(bt.pages_dev + start, tid, 128);
 #pragma unroll
     for (int k = 0; k < IK_HEADS / 4; k++) {
@@ -785,8 +794,8 @@ __global__ void __launch_bounds__(128, IK_WG_BLOCKS)
         if (q8)
             sh = ik_q_scale(amax, bt.query);
         const float inv = 1.0f / sh;
-        if (lane == 0)
-            wh[h] = h < bt.n_heads ? bt.w_dev[(size_t)b * bt.n_heads + h] * sh : 0.0f;
+        if (lane == k)
+            wh[h] = wl * sh;
         if (mine) {
             const uint32_t q = lane * 4 / E, j = lane * 4 % E, s = (q / 4) * SPC + j / 4;
             uint8_t *at = qs + 2u * s * 1024u + (h / 8) * 128u + (h % 8) * 16u + (q % 4) * 4u;
