@@ -13,7 +13,7 @@
  *                   [--steps 16] [--backend cuda|cpu] [--bw BYTES_PER_S] [--profile]
  *                   [--parity OUT.safetensors] [--parity-steps 8] [--parity-prompt N]
  *                   [--modes fast,deterministic] [--host-logits] [--prefill 1024,8192,...]
- *                   [--stagger N] [--temperature T] [--top-p P] [--eager]
+ *                   [--stagger N] [--temperature T] [--top-p P] [--eager] [--trace PREFIX]
  * Prints one markdown table row per (mode, batch), progress on stderr. Needs
  * DSV4D_PLUGIN_PATH (indexk/fp8; indexk/f32 for --parity).
  *
@@ -53,6 +53,12 @@
  * step per (mode, batch) and nothing of the prefill or the warm-up; with --prefill, each
  * timed prefill of the second table runs inside the range too (the warm-up's does not).
  *
+ * --trace PREFIX (builds with CUPTI's headers): --profile, and each profiled step's kernels
+ * as they ran, graph-replayed, to PREFIX-<mode>-<batch>.csv (PREFIX-<mode>-prefill<len>.csv
+ * for --prefill's), in the columns of nsys's cuda_gpu_trace report (bench/kernel-trace.h),
+ * for bench/ncu-rank.py. The trace records every kernel from the start (libcupti loaded
+ * before the first CUDA call), so the tables' times are taken with the tracer on.
+ *
  * --prefill: after the decode table, a second one: per mode, one sequence at a time
  * prefilled with each prompt length (the engine's 2048-token chunks, as dsv4d's default
  * prefill_chunk; the last position's logits copied out, so the time is the prefill's
@@ -85,6 +91,9 @@
 #include "bench/hbm-ceiling.h"
 #include "kernels/cuda/model.h"
 #endif
+#ifdef HAVE_CUPTI
+#include "bench/kernel-trace.h"
+#endif
 
 #define WARMUP_STEPS 8
 #define MAX_BATCHES 32
@@ -97,6 +106,7 @@ typedef struct bench_opts {
     bool cuda, profile, host_logits, eager;
     bool mode_off[2]; /* --modes: CUDA's fast (0) and deterministic (1) mode not asked for */
     double bw;
+    const char *trace; /* --trace's file prefix, or NULL */
 } bench_opts;
 
 /* What --parity writes for one mode; the writer reads these buffers when the file is
@@ -271,32 +281,72 @@ static int decode_step(dsv4_engine *eng, bench_step *st, uint32_t B, const uint3
     return rc;
 }
 
-/* One decode step inside the profiler's range (--profile). */
-static int profiled_step(dsv4_engine *eng, bench_step *st, uint32_t B, const uint32_t *seqs)
+#ifdef HAVE_CUDA
+/* Opens the profiler's range (and --trace's window). */
+static int profile_open(const bench_opts *o)
+{
+#ifdef HAVE_CUPTI
+    if (o->trace)
+        kernel_trace_mark();
+#endif
+    return dsv4_cuda_profile(true);
+}
+
+/* Closes the profiler's range after a step that returned rc, and writes --trace's window to
+ * PREFIX-<mode>-<what>.csv. rc, or the first failure after it (with err). */
+static int profile_close(const bench_opts *o, int mode, const char *what, int rc, char *err,
+                         size_t errlen)
+{
+    int stop = dsv4_cuda_profile(false);
+    rc = rc != 0 ? rc : stop;
+#ifdef HAVE_CUPTI
+    if (rc == 0 && o->trace) {
+        char path[4096], why[256] = "";
+        snprintf(path, sizeof(path), "%s-%s-%s.csv", o->trace, mode_name(o, mode), what);
+        long n = kernel_trace_write(path, why, sizeof(why));
+        if (n < 0) {
+            snprintf(err, errlen, "--trace: %s", why);
+            return -EIO;
+        }
+        fprintf(stderr, "decode-e2e: %s: %ld kernels\n", path, n);
+    }
+#else
+    (void)o, (void)mode, (void)what, (void)err, (void)errlen;
+#endif
+    return rc;
+}
+#endif
+
+/* One decode step of B rows inside the profiler's range (--profile). */
+static int profiled_step(dsv4_engine *eng, bench_step *st, uint32_t B, const uint32_t *seqs,
+                         const bench_opts *o, int mode, char *err, size_t errlen)
 {
 #ifdef HAVE_CUDA
-    int rc = dsv4_cuda_profile(true);
+    char what[16];
+    snprintf(what, sizeof(what), "%u", B);
+    int rc = profile_open(o);
     if (rc == 0)
         rc = decode_step(eng, st, B, seqs);
-    int stop = dsv4_cuda_profile(false);
-    return rc != 0 ? rc : stop;
+    return profile_close(o, mode, what, rc, err, errlen);
 #else
-    (void)eng, (void)st, (void)B, (void)seqs;
+    (void)eng, (void)st, (void)B, (void)seqs, (void)o, (void)mode, (void)err, (void)errlen;
     return -ENOTSUP;
 #endif
 }
 
 /* One prefill of a prompt of len tokens inside the profiler's range (--profile --prefill). */
-static int profiled_prefill(dsv4_engine *eng, unsigned len, uint32_t *seq, float *logits)
+static int profiled_prefill(dsv4_engine *eng, unsigned len, uint32_t *seq, float *logits,
+                            const bench_opts *o, int mode, char *err, size_t errlen)
 {
 #ifdef HAVE_CUDA
-    int rc = dsv4_cuda_profile(true);
+    char what[24];
+    snprintf(what, sizeof(what), "prefill%u", len);
+    int rc = profile_open(o);
     if (rc == 0)
         rc = prompts_prefill(eng, 1, len, 1, seq, DSV4_LOGITS_LAST, logits);
-    int stop = dsv4_cuda_profile(false);
-    return rc != 0 ? rc : stop;
+    return profile_close(o, mode, what, rc, err, errlen);
 #else
-    (void)eng, (void)len, (void)seq, (void)logits;
+    (void)eng, (void)len, (void)seq, (void)logits, (void)o, (void)mode, (void)err, (void)errlen;
     return -ENOTSUP;
 #endif
 }
@@ -343,6 +393,7 @@ static int bench_run(const dsv4_model *m, const dsv4_plugin_desc *ik, const benc
     dsv4_engine *eng = engine_open(m, ik, DSV4_KV_BF16, N, N * per, o, mode, err, errlen);
     if (!eng)
         return DSV4_EFORMAT;
+    *err = '\0'; /* from here: why a profiled step's trace failed, else the status below */
     uint32_t *seqs = calloc(N, sizeof(uint32_t));
     bench_step st = {.sample = o->cuda && !o->host_logits && dsv4_engine_samples(eng),
                      .choices = calloc(N, sizeof(dsv4_choice_req)),
@@ -381,7 +432,7 @@ static int bench_run(const dsv4_model *m, const dsv4_plugin_desc *ik, const benc
             rc = decode_step(eng, &st, B, seqs);
         double dt = now_s() - t0;
         if (rc == 0 && o->profile && o->cuda)
-            rc = profiled_step(eng, &st, B, seqs);
+            rc = profiled_step(eng, &st, B, seqs, o, mode, err, errlen);
         if (rc != 0)
             break;
         double tps = (double)B * o->steps / dt, roof = (double)B * o->bw / step_bytes(m, B);
@@ -393,7 +444,7 @@ static int bench_run(const dsv4_model *m, const dsv4_plugin_desc *ik, const benc
             printf("- | - |\n");
         fflush(stdout);
     }
-    if (rc != 0)
+    if (rc != 0 && !err[0])
         snprintf(err, errlen, "decode step failed (%s)", dsv4_strerror(rc));
     dsv4_engine_free(eng);
     free(seqs);
@@ -463,13 +514,14 @@ static int prefill_run(const dsv4_model *m, const dsv4_plugin_desc *ik, const be
     dsv4_engine *eng = engine_open(m, ik, DSV4_KV_BF16, 1, pages, o, mode, err, errlen);
     if (!eng)
         return DSV4_EFORMAT;
+    *err = '\0'; /* as in bench_run */
     float *logits = malloc((size_t)m->cfg.vocab_size * sizeof(float));
     int rc = logits ? 0 : -ENOMEM;
     for (int i = -1; rc == 0 && i < (int)o->n_prefill; i++) {
         unsigned len = i >= 0 ? o->prefill[i] : o->prefill_max < 2048 ? o->prefill_max : 2048;
         bool prof = i >= 0 && o->profile && o->cuda;
         double t0 = now_s();
-        rc = prof ? profiled_prefill(eng, len, &seq, logits)
+        rc = prof ? profiled_prefill(eng, len, &seq, logits, o, mode, err, errlen)
                   : prompts_prefill(eng, 1, len, 1, &seq, DSV4_LOGITS_LAST, logits);
         double dt = now_s() - t0, rate = len * flops / dt;
         if (rc != 0)
@@ -484,7 +536,7 @@ static int prefill_run(const dsv4_model *m, const dsv4_plugin_desc *ik, const be
                len / dt, rate * 1e-12, of);
         fflush(stdout);
     }
-    if (rc != 0)
+    if (rc != 0 && !err[0])
         snprintf(err, errlen, "prefill failed (%s)", dsv4_strerror(rc));
     dsv4_engine_free(eng);
     free(logits);
@@ -542,6 +594,7 @@ int main(int argc, char **argv)
         {"host-logits", no_argument, NULL, 'L'}, {"prefill", required_argument, NULL, 'F'},
         {"stagger", required_argument, NULL, 'g'}, {"temperature", required_argument, NULL, 'T'},
         {"top-p", required_argument, NULL, 'U'}, {"eager", no_argument, NULL, 'E'},
+        {"trace", required_argument, NULL, 'R'},
         {NULL, 0, NULL, 0}};
     /* clang-format on */
     for (int ch; (ch = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
@@ -564,6 +617,7 @@ int main(int argc, char **argv)
         case 'T': o.temperature = atof(optarg); break;
         case 'U': o.top_p = atof(optarg); break;
         case 'E': o.eager = true; break;
+        case 'R': o.trace = optarg, o.profile = true; break;
         default: return 2;
         }
     }
@@ -588,6 +642,19 @@ int main(int argc, char **argv)
         return 2;
     }
     char dir[] = "/tmp/dsv4-bench-XXXXXX", err[512] = "";
+    if (o.trace) {
+#ifdef HAVE_CUPTI
+        /* before the first CUDA call: graphs instantiated later are traced too */
+        if (!o.cuda || kernel_trace_begin(err, sizeof(err)) != 0) {
+            fprintf(stderr, "decode-e2e: --trace: %s\n", o.cuda ? err : "needs --backend cuda");
+            return 1;
+        }
+#else
+        fprintf(stderr, "decode-e2e: --trace: this build has no CUPTI headers "
+                        "(cupti_activity.h beside the CUDA headers at configure time)\n");
+        return 2;
+#endif
+    }
     if (!model_dir) {
         if (!mkdtemp(dir) || dsv4_mkmodel_write(preset, 1, NULL, NULL, dir, err, sizeof(err))) {
             fprintf(stderr, "decode-e2e: cannot write the %s model (%s)\n", preset, err);

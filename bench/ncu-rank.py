@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 """ncu-rank.py: rank the kernels of profiled decode steps by time.
 
-Reads an Nsight Systems kernel trace (`nsys stats --report cuda_gpu_trace --format csv` of
-`nsys profile --cuda-graph-trace=node --capture-range=cudaProfilerApi
---capture-range-end=stop bench/decode-e2e --batches B --modes M --profile`: one
-graph-replayed step, the kernels timed as they ran) and prints one table: kernel,
-launches, time, share of the kernel time, mean time per launch, the last grid x block;
-the step's span (first start to last end) heads it.
+Reads a kernel trace of one graph-replayed step, the kernels timed as they ran: bench/
+decode-e2e --trace's files, or Nsight Systems' (`nsys stats --report cuda_gpu_trace --format
+csv` of `nsys profile --cuda-graph-trace=node --capture-range=cudaProfilerApi
+--capture-range-end=stop bench/decode-e2e --batches B --modes M --profile`), and prints one
+table: kernel, launches, time, the step's span it accounts for, its share, mean time per
+launch, the last grid x block; the step's span (first start to last end) and the time no
+kernel ran head it. Kernels overlap (programmatic dependent launch starts one while the one
+before runs, and it waits inside), so a kernel's time is not what it adds to the step: each
+instant of the span goes to the earliest-started kernel still running then.
 
 Or `ncu --import REP --csv --page raw --print-units base` exports of
 `ncu --profile-from-start off --section SpeedOfLight --section LaunchStats
@@ -21,6 +24,8 @@ usage: ncu-rank.py EXPORT.csv...   (nsys traces and ncu exports alike)
 """
 import collections
 import csv
+import heapq
+import re
 import sys
 
 TOP = 24
@@ -42,6 +47,35 @@ def rows_of(path, first_col):
     return list(csv.DictReader(lines[start:])) if start is not None else []
 
 
+def short_name(name):
+    """A kernel's name without its parameters: a mangled one (CUPTI's) as its identifier and
+    its integer template arguments, dsv4_wg_kernel<64,2,1,0,1>."""
+    name = name.split('(')[0].replace('void ', '')
+    m = re.match(r'_ZL?(\d+)', name)  # L: internal linkage (a static kernel)
+    if m:
+        end = m.end() + int(m.group(1))
+        args = re.findall(r'L[a-z](\d+)E', name[end:]) if name[end:end + 1] == 'I' else []
+        name = name[m.end():end] + ('<%s>' % ','.join(args) if args else '')
+    return name[:60]
+
+
+def span_owners(rows):
+    """(kernel, time) for each stretch of the trace's span, owned by the earliest-started
+    kernel running through it (none: no kernel ran)."""
+    ks = sorted((num(r['Start (ns)']), num(r['Start (ns)']) + num(r['Duration (ns)']),
+                 short_name(r['Name'])) for r in rows)
+    edges = sorted({t for s, e, _ in ks for t in (s, e)})
+    running, j = [], 0
+    for a, b in zip(edges, edges[1:]):
+        while j < len(ks) and ks[j][0] <= a:
+            heapq.heappush(running, ks[j])
+            j += 1
+        while running and running[0][1] <= a:
+            heapq.heappop(running)
+        if running:
+            yield running[0][2], b - a
+
+
 def nsys_table(path):
     rows = [r for r in rows_of(path, 'Start (ns)') if r.get('Name') and r.get('GrdX', '').strip()]
     if not rows:
@@ -50,20 +84,24 @@ def nsys_table(path):
     t0 = min(num(r['Start (ns)']) for r in rows)
     t1 = max(num(r['Start (ns)']) + num(r['Duration (ns)']) for r in rows)
     for r in rows:
-        short = r['Name'].split('(')[0].replace('void ', '')[:60]
-        e = k.setdefault(short, {'n': 0, 't': 0.0, 'grid': ''})
+        e = k.setdefault(short_name(r['Name']), {'n': 0, 't': 0.0, 'span': 0.0, 'grid': ''})
         e['n'] += 1
         e['t'] += num(r['Duration (ns)'])
         e['grid'] = '%s x %s' % (r['GrdX'] if r.get('GrdY', '1') in ('1', '') else
                                  '%s,%s' % (r['GrdX'], r['GrdY']), r['BlkX'])
+    for name, t in span_owners(rows):
+        k[name]['span'] += t
     total = sum(e['t'] for e in k.values())
-    print('\n### %s: %d kernels, %.1f us of kernel time, step span %.1f us\n' %
-          (path, sum(e['n'] for e in k.values()), total / 1e3, (t1 - t0) / 1e3))
-    print('| kernel | launches | us | share | us per launch | last grid x block |')
-    print('|---|---:|---:|---:|---:|---|')
-    for name, e in sorted(k.items(), key=lambda kv: -kv[1]['t'])[:TOP]:
-        print('| %s | %d | %.1f | %.1f%% | %.1f | %s |' %
-              (name, e['n'], e['t'] / 1e3, 100 * e['t'] / total, e['t'] / e['n'] / 1e3, e['grid']))
+    busy = sum(e['span'] for e in k.values())
+    print('\n### %s: %d kernels, %.1f us of kernel time, step span %.1f us (%.1f us with no '
+          'kernel running)\n' % (path, sum(e['n'] for e in k.values()), total / 1e3,
+                                 (t1 - t0) / 1e3, (t1 - t0 - busy) / 1e3))
+    print('| kernel | launches | us | span us | span share | us per launch | last grid x block |')
+    print('|---|---:|---:|---:|---:|---:|---|')
+    for name, e in sorted(k.items(), key=lambda kv: -kv[1]['span'])[:TOP]:
+        print('| %s | %d | %.1f | %.1f | %.1f%% | %.1f | %s |' %
+              (name, e['n'], e['t'] / 1e3, e['span'] / 1e3, 100 * e['span'] / (t1 - t0),
+               e['t'] / e['n'] / 1e3, e['grid']))
     return True
 
 

@@ -84,7 +84,19 @@ if HAVE_CUDA
 bench_decode_e2e_SOURCES += bench/gemm-cublaslt.c $(BENCH_HBM) $(BENCH_UTIL)
 bench_decode_e2e_CPPFLAGS += $(CUDA_CPPFLAGS)
 bench_decode_e2e_LDADD += $(CUBLAS_LIBS) $(CUDA_LIBS)
+if HAVE_CUPTI
+# --trace: the kernels of each profiled step as they ran (bench/kernel-trace.h, CUPTI loaded
+# at run time)
+bench_decode_e2e_SOURCES += bench/kernel-trace.c bench/kernel-trace.h
+bench_decode_e2e_LDADD += -ldl
 endif
+endif
+# --trace's files ranked: bench/ncu-rank.py (the span each kernel accounts for), checked on a
+# made-up trace, and --trace itself on the GPU
+EXTRA_DIST += bench/ncu-rank.py tests/cli/t-ncu-rank-accounts-overlapping-kernels.sh \
+	tests/gpu/t-gpu-decode-trace-records-each-kernel.sh
+TESTS += tests/cli/t-ncu-rank-accounts-overlapping-kernels.sh \
+	tests/gpu/t-gpu-decode-trace-records-each-kernel.sh
 # The Flash-shaped run: bench/flash-e2e.sh writes the checkpoint, runs decode-e2e and
 # transformers (bench/hf-decode.py) over it.
 EXTRA_DIST += bench/flash-e2e.sh bench/hf-decode.py
