@@ -22,7 +22,7 @@
 /* what the CSV keeps of a kernel's record (name: CUPTI's, shared by a kernel's records) */
 typedef struct trace_kernel {
     uint64_t start, end, graph_node;
-    uint32_t corr;
+    uint32_t corr, stream;
     int32_t grid[3], block[3];
     const char *name;
 } trace_kernel;
@@ -65,6 +65,7 @@ static void trace_keep(const CUpti_ActivityKernel10 *r)
                                 .end = r->end,
                                 .graph_node = r->graphNodeId,
                                 .corr = r->correlationId,
+                                .stream = r->streamId,
                                 .grid = {r->gridX, r->gridY, r->gridZ},
                                 .block = {r->blockX, r->blockY, r->blockZ},
                                 .name = r->name};
@@ -174,15 +175,15 @@ long kernel_trace_write(const char *path, char *err, size_t errlen)
     else {
         qsort(T.k, T.n, sizeof(*T.k), trace_by_start);
         fprintf(f, "\"Start (ns)\",\"Duration (ns)\",\"CorrId\",\"GrdX\",\"GrdY\",\"GrdZ\","
-                   "\"BlkX\",\"BlkY\",\"BlkZ\",\"GraphNode\",\"Name\"\n");
+                   "\"BlkX\",\"BlkY\",\"BlkZ\",\"Strm\",\"GraphNode\",\"Name\"\n");
         kept = 0;
         for (size_t i = 0; i < T.n; i++) {
             const trace_kernel *k = &T.k[i];
             if (k->start < T.mark || k->end > end)
                 continue;
-            fprintf(f, "%llu,%llu,%u,%d,%d,%d,%d,%d,%d,%llu,", (unsigned long long)k->start,
+            fprintf(f, "%llu,%llu,%u,%d,%d,%d,%d,%d,%d,%u,%llu,", (unsigned long long)k->start,
                     (unsigned long long)(k->end - k->start), k->corr, k->grid[0], k->grid[1],
-                    k->grid[2], k->block[0], k->block[1], k->block[2],
+                    k->grid[2], k->block[0], k->block[1], k->block[2], k->stream,
                     (unsigned long long)k->graph_node);
             trace_csv_name(f, k->name);
             fputc('\n', f);

@@ -8,8 +8,10 @@ csv` of `nsys profile --cuda-graph-trace=node --capture-range=cudaProfilerApi
 table: kernel, launches, time, the step's span it accounts for, its share, mean time per
 launch, the last grid x block; the step's span (first start to last end) and the time no
 kernel ran head it. Kernels overlap (programmatic dependent launch starts one while the one
-before runs, and it waits inside), so a kernel's time is not what it adds to the step: each
-instant of the span goes to the earliest-started kernel still running then.
+before runs, and it waits inside; a side stream's kernels run beside the step's), so a
+kernel's time is not what it adds to the step: each instant of the span goes to the kernel
+running then that ends first (the one the others wait for; a CUDA graph's kernels come with
+its own streams, not the capture's, so the stream cannot tell the step's from a side one).
 
 Or `ncu --import REP --csv --page raw --print-units base` exports of
 `ncu --profile-from-start off --section SpeedOfLight --section LaunchStats
@@ -60,20 +62,20 @@ def short_name(name):
 
 
 def span_owners(rows):
-    """(kernel, time) for each stretch of the trace's span, owned by the earliest-started
-    kernel running through it (none: no kernel ran)."""
+    """(kernel, time) for each stretch of the trace's span, owned by the kernel running
+    through it that ends first (none: no kernel ran)."""
     ks = sorted((num(r['Start (ns)']), num(r['Start (ns)']) + num(r['Duration (ns)']),
                  short_name(r['Name'])) for r in rows)
     edges = sorted({t for s, e, _ in ks for t in (s, e)})
-    running, j = [], 0
+    running, j = [], 0  # a heap of (end, name)
     for a, b in zip(edges, edges[1:]):
         while j < len(ks) and ks[j][0] <= a:
-            heapq.heappush(running, ks[j])
+            heapq.heappush(running, (ks[j][1], ks[j][2]))
             j += 1
-        while running and running[0][1] <= a:
+        while running and running[0][0] <= a:
             heapq.heappop(running)
         if running:
-            yield running[0][2], b - a
+            yield running[0][1], b - a
 
 
 def nsys_table(path):

@@ -27,7 +27,7 @@ for s in $steps; do
     is "$bad" 0 "$s: starts in order, every duration positive"
     grep -q 'dsv4_embed_kernel' "$f" && grep -q 'dsv4_\(wg\|mma\|gemm\)_kernel' "$f"
     is $? 0 "$s: the embedding and GEMM kernels are there"
-    nodes=$(awk -F, 'NR > 1 && $10 > 0' "$f" | wc -l)
+    nodes=$(awk -F, 'NR > 1 && $11 > 0' "$f" | wc -l)
     ok "$s: replayed from the step's CUDA graph ($nodes graph nodes)" test "$nodes" -ge 20
 done
 out=$(python3 "$top_srcdir/bench/ncu-rank.py" "$TAP_TMP/t-fast-4.csv")
