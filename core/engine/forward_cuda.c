@@ -23,7 +23,13 @@
 #include "kernels/cuda/sample.h"
 
 #define FC_MAX_ALLOCS 512
-/* Head rows computed per batched head matmul. */
+/* Head rows one head GEMM takes (fewer where max_tokens is smaller): up to this many rows
+ * a step reads the head's weights once. In windows of 64 rows (the sampler's), a 128-row
+ * step read them twice: 2 x 415 us of a 3.27 ms 4-layer Flash-shaped step on an H100
+ * (bench/results/2026-12-06-indexer-weights-split-diag-h100.md). */
+#define FC_HEAD_GEMM_ROWS 256
+/* Head rows sampled, scored and copied out at a time (the sampler's and the logits
+ * workspace's rows, the host's logits buffer) */
 #define FC_HEAD_ROWS 64
 /* Floats of indexer scores one scoring launch may fill (queries x rows). */
 #define FC_SCORE_FLOATS (32u << 20)
@@ -121,9 +127,11 @@ struct dsv4_fwd_cuda {
     float *ap; /* attn_in's outputs, fc_attn_cols */
     float *fp; /* ffn_in's outputs: router logits, shared expert's gate and up (stride E + 2 I) */
     float *ikrows, *scores, *o, *z, *y, *rw;
-    float *xe, *he, *eo, *hu, *logits;
-    float *geu;      /* exp_in's outputs: a pair's gate, then its up values (stride 2 I) */
-    void *attn_work; /* dsv4_cuda_attend's scratch */
+    float *xe, *he, *eo;
+    float *hu, *logits;   /* [head_window] rows of the head's collapse and of its logits */
+    uint32_t head_window; /* min(max_tokens, FC_HEAD_GEMM_ROWS) */
+    float *geu;           /* exp_in's outputs: a pair's gate, then its up values (stride 2 I) */
+    void *attn_work;      /* dsv4_cuda_attend's scratch */
     uint8_t *kvs, *ik_stage;
     uint32_t *ik_refused; /* store_cuda's refusal flag, read after the step */
     int32_t *rid;
@@ -556,8 +564,9 @@ static bool fc_alloc_workspace(dsv4_fwd_cuda *f)
     /* the routed pairs' rows, then the shared expert's (a token's each) */
     f->he = fc_dev(f, B * (K + 1) * I, sizeof(float));
     f->eo = fc_dev(f, B * (K + 1) * H, sizeof(float));
-    f->hu = fc_dev(f, FC_HEAD_ROWS * H, sizeof(float));
-    f->logits = fc_dev(f, FC_HEAD_ROWS * V, sizeof(float));
+    f->head_window = B < FC_HEAD_GEMM_ROWS ? (uint32_t)B : FC_HEAD_GEMM_ROWS;
+    f->hu = fc_dev(f, (size_t)f->head_window * H, sizeof(float));
+    f->logits = fc_dev(f, (size_t)f->head_window * V, sizeof(float));
     f->tokens_dev = fc_dev(f, FC_HEAD_ROWS, sizeof(int32_t));
     f->score_tok_dev = fc_dev(f, FC_HEAD_ROWS, sizeof(int32_t));
     f->desc_words = (size_t)FD_COUNT_ARRAYS * B;
@@ -1169,11 +1178,12 @@ static int fc_edits(dsv4_fwd_cuda *f, uint32_t first, uint32_t n, uint32_t n_edi
     return 0;
 }
 
-/* Tokens of head rows first .. first + n that want one, chosen on the device from the
- * logits of those rows (f->logits) as their requests edit them, into f->tokens_host, and
- * the log-probabilities they ask for into f->lp_host, once the stream gets there; the
- * other rows are skipped. The requests' draws travel with their params. */
-static int fc_sample(dsv4_fwd_cuda *f, uint32_t first, uint32_t n)
+/* Tokens of head rows first .. first + n (n <= FC_HEAD_ROWS) that want one, chosen on the
+ * device from the logits of those rows (logits, on the device) as their requests edit
+ * them, into f->tokens_host, and the log-probabilities they ask for into f->lp_host, once
+ * the stream gets there; the other rows are skipped. The requests' draws travel with their
+ * params. */
+static int fc_sample(dsv4_fwd_cuda *f, const float *logits, uint32_t first, uint32_t n)
 {
     uint32_t V = f->c->vocab_size, n_edits = 0;
     bool logprobs = false;
@@ -1192,23 +1202,24 @@ static int fc_sample(dsv4_fwd_cuda *f, uint32_t first, uint32_t n)
         return -ENOMEM;
     if ((n_edits || logprobs) && !f->lw && !(f->lw = dsv4_cuda_logits_new(FC_HEAD_ROWS, V)))
         return -ENOMEM;
-    const float *choose_from = f->logits;
+    const float *choose_from = logits;
     int rc = n_edits ? fc_edits(f, first, n, n_edits) : 0;
     if (rc == 0 && n_edits)
-        rc = dsv4_cuda_logits_edit(f->lw, f->logits, n, f->edits_host, n_edits, &choose_from,
+        rc = dsv4_cuda_logits_edit(f->lw, logits, n, f->edits_host, n_edits, &choose_from,
                                    f->stream);
     if (rc == 0)
         rc = dsv4_cuda_sample(f->sampler, choose_from, n, f->rows_host, f->tokens_dev, f->stream);
     if (rc == 0 && logprobs)
-        rc = dsv4_cuda_logprobs(f->lw, f->logits, n, f->tokens_dev, f->lp_host, f->stream);
+        rc = dsv4_cuda_logprobs(f->lw, logits, n, f->tokens_dev, f->lp_host, f->stream);
     if (rc == 0)
         rc = dsv4_cuda_copy(f->tokens_host, f->tokens_dev, n * sizeof(int32_t), f->stream);
     return rc;
 }
 
-/* The log-probabilities of head rows first .. first + n that are scored (dsv4_score_req)
- * from those rows' logits, into f->score_lp_host once the stream gets there. */
-static int fc_score(dsv4_fwd_cuda *f, uint32_t first, uint32_t n)
+/* The log-probabilities of head rows first .. first + n (n <= FC_HEAD_ROWS) that are scored
+ * (dsv4_score_req) from those rows' logits (on the device), into f->score_lp_host once the
+ * stream gets there. */
+static int fc_score(dsv4_fwd_cuda *f, const float *logits, uint32_t first, uint32_t n)
 {
     uint32_t V = f->c->vocab_size;
     for (uint32_t i = 0; i < n; i++) {
@@ -1221,7 +1232,7 @@ static int fc_score(dsv4_fwd_cuda *f, uint32_t first, uint32_t n)
         return -ENOMEM;
     int rc = dsv4_cuda_copy(f->score_tok_dev, f->score_tok_host, n * sizeof(int32_t), f->stream);
     if (rc == 0)
-        rc = dsv4_cuda_logprobs(f->lw, f->logits, n, f->score_tok_dev, f->score_lp_host, f->stream);
+        rc = dsv4_cuda_logprobs(f->lw, logits, n, f->score_tok_dev, f->score_lp_host, f->stream);
     return rc;
 }
 
@@ -1243,9 +1254,39 @@ static void fc_choice(const dsv4_fwd_cuda *f, uint32_t i, const dsv4_fwd_sample 
         fc_logprobs_out(lp, out);
 }
 
-/* The head rows, FC_HEAD_ROWS at a time: logits copied out to the rows that want them,
- * tokens sampled on the device for the rows that want one (4 bytes come back for those),
- * rows scored there for those that are (their log-probabilities come back). */
+/* Head rows first .. first + n (n <= FC_HEAD_ROWS) from their logits (on the device):
+ * logits copied out to the rows that want them, tokens sampled on the device for the rows
+ * that want one (4 bytes come back for those), rows scored there for those that are (their
+ * log-probabilities come back). */
+static int fc_head_rows(dsv4_fwd_cuda *f, const float *logits, uint32_t first, uint32_t n)
+{
+    size_t V = f->c->vocab_size;
+    bool want_logits = false, pick = false, score = false;
+    for (uint32_t i = 0; i < n; i++) {
+        want_logits = want_logits || f->head_out[first + i];
+        pick = pick || f->head_sample[first + i];
+        score = score || f->head_score[first + i];
+    }
+    int rc = pick ? fc_sample(f, logits, first, n) : 0;
+    if (rc == 0 && score)
+        rc = fc_score(f, logits, first, n);
+    if (rc == 0 && want_logits)
+        rc = dsv4_cuda_copy(f->logits_host, logits, n * V * sizeof(float), f->stream);
+    if (rc == 0)
+        rc = dsv4_cuda_sync(f->stream);
+    for (uint32_t i = 0; rc == 0 && i < n; i++) {
+        if (f->head_out[first + i])
+            memcpy(f->head_out[first + i], f->logits_host + i * V, V * sizeof(float));
+        if (f->head_sample[first + i])
+            fc_choice(f, i, f->head_sample[first + i]);
+        if (f->head_score[first + i])
+            fc_logprobs_out(&f->score_lp_host[i], f->head_score[first + i]->out);
+    }
+    return rc;
+}
+
+/* The head rows, head_window at a time through the head's collapse and GEMM (its weights
+ * read once a window), then FC_HEAD_ROWS at a time through fc_head_rows. */
 static int fc_head(dsv4_fwd_cuda *f)
 {
     const dsv4_model_config *c = f->c;
@@ -1254,35 +1295,16 @@ static int fc_head(dsv4_fwd_cuda *f)
     const dsv4_cuda_hc_expand ex = fc_moe_expand(f); /* the last layer's, fc_layers */
     bool layers = c->n_layers > 0;
     int rc = 0;
-    for (uint32_t first = 0; rc == 0 && first < f->n_head; first += FC_HEAD_ROWS) {
-        uint32_t n = f->n_head - first < FC_HEAD_ROWS ? f->n_head - first : FC_HEAD_ROWS;
-        bool logits = false, pick = false, score = false;
-        for (uint32_t i = 0; i < n; i++) {
-            logits = logits || f->head_out[first + i];
-            pick = pick || f->head_sample[first + i];
-            score = score || f->head_score[first + i];
-        }
-        rc = dsv4_cuda_hc_head(&f->dims, n, rows + first, layers ? f->xf : f->x,
-                               layers ? &ex : NULL, f->hch_fn, f->hch_base, f->m->hc_head.scale[0],
-                               f->norm, f->hu, f->stream);
+    for (uint32_t w0 = 0; rc == 0 && w0 < f->n_head; w0 += f->head_window) {
+        uint32_t nw = f->n_head - w0 < f->head_window ? f->n_head - w0 : f->head_window;
+        rc = dsv4_cuda_hc_head(&f->dims, nw, rows + w0, layers ? f->xf : f->x, layers ? &ex : NULL,
+                               f->hch_fn, f->hch_base, f->m->hc_head.scale[0], f->norm, f->hu,
+                               f->stream);
         if (rc == 0)
-            rc = dsv4_cuda_linear(f->blas, &f->head, V, H, f->hu, H, n, f->logits, V);
-        if (rc == 0 && pick)
-            rc = fc_sample(f, first, n);
-        if (rc == 0 && score)
-            rc = fc_score(f, first, n);
-        if (rc == 0 && logits)
-            rc = dsv4_cuda_copy(f->logits_host, f->logits, n * V * sizeof(float), f->stream);
-        if (rc == 0)
-            rc = dsv4_cuda_sync(f->stream);
-        for (uint32_t i = 0; rc == 0 && i < n; i++) {
-            if (f->head_out[first + i])
-                memcpy(f->head_out[first + i], f->logits_host + i * V, V * sizeof(float));
-            if (f->head_sample[first + i])
-                fc_choice(f, i, f->head_sample[first + i]);
-            if (f->head_score[first + i])
-                fc_logprobs_out(&f->score_lp_host[i], f->head_score[first + i]->out);
-        }
+            rc = dsv4_cuda_linear(f->blas, &f->head, V, H, f->hu, H, nw, f->logits, V);
+        for (uint32_t i = 0; rc == 0 && i < nw; i += FC_HEAD_ROWS)
+            rc = fc_head_rows(f, f->logits + i * V, w0 + i,
+                              nw - i < FC_HEAD_ROWS ? nw - i : FC_HEAD_ROWS);
     }
     return rc;
 }
