@@ -31,7 +31,6 @@ static struct {
     void *lib;
     __typeof__(&cuptiActivityRegisterCallbacks) register_callbacks;
     __typeof__(&cuptiActivityEnable) enable;
-    __typeof__(&cuptiActivityDisable) disable;
     __typeof__(&cuptiActivityFlushAll) flush_all;
     __typeof__(&cuptiActivityGetNextRecord) next_record;
     __typeof__(&cuptiGetTimestamp) timestamp;
@@ -105,13 +104,12 @@ int kernel_trace_begin(char *err, size_t errlen)
     }
     *(void **)&T.register_callbacks = dlsym(T.lib, "cuptiActivityRegisterCallbacks");
     *(void **)&T.enable = dlsym(T.lib, "cuptiActivityEnable");
-    *(void **)&T.disable = dlsym(T.lib, "cuptiActivityDisable");
     *(void **)&T.flush_all = dlsym(T.lib, "cuptiActivityFlushAll");
     *(void **)&T.next_record = dlsym(T.lib, "cuptiActivityGetNextRecord");
     *(void **)&T.timestamp = dlsym(T.lib, "cuptiGetTimestamp");
     *(void **)&T.result_string = dlsym(T.lib, "cuptiGetResultString");
-    if (!T.register_callbacks || !T.enable || !T.disable || !T.flush_all || !T.next_record ||
-        !T.timestamp || !T.result_string) {
+    if (!T.register_callbacks || !T.enable || !T.flush_all || !T.next_record || !T.timestamp ||
+        !T.result_string) {
         snprintf(err, errlen, "%s lacks the activity API this build was compiled against", soname);
         dlclose(T.lib);
         T.lib = NULL;
