@@ -128,10 +128,9 @@ struct dsv4_fwd_cuda {
     float *fp; /* ffn_in's outputs: router logits, shared expert's gate and up (stride E + 2 I) */
     float *ikrows, *scores, *o, *z, *y, *rw;
     float *xe, *he, *eo;
-    float *hu, *logits;   /* [head_window] rows of the head's collapse and of its logits */
-    uint32_t head_window; /* min(max_tokens, FC_HEAD_GEMM_ROWS) */
-    float *geu;           /* exp_in's outputs: a pair's gate, then its up values (stride 2 I) */
-    void *attn_work;      /* dsv4_cuda_attend's scratch */
+    float *hu, *logits; /* [fc_head_window] rows of the head's collapse and of its logits */
+    float *geu;         /* exp_in's outputs: a pair's gate, then its up values (stride 2 I) */
+    void *attn_work;    /* dsv4_cuda_attend's scratch */
     uint8_t *kvs, *ik_stage;
     uint32_t *ik_refused; /* store_cuda's refusal flag, read after the step */
     int32_t *rid;
@@ -516,6 +515,12 @@ static bool fc_upload_weights(dsv4_fwd_cuda *f)
     return ok;
 }
 
+/* Head rows one head GEMM takes: FC_HEAD_GEMM_ROWS, or max_tokens where that is fewer. */
+static uint32_t fc_head_window(const dsv4_fwd_cuda *f)
+{
+    return f->max_tokens < FC_HEAD_GEMM_ROWS ? f->max_tokens : FC_HEAD_GEMM_ROWS;
+}
+
 static bool fc_alloc_workspace(dsv4_fwd_cuda *f)
 {
     const dsv4_model_config *c = f->c;
@@ -564,9 +569,8 @@ static bool fc_alloc_workspace(dsv4_fwd_cuda *f)
     /* the routed pairs' rows, then the shared expert's (a token's each) */
     f->he = fc_dev(f, B * (K + 1) * I, sizeof(float));
     f->eo = fc_dev(f, B * (K + 1) * H, sizeof(float));
-    f->head_window = B < FC_HEAD_GEMM_ROWS ? (uint32_t)B : FC_HEAD_GEMM_ROWS;
-    f->hu = fc_dev(f, (size_t)f->head_window * H, sizeof(float));
-    f->logits = fc_dev(f, (size_t)f->head_window * V, sizeof(float));
+    f->hu = fc_dev(f, (size_t)fc_head_window(f) * H, sizeof(float));
+    f->logits = fc_dev(f, (size_t)fc_head_window(f) * V, sizeof(float));
     f->tokens_dev = fc_dev(f, FC_HEAD_ROWS, sizeof(int32_t));
     f->score_tok_dev = fc_dev(f, FC_HEAD_ROWS, sizeof(int32_t));
     f->desc_words = (size_t)FD_COUNT_ARRAYS * B;
@@ -1285,18 +1289,19 @@ static int fc_head_rows(dsv4_fwd_cuda *f, const float *logits, uint32_t first, u
     return rc;
 }
 
-/* The head rows, head_window at a time through the head's collapse and GEMM (its weights
+/* The head rows, fc_head_window at a time through the head's collapse and GEMM (its weights
  * read once a window), then FC_HEAD_ROWS at a time through fc_head_rows. */
 static int fc_head(dsv4_fwd_cuda *f)
 {
+    const uint32_t window = fc_head_window(f);
     const dsv4_model_config *c = f->c;
     size_t V = c->vocab_size, H = c->hidden;
     const uint32_t *rows = f->desc + FD_HEAD * f->max_tokens;
     const dsv4_cuda_hc_expand ex = fc_moe_expand(f); /* the last layer's, fc_layers */
     bool layers = c->n_layers > 0;
     int rc = 0;
-    for (uint32_t w0 = 0; rc == 0 && w0 < f->n_head; w0 += f->head_window) {
-        uint32_t nw = f->n_head - w0 < f->head_window ? f->n_head - w0 : f->head_window;
+    for (uint32_t w0 = 0; rc == 0 && w0 < f->n_head; w0 += window) {
+        uint32_t nw = f->n_head - w0 < window ? f->n_head - w0 : window;
         rc = dsv4_cuda_hc_head(&f->dims, nw, rows + w0, layers ? f->xf : f->x, layers ? &ex : NULL,
                                f->hch_fn, f->hch_base, f->m->hc_head.scale[0], f->norm, f->hu,
                                f->stream);
