@@ -54,12 +54,12 @@
  * layers that read the same input sit stacked in one weight, one GEMM launch for all
  * (each output row is its own weight row's: the same values as apart): attn_in holds the
  * rows of fc_attn_cols, ffn_in the router gate's, the shared expert's gate and up rows,
- * exp_in each routed expert's gate rows then its up rows; exp_down holds the shared
- * expert's down projection as one matrix more (one grouped launch for both). */
+ * exp_in each routed expert's gate rows then its up rows; the shared expert's down
+ * projection is a weight of its own (fc_moe runs it beside the routed experts'). */
 typedef struct fc_layer {
     dsv4_cuda_weight attn_in, wq_b, wo_a, wo_b;
     dsv4_cuda_weight idx_wq_b, idx_weights; /* indexer */
-    dsv4_cuda_weight ffn_in, exp_in, exp_down;
+    dsv4_cuda_weight ffn_in, exp_in, exp_down, sh_down;
     float *hc_attn_fn, *hc_attn_base, *hc_attn_scale, *hc_ffn_fn, *hc_ffn_base, *hc_ffn_scale;
     float *attn_norm, *ffn_norm, *q_norm, *kv_norm, *sinks;
     float *c_ape, *c_norm, *i_ape, *i_norm;
@@ -104,7 +104,12 @@ struct dsv4_fwd_cuda {
     /* the mHC mix's Sinkhorn (dsv4_cuda_hc_mix) runs on side, forked from stream after each
      * collapse (mix_fork) and joined before the expand that needs it (mix_join) */
     void *side, *mix_fork, *mix_join;
-    dsv4_cuda_blas *blas;
+    /* the shared expert's SwiGLU and down projection (fc_moe) run on shx with a cuBLAS
+     * handle of its own (blas_shx: its split buffer apart from the routed experts'), forked
+     * from stream once ffn_in is done (sh_fork) and joined before the collapse that adds
+     * their output (sh_join) */
+    void *shx, *sh_fork, *sh_join;
+    dsv4_cuda_blas *blas, *blas_shx;
 
     fc_layer L[DSV4_MAX_LAYERS];
     float *embed, *norm, *hch_fn, *hch_base, *freq_main, *freq_comp;
@@ -433,9 +438,9 @@ static bool fc_upload_weights(dsv4_fwd_cuda *f)
     bool ok = true;
 
     /* the largest linear layer passes through the staging buffer */
-    const size_t sizes[] = {V * H,         fc_attn_width(c) * H, QH * qr, G * orr * gin,
-                            H * G * orr,   NI * DI * qr,         NI * H,  (E + 2 * I) * H,
-                            2 * E * I * H, (E + 1) * H * I};
+    const size_t sizes[] = {
+        V * H,  fc_attn_width(c) * H, QH * qr,       G * orr * gin, H * G * orr, NI * DI * qr,
+        NI * H, (E + 2 * I) * H,      2 * E * I * H, E * H * I};
     f->wstage = dsv4_cuda_alloc(fc_max(sizes, sizeof(sizes) / sizeof(sizes[0])) * sizeof(float));
     f->wflag = fc_dev(f, 1, sizeof(uint32_t));
     fc_rows *er = calloc(2 * E, sizeof(*er)); /* a layer's exp_in runs */
@@ -463,13 +468,11 @@ static bool fc_upload_weights(dsv4_fwd_cuda *f)
                                {w->idx_comp.wgate, 2 * DI}};
         size_t n_ap = kind == DSV4_LAYER_CSA ? 6 : kind == DSV4_LAYER_HCA ? 4 : 2;
         const fc_rows fp[3] = {{w->gate, E}, {w->sh_gate, I}, {w->sh_up, I}};
-        /* exp_in: each expert's gate rows, then its up rows; exp_down: the routed experts'
-         * matrices, then the shared expert's as one more (fc_moe runs it as group E) */
+        /* exp_in: each expert's gate rows, then its up rows */
         for (size_t e = 0; e < E; e++) {
             er[2 * e] = (fc_rows){w->exp_gate ? w->exp_gate + e * I * H : NULL, I};
             er[2 * e + 1] = (fc_rows){w->exp_up ? w->exp_up + e * I * H : NULL, I};
         }
-        const fc_rows dr[2] = {{w->exp_down, E * H}, {w->sh_down, H}};
         d->hc_attn_fn = fc_up(f, w->hc_attn.fn, mix * N * H, sizeof(float), &ok);
         d->hc_attn_base = fc_up(f, w->hc_attn.base, mix, sizeof(float), &ok);
         d->hc_attn_scale = fc_up(f, w->hc_attn.scale, 3, sizeof(float), &ok);
@@ -499,7 +502,8 @@ static bool fc_upload_weights(dsv4_fwd_cuda *f)
         d->gate_bias = c->hash_moe[l] ? NULL : fc_up(f, w->gate_bias, E, sizeof(float), &ok);
         d->tid2eid = c->hash_moe[l] ? fc_up(f, w->tid2eid, V * K, sizeof(int32_t), &ok) : NULL;
         d->exp_in = fc_wup_runs(f, er, 2 * E, E, 2 * I, H, &ok);
-        d->exp_down = fc_wup_runs(f, dr, 2, E + 1, H, I, &ok);
+        d->exp_down = fc_wup(f, w->exp_down, E, H, I, &ok);
+        d->sh_down = fc_wup(f, w->sh_down, 1, H, I, &ok);
     }
     free(er);
     /* the staging buffer is the size of the largest weight: give it back now */
@@ -560,7 +564,7 @@ static bool fc_alloc_workspace(dsv4_fwd_cuda *f)
     f->fp = fc_dev(f, B * (E + 2 * I), sizeof(float));
     f->rw = fc_dev(f, B * K, sizeof(float));
     f->rid = fc_dev(f, B * K, sizeof(int32_t));
-    f->off = fc_dev(f, E + 2, sizeof(uint32_t)); /* the shared expert's rows: group E */
+    f->off = fc_dev(f, E + 1, sizeof(uint32_t));
     f->assign = fc_dev(f, B * K, sizeof(uint32_t));
     f->epos = fc_dev(f, B * K, sizeof(uint32_t));
     f->route_done = fc_dev(f, 1, sizeof(uint32_t));
@@ -658,7 +662,10 @@ dsv4_fwd_cuda *dsv4_fwd_cuda_new(const dsv4_fwd_conf *conf, bool deterministic, 
                                .hc_eps = (float)c->hc_eps};
     if (dsv4_cuda_stream_new(&f->stream) != 0 || dsv4_cuda_stream_new(&f->side) != 0 ||
         dsv4_cuda_event_new(&f->mix_fork) != 0 || dsv4_cuda_event_new(&f->mix_join) != 0 ||
-        !(f->blas = dsv4_cuda_blas_new(f->stream, deterministic))) {
+        dsv4_cuda_stream_new(&f->shx) != 0 || dsv4_cuda_event_new(&f->sh_fork) != 0 ||
+        dsv4_cuda_event_new(&f->sh_join) != 0 ||
+        !(f->blas = dsv4_cuda_blas_new(f->stream, deterministic)) ||
+        !(f->blas_shx = dsv4_cuda_blas_new(f->shx, deterministic))) {
         snprintf(err, errlen, "forward (cuda): cannot start a stream and cuBLAS");
         goto fail;
     }
@@ -725,7 +732,11 @@ void dsv4_fwd_cuda_free(dsv4_fwd_cuda *f)
     dsv4_cuda_sampler_free(f->sampler);
     dsv4_cuda_logits_free(f->lw);
     free(f->edits_host);
+    dsv4_cuda_blas_free(f->blas_shx);
     dsv4_cuda_blas_free(f->blas);
+    dsv4_cuda_event_free(f->sh_join);
+    dsv4_cuda_event_free(f->sh_fork);
+    dsv4_cuda_stream_free(f->shx);
     dsv4_cuda_event_free(f->mix_join);
     dsv4_cuda_event_free(f->mix_fork);
     dsv4_cuda_stream_free(f->side);
@@ -1119,6 +1130,36 @@ static dsv4_k_scoring fc_scoring(dsv4_scoring s)
     return DSV4_K_SQRTSOFTPLUS;
 }
 
+/* Layer l's shared expert (its gate and up among ffn_in's outputs, its output after the
+ * routed rows of eo) on shx, beside the routed experts: its bytes stream while the routing
+ * and gather leave the memory idle, and the routed experts' down projection is a launch of
+ * its own. As one group more of that launch, the shared expert's 32 output tiles made its
+ * 288 tiles of 128 outputs 2.18 waves of an H100's 132 blocks (69-70 us at batch 64; the
+ * routed 256 alone: 58-60 us); H100, 43-layer Flash shape: decode 1.01-1.03x at batch
+ * 4-64 (bench/results/2026-12-06-shared-expert-stream-l2-prefetch-h100.md). */
+static int fc_shared(dsv4_fwd_cuda *f, uint32_t layer)
+{
+    const dsv4_model_config *c = f->c;
+    const fc_layer *w = &f->L[layer];
+    size_t n = f->st.n_tok, H = c->hidden, E = c->n_experts, K = c->top_k, I = c->moe_inter;
+    float limit = (float)c->swiglu_limit;
+    dsv4_k_act act = c->act == DSV4_ACT_GELU ? DSV4_K_GELU : DSV4_K_SILU;
+    size_t pairs = n * K, F = E + 2 * I;
+    const dsv4_cuda_swiglu_rows shared = {(uint32_t)n, F, f->fp + E, f->fp + E + I,
+                                          f->he + (size_t)pairs * I};
+    int rc = dsv4_cuda_event_record(f->sh_fork, f->stream);
+    if (rc == 0)
+        rc = dsv4_cuda_stream_wait(f->shx, f->sh_fork);
+    if (rc == 0)
+        rc = dsv4_cuda_swiglu(&shared, (uint32_t)I, limit, act, f->shx);
+    if (rc == 0)
+        rc = dsv4_cuda_linear(f->blas_shx, &w->sh_down, H, I, shared.h, I, n,
+                              f->eo + (size_t)pairs * H, H);
+    if (rc == 0)
+        rc = dsv4_cuda_event_record(f->sh_join, f->shx);
+    return rc;
+}
+
 /* Layer l's MoE over u (its output added to the streams by the next collapse's expand,
  * the combine inside it). */
 static int fc_moe(dsv4_fwd_cuda *f, uint32_t layer)
@@ -1135,25 +1176,23 @@ static int fc_moe(dsv4_fwd_cuda *f, uint32_t layer)
 
     int rc = dsv4_cuda_linear(b, &w->ffn_in, F, H, f->u, H, n, f->fp, F);
     if (rc == 0)
+        rc = fc_shared(f, layer);
+    if (rc == 0)
         rc = dsv4_cuda_route(&f->st, f->fp, F, w->gate_bias, w->tid2eid, (uint32_t)E, (uint32_t)K,
                              fc_scoring(c->scoring), (float)c->routed_scale, f->rid, f->rw, f->off,
                              f->assign, f->epos, f->route_done, s);
-    /* the routed experts over their grouped rows; the shared expert's SwiGLU in theirs' */
+    /* the routed experts over their grouped rows */
     if (rc == 0)
         rc = dsv4_cuda_moe_gather((uint32_t)n, (uint32_t)K, (uint32_t)H, f->u, f->assign, f->xe, s);
     if (rc == 0)
         rc = dsv4_cuda_linear_grouped(b, &w->exp_in, 2 * I, H, f->xe, H, f->off, (uint32_t)E, pairs,
                                       f->geu, 2 * I);
-    const dsv4_cuda_swiglu_rows sw[2] = {
-        {(uint32_t)n, F, f->fp + E, f->fp + E + I, f->he + (size_t)pairs * I},
-        {pairs, 2 * I, f->geu, f->geu + I, f->he}};
+    const dsv4_cuda_swiglu_rows routed = {pairs, 2 * I, f->geu, f->geu + I, f->he};
     if (rc == 0)
-        rc = dsv4_cuda_swiglu(sw, 2, (uint32_t)I, limit, act, s);
-    /* the routed and shared experts' down projections in one launch: the shared expert is
-     * group E, a token's row each after the pairs (off[E + 1] = pairs + n) */
+        rc = dsv4_cuda_swiglu(&routed, (uint32_t)I, limit, act, s);
     if (rc == 0)
-        rc = dsv4_cuda_linear_grouped(b, &w->exp_down, H, I, f->he, I, f->off, (uint32_t)E + 1,
-                                      pairs + (uint32_t)n, f->eo, H);
+        rc = dsv4_cuda_linear_grouped(b, &w->exp_down, H, I, f->he, I, f->off, (uint32_t)E, pairs,
+                                      f->eo, H);
     return rc;
 }
 
@@ -1336,11 +1375,14 @@ static int fc_layers(dsv4_fwd_cuda *f, bool prefenced, dsv4_kv_layer_view *views
             view = views[l];
         else if ((rc = fc_layer_view(f, l, &view)) != 0)
             break;
-        /* each collapse applies the block before's expand (none before the first) */
-        rc = l == 0 ? fc_hc_pre(f, f->x, NULL, NULL, w->hc_attn_fn, w->hc_attn_base,
-                                w->hc_attn_scale, w->attn_norm)
-                    : fc_hc_pre(f, f->xf, &moe, f->x, w->hc_attn_fn, w->hc_attn_base,
-                                w->hc_attn_scale, w->attn_norm);
+        /* each collapse applies the block before's expand (none before the first), the
+         * MoE's once its shared expert is done */
+        if (l == 0)
+            rc = fc_hc_pre(f, f->x, NULL, NULL, w->hc_attn_fn, w->hc_attn_base, w->hc_attn_scale,
+                           w->attn_norm);
+        else if ((rc = dsv4_cuda_stream_wait(f->stream, f->sh_join)) == 0)
+            rc = fc_hc_pre(f, f->xf, &moe, f->x, w->hc_attn_fn, w->hc_attn_base, w->hc_attn_scale,
+                           w->attn_norm);
         if (rc == 0)
             rc = fc_attention(f, l, &view);
         if (rc == 0)
@@ -1349,10 +1391,12 @@ static int fc_layers(dsv4_fwd_cuda *f, bool prefenced, dsv4_kv_layer_view *views
         if (rc == 0)
             rc = fc_moe(f, l);
     }
-    /* the last mix joins the stream (a graph's capture must end joined); the head's
-     * collapse applies the last expand (fc_head) */
+    /* the last mix and shared expert join the stream (a graph's capture must end joined);
+     * the head's collapse applies the last expand (fc_head) */
     if (rc == 0 && c->n_layers > 0)
         rc = dsv4_cuda_stream_wait(f->stream, f->mix_join);
+    if (rc == 0 && c->n_layers > 0)
+        rc = dsv4_cuda_stream_wait(f->stream, f->sh_join);
     return rc;
 }
 

@@ -904,7 +904,6 @@ __device__ static void dsv4_group_pairs(const dsv4_route_args &a, uint32_t n, ui
             acc += cnt[e];
         }
         a.off[E] = acc;
-        a.off[E + 1] = acc + n; /* a row a token after the pairs: a shared expert's */
     }
     for (uint32_t c = 0; c < pairs; c += DSV4_GROUP_CHUNK) {
         __syncthreads(); /* next[] settled, the last chunk's counts read */
@@ -1032,19 +1031,17 @@ int dsv4_cuda_moe_gather(uint32_t n, uint32_t k, uint32_t hidden, const float *u
                            DSV4_CUDA_BLOCK, 0, st, k, hidden, u_dev, assign_dev, xe_dev);
 }
 
-/* What one SwiGLU launch covers: its sets of rows, set 1's rows after set 0's. */
+/* What one SwiGLU launch covers. */
 struct dsv4_swiglu_args {
-    dsv4_cuda_swiglu_rows set[DSV4_CUDA_SWIGLU_SETS];
-    uint32_t n_sets, rows, inter;
+    dsv4_cuda_swiglu_rows rows;
+    uint32_t inter;
     float limit;
     dsv4_k_act act;
 };
 
 /* Thread x of block (x, y): columns [V i, V i + V), i = blockDim.x x + threadIdx.x, of
- * rows y, y + gridDim.y, ... of the sets together (V = 4: 16-byte loads and stores). The
- * arguments are __grid_constant__: a set picked by a runtime index from an ordinary
- * parameter made every thread copy the arguments to local memory first (24-28 us a call
- * at batch 64 on an H200 against 2 x 3.7 for two launches of one set each). */
+ * rows y, y + gridDim.y, ... (V = 4: 16-byte loads and stores). The arguments are
+ * __grid_constant__ (read where they are, not copied to each thread's local memory). */
 template <uint32_t V>
 __global__ static void dsv4_swiglu_kernel(const __grid_constant__ dsv4_swiglu_args a)
 {
@@ -1052,11 +1049,10 @@ __global__ static void dsv4_swiglu_kernel(const __grid_constant__ dsv4_swiglu_ar
     uint32_t c = (blockIdx.x * blockDim.x + threadIdx.x) * V;
     if (c >= a.inter)
         return;
-    for (uint32_t r = blockIdx.y; r < a.rows; r += gridDim.y) {
-        uint32_t j = a.n_sets > 1 && r >= a.set[0].n, rr = j ? r - a.set[0].n : r;
-        const dsv4_cuda_swiglu_rows &q = a.set[j];
-        dsv4_vec<V> gv = dsv4_vld<V>(q.g + rr * q.stride + c),
-                    uv = dsv4_vld<V>(q.u + rr * q.stride + c), o;
+    const dsv4_cuda_swiglu_rows &q = a.rows;
+    for (uint32_t r = blockIdx.y; r < q.n; r += gridDim.y) {
+        dsv4_vec<V> gv = dsv4_vld<V>(q.g + r * q.stride + c),
+                    uv = dsv4_vld<V>(q.u + r * q.stride + c), o;
 #pragma unroll
         for (uint32_t v = 0; v < V; v++) {
             float g = gv.v[v], u = uv.v[v], limit = a.limit;
@@ -1068,30 +1064,22 @@ __global__ static void dsv4_swiglu_kernel(const __grid_constant__ dsv4_swiglu_ar
                                              : g / (1.0f + expf(-g));
             o.v[v] = act * u;
         }
-        dsv4_vst<V>(q.h + (size_t)rr * a.inter + c, o);
+        dsv4_vst<V>(q.h + (size_t)r * a.inter + c, o);
     }
 }
 
-int dsv4_cuda_swiglu(const dsv4_cuda_swiglu_rows *sets, uint32_t n_sets, uint32_t inter,
-                     float limit, dsv4_k_act act, void *stream)
+int dsv4_cuda_swiglu(const dsv4_cuda_swiglu_rows *rows, uint32_t inter, float limit, dsv4_k_act act,
+                     void *stream)
 {
-    if (n_sets > DSV4_CUDA_SWIGLU_SETS || (n_sets > 0 && inter == 0))
-        return -EINVAL;
-    dsv4_swiglu_args a = {};
-    for (uint32_t j = 0; j < n_sets; j++) {
-        a.set[j] = sets[j];
-        a.rows += sets[j].n;
-    }
-    a.n_sets = n_sets, a.inter = inter, a.limit = limit, a.act = act;
-    if (a.rows == 0)
+    if (rows->n == 0)
         return 0;
-    /* 16-byte accesses where every row of every set starts 16-byte aligned */
-    bool vec = inter % 4 == 0;
-    for (uint32_t j = 0; j < n_sets; j++)
-        vec = vec && sets[j].stride % 4 == 0 &&
-              (((uintptr_t)sets[j].g | (uintptr_t)sets[j].u | (uintptr_t)sets[j].h) & 15) == 0;
-    uint32_t ry = a.rows < 65535 ? a.rows : 65535;
-    dim3 grid((inter / (vec ? 4 : 1) + 255) / 256, ry);
+    if (inter == 0)
+        return -EINVAL;
+    dsv4_swiglu_args a = {*rows, inter, limit, act};
+    /* 16-byte accesses where every row starts 16-byte aligned */
+    bool vec = inter % 4 == 0 && rows->stride % 4 == 0 &&
+               (((uintptr_t)rows->g | (uintptr_t)rows->u | (uintptr_t)rows->h) & 15) == 0;
+    dim3 grid((inter / (vec ? 4 : 1) + 255) / 256, rows->n < 65535 ? rows->n : 65535);
     return dsv4_pdl_launch(vec ? dsv4_swiglu_kernel<4> : dsv4_swiglu_kernel<1>, grid, 256, 0,
                            (cudaStream_t)stream, a);
 }
