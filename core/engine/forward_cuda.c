@@ -1136,7 +1136,7 @@ static dsv4_k_scoring fc_scoring(dsv4_scoring s)
  * its own. As one group more of that launch, the shared expert's 32 output tiles made its
  * 288 tiles of 128 outputs 2.18 waves of an H100's 132 blocks (69-70 us at batch 64; the
  * routed 256 alone: 58-60 us); H100, 43-layer Flash shape: decode 1.01-1.03x at batch
- * 4-64 (bench/results/2026-12-06-shared-expert-stream-l2-prefetch-h100.md). */
+ * 4-64 (bench/results/2026-12-06-moe-shared-stream-split-by-producers-h100.md). */
 static int fc_shared(dsv4_fwd_cuda *f, uint32_t layer)
 {
     const dsv4_model_config *c = f->c;
@@ -1145,8 +1145,8 @@ static int fc_shared(dsv4_fwd_cuda *f, uint32_t layer)
     float limit = (float)c->swiglu_limit;
     dsv4_k_act act = c->act == DSV4_ACT_GELU ? DSV4_K_GELU : DSV4_K_SILU;
     size_t pairs = n * K, F = E + 2 * I;
-    const dsv4_cuda_swiglu_rows shared = {(uint32_t)n, F, f->fp + E, f->fp + E + I,
-                                          f->he + (size_t)pairs * I};
+    const dsv4_cuda_swiglu_rows shared = {
+        (uint32_t)n, F, f->fp + E, f->fp + E + I, f->he + (size_t)pairs * I, NULL};
     int rc = dsv4_cuda_event_record(f->sh_fork, f->stream);
     if (rc == 0)
         rc = dsv4_cuda_stream_wait(f->shx, f->sh_fork);
@@ -1181,18 +1181,22 @@ static int fc_moe(dsv4_fwd_cuda *f, uint32_t layer)
         rc = dsv4_cuda_route(&f->st, f->fp, F, w->gate_bias, w->tid2eid, (uint32_t)E, (uint32_t)K,
                              fc_scoring(c->scoring), (float)c->routed_scale, f->rid, f->rw, f->off,
                              f->assign, f->epos, f->route_done, s);
-    /* the routed experts over their grouped rows */
+    /* the routed experts over their grouped rows, which the gather and the SwiGLU write
+     * split where the GEMMs after them would split them */
+    void *xe_split = dsv4_cuda_linear_grouped_split(b, &w->exp_in, 2 * I, H, H, (uint32_t)E, pairs);
     if (rc == 0)
-        rc = dsv4_cuda_moe_gather((uint32_t)n, (uint32_t)K, (uint32_t)H, f->u, f->assign, f->xe, s);
+        rc = dsv4_cuda_moe_gather((uint32_t)n, (uint32_t)K, (uint32_t)H, f->u, f->assign, f->xe,
+                                  xe_split, s);
     if (rc == 0)
-        rc = dsv4_cuda_linear_grouped(b, &w->exp_in, 2 * I, H, f->xe, H, f->off, (uint32_t)E, pairs,
-                                      f->geu, 2 * I);
-    const dsv4_cuda_swiglu_rows routed = {pairs, 2 * I, f->geu, f->geu + I, f->he};
+        rc = dsv4_cuda_linear_grouped(b, &w->exp_in, 2 * I, H, xe_split ? NULL : f->xe, H, f->off,
+                                      (uint32_t)E, pairs, f->geu, 2 * I);
+    void *he_split = dsv4_cuda_linear_grouped_split(b, &w->exp_down, H, I, I, (uint32_t)E, pairs);
+    const dsv4_cuda_swiglu_rows routed = {pairs, 2 * I, f->geu, f->geu + I, f->he, he_split};
     if (rc == 0)
         rc = dsv4_cuda_swiglu(&routed, (uint32_t)I, limit, act, s);
     if (rc == 0)
-        rc = dsv4_cuda_linear_grouped(b, &w->exp_down, H, I, f->he, I, f->off, (uint32_t)E, pairs,
-                                      f->eo, H);
+        rc = dsv4_cuda_linear_grouped(b, &w->exp_down, H, I, he_split ? NULL : f->he, I, f->off,
+                                      (uint32_t)E, pairs, f->eo, H);
     return rc;
 }
 

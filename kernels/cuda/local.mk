@@ -32,7 +32,7 @@ CUDA_MODEL_OBJECTS = kernels/cuda/model_mem.lo kernels/cuda/model_gemm.lo \
 	kernels/cuda/sample.lo kernels/cuda/logits.lo
 CUDA_MODEL_INCS = kernels/cuda/model.h kernels/cuda/model_common.cuh kernels/kernels.h \
 	kernels/cuda/sample.h kernels/sample_weight.h kernels/cuda/logits.h kernels/cuda/model_gemm.cuh kernels/cuda/cp_async.cuh \
-	kernels/cuda/evict_first.cuh
+	kernels/cuda/evict_first.cuh kernels/cuda/bf16_split.cuh
 EXTRA_DIST += kernels/cuda/model_mem.cu kernels/cuda/model_gemm.cu \
 	kernels/cuda/model_gemm_wgmma.cu kernels/cuda/model_ffn.cu kernels/cuda/model_attn.cu \
 	kernels/cuda/sample.cu kernels/cuda/logits.cu $(CUDA_MODEL_INCS)
@@ -157,7 +157,13 @@ tests_gpu_t_gpu_forward_matches_hf_fixtures_LDADD = $(TEST_CORE_LIBS) $(CUDA_TES
 # The linear layers' weight formats and GEMMs (model_gemm.cu), alone and in the forward.
 GPU_TESTS += tests/gpu/t-gpu-gemm-checkpoint-formats-match-f32 \
 	tests/gpu/t-gpu-gemm-runs-on-every-device \
+	tests/gpu/t-gpu-moe-producers-split-for-the-grouped-gemm \
 	tests/gpu/t-gpu-forward-quantized-checkpoint-matches-cpu
+tests_gpu_t_gpu_moe_producers_split_for_the_grouped_gemm_SOURCES = \
+	tests/gpu/t-gpu-moe-producers-split-for-the-grouped-gemm.c $(GPU_TEST_SRC)
+tests_gpu_t_gpu_moe_producers_split_for_the_grouped_gemm_CPPFLAGS = $(GPU_TEST_FLAGS)
+tests_gpu_t_gpu_moe_producers_split_for_the_grouped_gemm_LDADD = $(TEST_CORE_LIBS) \
+	$(CUDA_TEST_LIBS) -lm
 tests_gpu_t_gpu_gemm_runs_on_every_device_SOURCES = \
 	tests/gpu/t-gpu-gemm-runs-on-every-device.c $(GPU_TEST_SRC)
 tests_gpu_t_gpu_gemm_runs_on_every_device_CPPFLAGS = $(GPU_TEST_FLAGS)

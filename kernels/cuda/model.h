@@ -142,6 +142,16 @@ int dsv4_cuda_linear_batched(dsv4_cuda_blas *blas, const dsv4_cuda_weight *w, si
 int dsv4_cuda_linear_grouped(dsv4_cuda_blas *blas, const dsv4_cuda_weight *w, size_t out, size_t in,
                              const float *x_dev, size_t x_stride, const uint32_t *off_dev,
                              uint32_t groups, uint32_t max_rows, float *y_dev, size_t y_stride);
+/* Where dsv4_cuda_linear_grouped of these arguments splits its inputs into bf16 hi and lo
+ * parts once before its GEMM (hi + lo is each input to 16 significant bits, as the tensor
+ * cores take them), the device buffer it splits them into: [2][max_rows][in] bf16, the hi
+ * rows, then the lo rows; NULL where it does not. The kernel that writes the inputs may
+ * write them there split instead (dsv4_cuda_moe_gather, dsv4_cuda_swiglu) and the call
+ * then be made with x_dev NULL: one launch, and the kernel boundary after it, fewer. A
+ * call with x_dev NULL that this returns NULL for is -EINVAL. */
+void *dsv4_cuda_linear_grouped_split(dsv4_cuda_blas *blas, const dsv4_cuda_weight *w, size_t out,
+                                     size_t in, size_t x_stride, uint32_t groups,
+                                     uint32_t max_rows);
 
 /* ---- the step's layout on the device (model_attn.cu, model_ffn.cu) ----------------------- */
 /* Per token and per sequence arrays of one step, uploaded once per step. */
@@ -296,16 +306,20 @@ int dsv4_cuda_route(const dsv4_cuda_step *s, float *logits_dev, size_t logits_st
                     uint32_t k, dsv4_k_scoring scoring, float routed_scale, int32_t *ids_dev,
                     float *w_dev, uint32_t *off_dev, uint32_t *assign_dev, uint32_t *epos_dev,
                     uint32_t *done_dev, void *stream);
-/* xe[j] = u[assign[j] / k] for j < n * k. */
+/* xe[j] = u[assign[j] / k] for j < n * k; with split_dev set, those rows go there split
+ * instead, as the grouped GEMM that reads them wants them (dsv4_cuda_linear_grouped_split,
+ * max_rows n * k; hidden a multiple of 4 and u 16-byte aligned, else -EINVAL). */
 int dsv4_cuda_moe_gather(uint32_t n, uint32_t k, uint32_t hidden, const float *u_dev,
-                         const uint32_t *assign_dev, float *xe_dev, void *stream);
+                         const uint32_t *assign_dev, float *xe_dev, void *split_dev, void *stream);
 /* n rows of a SwiGLU: row r's gate values at g + r stride, its up values at u + r stride,
- * its output at h + r inter. */
+ * its output at h + r inter, or with split set, split there for the grouped GEMM that reads
+ * it (dsv4_cuda_linear_grouped_split, max_rows n; 16-byte aligned rows, else -EINVAL). */
 typedef struct dsv4_cuda_swiglu_rows {
     uint32_t n;
     size_t stride;
     const float *g, *u;
     float *h;
+    void *split;
 } dsv4_cuda_swiglu_rows;
 /* h = act(min(g, limit)) * clamp(u, -limit, limit) (dsv4_k_swiglu) over inter values a
  * row of rows. */

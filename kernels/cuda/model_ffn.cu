@@ -7,6 +7,7 @@
 
 #include <cooperative_groups.h>
 
+#include "kernels/cuda/bf16_split.cuh"
 #include "kernels/cuda/device_once.cuh"
 #include "kernels/cuda/model_common.cuh"
 #include "kernels/cuda/pdl.cuh"
@@ -155,6 +156,16 @@ template <uint32_t V> __device__ static inline void dsv4_vst(float *p, const dsv
         *(float4 *)p = make_float4(r.v[0], r.v[1], r.v[2], r.v[3]);
     else
         *p = r.v[0];
+}
+/* Row r's values c .. c + 3 of a grouped GEMM's inputs (rows rows of len) where it wants
+ * them: split (dsv4_cuda_linear_grouped_split) where split is set, else as floats at p. */
+__device__ static inline void dsv4_vst_input(float *p, void *split, size_t rows, size_t len,
+                                             size_t r, size_t c, const dsv4_vec<4> &v)
+{
+    if (split)
+        dsv4_split_store(split, rows, len, r, c / 4, make_float4(v.v[0], v.v[1], v.v[2], v.v[3]));
+    else
+        dsv4_vst<4>(p, v);
 }
 
 /* dsv4_hc_collapse_kernel: the blocks of a cluster each own a slice of the hidden columns
@@ -1008,27 +1019,33 @@ int dsv4_cuda_route(const dsv4_cuda_step *s, float *logits_dev, size_t logits_st
     return dsv4_route_go<DSV4_CUDA_ROUTE_MAX_EXPERTS / 32>(a, n, st);
 }
 
-/* Row j of xe by block j, V columns a thread a step (V = 4: 16-byte copies). */
+/* Row j of xe (or of split) by block j, V columns a thread a step (V = 4: 16-byte copies). */
 template <uint32_t V>
 __global__ static void dsv4_moe_gather_kernel(uint32_t k, uint32_t H, const float *u,
-                                              const uint32_t *assign, float *xe)
+                                              const uint32_t *assign, float *xe, void *split)
 {
     dsv4_pdl_begin();
     uint32_t j = blockIdx.x;
     const float *src = u + (size_t)(assign[j] / k) * H;
-    for (uint32_t h = threadIdx.x * V; h < H; h += blockDim.x * V)
-        dsv4_vst<V>(xe + (size_t)j * H + h, dsv4_vld<V>(src + h));
+    for (uint32_t h = threadIdx.x * V; h < H; h += blockDim.x * V) {
+        if constexpr (V == 4)
+            dsv4_vst_input(xe + (size_t)j * H + h, split, gridDim.x, H, j, h, dsv4_vld<V>(src + h));
+        else
+            dsv4_vst<V>(xe + (size_t)j * H + h, dsv4_vld<V>(src + h));
+    }
 }
 
 int dsv4_cuda_moe_gather(uint32_t n, uint32_t k, uint32_t hidden, const float *u_dev,
-                         const uint32_t *assign_dev, float *xe_dev, void *stream)
+                         const uint32_t *assign_dev, float *xe_dev, void *split_dev, void *stream)
 {
     if (n * k == 0)
         return 0;
     cudaStream_t st = (cudaStream_t)stream;
     bool vec = hidden % 4 == 0 && (((uintptr_t)u_dev | (uintptr_t)xe_dev) & 15) == 0;
+    if (split_dev && !vec)
+        return -EINVAL;
     return dsv4_pdl_launch(vec ? dsv4_moe_gather_kernel<4> : dsv4_moe_gather_kernel<1>, n * k,
-                           DSV4_CUDA_BLOCK, 0, st, k, hidden, u_dev, assign_dev, xe_dev);
+                           DSV4_CUDA_BLOCK, 0, st, k, hidden, u_dev, assign_dev, xe_dev, split_dev);
 }
 
 /* What one SwiGLU launch covers. */
@@ -1064,7 +1081,10 @@ __global__ static void dsv4_swiglu_kernel(const __grid_constant__ dsv4_swiglu_ar
                                              : g / (1.0f + expf(-g));
             o.v[v] = act * u;
         }
-        dsv4_vst<V>(q.h + (size_t)r * a.inter + c, o);
+        if constexpr (V == 4)
+            dsv4_vst_input(q.h + (size_t)r * a.inter + c, q.split, q.n, a.inter, r, c, o);
+        else
+            dsv4_vst<V>(q.h + (size_t)r * a.inter + c, o);
     }
 }
 
@@ -1079,6 +1099,8 @@ int dsv4_cuda_swiglu(const dsv4_cuda_swiglu_rows *rows, uint32_t inter, float li
     /* 16-byte accesses where every row starts 16-byte aligned */
     bool vec = inter % 4 == 0 && rows->stride % 4 == 0 &&
                (((uintptr_t)rows->g | (uintptr_t)rows->u | (uintptr_t)rows->h) & 15) == 0;
+    if (rows->split && !vec)
+        return -EINVAL;
     dim3 grid((inter / (vec ? 4 : 1) + 255) / 256, rows->n < 65535 ? rows->n : 65535);
     return dsv4_pdl_launch(vec ? dsv4_swiglu_kernel<4> : dsv4_swiglu_kernel<1>, grid, 256, 0,
                            (cudaStream_t)stream, a);

@@ -1020,28 +1020,60 @@ static bool dsv4_gemm_one_row_splits(const dsv4_cuda_weight *w, size_t out, size
                GEMM_SPLIT_ONE_ROW_BYTES;
 }
 
-/* rows: the dense row count, or for groups the total (each group holds at most that). */
+/* Every slice 16-byte aligned: rows of whole 16-byte units, 16-byte aligned inputs. */
+static bool dsv4_gemm_vec(const dsv4_cuda_weight *w, size_t in, const float *x, size_t xs,
+                          size_t xz)
+{
+    static const size_t elem_bits[] = {32, 16, 8, 4};
+    return (in * elem_bits[w->fmt] / 8) % 16 == 0 && (uintptr_t)w->data % 16 == 0 && xs % 4 == 0 &&
+           xz % 4 == 0 && (uintptr_t)x % 16 == 0;
+}
+
+/* The rows a launch sizes its tiles by: the row count, or for groups their average doubled
+ * (at most the rows). */
+static uint32_t dsv4_gemm_each(bool grouped, uint32_t groups, uint32_t rows)
+{
+    uint32_t each = !grouped ? rows : rows <= groups ? 1 : (rows + groups - 1) / groups * 2;
+    return each < rows ? each : rows;
+}
+
+/* Tensor cores: in deterministic mode for every row count (the choice follows the weight
+ * and the call's layout, never the rows), in fast mode from two rows a group, and for one
+ * row where the streaming kernel is too narrow (dsv4_gemm_one_row_splits). */
+static bool dsv4_gemm_mma(const dsv4_cuda_blas *b, const dsv4_cuda_weight *w, size_t out, size_t in,
+                          uint32_t groups, uint32_t each, bool vec)
+{
+    return w->fmt != DSV4_CUDA_W_F32 && vec && in % MMA_KB == 0 &&
+           (b->deterministic || each > 1 || dsv4_gemm_one_row_splits(w, out, in, groups));
+}
+
+void *dsv4_cuda_linear_grouped_split(dsv4_cuda_blas *b, const dsv4_cuda_weight *w, size_t out,
+                                     size_t in, size_t x_stride, uint32_t groups, uint32_t max_rows)
+{
+    /* dsv4_gemm_launch's way to dsv4_wg_run, whose one launch covers the rows from 0 */
+    if (max_rows == 0 || out == 0 || groups == 0 || w->fmt != DSV4_CUDA_W_BF16 || !b->encode)
+        return NULL;
+    uint32_t each = dsv4_gemm_each(true, groups, max_rows);
+    if (!dsv4_gemm_mma(b, w, out, in, groups, each, dsv4_gemm_vec(w, in, NULL, x_stride, 0)))
+        return NULL;
+    return dsv4_wg_splits_inputs(out, in, groups, each, 1, max_rows) ? b->split : NULL;
+}
+
+/* rows: the dense row count, or for groups the total (each group holds at most that). x
+ * NULL: grouped rows whose producer split them (dsv4_cuda_linear_grouped_split). */
 static int dsv4_gemm_launch(dsv4_cuda_blas *b, const dsv4_cuda_weight *w, size_t out, size_t in,
                             const float *x, size_t xs, size_t xz, const uint32_t *off,
                             uint32_t groups, uint32_t rows, float *y, size_t ys, size_t yz)
 {
     if (rows == 0 || out == 0 || groups == 0)
         return 0;
-    if (in == 0 || (w->fmt == DSV4_CUDA_W_FP4 && in % FP4_GROUP != 0))
+    if (in == 0 || (w->fmt == DSV4_CUDA_W_FP4 && in % FP4_GROUP != 0) ||
+        (!x && (!off || !dsv4_cuda_linear_grouped_split(b, w, out, in, xs, groups, rows))))
         return -EINVAL;
-    static const size_t elem_bits[] = {32, 16, 8, 4};
-    /* every slice 16-byte aligned: rows of whole 16-byte units, 16-byte aligned inputs */
-    bool vec = (in * elem_bits[w->fmt] / 8) % 16 == 0 && (uintptr_t)w->data % 16 == 0 &&
-               xs % 4 == 0 && xz % 4 == 0 && (uintptr_t)x % 16 == 0;
-    uint32_t each = !off ? rows : rows <= groups ? 1 : (rows + groups - 1) / groups * 2;
-    if (each > rows)
-        each = rows;
+    bool vec = dsv4_gemm_vec(w, in, x, xs, xz);
+    uint32_t each = dsv4_gemm_each(off != NULL, groups, rows);
     dsv4_wdev W = {(const uint8_t *)w->data, (const uint8_t *)w->scale};
-    /* tensor cores: in deterministic mode for every row count (the choice follows the
-     * weight and the call's layout, never the rows), in fast mode from two rows a group,
-     * and for one row where the streaming kernel is too narrow (dsv4_gemm_one_row_splits) */
-    bool mma = w->fmt != DSV4_CUDA_W_F32 && vec && in % MMA_KB == 0;
-    if (mma && (b->deterministic || each > 1 || dsv4_gemm_one_row_splits(w, out, in, groups))) {
+    if (dsv4_gemm_mma(b, w, out, in, groups, each, vec)) {
         switch (w->fmt) {
         case DSV4_CUDA_W_BF16:
             return dsv4_mma_format<DSV4_CUDA_W_BF16>(b, W, out, in, x, xs, xz, off, groups, each,

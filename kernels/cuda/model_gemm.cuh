@@ -12,6 +12,7 @@
 #include <cuda_bf16.h>
 #include <mutex>
 
+#include "kernels/cuda/bf16_split.cuh"
 #include "kernels/cuda/device_once.cuh"
 #include "kernels/cuda/status.cuh"
 
@@ -60,18 +61,6 @@ __device__ static inline uint32_t dsv4_bf16x2(float lo, float hi)
     return *(uint32_t *)&v;
 }
 
-/* Four inputs as bf16 pairs: hi[0..1], hi[2..3], lo[0..1], lo[2..3] (hi + lo = v to 16
- * significant bits). One rounding a value, each pair's two in one conversion: hi = v
- * rounded to bf16, lo = v - hi rounded to bf16. */
-__device__ static inline uint4 dsv4_mma_split(float4 v)
-{
-    __nv_bfloat162 h01 = __floats2bfloat162_rn(v.x, v.y), h23 = __floats2bfloat162_rn(v.z, v.w);
-    float2 f01 = __bfloat1622float2(h01), f23 = __bfloat1622float2(h23);
-    __nv_bfloat162 l01 = __floats2bfloat162_rn(v.x - f01.x, v.y - f01.y);
-    __nv_bfloat162 l23 = __floats2bfloat162_rn(v.z - f23.x, v.w - f23.y);
-    return make_uint4(*(uint32_t *)&h01, *(uint32_t *)&h23, *(uint32_t *)&l01, *(uint32_t *)&l23);
-}
-
 /* The rows a tensor-core launch covers and where its sums go. */
 struct dsv4_mma_rows {
     const uint32_t *off; /* grouped: group g's rows [off[g], off[g + 1]); NULL: dense, batched */
@@ -118,8 +107,14 @@ struct dsv4_wg_call {
  * hands it out, else NULL (dsv4_cuda_blas_new, never while a step is being captured). */
 PFN_cuTensorMapEncodeTiled_v12000 dsv4_wg_encoder(void);
 
+/* Whether dsv4_wg_run splits the inputs of a launch of these rows once, into the split
+ * buffer, before its GEMM. */
+bool dsv4_wg_splits_inputs(size_t out, size_t in, uint32_t groups, uint32_t rows_each, size_t probs,
+                           size_t rows);
+
 /* Y = W X for BF16 weights on wgmma (c.b->encode set), with dsv4_mma_kernel's rows, splits
- * and sums. */
+ * and sums; c.x NULL where the rows come split in the split buffer already (a grouped
+ * launch of rows from 0 that dsv4_wg_splits_inputs splits once; else -EINVAL). */
 int dsv4_wg_run(cudaStream_t st, const dsv4_wg_call &c, size_t out, size_t in,
                 const dsv4_mma_rows &R, uint32_t groups, uint32_t rows_each, float *y, size_t ys,
                 size_t yz);

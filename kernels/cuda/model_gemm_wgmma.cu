@@ -42,12 +42,13 @@ PFN_cuTensorMapEncodeTiled_v12000 dsv4_wg_encoder(void)
  * columns NT .. 2 NT - 1 of one m64n(2 NT)k16 MMA per 16 inputs, so a row's hi and lo sums
  * build in separate accumulators over the k blocks of its split in ascending order and are
  * added (hi + lo) at the split's end. A launch of enough rows (dsv4_wg_split_once) splits its
- * inputs once instead (dsv4_wg_split_kernel, the same bits, into the handle's split buffer),
- * and the producer loads each stage's B as it is, in the swizzle, so the consumers only wait
- * for a stage and run its MMAs; every output tile would otherwise split the same inputs again.
- * The splits' sums are then added in split order as the mma.sync kernel adds them (in
- * registers, or by dsv4_mma_sum_kernel). An output's bits therefore depend on its weight row,
- * its input row and the split (fixed by the weight's shape in deterministic mode), provided a
+ * inputs once instead (dsv4_wg_split_kernel, the same bits, into the handle's split buffer;
+ * a grouped launch may find them written there by the kernel that made them:
+ * dsv4_cuda_linear_grouped_split), and the producer loads each stage's B as it is, in the swizzle,
+ * so the consumers only wait for a stage and run its MMAs; every output tile would otherwise split
+ * the same inputs again. The splits' sums are then added in split order as the mma.sync kernel adds
+ * them (in registers, or by dsv4_mma_sum_kernel). An output's bits therefore depend on its weight
+ * row, its input row and the split (fixed by the weight's shape in deterministic mode), provided a
  * wgmma column's sums do not depend on N, on the column or on the warpgroup: the GEMM test
  * checks that bitwise (rows at every position of tiles of 8 .. 64, one and two warpgroups, one
  * and two output tiles a warpgroup).
@@ -233,9 +234,8 @@ __global__ static void dsv4_wg_split_kernel(const float *__restrict__ x, size_t 
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < recs;
          i += (size_t)gridDim.x * blockDim.x) {
         size_t r = i / (in / 4), q = i % (in / 4);
-        uint4 v = dsv4_mma_split(*(const float4 *)(x + p * xz + (w0 + r) * xs + 4 * q));
-        hl[2 * p * recs + i] = make_uint2(v.x, v.y);
-        hl[(2 * p + 1) * recs + i] = make_uint2(v.z, v.w);
+        dsv4_split_store(hl + 2 * p * recs, rows, in, r, q,
+                         *(const float4 *)(x + p * xz + (w0 + r) * xs + 4 * q));
     }
 }
 
@@ -658,20 +658,31 @@ uint32_t dsv4_wg_stream_ksplit(const dsv4_wg_call &c, size_t out, size_t in, uin
     return best;
 }
 
+bool dsv4_wg_splits_inputs(size_t out, size_t in, uint32_t groups, uint32_t rows_each, size_t probs,
+                           size_t rows)
+{
+    return dsv4_wg_split_once(rows_each, out, groups) &&
+           probs * 2 * rows * in * 2 <= WG_SPLIT_BYTES;
+}
+
 int dsv4_wg_run(cudaStream_t st, const dsv4_wg_call &c, size_t out, size_t in,
                 const dsv4_mma_rows &R, uint32_t groups, uint32_t rows_each, float *y, size_t ys,
                 size_t yz)
 {
     size_t probs = R.off ? 1 : groups, rows = R.w1 - R.w0;
     size_t zyz = R.off ? 0 : yz; /* the zeroing's problems: grouped rows are one block */
-    if (!dsv4_wg_split_once(rows_each, out, groups) || probs * 2 * rows * in * 2 > WG_SPLIT_BYTES) {
-        int rc = dsv4_mma_zero(st, R, y, out, ys, zyz, (uint32_t)probs);
+    float *zero = dsv4_mma_adds_to_y(R) ? y + (size_t)R.w0 * ys : NULL;
+    if (!dsv4_wg_splits_inputs(out, in, groups, rows_each, probs, rows)) {
+        int rc = c.x ? dsv4_mma_zero(st, R, y, out, ys, zyz, (uint32_t)probs) : -EINVAL;
         return rc != 0 ? rc
                        : dsv4_wg_run_split<false>(st, c, out, in, R, groups, rows_each, y, ys, yz);
     }
-    int rc = dsv4_wg_split_inputs(
-        st, c.x, c.xs, c.xz, in, R.w0, (uint32_t)rows, (uint32_t)probs, c.b->split,
-        dsv4_mma_adds_to_y(R) ? y + (size_t)R.w0 * ys : (float *)NULL, out, ys, zyz);
+    /* no x: the kernel that wrote the inputs split them into the split buffer (grouped rows,
+     * which need no zeroing) */
+    int rc = c.x ? dsv4_wg_split_inputs(st, c.x, c.xs, c.xz, in, R.w0, (uint32_t)rows,
+                                        (uint32_t)probs, c.b->split, zero, out, ys, zyz)
+             : zero || R.w0 != 0 ? -EINVAL
+                                 : 0;
     return rc != 0 ? rc : dsv4_wg_run_split<true>(st, c, out, in, R, groups, rows_each, y, ys, yz);
 }
 

@@ -1,0 +1,213 @@
+/* t-gpu-moe-producers-split-for-the-grouped-gemm: the MoE's gather and SwiGLU write the
+ * routed rows split into bf16 hi and lo parts where the grouped GEMM after them would split
+ * them itself (dsv4_cuda_linear_grouped_split), and that GEMM, called without its f32
+ * inputs, gives the bits it gives from them: gather -> experts' gate/up and SwiGLU ->
+ * experts' down, deterministic and fast, at row counts that split once. Where the GEMM
+ * would not split once (few rows, an FP8 weight) the query answers NULL and a call without
+ * inputs is refused, as are producers asked to split rows they cannot. */
+#include "config.h"
+
+#include "tests/gpu/gpu.h"
+#include "tests/tap.h"
+
+#ifdef HAVE_CUDA
+#include "kernels/cuda/model.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GROUPS 4
+#define TOP_K 2
+#define TOKENS 48 /* 96 pairs: 48 rows a group on average, tiles of 64 rows split once */
+#define FEW 4     /* 8 pairs: tiles of 8 rows split by the tiles */
+#define HID 256   /* the gather's row, the down projection's output is OUT */
+#define INTER 256 /* the SwiGLU's row */
+#define OUT 2048  /* outputs a matrix: wide enough to split once */
+
+typedef struct fixture {
+    void *stream;
+    dsv4_cuda_blas *blas;
+    dsv4_cuda_weight up, down, fp8;
+    float *u, *xe, *gu, *he, *y, *y_ref;
+    uint32_t *assign, *off;
+} fixture;
+
+static uint32_t rng = 12345;
+
+static float uniform(void)
+{
+    rng = rng * 1664525u + 1013904223u;
+    return (float)(rng >> 8) / (float)(1u << 24) * 2.0f - 1.0f;
+}
+
+static float *random_dev(size_t n)
+{
+    float *h = malloc(n * sizeof(float)), *d = gpu_alloc(n * sizeof(float));
+    if (!h)
+        bail_out("out of memory");
+    for (size_t i = 0; i < n; i++)
+        h[i] = uniform();
+    gpu_put(d, h, n * sizeof(float));
+    free(h);
+    return d;
+}
+
+/* GROUPS matrices of out x in, random, stored in fmt (values it holds exactly: sixty-fourths
+ * for bf16, quarters for fp8) */
+static dsv4_cuda_weight weight(void *stream, dsv4_cuda_wfmt fmt, size_t out, size_t in)
+{
+    size_t n = (size_t)GROUPS * out * in, sb,
+           db = dsv4_cuda_weight_bytes(fmt, GROUPS, out, in, &sb);
+    float *h = malloc(n * sizeof(float)), steps = fmt == DSV4_CUDA_W_FP8 ? 4.0f : 64.0f;
+    if (!h)
+        bail_out("out of memory");
+    for (size_t i = 0; i < n; i++)
+        h[i] = (float)((int)(uniform() * steps)) / steps;
+    float *src = gpu_alloc(n * sizeof(float));
+    gpu_put(src, h, n * sizeof(float));
+    free(h);
+    uint32_t *flag = gpu_alloc(sizeof(uint32_t));
+    void *data = gpu_alloc(db), *scale = sb ? gpu_alloc(sb) : NULL;
+    bool exact = false;
+    if (dsv4_cuda_weight_pack(src, GROUPS, out, in, fmt, data, scale, flag, stream, &exact) != 0 ||
+        !exact)
+        bail_out("packing a weight failed");
+    gpu_free(flag);
+    gpu_free(src);
+    return (dsv4_cuda_weight){fmt, data, scale};
+}
+
+/* Pairs grouped by expert for tokens tokens: pair j of token j / TOP_K, spread over the
+ * groups unevenly (off[g] the first row of group g). */
+static void route(fixture *f, uint32_t tokens)
+{
+    uint32_t pairs = tokens * TOP_K, assign[TOKENS * TOP_K], off[GROUPS + 1], r = 0;
+    for (uint32_t g = 0; g < GROUPS; g++) {
+        off[g] = r;
+        for (uint32_t j = 0; j < pairs; j++)
+            if ((j * 7 + j / 5) % GROUPS == g)
+                assign[r++] = j;
+    }
+    off[GROUPS] = r;
+    gpu_put(f->assign, assign, pairs * sizeof(uint32_t));
+    gpu_put(f->off, off, sizeof(off));
+}
+
+static bool same_bits(const fixture *f, size_t n)
+{
+    float *a = malloc(n * sizeof(float)), *b = malloc(n * sizeof(float));
+    if (!a || !b)
+        bail_out("out of memory");
+    gpu_get(a, f->y, n * sizeof(float));
+    gpu_get(b, f->y_ref, n * sizeof(float));
+    bool same = memcmp(a, b, n * sizeof(float)) == 0;
+    free(a);
+    free(b);
+    return same;
+}
+
+static void check_mode(fixture *f, const char *mode)
+{
+    uint32_t pairs = TOKENS * TOP_K;
+    route(f, TOKENS);
+    /* gather -> gate/up */
+    void *split = dsv4_cuda_linear_grouped_split(f->blas, &f->up, OUT, HID, HID, GROUPS, pairs);
+    ok(split != NULL, "%s: gate/up of %u rows splits once: the split buffer", mode, pairs);
+    int rc = dsv4_cuda_moe_gather(TOKENS, TOP_K, HID, f->u, f->assign, f->xe, NULL, f->stream);
+    if (rc == 0)
+        rc = dsv4_cuda_linear_grouped(f->blas, &f->up, OUT, HID, f->xe, HID, f->off, GROUPS, pairs,
+                                      f->y_ref, OUT);
+    if (rc == 0)
+        rc = dsv4_cuda_moe_gather(TOKENS, TOP_K, HID, f->u, f->assign, f->xe, split, f->stream);
+    if (rc == 0)
+        rc = dsv4_cuda_linear_grouped(f->blas, &f->up, OUT, HID, NULL, HID, f->off, GROUPS, pairs,
+                                      f->y, OUT);
+    if (rc == 0)
+        rc = dsv4_cuda_sync(f->stream);
+    ok(rc == 0 && same_bits(f, (size_t)pairs * OUT),
+       "%s: gate/up from the gather's split rows: the bits of its own split (%d)", mode, rc);
+
+    /* SwiGLU -> down */
+    split = dsv4_cuda_linear_grouped_split(f->blas, &f->down, OUT, INTER, INTER, GROUPS, pairs);
+    ok(split != NULL, "%s: down of %u rows splits once: the split buffer", mode, pairs);
+    dsv4_cuda_swiglu_rows rows = {pairs, 2 * INTER, f->gu, f->gu + INTER, f->he, NULL};
+    rc = dsv4_cuda_swiglu(&rows, INTER, 7.0f, DSV4_K_SILU, f->stream);
+    if (rc == 0)
+        rc = dsv4_cuda_linear_grouped(f->blas, &f->down, OUT, INTER, f->he, INTER, f->off, GROUPS,
+                                      pairs, f->y_ref, OUT);
+    rows.split = split;
+    if (rc == 0)
+        rc = dsv4_cuda_swiglu(&rows, INTER, 7.0f, DSV4_K_SILU, f->stream);
+    if (rc == 0)
+        rc = dsv4_cuda_linear_grouped(f->blas, &f->down, OUT, INTER, NULL, INTER, f->off, GROUPS,
+                                      pairs, f->y, OUT);
+    if (rc == 0)
+        rc = dsv4_cuda_sync(f->stream);
+    ok(rc == 0 && same_bits(f, (size_t)pairs * OUT),
+       "%s: down from the SwiGLU's split rows: the bits of its own split (%d)", mode, rc);
+
+    /* no split once: few rows, an FP8 weight */
+    uint32_t few = FEW * TOP_K;
+    route(f, FEW);
+    ok(dsv4_cuda_linear_grouped_split(f->blas, &f->up, OUT, HID, HID, GROUPS, few) == NULL,
+       "%s: gate/up of %u rows splits by the tiles: no split buffer", mode, few);
+    rc = dsv4_cuda_linear_grouped(f->blas, &f->up, OUT, HID, NULL, HID, f->off, GROUPS, few, f->y,
+                                  OUT);
+    ok(rc == -EINVAL, "%s: gate/up of %u rows without its inputs is refused (%d)", mode, few, rc);
+    ok(dsv4_cuda_linear_grouped_split(f->blas, &f->fp8, OUT, HID, HID, GROUPS, pairs) == NULL,
+       "%s: an FP8 weight's GEMM takes f32 inputs: no split buffer", mode);
+    ok(dsv4_cuda_sync(f->stream) == 0, "%s: the stream is sound after the refusals", mode);
+}
+
+int main(void)
+{
+    gpu_require();
+    plan(2 * 8 + 2);
+    fixture f = {0};
+    if (dsv4_cuda_stream_new(&f.stream) != 0)
+        bail_out("no stream");
+    f.up = weight(f.stream, DSV4_CUDA_W_BF16, OUT, HID);
+    f.down = weight(f.stream, DSV4_CUDA_W_BF16, OUT, INTER);
+    f.fp8 = weight(f.stream, DSV4_CUDA_W_FP8, OUT, HID);
+    f.u = random_dev((size_t)TOKENS * HID);
+    f.gu = random_dev((size_t)TOKENS * TOP_K * 2 * INTER);
+    f.xe = gpu_alloc((size_t)TOKENS * TOP_K * HID * sizeof(float));
+    f.he = gpu_alloc((size_t)TOKENS * TOP_K * INTER * sizeof(float));
+    f.y = gpu_alloc((size_t)TOKENS * TOP_K * OUT * sizeof(float));
+    f.y_ref = gpu_alloc((size_t)TOKENS * TOP_K * OUT * sizeof(float));
+    f.assign = gpu_alloc(TOKENS * TOP_K * sizeof(uint32_t));
+    f.off = gpu_alloc((GROUPS + 1) * sizeof(uint32_t));
+    for (int det = 1; det >= 0; det--) {
+        if (!(f.blas = dsv4_cuda_blas_new(f.stream, det)))
+            bail_out("no cuBLAS handle");
+        check_mode(&f, det ? "deterministic" : "fast");
+        dsv4_cuda_blas_free(f.blas);
+    }
+    /* producers asked to split rows they cannot: unaligned rows */
+    void *split = gpu_alloc((size_t)2 * TOKENS * TOP_K * HID * 2);
+    ok(dsv4_cuda_moe_gather(TOKENS, TOP_K, HID - 2, f.u, f.assign, f.xe, split, f.stream) ==
+           -EINVAL,
+       "the gather refuses to split rows of a length not a multiple of 4");
+    dsv4_cuda_swiglu_rows rows = {TOKENS, 2 * INTER, f.gu + 1, f.gu + INTER + 1, f.he, split};
+    ok(dsv4_cuda_swiglu(&rows, INTER, 7.0f, DSV4_K_SILU, f.stream) == -EINVAL,
+       "the SwiGLU refuses to split rows that are not 16-byte aligned");
+    gpu_free(split);
+    gpu_free(f.off);
+    gpu_free(f.assign);
+    gpu_free(f.y_ref);
+    gpu_free(f.y);
+    gpu_free(f.he);
+    gpu_free(f.xe);
+    gpu_free(f.gu);
+    gpu_free(f.u);
+    gpu_free((void *)f.fp8.scale);
+    gpu_free((void *)f.fp8.data);
+    gpu_free((void *)f.down.data);
+    gpu_free((void *)f.up.data);
+    dsv4_cuda_stream_free(f.stream);
+    return done_testing();
+}
+#else
+DSV4_GPU_TEST_SKIPS_WITHOUT_CUDA
+#endif
