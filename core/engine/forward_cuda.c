@@ -1130,36 +1130,6 @@ static dsv4_k_scoring fc_scoring(dsv4_scoring s)
     return DSV4_K_SQRTSOFTPLUS;
 }
 
-/* Layer l's shared expert (its gate and up among ffn_in's outputs, its output after the
- * routed rows of eo) on shx, beside the routed experts: its bytes stream while the routing
- * and gather leave the memory idle, and the routed experts' down projection is a launch of
- * its own. As one group more of that launch, the shared expert's 32 output tiles made its
- * 288 tiles of 128 outputs 2.18 waves of an H100's 132 blocks (69-70 us at batch 64; the
- * routed 256 alone: 58-60 us); H100, 43-layer Flash shape: decode 1.01-1.03x at batch
- * 4-64 (bench/results/2026-12-06-moe-shared-stream-split-by-producers-h100.md). */
-static int fc_shared(dsv4_fwd_cuda *f, uint32_t layer)
-{
-    const dsv4_model_config *c = f->c;
-    const fc_layer *w = &f->L[layer];
-    size_t n = f->st.n_tok, H = c->hidden, E = c->n_experts, K = c->top_k, I = c->moe_inter;
-    float limit = (float)c->swiglu_limit;
-    dsv4_k_act act = c->act == DSV4_ACT_GELU ? DSV4_K_GELU : DSV4_K_SILU;
-    size_t pairs = n * K, F = E + 2 * I;
-    const dsv4_cuda_swiglu_rows shared = {
-        (uint32_t)n, F, f->fp + E, f->fp + E + I, f->he + (size_t)pairs * I, NULL};
-    int rc = dsv4_cuda_event_record(f->sh_fork, f->stream);
-    if (rc == 0)
-        rc = dsv4_cuda_stream_wait(f->shx, f->sh_fork);
-    if (rc == 0)
-        rc = dsv4_cuda_swiglu(&shared, (uint32_t)I, limit, act, f->shx);
-    if (rc == 0)
-        rc = dsv4_cuda_linear(f->blas_shx, &w->sh_down, H, I, shared.h, I, n,
-                              f->eo + (size_t)pairs * H, H);
-    if (rc == 0)
-        rc = dsv4_cuda_event_record(f->sh_join, f->shx);
-    return rc;
-}
-
 /* Layer l's MoE over u (its output added to the streams by the next collapse's expand,
  * the combine inside it). */
 static int fc_moe(dsv4_fwd_cuda *f, uint32_t layer)
@@ -1175,8 +1145,26 @@ static int fc_moe(dsv4_fwd_cuda *f, uint32_t layer)
     size_t F = E + 2 * I; /* ffn_in's row: router logits, shared gate, shared up */
 
     int rc = dsv4_cuda_linear(b, &w->ffn_in, F, H, f->u, H, n, f->fp, F);
+    /* the shared expert (its gate and up among ffn_in's outputs, its output after the
+     * routed rows of eo) on shx, beside the routed experts: its bytes stream while the routing
+     * and gather leave the memory idle, and the routed experts' down projection is a launch of
+     * its own. As one group more of that launch, the shared expert's 32 output tiles made its
+     * 288 tiles of 128 outputs 2.18 waves of an H100's 132 blocks (69-70 us at batch 64; the
+     * routed 256 alone: 58-60 us); H100, 43-layer Flash shape: decode 1.01-1.03x at batch
+     * 4-64 (bench/results/2026-12-06-moe-shared-stream-split-by-producers-h100.md). */
+    const dsv4_cuda_swiglu_rows shared = {
+        (uint32_t)n, F, f->fp + E, f->fp + E + I, f->he + (size_t)pairs * I, NULL};
     if (rc == 0)
-        rc = fc_shared(f, layer);
+        rc = dsv4_cuda_event_record(f->sh_fork, s);
+    if (rc == 0)
+        rc = dsv4_cuda_stream_wait(f->shx, f->sh_fork);
+    if (rc == 0)
+        rc = dsv4_cuda_swiglu(&shared, (uint32_t)I, limit, act, f->shx);
+    if (rc == 0)
+        rc = dsv4_cuda_linear(f->blas_shx, &w->sh_down, H, I, shared.h, I, n,
+                              f->eo + (size_t)pairs * H, H);
+    if (rc == 0)
+        rc = dsv4_cuda_event_record(f->sh_join, f->shx);
     if (rc == 0)
         rc = dsv4_cuda_route(&f->st, f->fp, F, w->gate_bias, w->tid2eid, (uint32_t)E, (uint32_t)K,
                              fc_scoring(c->scoring), (float)c->routed_scale, f->rid, f->rw, f->off,
