@@ -219,8 +219,8 @@ int dsv4_cuda_hc_pre(const dsv4_cuda_dims *d, uint32_t n, const float *x_dev,
                      const dsv4_cuda_hc_expand *ex, float *xo_dev, const float *fn_dev,
                      const float *base_dev, const float *scale_dev, const float *norm_dev,
                      float *pre_dev, float *z_dev, float *u_dev, void *stream);
-/* post[t] and comb[t] from z[t] (dsv4_k_hc_mix's), t < n, 4 lanes a token (16 where hc_mult > 4).
- */
+/* post[t] and comb[t] from z[t] (dsv4_k_hc_mix's), t < n, 4 lanes a token (16 where
+ * hc_mult > 4). */
 int dsv4_cuda_hc_mix(const dsv4_cuda_dims *d, uint32_t n, const float *z_dev, const float *base_dev,
                      const float *scale_dev, float *post_dev, float *comb_dev, void *stream);
 /* The head's collapse of rows rows[i] of X, expanded by ex first where ex is set (X is
@@ -294,12 +294,13 @@ size_t dsv4_cuda_attend_work_bytes(const dsv4_cuda_dims *d, uint32_t max_tokens)
 /* ---- MoE (model_ffn.cu) ------------------------------------------------------------------- */
 /* dsv4_k_route for every token (its logits at logits + t logits_stride; hash ids from
  * tid2eid[tok[t]] when tid2eid_dev is not NULL), then the (token, choice) pairs grouped
- * by expert: off[e] the first row of expert e (E + 1 entries), assign[j] the pair of row j, epos[i]
- * the row of pair i. The logits are the routing's scratch: they hold the scores afterwards. One
- * launch; done is a word of device memory, 0 before the first call, that every call leaves 0 (its
- * blocks count themselves in it: a word a stream that routes, calls on one stream in turn).
- * n_experts at most DSV4_CUDA_ROUTE_MAX_EXPERTS (a lane keeps its experts' scores in registers, the
- * grouping counts them in 48 KiB of shared memory), else -EINVAL. */
+ * by expert: off[e] the first row of expert e (E + 1 entries), assign[j] the pair of row
+ * j, epos[i] the row of pair i. The logits are the routing's scratch: they hold the scores
+ * afterwards. One launch; done is a word of device memory, 0 before the first call, that
+ * every call leaves 0 (its blocks count themselves in it: a word a stream that routes,
+ * calls on one stream in turn). n_experts at most DSV4_CUDA_ROUTE_MAX_EXPERTS (a lane keeps
+ * its experts' scores in registers, the grouping counts them in 48 KiB of shared memory),
+ * else -EINVAL. */
 #define DSV4_CUDA_ROUTE_MAX_EXPERTS 1024
 int dsv4_cuda_route(const dsv4_cuda_step *s, float *logits_dev, size_t logits_stride,
                     const float *bias_dev, const int32_t *tid2eid_dev, uint32_t n_experts,
