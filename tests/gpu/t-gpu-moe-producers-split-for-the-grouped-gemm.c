@@ -1,10 +1,12 @@
 /* t-gpu-moe-producers-split-for-the-grouped-gemm: the MoE's gather and SwiGLU write the
  * routed rows split into bf16 hi and lo parts where the grouped GEMM after them would split
  * them itself (dsv4_cuda_linear_grouped_split), and that GEMM, called without its f32
- * inputs, gives the bits it gives from them: gather -> experts' gate/up and SwiGLU ->
- * experts' down, deterministic and fast, at row counts that split once. Where the GEMM
- * would not split once (few rows, an FP8 weight) the query answers NULL and a call without
- * inputs is refused, as are producers asked to split rows they cannot. */
+ * inputs (the split buffer overwritten with NaNs before the producer runs), gives the bits
+ * it gives from them: gather -> experts' gate/up and SwiGLU -> experts' down, deterministic
+ * and fast, at row counts that split once; without the producer's rows it does not (the
+ * check's own control). Where the GEMM would not split once (few rows, an FP8 weight) the
+ * query answers NULL and a call without inputs is refused, as are producers asked to split
+ * rows they cannot. */
 #include "config.h"
 
 #include "tests/gpu/gpu.h"
@@ -13,6 +15,7 @@
 #ifdef HAVE_CUDA
 #include "kernels/cuda/model.h"
 
+#include <cuda_runtime_api.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,6 +97,18 @@ static void route(fixture *f, uint32_t tokens)
     gpu_put(f->off, off, sizeof(off));
 }
 
+/* The split buffer of rows rows of in overwritten with NaNs, so that a GEMM that reads it
+ * sees only what the producer wrote after (the reference call's own split left the same
+ * bits there). */
+static void poison(void *split, size_t rows, size_t in)
+{
+    if (!split)
+        return; /* the query's check has failed already; the call without inputs will too */
+    if (cudaMemset(split, 0xff, 2 * rows * in * 2) != cudaSuccess ||
+        cudaDeviceSynchronize() != cudaSuccess)
+        bail_out("cannot overwrite the split buffer");
+}
+
 static bool same_bits(const fixture *f, size_t n)
 {
     float *a = malloc(n * sizeof(float)), *b = malloc(n * sizeof(float));
@@ -119,6 +134,17 @@ static void check_mode(fixture *f, const char *mode)
         rc = dsv4_cuda_linear_grouped(f->blas, &f->up, OUT, HID, f->xe, HID, f->off, GROUPS, pairs,
                                       f->y_ref, OUT);
     if (rc == 0)
+        rc = dsv4_cuda_sync(f->stream);
+    poison(split, pairs, HID);
+    if (rc == 0)
+        rc = dsv4_cuda_linear_grouped(f->blas, &f->up, OUT, HID, NULL, HID, f->off, GROUPS, pairs,
+                                      f->y, OUT);
+    if (rc == 0)
+        rc = dsv4_cuda_sync(f->stream);
+    ok(rc == 0 && !same_bits(f, (size_t)pairs * OUT),
+       "%s: control: gate/up without the gather's split rows does not give those bits (%d)", mode,
+       rc);
+    if (rc == 0)
         rc = dsv4_cuda_moe_gather(TOKENS, TOP_K, HID, f->u, f->assign, f->xe, split, f->stream);
     if (rc == 0)
         rc = dsv4_cuda_linear_grouped(f->blas, &f->up, OUT, HID, NULL, HID, f->off, GROUPS, pairs,
@@ -136,6 +162,9 @@ static void check_mode(fixture *f, const char *mode)
     if (rc == 0)
         rc = dsv4_cuda_linear_grouped(f->blas, &f->down, OUT, INTER, f->he, INTER, f->off, GROUPS,
                                       pairs, f->y_ref, OUT);
+    if (rc == 0)
+        rc = dsv4_cuda_sync(f->stream);
+    poison(split, pairs, INTER);
     rows.split = split;
     if (rc == 0)
         rc = dsv4_cuda_swiglu(&rows, INTER, 7.0f, DSV4_K_SILU, f->stream);
@@ -163,7 +192,7 @@ static void check_mode(fixture *f, const char *mode)
 int main(void)
 {
     gpu_require();
-    plan(2 * 8 + 2);
+    plan(2 * 9 + 2);
     fixture f = {0};
     if (dsv4_cuda_stream_new(&f.stream) != 0)
         bail_out("no stream");
