@@ -1385,9 +1385,7 @@ static int fc_layers(dsv4_fwd_cuda *f, bool prefenced, dsv4_kv_layer_view *views
     }
     /* the last mix and shared expert join the stream (a graph's capture must end joined);
      * the head's collapse applies the last expand (fc_head) */
-    if (rc == 0 && c->n_layers > 0)
-        rc = dsv4_cuda_stream_wait(f->stream, f->mix_join);
-    if (rc == 0 && c->n_layers > 0)
+    if (rc == 0 && c->n_layers > 0 && (rc = dsv4_cuda_stream_wait(f->stream, f->mix_join)) == 0)
         rc = dsv4_cuda_stream_wait(f->stream, f->sh_join);
     return rc;
 }

@@ -157,15 +157,20 @@ template <uint32_t V> __device__ static inline void dsv4_vst(float *p, const dsv
     else
         *p = r.v[0];
 }
-/* Row r's values c .. c + 3 of a grouped GEMM's inputs (rows rows of len) where it wants
- * them: split (dsv4_cuda_linear_grouped_split) where split is set, else as floats at p. */
+/* Row r's values c .. c + V - 1 of a grouped GEMM's inputs (rows rows of len) where it
+ * wants them: split (dsv4_cuda_linear_grouped_split) where split is set (V = 4: the hosts
+ * refuse a split of rows they cannot take 4 at a time), else as floats at p. */
+template <uint32_t V>
 __device__ static inline void dsv4_vst_input(float *p, void *split, size_t rows, size_t len,
-                                             size_t r, size_t c, const dsv4_vec<4> &v)
+                                             size_t r, size_t c, const dsv4_vec<V> &v)
 {
-    if (split)
-        dsv4_split_store(split, rows, len, r, c / 4, make_float4(v.v[0], v.v[1], v.v[2], v.v[3]));
-    else
-        dsv4_vst<4>(p, v);
+    if constexpr (V == 4)
+        if (split) {
+            dsv4_split_store(split, rows, len, r, c / 4,
+                             make_float4(v.v[0], v.v[1], v.v[2], v.v[3]));
+            return;
+        }
+    dsv4_vst<V>(p, v);
 }
 
 /* dsv4_hc_collapse_kernel: the blocks of a cluster each own a slice of the hidden columns
@@ -1027,12 +1032,8 @@ __global__ static void dsv4_moe_gather_kernel(uint32_t k, uint32_t H, const floa
     dsv4_pdl_begin();
     uint32_t j = blockIdx.x;
     const float *src = u + (size_t)(assign[j] / k) * H;
-    for (uint32_t h = threadIdx.x * V; h < H; h += blockDim.x * V) {
-        if constexpr (V == 4)
-            dsv4_vst_input(xe + (size_t)j * H + h, split, gridDim.x, H, j, h, dsv4_vld<V>(src + h));
-        else
-            dsv4_vst<V>(xe + (size_t)j * H + h, dsv4_vld<V>(src + h));
-    }
+    for (uint32_t h = threadIdx.x * V; h < H; h += blockDim.x * V)
+        dsv4_vst_input<V>(xe + (size_t)j * H + h, split, gridDim.x, H, j, h, dsv4_vld<V>(src + h));
 }
 
 int dsv4_cuda_moe_gather(uint32_t n, uint32_t k, uint32_t hidden, const float *u_dev,
@@ -1081,10 +1082,7 @@ __global__ static void dsv4_swiglu_kernel(const __grid_constant__ dsv4_swiglu_ar
                                              : g / (1.0f + expf(-g));
             o.v[v] = act * u;
         }
-        if constexpr (V == 4)
-            dsv4_vst_input(q.h + (size_t)r * a.inter + c, q.split, q.n, a.inter, r, c, o);
-        else
-            dsv4_vst<V>(q.h + (size_t)r * a.inter + c, o);
+        dsv4_vst_input<V>(q.h + (size_t)r * a.inter + c, q.split, q.n, a.inter, r, c, o);
     }
 }
 
