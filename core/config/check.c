@@ -166,8 +166,8 @@ static void chunk_fits_context(const dsv4_config *c, dsv4_diag *d)
                (long long)c->server.prefill_chunk, (long long)c->model.max_context);
 }
 
-/* host:port with a non-empty host (or [v6]) and a port in 1..65535. */
-static bool host_port_ok(const char *s, size_t len)
+/* host:port with a non-empty host (or [v6]) and a port in min_port..65535. */
+static bool host_port_ok(const char *s, size_t len, long min_port)
 {
     const char *colon = NULL;
     for (size_t i = 0; i < len; i++)
@@ -187,17 +187,21 @@ static bool host_port_ok(const char *s, size_t len)
             return false;
         port = port * 10 + (*p - '0');
     }
-    return port >= 1 && port <= 65535;
+    return port >= min_port && port <= 65535;
 }
 
-/* One host:port, or with list a comma-separated list of them. */
-static void check_addresses(dsv4_diag *d, const char *section, const char *key, const char *value,
-                            bool list)
+/* An address to listen on: one host:port, port 0 asking the kernel for a free one (the
+ * daemon logs the port it got). */
+static void check_listen(dsv4_diag *d, const char *section, const char *value)
 {
-    if (!list && strchr(value, ',')) {
-        report(d, section, key, "expected one host:port, got a list '%s'", value);
-        return;
-    }
+    if (!host_port_ok(value, strlen(value), 0))
+        report(d, section, "listen",
+               "expected host:port like 127.0.0.1:8000 (port 0: any free port), got '%s'", value);
+}
+
+/* A comma-separated list of host:port peers to connect to (port 1..65535). */
+static void check_peers(dsv4_diag *d, const char *section, const char *key, const char *value)
+{
     const char *p = value;
     do {
         size_t n = strcspn(p, ","), len = n;
@@ -208,7 +212,7 @@ static void check_addresses(dsv4_diag *d, const char *section, const char *key, 
         }
         while (len > 0 && s[len - 1] == ' ')
             len--;
-        if (!host_port_ok(s, len))
+        if (!host_port_ok(s, len, 1))
             report(d, section, key, "expected host:port like 127.0.0.1:8000, got '%.*s'", (int)len,
                    s);
         p += n;
@@ -217,11 +221,11 @@ static void check_addresses(dsv4_diag *d, const char *section, const char *key, 
 
 static void addresses_are_host_port(const dsv4_config *c, dsv4_diag *d)
 {
-    check_addresses(d, "server", "listen", c->server.listen, false);
+    check_listen(d, "server", c->server.listen);
     if (c->pd.listen[0])
-        check_addresses(d, "pd", "listen", c->pd.listen, false);
+        check_listen(d, "pd", c->pd.listen);
     if (c->pd.peers[0])
-        check_addresses(d, "pd", "peers", c->pd.peers, true);
+        check_peers(d, "pd", "peers", c->pd.peers);
 }
 
 typedef struct rule {

@@ -63,6 +63,8 @@ EXTRA_DIST += \
 	tests/fixtures/config/int-overflow.ini \
 	tests/fixtures/config/key-outside-section.expect \
 	tests/fixtures/config/key-outside-section.ini \
+	tests/fixtures/config/listen-port-zero-accepted.expect \
+	tests/fixtures/config/listen-port-zero-accepted.ini \
 	tests/fixtures/config/malformed-line.expect \
 	tests/fixtures/config/malformed-line.ini \
 	tests/fixtures/config/malformed-section-header.expect \

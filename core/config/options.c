@@ -82,7 +82,8 @@ const dsv4_option dsv4_server_options[] = {
     {"role", DSV4_OPT_ENUM, "unified", NO_RANGE, role_names,
      "unified serves requests alone; prefill and decode split them across servers (PD)",
      offsetof(dsv4_server_conf, role)},
-    {"listen", DSV4_OPT_STRING, "127.0.0.1:8000", NO_RANGE, NULL, "HTTP API address as host:port",
+    {"listen", DSV4_OPT_STRING, "127.0.0.1:8000", NO_RANGE, NULL,
+     "HTTP API address as host:port; port 0: a free port, logged",
      offsetof(dsv4_server_conf, listen)},
     {"api_key", DSV4_OPT_STRING, "", NO_RANGE, NULL,
      "bearer token clients must send in Authorization; empty accepts every client",
@@ -117,7 +118,7 @@ const dsv4_option dsv4_server_options[] = {
 const dsv4_option dsv4_pd_options[] = {
     {"listen", DSV4_OPT_STRING, "", NO_RANGE, NULL,
      "control channel address (host:port) a prefill server accepts decode peers on; "
-     "required for role = prefill",
+     "required for role = prefill; port 0: a free port, logged",
      offsetof(dsv4_pd_conf, listen)},
     {"peers", DSV4_OPT_STRING, "", NO_RANGE, NULL,
      "comma-separated control addresses (host:port) of the prefill servers a decode server "

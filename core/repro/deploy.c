@@ -21,21 +21,18 @@
 struct dsv4_deploy {
     pid_t pid;
     char url[64];
+    char pd_addr[32]; /* "127.0.0.1:PORT" a prefill server accepts decode servers on, or "" */
 };
 
-int dsv4_deploy_free_port(void)
+/* The port the line of log beginning with prefix names (prefix ends just before it), or -1. */
+static int logged_port(const char *log, const char *prefix)
 {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return -errno;
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t al = sizeof(a);
-    int rc = bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-                     getsockname(fd, (struct sockaddr *)&a, &al) == 0
-                 ? ntohs(a.sin_port)
-                 : -errno;
-    close(fd);
-    return rc;
+    const char *p = strstr(log, prefix);
+    if (!p)
+        return -1;
+    char *end;
+    long port = strtol(p + strlen(prefix), &end, 10);
+    return *end == '\n' && port >= 1 && port <= 65535 ? (int)port : -1;
 }
 
 /* The whole log (malloc'd, NUL-terminated) or NULL. */
@@ -97,13 +94,12 @@ static void child_exec(const char *dsv4d, const char *plugin_dir, const char *in
 }
 
 dsv4_deploy *dsv4_deploy_start(const char *dsv4d, const char *plugin_dir, const char *dir,
-                               const char *name, const char *ini, int port, int timeout_ms,
-                               char *err, size_t errlen)
+                               const char *name, const char *ini, int timeout_ms, char *err,
+                               size_t errlen)
 {
-    char ini_path[1024], log_path[1024], want[64];
+    char ini_path[1024], log_path[1024];
     snprintf(ini_path, sizeof(ini_path), "%s/%s.ini", dir, name);
     snprintf(log_path, sizeof(log_path), "%s/%s.log", dir, name);
-    snprintf(want, sizeof(want), "http: listening on 127.0.0.1:%d\n", port);
     FILE *f = fopen(ini_path, "w");
     if (!f || fputs(ini, f) < 0 || fclose(f) != 0) {
         snprintf(err, errlen, "deploy %s: cannot write (%s)", ini_path, strerror(errno));
@@ -114,7 +110,6 @@ dsv4_deploy *dsv4_deploy_start(const char *dsv4d, const char *plugin_dir, const 
         snprintf(err, errlen, "deploy: out of memory");
         return NULL;
     }
-    snprintf(d->url, sizeof(d->url), "http://127.0.0.1:%d", port);
     fflush(NULL);
     d->pid = fork();
     if (d->pid < 0) {
@@ -133,9 +128,17 @@ dsv4_deploy *dsv4_deploy_start(const char *dsv4d, const char *plugin_dir, const 
             return NULL;
         }
         char *log = read_log(log_path);
-        bool up = log && strstr(log, want);
+        int port = log ? logged_port(log, "dsv4d: info: http: listening on 127.0.0.1:") : -1;
+        if (port > 0) {
+            snprintf(d->url, sizeof(d->url), "http://127.0.0.1:%d", port);
+            int pd_port =
+                logged_port(log, "dsv4d: info: pd: prefill role: accepting decode servers on "
+                                 "127.0.0.1:");
+            if (pd_port > 0)
+                snprintf(d->pd_addr, sizeof(d->pd_addr), "127.0.0.1:%d", pd_port);
+        }
         free(log);
-        if (up)
+        if (port > 0)
             return d;
         if ((long long)dsv4_now_ms() > deadline) {
             log_tail(log_path, err, errlen, "did not listen in time");
@@ -149,6 +152,11 @@ dsv4_deploy *dsv4_deploy_start(const char *dsv4d, const char *plugin_dir, const 
 const char *dsv4_deploy_url(const dsv4_deploy *d)
 {
     return d->url;
+}
+
+const char *dsv4_deploy_pd_addr(const dsv4_deploy *d)
+{
+    return d->pd_addr;
 }
 
 int dsv4_deploy_stop(dsv4_deploy *d, int grace_ms)

@@ -12,20 +12,22 @@
 
 typedef struct dsv4_deploy dsv4_deploy;
 
-/* A TCP port on 127.0.0.1 that nothing listens on now (the kernel's pick), or a negative
- * -errno. */
-int dsv4_deploy_free_port(void);
-
 /* Write ini into dir/name.ini and start dsv4d on it with DSV4D_PLUGIN_PATH=plugin_dir
- * (NULL: inherited), its stderr in dir/name.log. port is the [server] listen port ini
- * names. NULL with err filled when it exits or does not listen within timeout_ms (it is
- * then stopped). */
+ * (NULL: inherited), its stderr in dir/name.log. ini's [server] listen (and a prefill
+ * server's [pd] listen) is 127.0.0.1:0: the daemon binds a port the kernel picks, and the
+ * ports it logs are the ones used, so no port can be taken between choosing and binding.
+ * NULL with err filled when it exits or does not listen within timeout_ms (it is then
+ * stopped). */
 dsv4_deploy *dsv4_deploy_start(const char *dsv4d, const char *plugin_dir, const char *dir,
-                               const char *name, const char *ini, int port, int timeout_ms,
-                               char *err, size_t errlen);
+                               const char *name, const char *ini, int timeout_ms, char *err,
+                               size_t errlen);
 
-/* "http://127.0.0.1:PORT" */
+/* "http://127.0.0.1:PORT": the HTTP API the daemon logged it listens on. */
 const char *dsv4_deploy_url(const dsv4_deploy *d);
+
+/* "127.0.0.1:PORT" a prefill server logged it accepts decode servers on; "" for the
+ * other roles. */
+const char *dsv4_deploy_pd_addr(const dsv4_deploy *d);
 
 /* Stop, reap and free d (NULL is fine). 0 when it exited on SIGTERM within grace_ms,
  * -ETIMEDOUT when it had to be killed. */

@@ -114,22 +114,24 @@ static void combo_name(const deployment *c, char *buf, size_t len)
                  c->sched);
 }
 
-/* The configuration of one server of c. role: "unified", "prefill" or "decode". */
-static void make_ini(const mx *m, const deployment *c, const char *role, int http_port, int pd_port,
+/* The configuration of one server of c. role: "unified", "prefill" or "decode"; prefill: the
+ * address the prefill server accepts a decode server on (decode only). Every listening
+ * address is port 0, the kernel's pick (dsv4_deploy_start reads the ports bound). */
+static void make_ini(const mx *m, const deployment *c, const char *role, const char *prefill,
                      char *buf, size_t len)
 {
     const dsv4_matrix_opts *o = m->o;
     int n = snprintf(buf, len,
                      "; written by dsv4ctl matrix\n[core]\ndevice = %s\nthreads = %u\n"
                      "[model]\npath = %s\nkv_dtype = f32\nkv_pool = %s\nmax_context = 16384\n"
-                     "state_slots = %u\n[server]\nrole = %s\nlisten = 127.0.0.1:%d\n"
+                     "state_slots = %u\n[server]\nrole = %s\nlisten = 127.0.0.1:0\n"
                      "max_running = %u\nshutdown_grace = 5s\n",
                      o->device, o->threads, o->model ? o->model : "", m->kv_pool,
-                     m->concurrency + 4, role, http_port, m->concurrency);
+                     m->concurrency + 4, role, m->concurrency);
     if (c->transport)
-        n += snprintf(buf + n, len - (size_t)n,
-                      "[pd]\n%s = 127.0.0.1:%d\nsecret = dsv4ctl-matrix-pd-secret\n",
-                      strcmp(role, "prefill") == 0 ? "listen" : "peers", pd_port);
+        n +=
+            snprintf(buf + n, len - (size_t)n, "[pd]\n%s = %s\nsecret = dsv4ctl-matrix-pd-secret\n",
+                     prefill ? "peers" : "listen", prefill ? prefill : "127.0.0.1:0");
     n += snprintf(buf + n, len - (size_t)n,
                   "[indexk]\nplugin = %s\n[hostcache]\nplugin = %s\n[sched]\nplugin = %s\n",
                   c->indexk, c->hostcache, c->sched);
@@ -143,12 +145,12 @@ static void make_ini(const mx *m, const deployment *c, const char *role, int htt
 }
 
 static dsv4_deploy *start_one(mx *m, const deployment *c, const char *role, const char *name,
-                              int http_port, int pd_port, char *err, size_t errlen)
+                              const char *prefill, char *err, size_t errlen)
 {
     char ini[4096];
-    make_ini(m, c, role, http_port, pd_port, ini, sizeof(ini));
-    return dsv4_deploy_start(m->o->dsv4d, m->o->plugin_dir, m->dir, name, ini, http_port,
-                             START_TIMEOUT_MS, err, errlen);
+    make_ini(m, c, role, prefill, ini, sizeof(ini));
+    return dsv4_deploy_start(m->o->dsv4d, m->o->plugin_dir, m->dir, name, ini, START_TIMEOUT_MS,
+                             err, errlen);
 }
 
 /* A server's /metrics as numbers, or NULL when it did not answer. */
@@ -174,25 +176,23 @@ static dsv4_repro *run_combo(mx *m, const deployment *c, unsigned concurrency, c
     json_t *prefill_before = NULL;
     json_decref(m->prefill_delta);
     m->prefill_delta = NULL;
-    int http_port = dsv4_deploy_free_port(), pd_port = dsv4_deploy_free_port();
-    if (http_port < 0 || pd_port < 0) {
-        snprintf(note, notelen, "no free port (%s)",
-                 strerror(-(http_port < 0 ? http_port : pd_port)));
-        return NULL;
-    }
     if (c->transport) {
-        int p_http = dsv4_deploy_free_port();
         snprintf(pname, sizeof(pname), "d%03u-prefill", id);
         snprintf(m->prefill_log, sizeof(m->prefill_log), "%s/%s.log", m->dir, pname);
-        prefill =
-            p_http < 0 ? NULL : start_one(m, c, "prefill", pname, p_http, pd_port, note, notelen);
+        prefill = start_one(m, c, "prefill", pname, NULL, note, notelen);
         if (!prefill)
             return NULL;
+        if (!dsv4_deploy_pd_addr(prefill)[0]) {
+            snprintf(note, notelen, "dsv4d %s did not log the port it accepts decode servers on",
+                     pname);
+            dsv4_deploy_stop(prefill, STOP_GRACE_MS);
+            return NULL;
+        }
         prefill_before = scrape(prefill);
     }
     snprintf(name, sizeof(name), c->transport ? "d%03u-decode" : "d%03u", id);
-    server = start_one(m, c, c->transport ? "decode" : "unified", name, http_port, pd_port, note,
-                       notelen);
+    server = start_one(m, c, c->transport ? "decode" : "unified", name,
+                       prefill ? dsv4_deploy_pd_addr(prefill) : NULL, note, notelen);
     if (server) {
         dsv4_repro_opts ro = {
             .url = dsv4_deploy_url(server),

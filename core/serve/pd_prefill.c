@@ -440,7 +440,15 @@ int dsv4_pd_prefill_open(dsv4_pd *pd, const dsv4_config *conf, char *err, size_t
         pd->pre = NULL;
         return -EAGAIN;
     }
-    dsv4_log(DSV4_LOG_INFO, "pd", "prefill role: accepting decode servers on %s", conf->pd.listen);
+    /* the port bound, which port 0 in [pd] listen leaves to the kernel */
+    struct sockaddr_storage sa;
+    socklen_t sl = sizeof(sa);
+    char port[NI_MAXSERV] = "?";
+    if (getsockname(pre->lfd, (struct sockaddr *)&sa, &sl) == 0)
+        getnameinfo((struct sockaddr *)&sa, sl, NULL, 0, port, sizeof(port), NI_NUMERICSERV);
+    const char *colon = strrchr(conf->pd.listen, ':');
+    dsv4_log(DSV4_LOG_INFO, "pd", "prefill role: accepting decode servers on %.*s:%s",
+             (int)(colon - conf->pd.listen), conf->pd.listen, port);
     return 0;
 }
 

@@ -1,8 +1,8 @@
 """dsv4d_http: what the HTTP integration tests share (python3 standard library only).
 
-A TAP producer, and Daemon: a dsv4d started on 127.0.0.1 on a free port (free_port asks
-the kernel for one; the daemon's "listening on" line confirms it), a temporary configuration and
-the tiny synthetic model written by `dsv4ctl mkmodel` into a temporary folder. Every wait
+A TAP producer, and Daemon: a dsv4d started on 127.0.0.1 port 0 (the daemon binds a port
+the kernel picks and its "listening on" line names it, so no other process can take the
+port between choosing and binding), a temporary configuration and the tiny synthetic model written by `dsv4ctl mkmodel` into a temporary folder. Every wait
 is bounded, and stop() always leaves no daemon behind.
 """
 import atexit
@@ -148,15 +148,6 @@ def fresh_ids(length):
     return [(37 * i + 101 * k) % 200 + 10 for i in range(length)]
 
 
-def free_port():
-    """A port nothing listens on now (the kernel's pick for port 0)."""
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 class Daemon:
     def __init__(self, server="", model="", extra="", kv_pool="64M",
                  core="device = cpu\nthreads = 2\n", kv_dtype="f32",
@@ -174,8 +165,8 @@ class Daemon:
         with open(self.ini, "w") as f:
             f.write("[core]\n%s"
                     "[model]\npath = %s\nkv_dtype = %s\nkv_pool = %s\nmax_context = 4096\n%s"
-                    "[server]\nlisten = 127.0.0.1:%d\n%s%s"
-                    % (core, self.model, kv_dtype, kv_pool, model, free_port(), server, extra))
+                    "[server]\nlisten = 127.0.0.1:0\n%s%s"
+                    % (core, self.model, kv_dtype, kv_pool, model, server, extra))
         self.err_path = os.path.join(self.tmp, "stderr")
         self.err = open(self.err_path, "w+")
         self.proc = subprocess.Popen([DSV4D, "-c", self.ini], stdout=subprocess.DEVNULL,

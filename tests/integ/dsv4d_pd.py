@@ -1,15 +1,16 @@
 """dsv4d_pd: what the PD integration tests share (python3 standard library only).
 
 Prefill and decode daemons on 127.0.0.1 (dsv4d_http.Daemon with a [pd] section), each on
-its own free ports, the same tiny model (dsv4ctl mkmodel is deterministic for a seed), one
-shared secret; helpers to wait for the decode server's peers to connect, to ask /generate
+ports the kernel picks (port 0; their logs name them), the same tiny model (dsv4ctl mkmodel
+is deterministic for a seed), one shared secret; helpers to wait for the decode server's peers to connect, to ask /generate
 for token ids and to read PD metrics. Every wait is bounded and every daemon is stopped at
 exit (Daemon registers its stop).
 """
 import re
+import sys
 import time
 
-from dsv4d_http import Daemon, diag, free_port
+from dsv4d_http import Daemon, diag
 
 SECRET = "pd-test-secret-0123456789abcdef"
 # Short deadlines keep the fault tests bounded; the defaults are for real deployments.
@@ -35,15 +36,21 @@ def chaos(inner="local", inner_options="", **faults):
 
 def prefill(transport, secret=SECRET, model="", retries=2, port=None, server="",
             deadlines=DEADLINES, sections="", **daemon):
-    """A prefill server (on control port `port`, or a free one); its control address is
-    .pd_addr. server: more [server] keys; deadlines: the [pd] deadline keys, with %d for
-    retries (the soak driver uses the longer ones of a loaded machine); sections: more
-    sections; daemon: Daemon's core, kv_dtype, kv_pool."""
-    port = port or free_port()
+    """A prefill server (on control port `port`, or port 0: one the kernel picks); its
+    control address, as it logged it, is .pd_addr. server: more [server] keys; deadlines:
+    the [pd] deadline keys, with %d for retries (the soak driver uses the longer ones of a
+    loaded machine); sections: more sections; daemon: Daemon's core, kv_dtype, kv_pool."""
     d = Daemon(server="role = prefill\n" + server, model=model,
                extra="[pd]\nlisten = 127.0.0.1:%d\nsecret = %s\n%s%s%s"
-               % (port, secret, deadlines % retries, transport, sections), **daemon)
-    d.pd_addr = "127.0.0.1:%d" % port
+               % (port or 0, secret, deadlines % retries, transport, sections), **daemon)
+    m = re.search(r"^dsv4d: info: pd: prefill role: accepting decode servers on "
+                  r"(127\.0\.0\.1:(\d+))$", d.log(), re.M)
+    if not m or (port and int(m.group(2)) != port):
+        diag("the prefill server did not log the control port it listens on:\n" + d.log())
+        d.stop()
+        print("Bail out! the prefill server did not log its control port", flush=True)
+        sys.exit(1)
+    d.pd_addr = m.group(1)
     return d
 
 

@@ -9,7 +9,7 @@ exec python3 - <<'EOF'
 import json, os, re, socket, subprocess, sys
 sys.dont_write_bytecode = True  # nothing written into the source tree
 sys.path.insert(0, os.path.join(os.environ.get("top_srcdir", "."), "tests", "integ"))
-from dsv4d_http import Daemon, DSV4CTL, plan, ok, is_, diag, done, free_port
+from dsv4d_http import Daemon, DSV4CTL, plan, ok, is_, diag, done
 
 plan(27)
 d = Daemon(server="max_running = 8\n")
@@ -83,7 +83,11 @@ ok(rc == 2 and "golden file was recorded with seed 12" in out,
    "a golden file of another workload is refused", out)
 rc, out = repro("--url", url, "--concurrency", "1", "--golden", golden, "--record", bad, *base)
 ok(rc == 2 and "exclude each other" in out, "--record with --golden is a usage error", out)
-rc, out = repro("--url", "http://127.0.0.1:%d" % free_port(), "--concurrency", "2", *base)
+# a port bound but not listening refuses connections, and no other process can take it
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+rc, out = repro("--url", "http://127.0.0.1:%d" % s.getsockname()[1], "--concurrency", "2", *base)
+s.close()
 ok(rc == 1 and "requests: 0 ok, 6 failed, 0 timed out, 12 not run" in out
    and "connect failed" in out, "a closed port: every session fails at its first turn", out)
 
