@@ -6,7 +6,10 @@ is deterministic for a seed), one shared secret; helpers to wait for the decode 
 for token ids and to read PD metrics. Every wait is bounded and every daemon is stopped at
 exit (Daemon registers its stop).
 """
+import os
+import random
 import re
+import socket
 import sys
 import time
 
@@ -52,6 +55,28 @@ def prefill(transport, secret=SECRET, model="", retries=2, port=None, server="",
         sys.exit(1)
     d.pd_addr = m.group(1)
     return d
+
+
+def restartable_port():
+    """A free port below the kernel's ephemeral range, for a prefill server that is killed
+    and started again on the same address: port 0 and outgoing connections (the decode
+    server's redials of the dead peer included) take ports from that range only, so
+    nothing takes this one while its server is down."""
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        low = int(f.read().split()[0])
+    rng = random.Random(os.getpid())
+    for _ in range(100):
+        port = rng.randrange(max(1024, low - 8192), low)
+        s = socket.socket()
+        try:
+            s.bind(("127.0.0.1", port))
+            return port
+        except OSError:
+            pass
+        finally:
+            s.close()
+    print("Bail out! no free port below the ephemeral range", flush=True)
+    sys.exit(1)
 
 
 def decode(transport, peers, secret=SECRET, retries=2, server="", model="",

@@ -12,7 +12,7 @@ sys.dont_write_bytecode = True  # nothing written into the source tree
 sys.path.insert(0, os.path.join(os.environ.get("top_srcdir", "."), "tests", "integ"))
 from dsv4d_http import Daemon, plan, ok, is_, diag, done
 from dsv4d_pd import (TRANSPORTS, chaos, prefill, decode, wait_connected, wait_log, generate,
-                      held_pages)
+                      held_pages, restartable_port)
 
 plan(12)
 local = TRANSPORTS["local"]
@@ -57,8 +57,8 @@ for x in (d, p2):
     x.stop()
 
 # --- one prefill server: it dies, the client gets a clean error, then it comes back
-p1 = prefill(slow)
-port = int(p1.pd_addr.rsplit(":", 1)[1])
+port = restartable_port()
+p1 = prefill(slow, port=port)
 d = decode(local, [p1])
 ok(wait_connected(d, 1), "the prefill server connected")
 base = held_pages(d.metrics())
