@@ -199,8 +199,8 @@ static void check_listen(dsv4_diag *d, const char *section, const char *value)
                "expected host:port like 127.0.0.1:8000 (port 0: any free port), got '%s'", value);
 }
 
-/* A comma-separated list of host:port peers to connect to (port 1..65535). */
-static void check_peers(dsv4_diag *d, const char *section, const char *key, const char *value)
+/* [pd] peers: a comma-separated list of host:port to connect to (port 1..65535). */
+static void check_peers(dsv4_diag *d, const char *value)
 {
     const char *p = value;
     do {
@@ -213,7 +213,7 @@ static void check_peers(dsv4_diag *d, const char *section, const char *key, cons
         while (len > 0 && s[len - 1] == ' ')
             len--;
         if (!host_port_ok(s, len, 1))
-            report(d, section, key, "expected host:port like 127.0.0.1:8000, got '%.*s'", (int)len,
+            report(d, "pd", "peers", "expected host:port like 127.0.0.1:8000, got '%.*s'", (int)len,
                    s);
         p += n;
     } while (*p++ == ',');
@@ -225,7 +225,7 @@ static void addresses_are_host_port(const dsv4_config *c, dsv4_diag *d)
     if (c->pd.listen[0])
         check_listen(d, "pd", c->pd.listen);
     if (c->pd.peers[0])
-        check_peers(d, "pd", "peers", c->pd.peers);
+        check_peers(d, c->pd.peers);
 }
 
 typedef struct rule {

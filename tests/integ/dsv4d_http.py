@@ -2,8 +2,9 @@
 
 A TAP producer, and Daemon: a dsv4d started on 127.0.0.1 port 0 (the daemon binds a port
 the kernel picks and its "listening on" line names it, so no other process can take the
-port between choosing and binding), a temporary configuration and the tiny synthetic model written by `dsv4ctl mkmodel` into a temporary folder. Every wait
-is bounded, and stop() always leaves no daemon behind.
+port between choosing and binding), a temporary configuration and the tiny synthetic model
+written by `dsv4ctl mkmodel` into a temporary folder. Every wait is bounded, and stop()
+always leaves no daemon behind.
 """
 import atexit
 import http.client

@@ -2,9 +2,9 @@
 
 Prefill and decode daemons on 127.0.0.1 (dsv4d_http.Daemon with a [pd] section), each on
 ports the kernel picks (port 0; their logs name them), the same tiny model (dsv4ctl mkmodel
-is deterministic for a seed), one shared secret; helpers to wait for the decode server's peers to connect, to ask /generate
-for token ids and to read PD metrics. Every wait is bounded and every daemon is stopped at
-exit (Daemon registers its stop).
+is deterministic for a seed), one shared secret; helpers to wait for the decode server's
+peers to connect, to ask /generate for token ids and to read PD metrics. Every wait is
+bounded and every daemon is stopped at exit (Daemon registers its stop).
 """
 import os
 import random
