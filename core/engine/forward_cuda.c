@@ -1000,15 +1000,25 @@ static int fc_ik_select(dsv4_fwd_cuda *f, const dsv4_kv_buffer *ik)
 /* ---- layers ------------------------------------------------------------------------------- */
 
 /* The collapse of X (in x) into u, with ex set the block before's expand applied first,
- * once its mix is done (the expanded X written to xo), then the mix of this block forked. */
+ * once its mix is done (the expanded X written to xo), then the mix of this block forked.
+ * u's rows are written split too where `next`, the GEMM that reads them first (out
+ * outputs a row into y), would split them once (*split_p set: the block then calls it
+ * without inputs). H100, 43-layer Flash shape, ffn_in's split at batch 64: FIXME. */
 static int fc_hc_pre(dsv4_fwd_cuda *f, const float *x, const dsv4_cuda_hc_expand *ex, float *xo,
-                     const float *fn, const float *base, const float *scale, const float *norm)
+                     const float *fn, const float *base, const float *scale, const float *norm,
+                     const dsv4_cuda_weight *next, size_t out, float *y, bool *split_p)
 {
     uint32_t n = f->st.n_tok;
+    bool zero;
+    size_t H = f->c->hidden;
+    dsv4_cuda_split_out us = {dsv4_cuda_linear_split(f->blas, next, out, H, H, n, &zero), NULL, out,
+                              out};
+    us.y = zero ? y : NULL;
+    *split_p = us.split != NULL;
     int rc = ex ? dsv4_cuda_stream_wait(f->stream, f->mix_join) : 0;
     if (rc == 0)
         rc = dsv4_cuda_hc_pre(&f->dims, n, x, ex, xo, fn, base, scale, norm, f->pre, f->hz, f->u,
-                              f->stream);
+                              &us, f->stream);
     /* the Sinkhorn beside the block: its latency (~20 us on an H200 when it took a warp a
      * token) sat between the collapse and the block's first GEMM */
     if (rc == 0)
@@ -1035,7 +1045,8 @@ static dsv4_cuda_hc_expand fc_moe_expand(const dsv4_fwd_cuda *f)
     return (dsv4_cuda_hc_expand){{sh, f->c->top_k, f->rw, f->epos, f->eo}, f->post, f->comb};
 }
 
-static int fc_attention(dsv4_fwd_cuda *f, uint32_t layer, const dsv4_kv_layer_view *v)
+/* Layer l's attention over u (split: u's rows came split for attn_in, fc_hc_pre). */
+static int fc_attention(dsv4_fwd_cuda *f, uint32_t layer, const dsv4_kv_layer_view *v, bool split)
 {
     const dsv4_model_config *c = f->c;
     const fc_layer *w = &f->L[layer];
@@ -1051,7 +1062,7 @@ static int fc_attention(dsv4_fwd_cuda *f, uint32_t layer, const dsv4_kv_layer_vi
     fc_cols k = fc_attn_cols(c, kind);
     size_t A = k.width;
     float *cq = f->ap + k.q;
-    int rc = dsv4_cuda_linear(b, &w->attn_in, A, H, f->u, H, n, f->ap, A);
+    int rc = dsv4_cuda_linear(b, &w->attn_in, A, H, split ? NULL : f->u, H, n, f->ap, A);
     if (rc == 0)
         rc = dsv4_cuda_rmsnorm_rows((uint32_t)n, (uint32_t)qr, A, cq, w->q_norm, f->dims.eps, s);
     if (rc == 0)
@@ -1131,8 +1142,8 @@ static dsv4_k_scoring fc_scoring(dsv4_scoring s)
 }
 
 /* Layer l's MoE over u (its output added to the streams by the next collapse's expand,
- * the combine inside it). */
-static int fc_moe(dsv4_fwd_cuda *f, uint32_t layer)
+ * the combine inside it; split: u's rows came split for ffn_in, fc_hc_pre). */
+static int fc_moe(dsv4_fwd_cuda *f, uint32_t layer, bool split)
 {
     const dsv4_model_config *c = f->c;
     const fc_layer *w = &f->L[layer];
@@ -1144,7 +1155,7 @@ static int fc_moe(dsv4_fwd_cuda *f, uint32_t layer)
     uint32_t pairs = (uint32_t)(n * K);
     size_t F = E + 2 * I; /* ffn_in's row: router logits, shared gate, shared up */
 
-    int rc = dsv4_cuda_linear(b, &w->ffn_in, F, H, f->u, H, n, f->fp, F);
+    int rc = dsv4_cuda_linear(b, &w->ffn_in, F, H, split ? NULL : f->u, H, n, f->fp, F);
     /* the shared expert (its gate and up among ffn_in's outputs, its output after the
      * routed rows of eo) on shx, beside the routed experts: its bytes stream while the routing
      * and gather leave the memory idle, and the routed experts' down projection is a launch of
@@ -1369,19 +1380,21 @@ static int fc_layers(dsv4_fwd_cuda *f, bool prefenced, dsv4_kv_layer_view *views
             break;
         /* each collapse applies the block before's expand (none before the first), the
          * MoE's once its shared expert is done */
+        size_t A = fc_attn_cols(c, c->layer_kind[l]).width, F = c->n_experts + 2 * c->moe_inter;
+        bool split;
         if (l == 0)
             rc = fc_hc_pre(f, f->x, NULL, NULL, w->hc_attn_fn, w->hc_attn_base, w->hc_attn_scale,
-                           w->attn_norm);
+                           w->attn_norm, &w->attn_in, A, f->ap, &split);
         else if ((rc = dsv4_cuda_stream_wait(f->stream, f->sh_join)) == 0)
             rc = fc_hc_pre(f, f->xf, &moe, f->x, w->hc_attn_fn, w->hc_attn_base, w->hc_attn_scale,
-                           w->attn_norm);
+                           w->attn_norm, &w->attn_in, A, f->ap, &split);
         if (rc == 0)
-            rc = fc_attention(f, l, &view);
+            rc = fc_attention(f, l, &view, split);
         if (rc == 0)
             rc = fc_hc_pre(f, f->x, &attn, f->xf, w->hc_ffn_fn, w->hc_ffn_base, w->hc_ffn_scale,
-                           w->ffn_norm);
+                           w->ffn_norm, &w->ffn_in, F, f->fp, &split);
         if (rc == 0)
-            rc = fc_moe(f, l);
+            rc = fc_moe(f, l, split);
     }
     /* the last mix and shared expert join the stream (a graph's capture must end joined);
      * the head's collapse applies the last expand (fc_head) */

@@ -157,12 +157,12 @@ tests_gpu_t_gpu_forward_matches_hf_fixtures_LDADD = $(TEST_CORE_LIBS) $(CUDA_TES
 # The linear layers' weight formats and GEMMs (model_gemm.cu), alone and in the forward.
 GPU_TESTS += tests/gpu/t-gpu-gemm-checkpoint-formats-match-f32 \
 	tests/gpu/t-gpu-gemm-runs-on-every-device \
-	tests/gpu/t-gpu-moe-producers-split-for-the-grouped-gemm \
+	tests/gpu/t-gpu-producers-split-for-the-gemm-after-them \
 	tests/gpu/t-gpu-forward-quantized-checkpoint-matches-cpu
-tests_gpu_t_gpu_moe_producers_split_for_the_grouped_gemm_SOURCES = \
-	tests/gpu/t-gpu-moe-producers-split-for-the-grouped-gemm.c $(GPU_TEST_SRC)
-tests_gpu_t_gpu_moe_producers_split_for_the_grouped_gemm_CPPFLAGS = $(GPU_TEST_FLAGS)
-tests_gpu_t_gpu_moe_producers_split_for_the_grouped_gemm_LDADD = $(TEST_CORE_LIBS) \
+tests_gpu_t_gpu_producers_split_for_the_gemm_after_them_SOURCES = \
+	tests/gpu/t-gpu-producers-split-for-the-gemm-after-them.c $(GPU_TEST_SRC)
+tests_gpu_t_gpu_producers_split_for_the_gemm_after_them_CPPFLAGS = $(GPU_TEST_FLAGS)
+tests_gpu_t_gpu_producers_split_for_the_gemm_after_them_LDADD = $(TEST_CORE_LIBS) \
 	$(CUDA_TEST_LIBS) -lm
 tests_gpu_t_gpu_gemm_runs_on_every_device_SOURCES = \
 	tests/gpu/t-gpu-gemm-runs-on-every-device.c $(GPU_TEST_SRC)

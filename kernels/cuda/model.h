@@ -152,6 +152,13 @@ int dsv4_cuda_linear_grouped(dsv4_cuda_blas *blas, const dsv4_cuda_weight *w, si
 void *dsv4_cuda_linear_grouped_split(dsv4_cuda_blas *blas, const dsv4_cuda_weight *w, size_t out,
                                      size_t in, size_t x_stride, uint32_t groups,
                                      uint32_t max_rows);
+/* The same for dsv4_cuda_linear of n rows: the buffer [2][n][in] where one launch of the
+ * tensor-core kernel splits them once, else NULL (cuBLAS's steps, one row, narrow or
+ * non-BF16 weights, deterministic mode's windows of rows). *zero_p is set where that
+ * launch adds its k splits into Y with atomics: whoever writes the split rows then zeroes
+ * the call's n rows of out outputs in Y too (dsv4_cuda_split_out). */
+void *dsv4_cuda_linear_split(dsv4_cuda_blas *blas, const dsv4_cuda_weight *w, size_t out, size_t in,
+                             size_t x_stride, size_t n, bool *zero_p);
 
 /* ---- the step's layout on the device (model_attn.cu, model_ffn.cu) ----------------------- */
 /* Per token and per sequence arrays of one step, uploaded once per step. */
@@ -207,18 +214,31 @@ typedef struct dsv4_cuda_hc_expand {
     dsv4_cuda_hc_src src;
     const float *post, *comb;
 } dsv4_cuda_hc_expand;
+/* Rows that a kernel writes for the dense GEMM reading them next also written split,
+ * into dsv4_cuda_linear_split's buffer (split; NULL: not), and that GEMM's output rows
+ * zeroed where its splits add into them (y; NULL: not): out values a row, rows stride
+ * apart. */
+typedef struct dsv4_cuda_split_out {
+    void *split;
+    float *y;
+    size_t out, stride;
+} dsv4_cuda_split_out;
 /* For each token t < n: X[t] expanded by ex first where ex is set (the expanded rows
  * written to xo, not over x), then z[t] = rms_scale(X[t]) (fn . X[t]) with fn f32
  * [(2 + hc_mult) hc_mult][hc_mult hidden], pre[t] from z[t] (dsv4_k_hc_mix's pre), then
  * u[t] = rmsnorm(sum_j pre_j X[t][j]) * norm. z ((2 + hc_mult) hc_mult values a token) is
  * dsv4_cuda_hc_mix's input: the mix's Sinkhorn, which only the expand needs, runs apart
  * (on a stream of its own beside the block), not between the collapse and u. Each token's
- * bits depend on its own row only (batch- and chunk-invariant in both modes). -EINVAL
- * where hc_mult + 1 rows of hidden / 8 floats do not fit a block's shared memory. */
+ * bits depend on its own row only (batch- and chunk-invariant in both modes). With us set,
+ * u's n rows also go split to us->split and the GEMM's rows in us->y are zeroed (the
+ * GEMM that reads u next then takes no inputs: one launch fewer). -EINVAL where hc_mult +
+ * 1 rows of hidden / 8 floats do not fit a block's shared memory, or us asks for rows of
+ * hidden not a multiple of 4 split. */
 int dsv4_cuda_hc_pre(const dsv4_cuda_dims *d, uint32_t n, const float *x_dev,
                      const dsv4_cuda_hc_expand *ex, float *xo_dev, const float *fn_dev,
                      const float *base_dev, const float *scale_dev, const float *norm_dev,
-                     float *pre_dev, float *z_dev, float *u_dev, void *stream);
+                     float *pre_dev, float *z_dev, float *u_dev, const dsv4_cuda_split_out *us,
+                     void *stream);
 /* post[t] and comb[t] from z[t] (dsv4_k_hc_mix's), t < n, 4 lanes a token (16 where
  * hc_mult > 4). */
 int dsv4_cuda_hc_mix(const dsv4_cuda_dims *d, uint32_t n, const float *z_dev, const float *base_dev,

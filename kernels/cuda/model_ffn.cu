@@ -265,7 +265,27 @@ struct dsv4_hc_args {
     const float *fn, *base, *scale, *norm;
     float hscale;
     float *pre, *z, *u;
+    dsv4_cuda_split_out us; /* u's rows split too (us.split set), and Y's rows zeroed */
 };
+
+/* Values h .. h + V - 1 of row r (of rows rows of in), o, into split rows [2][rows][in]:
+ * dsv4_split_store's layout and bits. */
+template <uint32_t V>
+__device__ static inline void dsv4_hc_split_store(void *split, size_t rows, size_t in, size_t r,
+                                                  size_t h, const dsv4_vec<V> &o)
+{
+    if constexpr (V == 4) {
+        dsv4_split_store(split, rows, in, r, h / 4, make_float4(o.v[0], o.v[1], o.v[2], o.v[3]));
+    } else {
+        __nv_bfloat16 *hl = (__nv_bfloat16 *)split;
+#pragma unroll
+        for (uint32_t v = 0; v < V; v++) {
+            __nv_bfloat16 hi = __float2bfloat16_rn(o.v[v]);
+            hl[r * in + h + v] = hi;
+            hl[(rows + r) * in + h + v] = __float2bfloat16_rn(o.v[v] - __bfloat162float(hi));
+        }
+    }
+}
 
 /* The MoE choices a collapse block keeps in shared memory for each token (more are read
  * from global memory) */
@@ -363,6 +383,14 @@ __global__ static void __cluster_dims__(HC_SLICES, 1, 1) __launch_bounds__(HC_TH
     if (tid < TOK) {
         uint32_t t = t0 + min(tid, tt - 1);
         trow[tid] = a.rows ? a.rows[t] : t;
+    }
+    /* the GEMM after the collapse adds its k splits into these rows: its zeroing launch's
+     * work, in column slices of the cluster's tokens */
+    if (!HEAD && grp == 0 && a.us.y) {
+        size_t zw = (a.us.out + HC_SLICES - 1) / HC_SLICES, z0 = b * zw,
+               z1 = min(a.us.out, z0 + zw), zn = z1 > z0 ? z1 - z0 : 0;
+        for (size_t i = tid; i < tt * zn; i += nt)
+            a.us.y[(t0 + i / zn) * a.us.stride + z0 + i % zn] = 0.0f;
     }
     __syncthreads();
     if (a.ex.post) {
@@ -502,6 +530,8 @@ __global__ static void __cluster_dims__(HC_SLICES, 1, 1) __launch_bounds__(HC_TH
         for (uint32_t v = 0; v < V; v++)
             o.v[v] = nv.v[v] * (s.v[v] * sru[k]);
         dsv4_vst<V>(a.u + (size_t)(t0 + k) * H + hv, o);
+        if (!HEAD && a.us.split)
+            dsv4_hc_split_store<V>(a.us.split, n, H, t0 + k, hv, o);
     }
     cl.barrier_wait();
 }
@@ -663,12 +693,24 @@ static int dsv4_hc_collapse_launch(const dsv4_cuda_dims *d, uint32_t n, bool hea
 int dsv4_cuda_hc_pre(const dsv4_cuda_dims *d, uint32_t n, const float *x_dev,
                      const dsv4_cuda_hc_expand *ex, float *xo_dev, const float *fn_dev,
                      const float *base_dev, const float *scale_dev, const float *norm_dev,
-                     float *pre_dev, float *z_dev, float *u_dev, void *stream)
+                     float *pre_dev, float *z_dev, float *u_dev, const dsv4_cuda_split_out *us,
+                     void *stream)
 {
-    dsv4_hc_args a = {x_dev,     NULL,     ex ? *ex : dsv4_cuda_hc_expand{},
-                      xo_dev,    fn_dev,   base_dev,
-                      scale_dev, norm_dev, 0.0f,
-                      pre_dev,   z_dev,    u_dev};
+    dsv4_hc_args a = {x_dev,
+                      NULL,
+                      ex ? *ex : dsv4_cuda_hc_expand{},
+                      xo_dev,
+                      fn_dev,
+                      base_dev,
+                      scale_dev,
+                      norm_dev,
+                      0.0f,
+                      pre_dev,
+                      z_dev,
+                      u_dev,
+                      us ? *us : dsv4_cuda_split_out{}};
+    if (a.us.split && d->hidden % 4 != 0)
+        return -EINVAL;
     return dsv4_hc_collapse_launch(d, n, false, a, stream);
 }
 
@@ -677,10 +719,19 @@ int dsv4_cuda_hc_head(const dsv4_cuda_dims *d, uint32_t n, const uint32_t *rows_
                       const float *base_dev, float scale, const float *norm_dev, float *u_dev,
                       void *stream)
 {
-    dsv4_hc_args a = {x_dev, rows_dev, ex ? *ex : dsv4_cuda_hc_expand{},
-                      NULL,  fn_dev,   base_dev,
-                      NULL,  norm_dev, scale,
-                      NULL,  NULL,     u_dev};
+    dsv4_hc_args a = {x_dev,
+                      rows_dev,
+                      ex ? *ex : dsv4_cuda_hc_expand{},
+                      NULL,
+                      fn_dev,
+                      base_dev,
+                      NULL,
+                      norm_dev,
+                      scale,
+                      NULL,
+                      NULL,
+                      u_dev,
+                      dsv4_cuda_split_out{}};
     return dsv4_hc_collapse_launch(d, n, true, a, stream);
 }
 

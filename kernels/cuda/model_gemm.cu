@@ -914,55 +914,34 @@ static int dsv4_mma_run(cudaStream_t st, dsv4_wdev W, size_t out, size_t in, con
     }
 }
 
-/* Deterministic: the split from the shape, each split's sums to the workspace, then added
- * in split order by a second kernel, in windows of rows that fit the workspace; or, for a
- * launch wide enough unsplit, a tile's splits in one block. */
-template <int F>
-static int dsv4_mma_fixed(const dsv4_cuda_blas *b, dsv4_wdev W, const dsv4_wg_call *wg, size_t out,
-                          size_t in, const float *x, size_t xs, size_t xz, const uint32_t *off,
-                          uint32_t groups, uint32_t rows_each, uint32_t n, float *y, size_t ys,
-                          size_t yz)
+/* How a tensor-core launch of n rows splits k and adds its splits (R over rows [0, n)), and
+ * the rows one launch takes at most (*win_p; 0 where not one fits). Deterministic: the
+ * split from the shape, each split's sums to the workspace, then added in split order by a
+ * second kernel, in windows of rows that fit the workspace; or, for a launch wide enough
+ * unsplit, a tile's splits in one block. Fast: split k until the launch, row tiles
+ * included, fills the GPU twice over (a dense wgmma launch of one row tile:
+ * dsv4_wg_stream_ksplit's waves); the splits add into Y with atomics (grouped on wgmma: a
+ * tile's splits in one block, as deterministic mode takes them: no zeroing, no atomics;
+ * H200, 8 experts 4096 -> 2048 at 16 rows: 45 -> 41-42 us). */
+static dsv4_mma_rows dsv4_mma_plan(const dsv4_cuda_blas *b, const dsv4_wg_call *wg, size_t out,
+                                   size_t in, const uint32_t *off, uint32_t groups,
+                                   uint32_t rows_each, uint32_t n, size_t *win_p)
 {
-    uint32_t probs = off ? 1 : groups, touts = wg ? WG_OUT : GEMM_WARPS * 16;
-    size_t otiles = (out + touts - 1) / touts;
-    uint32_t ksplit = dsv4_mma_ksplit(
-        otiles * (off ? (groups < MMA_GROUPS_RUN ? groups : MMA_GROUPS_RUN) : groups), in,
-        wg != NULL);
-    uint32_t tok = dsv4_mma_tok(rows_each, n), rtiles = (rows_each + tok - 1) / tok;
-    bool whole =
-        off ? wg != NULL
-            : (size_t)(rtiles < GEMM_ROW_SPLIT ? rtiles : GEMM_ROW_SPLIT) * otiles * groups >=
-                  MMA_WHOLE_BLOCKS;
-    uint32_t kgrid = whole ? 1 : ksplit;
-    size_t win = kgrid > 1 ? MMA_PART_FLOATS / ((size_t)ksplit * probs * out) : n;
-    if (win == 0)
-        return -ENOMEM;
-    int rc = 0;
-    for (uint32_t w0 = 0; rc == 0 && w0 < n; w0 += (uint32_t)win) {
-        uint32_t w1 = n - w0 < win ? n : w0 + (uint32_t)win;
-        dsv4_mma_rows R = {off, w0, w1, ksplit, kgrid, kgrid > 1 ? b->part : NULL};
-        uint32_t each = rows_each < w1 - w0 ? rows_each : w1 - w0;
-        rc = wg ? dsv4_wg_run(b->stream, *wg, out, in, R, groups, each, y, ys, yz)
-                : dsv4_mma_run<F>(b->stream, W, out, in, x, xs, xz, R, groups, each, y, ys, yz);
-        if (rc != 0 || kgrid == 1)
-            continue;
-        size_t want = ((size_t)(w1 - w0) * out + 255) / 256;
-        dim3 grid(want < 4096 ? (unsigned)want : 4096u, probs);
-        rc = dsv4_pdl_launch(dsv4_mma_sum_kernel, grid, 256, 0, b->stream, b->part, ksplit, out, w0,
-                             w1, off, groups, y, ys, yz);
+    if (b->deterministic) {
+        uint32_t probs = off ? 1 : groups, touts = wg ? WG_OUT : GEMM_WARPS * 16;
+        size_t otiles = (out + touts - 1) / touts;
+        uint32_t ksplit = dsv4_mma_ksplit(
+            otiles * (off ? (groups < MMA_GROUPS_RUN ? groups : MMA_GROUPS_RUN) : groups), in,
+            wg != NULL);
+        uint32_t tok = dsv4_mma_tok(rows_each, n), rtiles = (rows_each + tok - 1) / tok;
+        bool whole =
+            off ? wg != NULL
+                : (size_t)(rtiles < GEMM_ROW_SPLIT ? rtiles : GEMM_ROW_SPLIT) * otiles * groups >=
+                      MMA_WHOLE_BLOCKS;
+        uint32_t kgrid = whole ? 1 : ksplit;
+        *win_p = kgrid > 1 ? MMA_PART_FLOATS / ((size_t)ksplit * probs * out) : n;
+        return dsv4_mma_rows{off, 0, n, ksplit, kgrid, kgrid > 1 ? b->part : NULL};
     }
-    return rc;
-}
-
-/* Fast: split k until the launch, row tiles included, fills the GPU twice over (a dense
- * wgmma launch of one row tile: dsv4_wg_stream_ksplit's waves); the splits add into Y
- * with atomics (grouped on wgmma: in one block). */
-template <int F>
-static int dsv4_mma_atomic(cudaStream_t st, dsv4_wdev W, const dsv4_wg_call *wg, size_t out,
-                           size_t in, const float *x, size_t xs, size_t xz, const uint32_t *off,
-                           uint32_t groups, uint32_t rows_each, uint32_t n, float *y, size_t ys,
-                           size_t yz)
-{
     uint32_t ksplit = wg && !off ? dsv4_wg_stream_ksplit(*wg, out, in, groups, rows_each, n) : 0;
     if (ksplit == 0) {
         uint32_t tiles = (rows_each + MMA_TOK - 1) / MMA_TOK;
@@ -973,22 +952,14 @@ static int dsv4_mma_atomic(cudaStream_t st, dsv4_wdev W, const dsv4_wg_call *wg,
         while (blocks * ksplit < MMA_BLOCKS_WANTED && in / MMA_KB / (2 * ksplit) >= MMA_SPLIT_KB)
             ksplit *= 2;
     }
-    if (wg && off && ksplit > 1) {
-        /* grouped on wgmma: a tile's splits in one block, as deterministic mode takes them
-         * (no zeroing, no atomics; H200, 8 experts 4096 -> 2048 at 16 rows: 45 -> 41-42 us) */
-        dsv4_mma_rows R = {off, 0, n, ksplit, 1, NULL};
-        return dsv4_wg_run(st, *wg, out, in, R, groups, rows_each, y, ys, yz);
-    }
-    dsv4_mma_rows R = {off, 0, n, ksplit, ksplit, NULL};
-    /* the wgmma launch zeroes Y itself (with its inputs' split where it splits them once);
-     * grouped rows are one block of n rows, batched problems each their own */
-    if (wg)
-        return dsv4_wg_run(st, *wg, out, in, R, groups, rows_each, y, ys, yz);
-    int rc = dsv4_mma_zero(st, R, y, out, ys, off ? 0 : yz, off ? 1 : groups);
-    return rc != 0 ? rc
-                   : dsv4_mma_run<F>(st, W, out, in, x, xs, xz, R, groups, rows_each, y, ys, yz);
+    *win_p = n;
+    return dsv4_mma_rows{off, 0, n, ksplit, wg && off ? 1 : ksplit, NULL};
 }
 
+/* The plan's launches, a window of rows each: the wgmma kernel (which zeroes Y itself where
+ * its splits add into it, with its inputs' split where it splits them once) or mma.sync
+ * (Y zeroed by a launch of its own there), then deterministic mode's split sums. Grouped
+ * rows are one block of n rows, batched problems each their own. */
 template <int F>
 static int dsv4_mma_format(const dsv4_cuda_blas *b, dsv4_wdev W, size_t out, size_t in,
                            const float *x, size_t xs, size_t xz, const uint32_t *off,
@@ -998,11 +969,32 @@ static int dsv4_mma_format(const dsv4_cuda_blas *b, dsv4_wdev W, size_t out, siz
     /* BF16 weights on wgmma where the device code and the driver have it */
     dsv4_wg_call call = {b, W.data, x, xs, xz};
     const dsv4_wg_call *wg = F == DSV4_CUDA_W_BF16 && b->encode ? &call : NULL;
-    if (b->deterministic)
-        return dsv4_mma_fixed<F>(b, W, wg, out, in, x, xs, xz, off, groups, rows_each, n, y, ys,
-                                 yz);
-    return dsv4_mma_atomic<F>(b->stream, W, wg, out, in, x, xs, xz, off, groups, rows_each, n, y,
-                              ys, yz);
+    size_t win;
+    const dsv4_mma_rows plan = dsv4_mma_plan(b, wg, out, in, off, groups, rows_each, n, &win);
+    if (win == 0)
+        return -ENOMEM;
+    uint32_t probs = off ? 1 : groups;
+    int rc = 0;
+    for (uint32_t w0 = 0; rc == 0 && w0 < n; w0 += (uint32_t)win) {
+        dsv4_mma_rows R = plan;
+        R.w0 = w0;
+        R.w1 = n - w0 < win ? n : w0 + (uint32_t)win;
+        uint32_t each = rows_each < R.w1 - w0 ? rows_each : R.w1 - w0;
+        if (wg) {
+            rc = dsv4_wg_run(b->stream, *wg, out, in, R, groups, each, y, ys, yz);
+        } else {
+            rc = dsv4_mma_zero(b->stream, R, y, out, ys, off ? 0 : yz, probs);
+            if (rc == 0)
+                rc = dsv4_mma_run<F>(b->stream, W, out, in, x, xs, xz, R, groups, each, y, ys, yz);
+        }
+        if (rc != 0 || !R.part)
+            continue;
+        size_t want = ((size_t)(R.w1 - w0) * out + 255) / 256;
+        dim3 grid(want < 4096 ? (unsigned)want : 4096u, probs);
+        rc = dsv4_pdl_launch(dsv4_mma_sum_kernel, grid, 256, 0, b->stream, b->part, R.ksplit, out,
+                             w0, R.w1, off, groups, y, ys, yz);
+    }
+    return rc;
 }
 
 /* Whether fast mode's one-row step of w splits k on the tensor cores: the streaming kernel
@@ -1047,28 +1039,50 @@ static bool dsv4_gemm_mma(const dsv4_cuda_blas *b, const dsv4_cuda_weight *w, si
            (b->deterministic || each > 1 || dsv4_gemm_one_row_splits(w, out, in, groups));
 }
 
+/* The split buffer where dsv4_gemm_launch of these arguments, grouped or one dense problem,
+ * splits its inputs once on wgmma, or NULL; for a dense one only where one launch takes all
+ * the rows (one window), with *zero_p set where that launch adds its splits into Y. */
+static void *dsv4_gemm_split_buffer(const dsv4_cuda_blas *b, const dsv4_cuda_weight *w, size_t out,
+                                    size_t in, size_t x_stride, bool grouped, uint32_t groups,
+                                    uint32_t rows, bool *zero_p)
+{
+    /* dsv4_gemm_launch's way to dsv4_wg_run, whose one launch covers the rows from 0 */
+    *zero_p = false;
+    if (rows == 0 || out == 0 || groups == 0 || w->fmt != DSV4_CUDA_W_BF16 || !b->encode)
+        return NULL;
+    uint32_t each = dsv4_gemm_each(grouped, groups, rows);
+    if (!dsv4_gemm_mma(b, w, out, in, groups, each, dsv4_gemm_vec(w, in, NULL, x_stride, 0)) ||
+        !dsv4_wg_splits_inputs(out, in, groups, each, grouped ? 1 : groups, rows))
+        return NULL;
+    if (grouped)
+        return b->split;
+    const dsv4_wg_call call = {b, w->data, NULL, x_stride, 0};
+    size_t win;
+    dsv4_mma_rows R = dsv4_mma_plan(b, &call, out, in, NULL, groups, each, rows, &win);
+    *zero_p = dsv4_mma_adds_to_y(R);
+    return win >= rows ? b->split : NULL;
+}
+
 void *dsv4_cuda_linear_grouped_split(dsv4_cuda_blas *b, const dsv4_cuda_weight *w, size_t out,
                                      size_t in, size_t x_stride, uint32_t groups, uint32_t max_rows)
 {
-    /* dsv4_gemm_launch's way to dsv4_wg_run, whose one launch covers the rows from 0 */
-    if (max_rows == 0 || out == 0 || groups == 0 || w->fmt != DSV4_CUDA_W_BF16 || !b->encode)
-        return NULL;
-    uint32_t each = dsv4_gemm_each(true, groups, max_rows);
-    if (!dsv4_gemm_mma(b, w, out, in, groups, each, dsv4_gemm_vec(w, in, NULL, x_stride, 0)))
-        return NULL;
-    return dsv4_wg_splits_inputs(out, in, groups, each, 1, max_rows) ? b->split : NULL;
+    bool zero;
+    return dsv4_gemm_split_buffer(b, w, out, in, x_stride, true, groups, max_rows, &zero);
 }
 
 /* rows: the dense row count, or for groups the total (each group holds at most that). x
- * NULL: grouped rows whose producer split them (dsv4_cuda_linear_grouped_split). */
+ * NULL: rows whose producer split them (dsv4_cuda_linear_grouped_split,
+ * dsv4_cuda_linear_split). */
 static int dsv4_gemm_launch(dsv4_cuda_blas *b, const dsv4_cuda_weight *w, size_t out, size_t in,
                             const float *x, size_t xs, size_t xz, const uint32_t *off,
                             uint32_t groups, uint32_t rows, float *y, size_t ys, size_t yz)
 {
     if (rows == 0 || out == 0 || groups == 0)
         return 0;
+    bool zero;
     if (in == 0 || (w->fmt == DSV4_CUDA_W_FP4 && in % FP4_GROUP != 0) ||
-        (!x && (!off || !dsv4_cuda_linear_grouped_split(b, w, out, in, xs, groups, rows))))
+        (!x && ((!off && groups != 1) ||
+                !dsv4_gemm_split_buffer(b, w, out, in, xs, off != NULL, groups, rows, &zero))))
         return -EINVAL;
     bool vec = dsv4_gemm_vec(w, in, x, xs, xz);
     uint32_t each = dsv4_gemm_each(off != NULL, groups, rows);
@@ -1149,13 +1163,22 @@ static int dsv4_gemm_blas_bf16(dsv4_cuda_blas *b, const dsv4_cuda_weight *w, siz
     return rc;
 }
 
+void *dsv4_cuda_linear_split(dsv4_cuda_blas *b, const dsv4_cuda_weight *w, size_t out, size_t in,
+                             size_t x_stride, size_t n, bool *zero_p)
+{
+    *zero_p = false;
+    if (n > UINT32_MAX || dsv4_gemm_blas(b, w, out, in, n, NULL, x_stride, 0, 1))
+        return NULL;
+    return dsv4_gemm_split_buffer(b, w, out, in, x_stride, false, 1, (uint32_t)n, zero_p);
+}
+
 int dsv4_cuda_linear(dsv4_cuda_blas *b, const dsv4_cuda_weight *w, size_t out, size_t in,
                      const float *x_dev, size_t x_stride, size_t n, float *y_dev, size_t y_stride)
 {
     if (n == 0 || out == 0)
         return 0;
-    if (!dsv4_gemm_blas(b, w, out, in, n, x_dev, x_stride, 0, 1) || x_stride > INT32_MAX ||
-        y_stride > INT32_MAX)
+    if (!x_dev || !dsv4_gemm_blas(b, w, out, in, n, x_dev, x_stride, 0, 1) ||
+        x_stride > INT32_MAX || y_stride > INT32_MAX)
         return n > UINT32_MAX ? -EINVAL
                               : dsv4_gemm_launch(b, w, out, in, x_dev, x_stride, 0, NULL, 1,
                                                  (uint32_t)n, y_dev, y_stride, 0);
@@ -1184,7 +1207,7 @@ int dsv4_cuda_linear_batched(dsv4_cuda_blas *b, const dsv4_cuda_weight *w, size_
 {
     if (n == 0 || out == 0 || batch == 0)
         return 0;
-    if (!dsv4_gemm_blas(b, w, out, in, n, x_dev, x_stride, x_batch, batch) ||
+    if (!x_dev || !dsv4_gemm_blas(b, w, out, in, n, x_dev, x_stride, x_batch, batch) ||
         x_stride > INT32_MAX || y_stride > INT32_MAX || x_batch > INT32_MAX || y_batch > INT32_MAX)
         return n > UINT32_MAX ? -EINVAL
                               : dsv4_gemm_launch(b, w, out, in, x_dev, x_stride, x_batch, NULL,

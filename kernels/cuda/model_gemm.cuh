@@ -113,8 +113,9 @@ bool dsv4_wg_splits_inputs(size_t out, size_t in, uint32_t groups, uint32_t rows
                            size_t rows);
 
 /* Y = W X for BF16 weights on wgmma (c.b->encode set), with dsv4_mma_kernel's rows, splits
- * and sums; c.x NULL where the rows come split in the split buffer already (a grouped
- * launch of rows from 0 that dsv4_wg_splits_inputs splits once; else -EINVAL). */
+ * and sums; c.x NULL where the rows come split in the split buffer already, and Y's rows
+ * zeroed where the splits add into them (a launch of rows from 0 that dsv4_wg_splits_inputs
+ * splits once; else -EINVAL). */
 int dsv4_wg_run(cudaStream_t st, const dsv4_wg_call &c, size_t out, size_t in,
                 const dsv4_mma_rows &R, uint32_t groups, uint32_t rows_each, float *y, size_t ys,
                 size_t yz);

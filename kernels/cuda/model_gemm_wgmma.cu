@@ -677,12 +677,12 @@ int dsv4_wg_run(cudaStream_t st, const dsv4_wg_call &c, size_t out, size_t in,
         return rc != 0 ? rc
                        : dsv4_wg_run_split<false>(st, c, out, in, R, groups, rows_each, y, ys, yz);
     }
-    /* no x: the kernel that wrote the inputs split them into the split buffer (grouped rows,
-     * which need no zeroing) */
-    int rc = c.x ? dsv4_wg_split_inputs(st, c.x, c.xs, c.xz, in, R.w0, (uint32_t)rows,
-                                        (uint32_t)probs, c.b->split, zero, out, ys, zyz)
-             : zero || R.w0 != 0 ? -EINVAL
-                                 : 0;
+    /* no x: the kernel that wrote the inputs split them into the split buffer, rows from 0,
+     * and zeroed Y's rows where the splits add into them (dsv4_cuda_linear_split) */
+    int rc = c.x         ? dsv4_wg_split_inputs(st, c.x, c.xs, c.xz, in, R.w0, (uint32_t)rows,
+                                                (uint32_t)probs, c.b->split, zero, out, ys, zyz)
+             : R.w0 != 0 ? -EINVAL
+                         : 0;
     return rc != 0 ? rc : dsv4_wg_run_split<true>(st, c, out, in, R, groups, rows_each, y, ys, yz);
 }
 
