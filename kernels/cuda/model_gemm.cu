@@ -1059,8 +1059,10 @@ static void *dsv4_gemm_split_buffer(const dsv4_cuda_blas *b, const dsv4_cuda_wei
     const dsv4_wg_call call = {b, w->data, NULL, x_stride, 0};
     size_t win;
     dsv4_mma_rows R = dsv4_mma_plan(b, &call, out, in, NULL, groups, each, rows, &win);
+    if (win < rows)
+        return NULL;
     *zero_p = dsv4_mma_adds_to_y(R);
-    return win >= rows ? b->split : NULL;
+    return b->split;
 }
 
 void *dsv4_cuda_linear_grouped_split(dsv4_cuda_blas *b, const dsv4_cuda_weight *w, size_t out,
