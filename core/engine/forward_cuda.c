@@ -999,26 +999,33 @@ static int fc_ik_select(dsv4_fwd_cuda *f, const dsv4_kv_buffer *ik)
 
 /* ---- layers ------------------------------------------------------------------------------- */
 
+/* Where the GEMM of `next` over the step's rows (in inputs a row, x_stride apart; out
+ * outputs into y) splits its inputs once: what their producer writes besides them (split
+ * NULL: nothing, the GEMM then takes its f32 inputs; else it is called without them). The
+ * split launch it saves, H100, 43-layer Flash shape at batch 64: FIXME. */
+static dsv4_cuda_split_out fc_split_for(const dsv4_fwd_cuda *f, const dsv4_cuda_weight *next,
+                                        size_t out, size_t in, size_t x_stride, float *y)
+{
+    bool zero;
+    dsv4_cuda_split_out us = {
+        dsv4_cuda_linear_split(f->blas, next, out, in, x_stride, f->st.n_tok, &zero), NULL, out,
+        out};
+    us.y = zero ? y : NULL;
+    return us;
+}
+
 /* The collapse of X (in x) into u, with ex set the block before's expand applied first,
- * once its mix is done (the expanded X written to xo), then the mix of this block forked.
- * u's rows are written split too where `next`, the GEMM that reads them first (out
- * outputs a row into y), would split them once (*split_p set: the block then calls it
- * without inputs). H100, 43-layer Flash shape, ffn_in's split at batch 64: FIXME. */
+ * once its mix is done (the expanded X written to xo), then the mix of this block forked;
+ * u's rows go split to us too (fc_split_for). */
 static int fc_hc_pre(dsv4_fwd_cuda *f, const float *x, const dsv4_cuda_hc_expand *ex, float *xo,
                      const float *fn, const float *base, const float *scale, const float *norm,
-                     const dsv4_cuda_weight *next, size_t out, float *y, bool *split_p)
+                     const dsv4_cuda_split_out *us)
 {
     uint32_t n = f->st.n_tok;
-    bool zero;
-    size_t H = f->c->hidden;
-    dsv4_cuda_split_out us = {dsv4_cuda_linear_split(f->blas, next, out, H, H, n, &zero), NULL, out,
-                              out};
-    us.y = zero ? y : NULL;
-    *split_p = us.split != NULL;
     int rc = ex ? dsv4_cuda_stream_wait(f->stream, f->mix_join) : 0;
     if (rc == 0)
         rc = dsv4_cuda_hc_pre(&f->dims, n, x, ex, xo, fn, base, scale, norm, f->pre, f->hz, f->u,
-                              &us, f->stream);
+                              us, f->stream);
     /* the Sinkhorn beside the block: its latency (~20 us on an H200 when it took a warp a
      * token) sat between the collapse and the block's first GEMM */
     if (rc == 0)
@@ -1063,10 +1070,12 @@ static int fc_attention(dsv4_fwd_cuda *f, uint32_t layer, const dsv4_kv_layer_vi
     size_t A = k.width;
     float *cq = f->ap + k.q;
     int rc = dsv4_cuda_linear(b, &w->attn_in, A, H, split ? NULL : f->u, H, n, f->ap, A);
+    const dsv4_cuda_split_out qs = fc_split_for(f, &w->wq_b, QH, qr, A, f->q);
     if (rc == 0)
-        rc = dsv4_cuda_rmsnorm_rows((uint32_t)n, (uint32_t)qr, A, cq, w->q_norm, f->dims.eps, s);
+        rc = dsv4_cuda_rmsnorm_rows((uint32_t)n, (uint32_t)qr, A, cq, w->q_norm, f->dims.eps, &qs,
+                                    s);
     if (rc == 0)
-        rc = dsv4_cuda_linear(b, &w->wq_b, QH, qr, cq, A, n, f->q, QH);
+        rc = dsv4_cuda_linear(b, &w->wq_b, QH, qr, qs.split ? NULL : cq, A, n, f->q, QH);
     /* the indexer's queries here, so that the q rotation takes theirs too (freq is the
      * compressed layers' table in a CSA layer) */
     if (rc == 0 && csa)
@@ -1380,21 +1389,23 @@ static int fc_layers(dsv4_fwd_cuda *f, bool prefenced, dsv4_kv_layer_view *views
             break;
         /* each collapse applies the block before's expand (none before the first), the
          * MoE's once its shared expert is done */
-        size_t A = fc_attn_cols(c, c->layer_kind[l]).width, F = c->n_experts + 2 * c->moe_inter;
-        bool split;
+        size_t H = c->hidden, A = fc_attn_cols(c, c->layer_kind[l]).width,
+               F = c->n_experts + 2 * c->moe_inter;
+        const dsv4_cuda_split_out as = fc_split_for(f, &w->attn_in, A, H, H, f->ap),
+                                  fs = fc_split_for(f, &w->ffn_in, F, H, H, f->fp);
         if (l == 0)
             rc = fc_hc_pre(f, f->x, NULL, NULL, w->hc_attn_fn, w->hc_attn_base, w->hc_attn_scale,
-                           w->attn_norm, &w->attn_in, A, f->ap, &split);
+                           w->attn_norm, &as);
         else if ((rc = dsv4_cuda_stream_wait(f->stream, f->sh_join)) == 0)
             rc = fc_hc_pre(f, f->xf, &moe, f->x, w->hc_attn_fn, w->hc_attn_base, w->hc_attn_scale,
-                           w->attn_norm, &w->attn_in, A, f->ap, &split);
+                           w->attn_norm, &as);
         if (rc == 0)
-            rc = fc_attention(f, l, &view, split);
+            rc = fc_attention(f, l, &view, as.split != NULL);
         if (rc == 0)
             rc = fc_hc_pre(f, f->x, &attn, f->xf, w->hc_ffn_fn, w->hc_ffn_base, w->hc_ffn_scale,
-                           w->ffn_norm, &w->ffn_in, F, f->fp, &split);
+                           w->ffn_norm, &fs);
         if (rc == 0)
-            rc = fc_moe(f, l, split);
+            rc = fc_moe(f, l, fs.split != NULL);
     }
     /* the last mix and shared expert join the stream (a graph's capture must end joined);
      * the head's collapse applies the last expand (fc_head) */

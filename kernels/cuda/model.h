@@ -251,9 +251,11 @@ int dsv4_cuda_hc_head(const dsv4_cuda_dims *d, uint32_t n, const uint32_t *rows_
                       const float *base_dev, float scale, const float *norm_dev, float *u_dev,
                       void *stream);
 /* x[t] <- rmsnorm(x[t]) (* w when w_dev is not NULL) for n rows of len values, row t at
- * x + t stride. */
+ * x + t stride; with us set, the rows also go split and the GEMM's rows are zeroed as
+ * dsv4_cuda_hc_pre's (-EINVAL where len is not a multiple of 4). */
 int dsv4_cuda_rmsnorm_rows(uint32_t n, uint32_t len, size_t stride, float *x_dev,
-                           const float *w_dev, float eps, void *stream);
+                           const float *w_dev, float eps, const dsv4_cuda_split_out *us,
+                           void *stream);
 
 /* ---- attention (model_attn.cu) ------------------------------------------------------------ */
 /* Per token: every head of q unweighted-normed and rotated at pos; kv (row t at kv +

@@ -271,8 +271,8 @@ struct dsv4_hc_args {
 /* Values h .. h + V - 1 of row r (of rows rows of in), o, into split rows [2][rows][in]:
  * dsv4_split_store's layout and bits. */
 template <uint32_t V>
-__device__ static inline void dsv4_hc_split_store(void *split, size_t rows, size_t in, size_t r,
-                                                  size_t h, const dsv4_vec<V> &o)
+__device__ static inline void dsv4_split_vals(void *split, size_t rows, size_t in, size_t r,
+                                              size_t h, const dsv4_vec<V> &o)
 {
     if constexpr (V == 4) {
         dsv4_split_store(split, rows, in, r, h / 4, make_float4(o.v[0], o.v[1], o.v[2], o.v[3]));
@@ -531,7 +531,7 @@ __global__ static void __cluster_dims__(HC_SLICES, 1, 1) __launch_bounds__(HC_TH
             o.v[v] = nv.v[v] * (s.v[v] * sru[k]);
         dsv4_vst<V>(a.u + (size_t)(t0 + k) * H + hv, o);
         if (!HEAD && a.us.split)
-            dsv4_hc_split_store<V>(a.us.split, n, H, t0 + k, hv, o);
+            dsv4_split_vals<V>(a.us.split, n, H, t0 + k, hv, o);
     }
     cl.barrier_wait();
 }
@@ -767,23 +767,34 @@ int dsv4_cuda_hc_mix(const dsv4_cuda_dims *d, uint32_t n, const float *z_dev, co
 }
 
 __global__ static void dsv4_rmsnorm_kernel(uint32_t len, size_t stride, float *x, const float *w,
-                                           float eps)
+                                           float eps, const dsv4_cuda_split_out us)
 {
     dsv4_pdl_begin();
     __shared__ float red[32];
-    float *row = x + (size_t)blockIdx.x * stride;
+    size_t t = blockIdx.x;
+    float *row = x + t * stride;
+    if (us.y) /* the GEMM after adds its k splits into its row t */
+        for (size_t o = threadIdx.x; o < us.out; o += blockDim.x)
+            us.y[t * us.stride + o] = 0.0f;
     float r = dsv4_block_rms_scale(row, len, eps, red);
-    for (uint32_t i = threadIdx.x; i < len; i += blockDim.x)
-        row[i] = w ? w[i] * (row[i] * r) : row[i] * r;
+    for (uint32_t i = threadIdx.x; i < len; i += blockDim.x) {
+        float v = w ? w[i] * (row[i] * r) : row[i] * r;
+        row[i] = v;
+        if (us.split)
+            dsv4_split_vals<1>(us.split, gridDim.x, len, t, i, dsv4_vec<1>{{v}});
+    }
 }
 
 int dsv4_cuda_rmsnorm_rows(uint32_t n, uint32_t len, size_t stride, float *x_dev,
-                           const float *w_dev, float eps, void *stream)
+                           const float *w_dev, float eps, const dsv4_cuda_split_out *us,
+                           void *stream)
 {
     if (n == 0)
         return 0;
+    if (us && us->split && len % 4 != 0)
+        return -EINVAL;
     return dsv4_pdl_launch(dsv4_rmsnorm_kernel, n, DSV4_CUDA_BLOCK, 0, (cudaStream_t)stream, len,
-                           stride, x_dev, w_dev, eps);
+                           stride, x_dev, w_dev, eps, us ? *us : dsv4_cuda_split_out{});
 }
 
 /* ---- MoE ---------------------------------------------------------------------------------- */

@@ -4,13 +4,14 @@
  * producer runs), gives what it gives from them. The MoE's gather and SwiGLU for the
  * grouped experts (dsv4_cuda_linear_grouped_split): gather -> experts' gate/up and SwiGLU ->
  * experts' down, the same bits, deterministic and fast, at row counts that split once. The
- * mHC collapse for the dense GEMM that reads u next (dsv4_cuda_linear_split, ffn_in's
- * place): u unchanged, the GEMM's bits in deterministic mode; in fast mode, whose k splits
- * add into Y with atomics (Y overwritten with NaNs too), the collapse zeroes Y's rows and
- * the GEMM agrees within rounding. Without the producer's rows the GEMM does not give those
- * values (the check's own control). Where the GEMM would not split once (few rows, an FP8
- * or narrow weight, cuBLAS's long fast steps) the query answers NULL and a call without
- * inputs is refused, as are producers asked to split rows they cannot. */
+ * mHC collapse and the row RMSNorm for the dense GEMM that reads their rows next
+ * (dsv4_cuda_linear_split: ffn_in's place, wq_b's): their rows unchanged, the GEMM's bits in
+ * deterministic mode; in fast mode, whose k splits add into Y with atomics (Y overwritten
+ * with NaNs too), the producer zeroes Y's rows and the GEMM agrees within rounding. Without the
+ * producer's rows the GEMM does not give those values (the check's own control). Where the GEMM
+ * would not split once (few rows, an FP8 or narrow weight, cuBLAS's long fast steps) the query
+ * answers NULL and a call without inputs is refused, as are producers asked to split rows they
+ * cannot. */
 #include "config.h"
 
 #include "tests/gpu/gpu.h"
@@ -226,14 +227,27 @@ static void check_mode(fixture *f, const char *mode)
     ok(dsv4_cuda_sync(f->stream) == 0, "%s: the stream is sound after the refusals", mode);
 }
 
-/* The collapse of CROWS tokens' streams into cu, with us (NULL: none). */
-static int collapse(fixture *f, float *cu, const dsv4_cuda_split_out *us)
+/* A producer of CROWS rows of CHID for the dense GEMM, into rows, with us (NULL: none). */
+typedef int (*producer)(fixture *f, float *rows, const dsv4_cuda_split_out *us);
+
+/* the collapse of CROWS tokens' streams */
+static int collapse(fixture *f, float *rows, const dsv4_cuda_split_out *us)
 {
     return dsv4_cuda_hc_pre(&f->dims, CROWS, f->x, NULL, NULL, f->fn, f->base, f->scale, f->norm,
-                            f->pre, f->z, cu, us, f->stream);
+                            f->pre, f->z, rows, us, f->stream);
 }
 
-static void check_collapse(fixture *f, const char *mode, bool det)
+/* the RMSNorm of CROWS rows (the q norm before wq_b), in place over a copy of x's */
+static int norm(fixture *f, float *rows, const dsv4_cuda_split_out *us)
+{
+    if (cudaMemcpy(rows, f->x, (size_t)CROWS * CHID * sizeof(float), cudaMemcpyDeviceToDevice) !=
+        cudaSuccess)
+        return -EIO;
+    return dsv4_cuda_rmsnorm_rows(CROWS, CHID, CHID, rows, f->norm, 1e-6f, us, f->stream);
+}
+
+/* The dense GEMM from the rows `produce` wrote split against the GEMM from its f32 rows. */
+static void check_dense(fixture *f, const char *mode, bool det, const char *what, producer produce)
 {
     size_t ny = (size_t)CROWS * COUT;
     bool zero;
@@ -243,7 +257,7 @@ static void check_collapse(fixture *f, const char *mode, bool det)
     ok(zero == !det, "%s: %s", mode,
        det ? "its splits add in order, nothing to zero"
            : "its k splits add into Y with atomics: the producer zeroes Y's rows");
-    int rc = collapse(f, f->cu_ref, NULL);
+    int rc = produce(f, f->cu_ref, NULL);
     if (rc == 0)
         rc =
             dsv4_cuda_linear(f->blas, &f->wide, COUT, CHID, f->cu_ref, CHID, CROWS, f->y_ref, COUT);
@@ -256,30 +270,35 @@ static void check_collapse(fixture *f, const char *mode, bool det)
     if (rc == 0)
         rc = dsv4_cuda_sync(f->stream);
     ok(rc == 0 && !agree(f->y, f->y_ref, ny, 1e-5f),
-       "%s: control: the dense GEMM without the collapse's split rows does not give its values "
-       "(%d)",
-       mode, rc);
+       "%s: control: the dense GEMM without the %s's split rows does not give its values (%d)",
+       mode, what, rc);
     poison(split, CROWS, CHID);
     nans(f->y, ny * sizeof(float));
     dsv4_cuda_split_out us = {split, zero ? f->y : NULL, COUT, COUT};
     if (rc == 0)
-        rc = collapse(f, f->cu, &us);
+        rc = produce(f, f->cu, &us);
     if (rc == 0)
         rc = dsv4_cuda_linear(f->blas, &f->wide, COUT, CHID, NULL, CHID, CROWS, f->y, COUT);
     if (rc == 0)
         rc = dsv4_cuda_sync(f->stream);
     ok(rc == 0 && agree(f->cu, f->cu_ref, (size_t)CROWS * CHID, -1.0f),
-       "%s: the collapse's u is the same bits with its split written too (%d)", mode, rc);
+       "%s: the %s's rows are the same bits with their split written too (%d)", mode, what, rc);
     if (det)
         ok(rc == 0 && agree(f->y, f->y_ref, ny, -1.0f),
-           "%s: the dense GEMM from the collapse's split rows: the bits of its own split (%d)",
-           mode, rc);
+           "%s: the dense GEMM from the %s's split rows: the bits of its own split (%d)", mode,
+           what, rc);
     else
         ok(rc == 0 && agree(f->y, f->y_ref, ny, 1e-5f),
-           "%s: the dense GEMM from the collapse's split rows, Y zeroed by the collapse: within "
-           "1e-5 of its own split's (%d)",
-           mode, rc);
+           "%s: the dense GEMM from the %s's split rows, Y zeroed by it: within 1e-5 of its own "
+           "split's (%d)",
+           mode, what, rc);
+}
 
+/* Where the dense GEMM does not split once, and the stream after the refusals. */
+static void check_dense_refusals(fixture *f, const char *mode, bool det)
+{
+    bool zero;
+    int rc;
     /* no split once: few rows, a narrow weight, an FP8 one, cuBLAS's long fast steps */
     ok(dsv4_cuda_linear_split(f->blas, &f->wide, COUT, CHID, CHID, FEW, &zero) == NULL && !zero,
        "%s: a dense GEMM of %u rows splits by the tiles: no split buffer", mode, FEW);
@@ -298,7 +317,7 @@ static void check_collapse(fixture *f, const char *mode, bool det)
 int main(void)
 {
     gpu_require();
-    plan(2 * 9 + 2 * 11 + 3);
+    plan(2 * 9 + 2 * (2 * 5 + 6) + 4);
     fixture f = {0};
     if (dsv4_cuda_stream_new(&f.stream) != 0)
         bail_out("no stream");
@@ -331,7 +350,9 @@ int main(void)
         if (!(f.blas = dsv4_cuda_blas_new(f.stream, det)))
             bail_out("no cuBLAS handle");
         check_mode(&f, det ? "deterministic" : "fast");
-        check_collapse(&f, det ? "deterministic" : "fast", det);
+        check_dense(&f, det ? "deterministic" : "fast", det, "collapse", collapse);
+        check_dense(&f, det ? "deterministic" : "fast", det, "RMSNorm", norm);
+        check_dense_refusals(&f, det ? "deterministic" : "fast", det);
         dsv4_cuda_blas_free(f.blas);
     }
     /* producers asked to split rows they cannot: unaligned rows */
@@ -346,6 +367,8 @@ int main(void)
     f.dims.hidden = CHID - 2;
     ok(collapse(&f, f.cu, &us) == -EINVAL,
        "the collapse refuses to split rows of a length not a multiple of 4");
+    ok(dsv4_cuda_rmsnorm_rows(CROWS, CHID - 2, CHID, f.cu, f.norm, 1e-6f, &us, f.stream) == -EINVAL,
+       "the RMSNorm refuses to split rows of a length not a multiple of 4");
     gpu_free(split);
     gpu_free(f.cu_ref);
     gpu_free(f.cu);
