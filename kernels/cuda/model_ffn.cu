@@ -690,25 +690,33 @@ static int dsv4_hc_collapse_launch(const dsv4_cuda_dims *d, uint32_t n, bool hea
                 : dsv4_hc_collapse_pick<false>(d, n, a, st);
 }
 
+/* What both collapses take: the streams, the expand, the projections, the norm and u. */
+static dsv4_hc_args dsv4_hc_args_of(const float *x, const dsv4_cuda_hc_expand *ex, const float *fn,
+                                    const float *base, const float *norm, float *u)
+{
+    dsv4_hc_args a = {};
+    a.x = x;
+    a.ex = ex ? *ex : dsv4_cuda_hc_expand{};
+    a.fn = fn;
+    a.base = base;
+    a.norm = norm;
+    a.u = u;
+    return a;
+}
+
 int dsv4_cuda_hc_pre(const dsv4_cuda_dims *d, uint32_t n, const float *x_dev,
                      const dsv4_cuda_hc_expand *ex, float *xo_dev, const float *fn_dev,
                      const float *base_dev, const float *scale_dev, const float *norm_dev,
                      float *pre_dev, float *z_dev, float *u_dev, const dsv4_cuda_split_out *us,
                      void *stream)
 {
-    dsv4_hc_args a = {x_dev,
-                      NULL,
-                      ex ? *ex : dsv4_cuda_hc_expand{},
-                      xo_dev,
-                      fn_dev,
-                      base_dev,
-                      scale_dev,
-                      norm_dev,
-                      0.0f,
-                      pre_dev,
-                      z_dev,
-                      u_dev,
-                      us ? *us : dsv4_cuda_split_out{}};
+    dsv4_hc_args a = dsv4_hc_args_of(x_dev, ex, fn_dev, base_dev, norm_dev, u_dev);
+    a.xo = xo_dev;
+    a.scale = scale_dev;
+    a.pre = pre_dev;
+    a.z = z_dev;
+    if (us)
+        a.us = *us;
     if (a.us.split && d->hidden % 4 != 0)
         return -EINVAL;
     return dsv4_hc_collapse_launch(d, n, false, a, stream);
@@ -719,19 +727,9 @@ int dsv4_cuda_hc_head(const dsv4_cuda_dims *d, uint32_t n, const uint32_t *rows_
                       const float *base_dev, float scale, const float *norm_dev, float *u_dev,
                       void *stream)
 {
-    dsv4_hc_args a = {x_dev,
-                      rows_dev,
-                      ex ? *ex : dsv4_cuda_hc_expand{},
-                      NULL,
-                      fn_dev,
-                      base_dev,
-                      NULL,
-                      norm_dev,
-                      scale,
-                      NULL,
-                      NULL,
-                      u_dev,
-                      dsv4_cuda_split_out{}};
+    dsv4_hc_args a = dsv4_hc_args_of(x_dev, ex, fn_dev, base_dev, norm_dev, u_dev);
+    a.rows = rows_dev;
+    a.hscale = scale;
     return dsv4_hc_collapse_launch(d, n, true, a, stream);
 }
 
