@@ -43,10 +43,10 @@ PFN_cuTensorMapEncodeTiled_v12000 dsv4_wg_encoder(void)
  * build in separate accumulators over the k blocks of its split in ascending order and are
  * added (hi + lo) at the split's end. A launch of enough rows (dsv4_wg_split_once) splits its
  * inputs once instead (dsv4_wg_split_kernel, the same bits, into the handle's split buffer;
- * a grouped launch may find them written there by the kernel that made them:
- * dsv4_cuda_linear_grouped_split), and the producer loads each stage's B as it is, in the swizzle,
- * so the consumers only wait for a stage and run its MMAs; every output tile would otherwise split
- * the same inputs again. The splits' sums are then added in split order as the mma.sync kernel adds
+ * a launch may find them written there by the kernel that made them:
+ * dsv4_cuda_linear_grouped_split, dsv4_cuda_linear_split), and the producer loads each stage's
+ * B as it is, in the swizzle, so the consumers only wait for a stage and run its MMAs; every
+ * output tile would otherwise split the same inputs again. The splits' sums are then added in split order as the mma.sync kernel adds
  * them (in registers, or by dsv4_mma_sum_kernel). An output's bits therefore depend on its weight
  * row, its input row and the split (fixed by the weight's shape in deterministic mode), provided a
  * wgmma column's sums do not depend on N, on the column or on the warpgroup: the GEMM test
