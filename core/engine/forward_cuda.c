@@ -1004,7 +1004,7 @@ static int fc_ik_select(dsv4_fwd_cuda *f, const dsv4_kv_buffer *ik)
  * NULL: nothing, the GEMM then takes its f32 inputs; else it is called without them): the
  * split launches of attn_in, wq_b and ffn_in go where those split once. H100, same run:
  * 43-layer Flash shape, decode 1.007-1.008x at batch 64, 1.00x at 1, 16 and 128; 4-layer
- * 1.005-1.007x fast at batch 64, 0.995-0.999x at batch 4 (where nothing splits once)
+ * 1.005-1.007x fast at batch 64, 0.995-0.998x at batch 4 (where nothing splits once)
  * (bench/results/2026-12-06-producers-split-dense-gemms-h100.md). */
 static dsv4_cuda_split_out fc_split_for(const dsv4_fwd_cuda *f, const dsv4_cuda_weight *next,
                                         size_t out, size_t in, size_t x_stride, float *y)
