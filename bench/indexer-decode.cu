@@ -212,6 +212,9 @@ int main(int argc, char **argv)
     }
     if (one || fmt_only)
         only = "indexer";
+    /* rows survive a run cut short (to a file, stdout is fully buffered: a kernel that hung
+     * left it empty) */
+    setvbuf(stdout, NULL, _IOLBF, 0);
     check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
     printf("# indexer decode on %s (%d SMs), commit %s\n\n", prop.name, prop.multiProcessorCount,
            commit);
