@@ -46,12 +46,12 @@ PFN_cuTensorMapEncodeTiled_v12000 dsv4_wg_encoder(void)
  * a launch may find them written there by the kernel that made them:
  * dsv4_cuda_linear_grouped_split, dsv4_cuda_linear_split), and the producer loads each stage's
  * B as it is, in the swizzle, so the consumers only wait for a stage and run its MMAs; every
- * output tile would otherwise split the same inputs again. The splits' sums are then added in split order as the mma.sync kernel adds
- * them (in registers, or by dsv4_mma_sum_kernel). An output's bits therefore depend on its weight
- * row, its input row and the split (fixed by the weight's shape in deterministic mode), provided a
- * wgmma column's sums do not depend on N, on the column or on the warpgroup: the GEMM test
- * checks that bitwise (rows at every position of tiles of 8 .. 64, one and two warpgroups, one
- * and two output tiles a warpgroup).
+ * output tile would otherwise split the same inputs again. The splits' sums are then added in
+ * split order as the mma.sync kernel adds them (in registers, or by dsv4_mma_sum_kernel). An
+ * output's bits therefore depend on its weight row, its input row and the split (fixed by the
+ * weight's shape in deterministic mode), provided a wgmma column's sums do not depend on N, on
+ * the column or on the warpgroup: the GEMM test checks that bitwise (rows at every position of
+ * tiles of 8 .. 64, one and two warpgroups, one and two output tiles a warpgroup).
  * A warpgroup of two tiles (dsv4_wg_pair) runs their MMAs interleaved against the stage's
  * one B, two independent accumulator chains, so the block reads B from L2 once per 256
  * outputs rather than 128. That gains at 32, 128 and 256 rows (H200: 0.80-0.96x the time of
