@@ -30,10 +30,10 @@
  * tile's keys into a second register set while they run, then waits for them and sums the
  * scores (each tile waiting for the one before it held fp8 at 56% of the read ceiling at
  * 1M x 32/64, bench/results/2026-11-29-indexer-h200-f.md). Under 128 registers a thread,
- * four blocks share a multiprocessor. As soon as its keys are in registers a warp counts
- * the stage free and the last of the 4 warps refills it, so the copies in flight do not
- * wait on the MMAs (the count only grows, and every warp reads every page, so no warp can
- * wait on a barrier phase two ahead of it).
+ * four blocks share a multiprocessor. As soon as its keys are in registers a warp releases
+ * the stage (an arrival on its empty barrier), and warp 0 refills it after the step's
+ * epilogue, so the copies in flight do not wait on the MMAs (every warp reads every page,
+ * so no warp can wait on a barrier phase two ahead of it).
  *
  * Tensor-map wgmma (sm_90a; bf16 keys, or fp8 keys with an e4m3 query; dim 128, pages of a
  * multiple of 64 rows): the copy engine stores each page through a tensor map (the pool as
@@ -104,11 +104,11 @@
 #define IK_PART_BYTES (2u * IK_MAX_RPP * (uint32_t)sizeof(float))
 #define IK_IDS_BYTES (IK_MAX_PPB * (uint32_t)sizeof(uint32_t))
 #define IK_HEAD_BYTES (IK_BAR_BYTES + IK_PART_BYTES + IK_IDS_BYTES) /* a multiple of 16 */
-/* The wgmma kernel's shared memory: the feed (a full barrier and a release count per stage,
+/* The wgmma kernel's shared memory: the feed (a full and an empty barrier per stage,
  * the page ids), the query as B, then the stages; each part a multiple of 16 bytes. */
 #define IK_WG_BLOCKS 4      /* per multiprocessor: at most 128 registers a thread */
 #define IK_WG_FP8_STAGES 4u /* four blocks' stages and queries fit in shared memory */
-#define IK_FEED_BYTES (IK_MAX_STAGES * (8u + 4u) + IK_MAX_PPB * 4u)
+#define IK_FEED_BYTES (IK_MAX_STAGES * (8u + 8u) + IK_MAX_PPB * 4u)
 #define IK_WG_QUERY_BYTES (IK_HEADS * 128u * 2u)
 
 /* 1 in the device code built for sm_90a: the host reads it once per device to pick the
@@ -132,13 +132,21 @@ template <> struct ik_fmt<DSV4_CUDA_IK_F32> {
     static constexpr bool split = true;
 };
 
-/* One thread: the stage barriers, each completed by one arrival plus its copy's bytes, made
- * visible to the copy engine before any copy is issued. */
-__device__ static inline void ik_bars_init(uint64_t *bars, uint32_t n)
+/* One thread: n barriers, each phase completed by count arrivals (and the bytes expected). */
+__device__ static inline void ik_bars_make(uint64_t *bars, uint32_t n, uint32_t count)
 {
     for (uint32_t s = 0; s < n; s++)
-        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(dsv4_smem_addr(&bars[s]))
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(dsv4_smem_addr(&bars[s])),
+                     "r"(count)
                      : "memory");
+}
+
+/* One thread: the stage barriers, each completed by one arrival plus its copy's bytes, made
+ * visible to the copy engine before any copy is issued (with any barriers the thread made
+ * before). */
+__device__ static inline void ik_bars_init(uint64_t *bars, uint32_t n)
+{
+    ik_bars_make(bars, n, 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
@@ -501,8 +509,10 @@ struct ik_feed {
      * s x (page_bytes - rpp x row_bytes): kept apart, a stage of keys is a whole number of
      * 1024-byte swizzle atoms and six fp8 stages fit a block where five did */
     uint8_t *tail0;
-    uint64_t *full;
-    uint32_t *released, *ids;
+    /* per stage: full completes when its page has landed, empty when every warp that reads
+     * the stage has released it (one arrival a warp) */
+    uint64_t *full, *empty;
+    uint32_t *ids;
     /* a stage holds a page at stage_bytes = page_bytes, or with a tensor map a page's keys
      * at rpp x row_bytes (1024-aligned for the swizzle); elem: bytes a value, for the tensor
      * map's coordinates */
@@ -542,15 +552,15 @@ struct ik_feed {
     }
 
     /* Every thread: the page ids (a page-table load inside the loop would stall every copy),
-     * the counts and barriers, then every stage filled. */
+     * the barriers (each stage read by every warp of the block), then every stage filled. */
     __device__ void start(const uint32_t *pages, uint32_t tid, uint32_t threads) const
     {
         for (uint32_t i = p0 + tid; i < p1; i += threads)
             ids[i - p0] = pages[i];
-        if (tid < stages)
-            released[tid] = 0;
-        if (tid == 0)
+        if (tid == 0) {
+            ik_bars_make(empty, stages, threads / 32);
             ik_bars_init(full, stages);
+        }
         __syncthreads();
         if (tid < 32)
             for (uint32_t s = 0; s < stages && p0 + s < p1; s++)
@@ -573,23 +583,32 @@ struct ik_feed {
     }
 
     /* Every thread of a warp, once the warp has read what it needs of page i: the warp's
-     * count on the stage; the last of the warps that read it refills it with the page stages
-     * further on (the count is acquire-release, ordering the warp's reads before it and the
-     * copy after it). */
-    __device__ void release(uint32_t i, uint32_t warps, uint32_t lane) const
+     * arrival on the stage's empty barrier, which orders the warp's reads before the refill
+     * that waits on it. Nothing waits here: the last of the warps to count the stage free
+     * refilled it (an acquire-release shared atomic, its result broadcast and compared), a
+     * chain of dependent instructions in every warp and every page that held 21% of the
+     * stall samples of fp8 1M x 32 (H100, ncu,
+     * bench/results/2026-12-07-indexer-wg-stalls-gpu-matrix-h100.md). */
+    __device__ void release(uint32_t i, uint32_t lane) const
     {
         const uint32_t round = __umulhi(i - p0, stage_div), stage = i - p0 - round * stages;
-        const uint32_t uses = round + 1;
-        uint32_t seen = 0;
         __syncwarp();
         if (lane == 0)
-            asm volatile("atom.acq_rel.cta.shared::cta.add.u32 %0, [%1], 1;\n"
-                         : "=r"(seen)
-                         : "r"(dsv4_smem_addr(&released[stage]))
-                         : "memory");
-        seen = __shfl_sync(0xffffffffu, seen, 0);
-        if (seen + 1 == uses * warps && i + stages < p1) /* the stage's count only grows */
-            issue(i + stages, stage, lane);
+            asm volatile(
+                "mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(dsv4_smem_addr(&empty[stage]))
+                : "memory");
+    }
+
+    /* Every thread of one warp, the one that refills, in page order, some time after its
+     * own release of page i: the page stages further on into page i's stage once every
+     * warp has released it (by then they have, as a rule: the wait costs one test). */
+    __device__ void refill(uint32_t i, uint32_t lane) const
+    {
+        if (i + stages >= p1)
+            return;
+        const uint32_t round = __umulhi(i - p0, stage_div), stage = i - p0 - round * stages;
+        dsv4_mbar_wait(dsv4_smem_addr(&empty[stage]), round & 1u);
+        issue(i + stages, stage, lane);
     }
 };
 
@@ -602,8 +621,8 @@ __device__ static inline ik_feed ik_feed_at(uint8_t *smem, const uint8_t *pool, 
     ik_feed f;
     f.pool = pool;
     f.full = (uint64_t *)smem;
-    f.released = (uint32_t *)(smem + IK_MAX_STAGES * 8u);
-    f.ids = (uint32_t *)(smem + IK_MAX_STAGES * 12u);
+    f.empty = (uint64_t *)(smem + IK_MAX_STAGES * 8u);
+    f.ids = (uint32_t *)(smem + IK_MAX_STAGES * 16u);
     f.stage0 = smem + IK_FEED_BYTES + own_bytes;
     f.tail0 = nullptr;
     f.tmap = nullptr;
@@ -817,9 +836,10 @@ __global__ void __launch_bounds__(128, IK_WG_BLOCKS)
     /* The tiles in page order, software-pipelined: while the MMAs of one tile run, the warp
      * loads (and converts) the next tile's keys into the other register set, then waits
      * for the MMAs and sums their scores. A tile's row scale is read with its keys, before
-     * its page's stage is counted free. */
+     * its page's stage is released. */
     ik_wg_tile<DIM> t[2];
-    uint32_t ni = p0, nm = 0; /* the next tile to load */
+    uint32_t ni = p0, nm = 0;    /* the next tile to load */
+    uint32_t freed = UINT32_MAX; /* the page this warp released since the last refill */
     auto load = [&](ik_wg_tile<DIM> &x) {
         const uint8_t *pg = feed.wait(ni);
         const uint32_t slot = warp * 16 + g + (t4 ? 8u : 0u) + nm * 64;
@@ -828,7 +848,8 @@ __global__ void __launch_bounds__(128, IK_WG_BLOCKS)
         x.i = ni;
         x.m = nm;
         if (++nm == tiles) {
-            feed.release(ni, 4, lane); /* the warp has all it needs of the page */
+            feed.release(ni, lane); /* the warp has all it needs of the page */
+            freed = ni;
             nm = 0;
             ni++;
         }
@@ -868,6 +889,14 @@ __global__ void __launch_bounds__(128, IK_WG_BLOCKS)
         if (t4 < 2 && slot < rpp && row < n_rows)
             scores[(size_t)b * bt.max_rows + row] = bt.scale * ((t4 ? v1 : v0) * x.rs);
     };
+    /* warp 0 refills the stage the last load freed (the other warps released it in theirs,
+     * as soon as they had its keys); after each load, or a page freed by the first load and
+     * one by the next would leave the first never refilled */
+    auto refill = [&]() {
+        if (warp == 0 && freed != UINT32_MAX)
+            feed.refill(freed, lane);
+        freed = UINT32_MAX;
+    };
     auto step = [&](ik_wg_tile<DIM> &cur, ik_wg_tile<DIM> &nxt) {
         float d[32];
         issue(cur, d);
@@ -876,9 +905,11 @@ __global__ void __launch_bounds__(128, IK_WG_BLOCKS)
             load(nxt);
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
         finish(cur, d);
+        refill();
         return more;
     };
     load(t[0]);
+    refill(); /* the first load may free a page too: one refill a load */
     while (step(t[0], t[1]) && step(t[1], t[0])) {
     }
 #endif
@@ -1058,7 +1089,7 @@ __global__ void __launch_bounds__(128, IK_TM_BLOCKS)
         if (F8 && tid / 64 == u && k < n)
             rs = ((const float *)(feed.tail0 + stage * rpp * TAIL))[m * 64 + tid % 64];
         if (k < n && m == tiles - 1)
-            feed.release(p0 + page, 4, lane);
+            feed.release(p0 + page, lane);
         float v[16];
 #pragma unroll
         for (int j = 0; j < 8; j++) {
@@ -1088,6 +1119,14 @@ __global__ void __launch_bounds__(128, IK_TM_BLOCKS)
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
         finish(k + 1, 1, d1, s1, page1, m1);
         __syncthreads();
+        /* warp 0 refills the stages this pass freed (every warp released them before the
+         * barrier) */
+        if (warp == 0) {
+            if (m0 == tiles - 1)
+                feed.refill(p0 + page0, lane);
+            if (k + 1 < n && m1 == tiles - 1)
+                feed.refill(p0 + page1, lane);
+        }
         const uint32_t u = tid / 64, r = tid % 64;
         const float *pb = part + (buf * 2 + u) * 256u;
         const uint32_t row = (p0 + (u ? page1 : page0)) * rpp + (u ? m1 : m0) * 64 + r;
