@@ -48,6 +48,7 @@ static const layer_shape shapes[] = {
     {"wo_a 8x 4096->1024", 8, 1024, 4096, false, true},
     {"wo_b 8192->4096", 1, 4096, 8192, false, false},
     {"experts gate|up 8x 4096->4096", 8, 4096, 4096, true, false},
+    {"experts down 8x 2048->4096", 8, 4096, 2048, true, false},
     {"head 4096->129280", 1, 129280, 4096, false, false},
 };
 
@@ -223,8 +224,7 @@ int main(int argc, char **argv)
     fprintf(stderr, "gemm-stream: %s\n", name);
     if (bw == 0 && (bw = bench_hbm_copy_rate(stream)) == 0)
         die("the copy ceiling's copies failed");
-    printf("HBM ceiling: %.0f GB/s (%s)\n\n", bw / 1e9,
-           bw_set ? "--bw" : BENCH_HBM_COPY_WHAT);
+    printf("HBM ceiling: %.0f GB/s (%s)\n\n", bw / 1e9, bw_set ? "--bw" : BENCH_HBM_COPY_WHAT);
     printf("| layer | format | mode | rows | us/call | weight GB/s | of %.2f TB/s | TFLOP/s |\n",
            bw / 1e12);
     printf("|---|---|---|---:|---:|---:|---:|---:|\n");
