@@ -567,10 +567,18 @@ struct ik_feed {
                 issue(p0 + s, s, tid);
     }
 
+    /* Page i's stage, and in *round_p how many times the ring had gone round before it. */
+    __device__ uint32_t stage_of(uint32_t i, uint32_t *round_p) const
+    {
+        *round_p = __umulhi(i - p0, stage_div);
+        return i - p0 - *round_p * stages;
+    }
+
     /* Every thread of a warp, in page order: the stage of page i once it has landed. */
     __device__ uint32_t wait_stage(uint32_t i) const
     {
-        const uint32_t round = __umulhi(i - p0, stage_div), stage = i - p0 - round * stages;
+        uint32_t round;
+        const uint32_t stage = stage_of(i, &round);
         dsv4_mbar_wait(dsv4_smem_addr(&full[stage]), round & 1u);
         __syncwarp(); /* the MMAs need the warp converged after its spin */
         return stage;
@@ -591,7 +599,8 @@ struct ik_feed {
      * bench/results/2026-12-07-indexer-wg-stalls-gpu-matrix-h100.md). */
     __device__ void release(uint32_t i, uint32_t lane) const
     {
-        const uint32_t round = __umulhi(i - p0, stage_div), stage = i - p0 - round * stages;
+        uint32_t round;
+        const uint32_t stage = stage_of(i, &round);
         __syncwarp();
         if (lane == 0)
             asm volatile(
@@ -606,7 +615,8 @@ struct ik_feed {
     {
         if (i + stages >= p1)
             return;
-        const uint32_t round = __umulhi(i - p0, stage_div), stage = i - p0 - round * stages;
+        uint32_t round;
+        const uint32_t stage = stage_of(i, &round);
         dsv4_mbar_wait(dsv4_smem_addr(&empty[stage]), round & 1u);
         issue(i + stages, stage, lane);
     }
