@@ -1128,15 +1128,15 @@ __global__ void __launch_bounds__(128, IK_TM_BLOCKS)
         finish(k, 0, d0, s0, page0, m0);
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
         finish(k + 1, 1, d1, s1, page1, m1);
-        __syncthreads();
-        /* warp 0 refills the stages this pass freed (every warp released them before the
-         * barrier) */
+        /* warp 0 refills the stages this pass freed as soon as every warp has released them
+         * (each does in its finish, before the barrier: the wait cannot hold it) */
         if (warp == 0) {
             if (m0 == tiles - 1)
                 feed.refill(p0 + page0, lane);
             if (k + 1 < n && m1 == tiles - 1)
                 feed.refill(p0 + page1, lane);
         }
+        __syncthreads();
         const uint32_t u = tid / 64, r = tid % 64;
         const float *pb = part + (buf * 2 + u) * 256u;
         const uint32_t row = (p0 + (u ? page1 : page0)) * rpp + (u ? m1 : m0) * 64 + r;
