@@ -578,8 +578,15 @@ static int dsv4_wg_run_tiles(cudaStream_t st, const dsv4_wg_call &c, size_t out,
  * output tiles against the block's B (256 outputs a block, WG_PAIR) rather than one: B's
  * bytes from L2 a weight byte halve and a warpgroup runs two MMA chains a stage, but the
  * launch has half the units, each twice the work. One tile where the blocks take their
- * splits in turn (the totals would double the accumulators' registers) or grouped rows
- * (units without rows); two where the paired launch is still persistent (more units than
+ * splits in turn (the totals would double the accumulators' registers). Grouped rows pair
+ * where a group's rows average more than one row tile (rows_each, the average doubled, over
+ * two tiles): then a weight tile serves two or more row tiles, and pairing halves the
+ * blocks that read it. H100, same run, 8 experts, top 6 (bench/gemm-stream, either mode):
+ * 128 rows, gate|up 0.92x the time, down 0.90x; 256 rows 0.83x and 0.82x; decode (4-layer
+ * flash shape) 1.03-1.04x at batch 128 and 256. At 64 rows (48 a group: a group's second
+ * tile nearly empty) pairing took 1.03x (gate|up) and decode 0.95-0.98x: the launch's 128
+ * units of twice the work balance worse on 132 multiprocessors than 256. Other launches
+ * pair where the paired launch is still persistent (more units than
  * blocks the GPU holds: each SM streams units back to back either way), else where its
  * waves of blocks (one an SM) take no longer and, for a launch that unpaired would be
  * persistent, a unit is long enough (WG_PAIR_KB) that one a block leaves its ring's fill
@@ -591,8 +598,10 @@ static int dsv4_wg_run_tiles(cudaStream_t st, const dsv4_wg_call &c, size_t out,
 static bool dsv4_wg_pair(const dsv4_wg_call &c, size_t out, size_t in, const dsv4_mma_rows &R,
                          uint32_t groups, uint32_t rows_each, uint32_t nt)
 {
-    if (R.off || (R.kgrid == 1 && R.ksplit > 1))
+    if (R.kgrid == 1 && R.ksplit > 1)
         return false;
+    if (R.off)
+        return rows_each > 2 * nt;
     uint32_t tiles = (rows_each + nt - 1) / nt;
     size_t xs = (size_t)(tiles < GEMM_ROW_SPLIT ? tiles : GEMM_ROW_SPLIT) * R.kgrid * groups;
     size_t wide = WG_WIDE * WG_OUT, sms = c.b->sms;
