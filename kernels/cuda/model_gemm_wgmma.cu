@@ -583,18 +583,18 @@ static int dsv4_wg_run_tiles(cudaStream_t st, const dsv4_wg_call &c, size_t out,
  * two tiles): then a weight tile serves two or more row tiles, and pairing halves the
  * blocks that read it. H100, same run, 8 experts, top 6 (bench/gemm-stream, either mode):
  * 128 rows, gate|up 0.92x the time, down 0.90x; 256 rows 0.83x and 0.82x; decode (4-layer
- * flash shape) 1.03-1.04x at batch 128 and 256. At 64 rows (48 a group: a group's second
+ * flash shape) 1.01-1.05x at batch 128 and 256. At 64 rows (48 a group: a group's second
  * tile nearly empty) pairing took 1.03x (gate|up) and decode 0.95-0.98x: the launch's 128
- * units of twice the work balance worse on 132 multiprocessors than 256. Other launches
- * pair where the paired launch is still persistent (more units than
- * blocks the GPU holds: each SM streams units back to back either way), else where its
- * waves of blocks (one an SM) take no longer and, for a launch that unpaired would be
- * persistent, a unit is long enough (WG_PAIR_KB) that one a block leaves its ring's fill
- * and drain little of the time. H200, same run (bench/gemm-stream, two runs each): 128 rows
- * 0.81-0.96x the time (wq_a, wq_b, wo_b, the head; fast wo_a), 256 rows 0.80-0.94x (wq_a,
- * wq_b, the head; fast wo_a, wo_b), 32 rows 0.89-0.96x (wo_a, wo_b, the head), 64 rows
- * 0.97-0.99x (wo_b, the head, fast wo_a) and 1.02x (deterministic wo_a); wq_b's 16 k blocks
- * at 64 rows paired (128 units on 132 SMs against 256 on a persistent grid) took 1.05x. */
+ * units of twice the work balance worse on 132 multiprocessors than 256. Other launches pair
+ * where the paired launch is still persistent (more units than blocks the GPU holds: each
+ * SM streams units back to back either way), else where its waves of blocks (one an SM)
+ * take no longer and, for a launch that unpaired would be persistent, a unit is long enough
+ * (WG_PAIR_KB) that one a block leaves its ring's fill and drain little of the time. H200,
+ * same run (bench/gemm-stream, two runs each): 128 rows 0.81-0.96x the time (wq_a, wq_b,
+ * wo_b, the head; fast wo_a), 256 rows 0.80-0.94x (wq_a, wq_b, the head; fast wo_a, wo_b),
+ * 32 rows 0.89-0.96x (wo_a, wo_b, the head), 64 rows 0.97-0.99x (wo_b, the head, fast wo_a)
+ * and 1.02x (deterministic wo_a); wq_b's 16 k blocks at 64 rows paired (128 units on 132
+ * SMs against 256 on a persistent grid) took 1.05x. */
 static bool dsv4_wg_pair(const dsv4_wg_call &c, size_t out, size_t in, const dsv4_mma_rows &R,
                          uint32_t groups, uint32_t rows_each, uint32_t nt)
 {
