@@ -1019,22 +1019,25 @@ static dsv4_cuda_split_out fc_split_for(const dsv4_fwd_cuda *f, const dsv4_cuda_
 
 /* The collapse of X (in x) into u, with ex set the block before's expand applied first,
  * once its mix is done (the expanded X written to xo), then the mix of this block forked;
- * u's rows go split to us too (fc_split_for). */
+ * u's rows go split to us too (fc_split_for). With z_apart set, the collapse computes
+ * pre's rows of z alone and the side stream the rest, before the mix. */
 static int fc_hc_pre(dsv4_fwd_cuda *f, const float *x, const dsv4_cuda_hc_expand *ex, float *xo,
                      const float *fn, const float *base, const float *scale, const float *norm,
-                     const dsv4_cuda_split_out *us)
+                     const dsv4_cuda_split_out *us, bool z_apart)
 {
     uint32_t n = f->st.n_tok;
     int rc = ex ? dsv4_cuda_stream_wait(f->stream, f->mix_join) : 0;
     if (rc == 0)
         rc = dsv4_cuda_hc_pre(&f->dims, n, x, ex, xo, fn, base, scale, norm, f->pre, f->hz, f->u,
-                              us, f->stream);
+                              us, z_apart, f->stream);
     /* the Sinkhorn beside the block: its latency (~20 us on an H200 when it took a warp a
      * token) sat between the collapse and the block's first GEMM */
     if (rc == 0)
         rc = dsv4_cuda_event_record(f->mix_fork, f->stream);
     if (rc == 0)
         rc = dsv4_cuda_stream_wait(f->side, f->mix_fork);
+    if (rc == 0 && z_apart)
+        rc = dsv4_cuda_hc_mix_z(&f->dims, n, ex ? xo : x, fn, f->hz, f->side);
     if (rc == 0)
         rc = dsv4_cuda_hc_mix(&f->dims, n, f->hz, base, scale, f->post, f->comb, f->side);
     if (rc == 0)
@@ -1391,22 +1394,25 @@ static int fc_layers(dsv4_fwd_cuda *f, bool prefenced, dsv4_kv_layer_view *views
         else if ((rc = fc_layer_view(f, l, &view)) != 0)
             break;
         /* each collapse applies the block before's expand (none before the first), the
-         * MoE's once its shared expert is done */
+         * MoE's once its shared expert is done. The MoE's collapse leaves the mix rows past
+         * pre's to the side stream, where they run beside the routing; beside wq_b's
+         * persistent grid, after the attention's, they slowed it more than the collapse
+         * gained (bench/results/2026-12-07-hc-mix-rows-apart-h100.md) */
         size_t H = c->hidden, A = fc_attn_cols(c, c->layer_kind[l]).width,
                F = c->n_experts + 2 * c->moe_inter;
         const dsv4_cuda_split_out as = fc_split_for(f, &w->attn_in, A, H, H, f->ap),
                                   fs = fc_split_for(f, &w->ffn_in, F, H, H, f->fp);
         if (l == 0)
             rc = fc_hc_pre(f, f->x, NULL, NULL, w->hc_attn_fn, w->hc_attn_base, w->hc_attn_scale,
-                           w->attn_norm, &as);
+                           w->attn_norm, &as, false);
         else if ((rc = dsv4_cuda_stream_wait(f->stream, f->sh_join)) == 0)
             rc = fc_hc_pre(f, f->xf, &moe, f->x, w->hc_attn_fn, w->hc_attn_base, w->hc_attn_scale,
-                           w->attn_norm, &as);
+                           w->attn_norm, &as, false);
         if (rc == 0)
             rc = fc_attention(f, l, &view, as.split != NULL);
         if (rc == 0)
             rc = fc_hc_pre(f, f->x, &attn, f->xf, w->hc_ffn_fn, w->hc_ffn_base, w->hc_ffn_scale,
-                           w->ffn_norm, &fs);
+                           w->ffn_norm, &fs, true);
         if (rc == 0)
             rc = fc_moe(f, l, fs.split != NULL);
     }

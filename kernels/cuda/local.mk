@@ -185,6 +185,14 @@ bench_gemm_stream_LDADD = core/libdsv4core.la $(CUBLAS_LIBS) $(CUDA_LIBS) -lm
 endif
 EXTRA_DIST += bench/gemm-stream.c bench/gemm-cublaslt.c bench/gemm-cublaslt.h $(BENCH_HBM)
 
+# The mHC collapse's launches: the mix rows past pre's apart, the same bits.
+GPU_TESTS += tests/gpu/t-gpu-hc-mix-rows-apart-give-the-same-bits
+tests_gpu_t_gpu_hc_mix_rows_apart_give_the_same_bits_SOURCES = \
+	tests/gpu/t-gpu-hc-mix-rows-apart-give-the-same-bits.c $(GPU_TEST_SRC)
+tests_gpu_t_gpu_hc_mix_rows_apart_give_the_same_bits_CPPFLAGS = $(GPU_TEST_FLAGS)
+tests_gpu_t_gpu_hc_mix_rows_apart_give_the_same_bits_LDADD = $(TEST_CORE_LIBS) \
+	$(CUDA_TEST_LIBS) -lm
+
 # Benchmarks (bench/): nvcc-built programs, run by hand on a GPU machine; results go to
 # bench/results/.
 EXTRA_DIST += bench/indexer-decode.cu bench/topk-torch.py bench/ncu-rank.py

@@ -251,12 +251,16 @@ template <uint32_t K> __device__ static float dsv4_hc_block_sums(const float (&v
     return s;
 }
 
+/* The rows of z a collapse's launch computes: all of them, pre's alone (the collapse; the
+ * rest left to a launch of its own), or the rest alone (that launch: no collapse). */
+enum dsv4_hc_part { DSV4_HC_ALL, DSV4_HC_COLLAPSE, DSV4_HC_REST };
+
 /* What a collapse reads and writes: the streams of token t are X[r], r = rows ? rows[t] :
  * t; with ex.post set, the expand of the block before (dsv4_k_hc_expand with ex's y, post
  * and comb of row r) is applied to them first, and xo (where set) gets the expanded rows.
  * The head's (head set) pre comes from fn alone (dsv4_k_hc_head_pre, scale hscale) and
  * stays in the kernel, the layers' pre (dsv4_k_hc_mix's, scale[0]) and z, the mix's
- * input, are written. */
+ * input, are written (the rows of z that part names; the kernel does not read it). */
 struct dsv4_hc_args {
     const float *x;
     const uint32_t *rows;
@@ -266,6 +270,7 @@ struct dsv4_hc_args {
     float hscale;
     float *pre, *z, *u;
     dsv4_cuda_split_out us; /* u's rows split too (us.split set), and Y's rows zeroed */
+    dsv4_hc_part part;
 };
 
 /* Values h .. h + V - 1 of row r (of rows rows of in), o, into split rows [2][rows][in]:
@@ -335,13 +340,14 @@ dsv4_hc_expand_cols(const dsv4_cuda_hc_src &src, uint32_t N, uint32_t H, size_t 
         }
 }
 
-/* Cluster (y, z) takes tokens [tpc y, tpc y + tpc) (tpc <= TOK) and group z of the mix
- * rows: group 0 rows [0, g0) (g0 >= N, pre's among them), group g > 0 rows [g0 + (g - 1)
- * gr, g0 + g gr), the mix kernel's input; block b the hidden columns [b w, b w + w) of the
- * tokens' streams, w = ceil(H / HC_SLICES); dynamic shared memory: TOK (N + 1) w floats,
- * the slice's streams (expanded where ex is set: every group expands them, group 0 writes
- * them to xo) and the collapsed row. A chunk is V consecutive columns of one stream (V =
- * 4: 16-byte loads, where H is a multiple of 4 HC_SLICES and the rows 16-byte aligned).
+/* Cluster (y, z) takes tokens [tpc y, tpc y + tpc) (tpc <= TOK) and group gz + z of the
+ * mix rows: group 0 rows [0, g0) (g0 >= N, pre's among them), group g > 0 rows [g0 + (g -
+ * 1) gr, g0 + g gr), the mix kernel's input (a launch with gz = 1 computes rows alone);
+ * block b the hidden columns [b w, b w + w) of the tokens' streams, w = ceil(H /
+ * HC_SLICES); dynamic shared memory: TOK (N + 1) w floats, the slice's streams (expanded
+ * where ex is set: every group expands them, group 0 writes them to xo) and the collapsed
+ * row. A chunk is V consecutive columns of one stream (V = 4: 16-byte loads, where H is a
+ * multiple of 4 HC_SLICES and the rows 16-byte aligned).
  * The slice comes to shared memory first, once (the passes below read it there: a pass
  * over global memory each, four at batch 64, and the expand's own launch and round trip
  * before). For its rows, thread i takes chunks i, i + 256, ... of the slice's streams,
@@ -358,7 +364,7 @@ dsv4_hc_expand_cols(const dsv4_cuda_hc_src &src, uint32_t N, uint32_t H, size_t 
 template <bool HEAD, uint32_t TOK, uint32_t NM, uint32_t V>
 __global__ static void __cluster_dims__(HC_SLICES, 1, 1) __launch_bounds__(HC_THREADS, 2)
     dsv4_hc_collapse_kernel(dsv4_cuda_dims d, uint32_t n, uint32_t tpc, uint32_t g0, uint32_t gr,
-                            const __grid_constant__ dsv4_hc_args a)
+                            uint32_t gz, const __grid_constant__ dsv4_hc_args a)
 {
     dsv4_pdl_begin();
     extern __shared__ __align__(16) float su[]; /* 16-byte stores; then sx */
@@ -373,7 +379,7 @@ __global__ static void __cluster_dims__(HC_SLICES, 1, 1) __launch_bounds__(HC_TH
     uint32_t tid = threadIdx.x, nt = blockDim.x;
     uint32_t w = (H + HC_SLICES - 1) / HC_SLICES, h0 = b * w, h1 = min(H, h0 + w);
     uint32_t wv = (h1 > h0 ? h1 - h0 : 0) / V; /* chunks a stream in the slice */
-    uint32_t grp = blockIdx.z;
+    uint32_t grp = gz + blockIdx.z;
     float *sx = su + TOK * w; /* [TOK][N][w]: stream j of token k at sx + (k N + j) w */
 
     /* each token's row, and its expand's values (in shared memory: a column chunk's loads
@@ -613,12 +619,14 @@ static int dsv4_hc_fit_get(dsv4_hc_fit *f, K kern, const dsv4_hc_device *dv,
 
 /* Tokens a cluster takes: one while there are at most 16 (16 clusters, 128 blocks, fill
  * the GPU better than fewer, fuller ones), up to HC_TOK beyond where their slices fit a
- * block's shared memory. The groups of mix rows: the pre's alone in group 0 and MG rows a
- * group after it where that many clusters fit the GPU at once (30 of 8 blocks on an H200,
- * not the 33 its SMs would hold), else two (group 0 the first max(N, MG) rows), else one;
- * the collapse (group 0) then waits on the fewest rows. Every layout sums a token's values
- * in the same order: the same bits. NM: the streams the loops run over; V: the columns a
- * load takes. */
+ * block's shared memory. The groups of mix rows (a.part DSV4_HC_ALL): the pre's alone in
+ * group 0 and MG rows a group after it where that many clusters fit the GPU at once (30 of
+ * 8 blocks on an H200, not the 33 its SMs would hold), else two (group 0 the first max(N,
+ * MG) rows), else one; the collapse (group 0) then waits on the fewest rows. DSV4_HC_COLLAPSE
+ * launches group 0 with pre's rows alone, DSV4_HC_REST the groups past it alone, their
+ * passes of MG rows shared evenly by as many groups as fit (at least one; none empty).
+ * Every layout sums a token's values in the same order: the same bits. NM: the streams
+ * the loops run over; V: the columns a load takes. */
 template <bool HEAD, uint32_t TOK, uint32_t NM, uint32_t V>
 static int dsv4_hc_collapse_go(const dsv4_cuda_dims *d, uint32_t n, uint32_t tpc,
                                const dsv4_hc_args &a, const dsv4_hc_device *dv, int dev,
@@ -636,13 +644,18 @@ static int dsv4_hc_collapse_go(const dsv4_cuda_dims *d, uint32_t n, uint32_t tpc
         return rc;
     uint32_t clusters = (n + tpc - 1) / tpc, fit = fitc / clusters; /* groups */
     uint32_t N = d->hc_mult, mix = HEAD ? N : (2 + N) * N, mg = HC_MIXG(TOK);
-    uint32_t g0 = mix, gr = mix, groups = 1;
-    if (mix > N && 1 + (mix - N + mg - 1) / mg <= fit)
-        g0 = N, gr = mg, groups = 1 + (mix - N + mg - 1) / mg;
+    uint32_t g0 = mix, gr = mix, groups = 1, gz = 0, passes = (mix - N + mg - 1) / mg;
+    if (a.part == DSV4_HC_COLLAPSE) {
+        g0 = N;
+    } else if (a.part == DSV4_HC_REST) {
+        uint32_t slots = fit > 0 ? fit : 1, per = (passes + slots - 1) / slots;
+        g0 = N, gr = per * mg, groups = (passes + per - 1) / per, gz = 1;
+    } else if (mix > N && 1 + passes <= fit)
+        g0 = N, gr = mg, groups = 1 + passes;
     else if (mix > (N > mg ? N : mg) && fit >= 2)
         g0 = N > mg ? N : mg, gr = mix - g0, groups = 2;
     return dsv4_pdl_launch(kern, dim3(HC_SLICES, clusters, groups), HC_THREADS,
-                           cfg.dynamicSmemBytes, st, *d, n, tpc, g0, gr, a);
+                           cfg.dynamicSmemBytes, st, *d, n, tpc, g0, gr, gz, a);
 }
 
 template <bool HEAD, uint32_t NM, uint32_t V>
@@ -708,7 +721,7 @@ int dsv4_cuda_hc_pre(const dsv4_cuda_dims *d, uint32_t n, const float *x_dev,
                      const dsv4_cuda_hc_expand *ex, float *xo_dev, const float *fn_dev,
                      const float *base_dev, const float *scale_dev, const float *norm_dev,
                      float *pre_dev, float *z_dev, float *u_dev, const dsv4_cuda_split_out *us,
-                     void *stream)
+                     bool z_pre_only, void *stream)
 {
     dsv4_hc_args a = dsv4_hc_args_of(x_dev, ex, fn_dev, base_dev, norm_dev, u_dev);
     a.xo = xo_dev;
@@ -717,8 +730,20 @@ int dsv4_cuda_hc_pre(const dsv4_cuda_dims *d, uint32_t n, const float *x_dev,
     a.z = z_dev;
     if (us)
         a.us = *us;
+    a.part = z_pre_only ? DSV4_HC_COLLAPSE : DSV4_HC_ALL;
     if (a.us.split && d->hidden % 4 != 0)
         return -EINVAL;
+    return dsv4_hc_collapse_launch(d, n, false, a, stream);
+}
+
+int dsv4_cuda_hc_mix_z(const dsv4_cuda_dims *d, uint32_t n, const float *x_dev, const float *fn_dev,
+                       float *z_dev, void *stream)
+{
+    dsv4_hc_args a = {};
+    a.x = x_dev;
+    a.fn = fn_dev;
+    a.z = z_dev;
+    a.part = DSV4_HC_REST;
     return dsv4_hc_collapse_launch(d, n, false, a, stream);
 }
 
