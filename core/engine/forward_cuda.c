@@ -1019,24 +1019,26 @@ static dsv4_cuda_split_out fc_split_for(const dsv4_fwd_cuda *f, const dsv4_cuda_
 
 /* The collapse of X (in x) into u, with ex set the block before's expand applied first,
  * once its mix is done (the expanded X written to xo), then the mix of this block forked;
- * u's rows go split to us too (fc_split_for). With z_apart set, the collapse computes
- * pre's rows of z alone and the side stream the rest, before the mix. */
+ * u's rows go split to us too (fc_split_for). With z_apart set, the collapse may compute
+ * pre's rows of z alone (dsv4_cuda_hc_pre), the side stream then the rest, before the
+ * mix. */
 static int fc_hc_pre(dsv4_fwd_cuda *f, const float *x, const dsv4_cuda_hc_expand *ex, float *xo,
                      const float *fn, const float *base, const float *scale, const float *norm,
                      const dsv4_cuda_split_out *us, bool z_apart)
 {
     uint32_t n = f->st.n_tok;
+    bool apart = z_apart;
     int rc = ex ? dsv4_cuda_stream_wait(f->stream, f->mix_join) : 0;
     if (rc == 0)
         rc = dsv4_cuda_hc_pre(&f->dims, n, x, ex, xo, fn, base, scale, norm, f->pre, f->hz, f->u,
-                              us, z_apart, f->stream);
+                              us, &apart, f->stream);
     /* the Sinkhorn beside the block: its latency (~20 us on an H200 when it took a warp a
      * token) sat between the collapse and the block's first GEMM */
     if (rc == 0)
         rc = dsv4_cuda_event_record(f->mix_fork, f->stream);
     if (rc == 0)
         rc = dsv4_cuda_stream_wait(f->side, f->mix_fork);
-    if (rc == 0 && z_apart)
+    if (rc == 0 && apart)
         rc = dsv4_cuda_hc_mix_z(&f->dims, n, ex ? xo : x, fn, f->hz, f->side);
     if (rc == 0)
         rc = dsv4_cuda_hc_mix(&f->dims, n, f->hz, base, scale, f->post, f->comb, f->side);

@@ -231,18 +231,20 @@ typedef struct dsv4_cuda_split_out {
  * (on a stream of its own beside the block), not between the collapse and u. Each token's
  * bits depend on its own row only (batch- and chunk-invariant in both modes). With us set,
  * u's n rows also go split to us->split and the GEMM's rows in us->y are zeroed (the
- * GEMM that reads u next then takes no inputs: one launch fewer). With z_pre_only set,
- * z[t]'s first hc_mult values alone (pre's: the collapse waits on no others), the rest
- * left to dsv4_cuda_hc_mix_z. -EINVAL where hc_mult + 1 rows of hidden / 8 floats do not
- * fit a block's shared memory, or us asks for rows of hidden not a multiple of 4 split. */
+ * GEMM that reads u next then takes no inputs: one launch fewer). With *z_apart set, z[t]'s
+ * first hc_mult values alone (pre's: the collapse waits on no others) where the launch has
+ * no room for the rest beside the collapse, and *z_apart says whether it left them to
+ * dsv4_cuda_hc_mix_z (it is cleared, z whole, where it had room). -EINVAL where hc_mult + 1
+ * rows of hidden / 8 floats do not fit a block's shared memory, or us asks for rows of
+ * hidden not a multiple of 4 split. */
 int dsv4_cuda_hc_pre(const dsv4_cuda_dims *d, uint32_t n, const float *x_dev,
                      const dsv4_cuda_hc_expand *ex, float *xo_dev, const float *fn_dev,
                      const float *base_dev, const float *scale_dev, const float *norm_dev,
                      float *pre_dev, float *z_dev, float *u_dev, const dsv4_cuda_split_out *us,
-                     bool z_pre_only, void *stream);
-/* z[t]'s values past its first hc_mult, t < n, the rest of what dsv4_cuda_hc_pre with
- * z_pre_only computed: over X in x_dev (the expanded rows it wrote to xo where it
- * expanded), the same bits as its own launch without z_pre_only. */
+                     bool *z_apart, void *stream);
+/* z[t]'s values past its first hc_mult, t < n, where dsv4_cuda_hc_pre left them (z_apart):
+ * over X in x_dev (the expanded rows it wrote to xo where it expanded), the same bits as
+ * its own launch computing them. */
 int dsv4_cuda_hc_mix_z(const dsv4_cuda_dims *d, uint32_t n, const float *x_dev, const float *fn_dev,
                        float *z_dev, void *stream);
 /* post[t] and comb[t] from z[t] (dsv4_k_hc_mix's), t < n, 4 lanes a token (16 where

@@ -251,8 +251,9 @@ template <uint32_t K> __device__ static float dsv4_hc_block_sums(const float (&v
     return s;
 }
 
-/* The rows of z a collapse's launch computes: all of them, pre's alone (the collapse; the
- * rest left to a launch of its own), or the rest alone (that launch: no collapse). */
+/* The rows of z a collapse's launch computes: all of them, pre's alone where the rest
+ * would not get groups of their own beside the collapse's (the rest then left to a launch
+ * of its own), or the rest alone (that launch: no collapse). */
 enum dsv4_hc_part { DSV4_HC_ALL, DSV4_HC_COLLAPSE, DSV4_HC_REST };
 
 /* What a collapse reads and writes: the streams of token t are X[r], r = rows ? rows[t] :
@@ -271,6 +272,7 @@ struct dsv4_hc_args {
     float *pre, *z, *u;
     dsv4_cuda_split_out us; /* u's rows split too (us.split set), and Y's rows zeroed */
     dsv4_hc_part part;
+    bool *rest_apart; /* DSV4_HC_COLLAPSE: set to whether the rest was left (host memory) */
 };
 
 /* Values h .. h + V - 1 of row r (of rows rows of in), o, into split rows [2][rows][in]:
@@ -622,9 +624,10 @@ static int dsv4_hc_fit_get(dsv4_hc_fit *f, K kern, const dsv4_hc_device *dv,
  * block's shared memory. The groups of mix rows (a.part DSV4_HC_ALL): the pre's alone in
  * group 0 and MG rows a group after it where that many clusters fit the GPU at once (30 of
  * 8 blocks on an H200, not the 33 its SMs would hold), else two (group 0 the first max(N,
- * MG) rows), else one; the collapse (group 0) then waits on the fewest rows. DSV4_HC_COLLAPSE
- * launches group 0 with pre's rows alone, DSV4_HC_REST the groups past it alone, their
- * passes of MG rows shared evenly by as many groups as fit (at least one; none empty).
+ * MG) rows), else one; the collapse (group 0) then waits on the fewest rows. Where the
+ * first layout does not fit, DSV4_HC_COLLAPSE launches group 0 with pre's rows alone, and
+ * DSV4_HC_REST the groups past it alone, their passes of MG rows shared evenly by as many
+ * groups as fit (at least one; none empty).
  * Every layout sums a token's values in the same order: the same bits. NM: the streams
  * the loops run over; V: the columns a load takes. */
 template <bool HEAD, uint32_t TOK, uint32_t NM, uint32_t V>
@@ -645,15 +648,18 @@ static int dsv4_hc_collapse_go(const dsv4_cuda_dims *d, uint32_t n, uint32_t tpc
     uint32_t clusters = (n + tpc - 1) / tpc, fit = fitc / clusters; /* groups */
     uint32_t N = d->hc_mult, mix = HEAD ? N : (2 + N) * N, mg = HC_MIXG(TOK);
     uint32_t g0 = mix, gr = mix, groups = 1, gz = 0, passes = (mix - N + mg - 1) / mg;
-    if (a.part == DSV4_HC_COLLAPSE) {
-        g0 = N;
-    } else if (a.part == DSV4_HC_REST) {
+    bool apart = false;
+    if (a.part == DSV4_HC_REST) {
         uint32_t slots = fit > 0 ? fit : 1, per = (passes + slots - 1) / slots;
         g0 = N, gr = per * mg, groups = (passes + per - 1) / per, gz = 1;
     } else if (mix > N && 1 + passes <= fit)
         g0 = N, gr = mg, groups = 1 + passes;
+    else if (a.part == DSV4_HC_COLLAPSE)
+        g0 = N, apart = true;
     else if (mix > (N > mg ? N : mg) && fit >= 2)
         g0 = N > mg ? N : mg, gr = mix - g0, groups = 2;
+    if (a.rest_apart)
+        *a.rest_apart = apart;
     return dsv4_pdl_launch(kern, dim3(HC_SLICES, clusters, groups), HC_THREADS,
                            cfg.dynamicSmemBytes, st, *d, n, tpc, g0, gr, gz, a);
 }
@@ -721,7 +727,7 @@ int dsv4_cuda_hc_pre(const dsv4_cuda_dims *d, uint32_t n, const float *x_dev,
                      const dsv4_cuda_hc_expand *ex, float *xo_dev, const float *fn_dev,
                      const float *base_dev, const float *scale_dev, const float *norm_dev,
                      float *pre_dev, float *z_dev, float *u_dev, const dsv4_cuda_split_out *us,
-                     bool z_pre_only, void *stream)
+                     bool *z_apart, void *stream)
 {
     dsv4_hc_args a = dsv4_hc_args_of(x_dev, ex, fn_dev, base_dev, norm_dev, u_dev);
     a.xo = xo_dev;
@@ -730,7 +736,10 @@ int dsv4_cuda_hc_pre(const dsv4_cuda_dims *d, uint32_t n, const float *x_dev,
     a.z = z_dev;
     if (us)
         a.us = *us;
-    a.part = z_pre_only ? DSV4_HC_COLLAPSE : DSV4_HC_ALL;
+    a.part = z_apart && *z_apart ? DSV4_HC_COLLAPSE : DSV4_HC_ALL;
+    a.rest_apart = z_apart;
+    if (z_apart)
+        *z_apart = false; /* until a launch leaves them */
     if (a.us.split && d->hidden % 4 != 0)
         return -EINVAL;
     return dsv4_hc_collapse_launch(d, n, false, a, stream);

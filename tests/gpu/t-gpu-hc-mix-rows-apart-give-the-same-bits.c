@@ -1,11 +1,12 @@
-/* t-gpu-hc-mix-rows-apart-give-the-same-bits: the mHC collapse asked for pre's rows of z
- * alone (dsv4_cuda_hc_pre with z_pre_only, as the MoE's collapse runs) leaves z's other rows
- * unwritten and gives the pre, u and expanded streams of the launch that computes them
- * all, bit for bit; dsv4_cuda_hc_mix_z over the expanded streams then fills those rows with
- * that launch's bits. For 4 and 6 streams, hidden sizes that take 16-byte loads and that do
- * not, with and without the block before's expand, at token counts whose launches split the
- * rows into different groups (1, 10, 16: a cluster a token; 64, 200: four tokens a cluster,
- * 200 more clusters than fit the GPU at once). */
+/* t-gpu-hc-mix-rows-apart-give-the-same-bits: the mHC collapse asked to leave z's rows past
+ * pre's apart (dsv4_cuda_hc_pre with *z_apart set, as the MoE's collapse runs) gives the
+ * pre, u and expanded streams of the launch that computes them all, bit for bit; where it
+ * says it left them (its clusters fill the GPU: at 200 tokens, never at 1) they are
+ * unwritten, and dsv4_cuda_hc_mix_z over the expanded streams fills them with that launch's
+ * bits; where it says not, z is that launch's already. For 4 and 6 streams, hidden sizes
+ * that take 16-byte loads and that do not, with and without the block before's expand, at
+ * token counts whose launches split the rows into different groups (1, 10, 16: a cluster a
+ * token; 64, 200: four tokens a cluster, 200 more clusters than fit the GPU at once). */
 #include "config.h"
 
 #include "tests/gpu/gpu.h"
@@ -141,12 +142,12 @@ static bool pre_rows_alone(const float *z, const float *ref, size_t n, size_t N,
     return ok;
 }
 
-static int collapse(const shape *s, uint32_t n, bool expand, const outputs *o, bool pre_only,
+static int collapse(const shape *s, uint32_t n, bool expand, const outputs *o, bool *z_apart,
                     void *stream)
 {
     dsv4_cuda_hc_expand ex = {{.y = s->y}, s->post, s->comb};
     return dsv4_cuda_hc_pre(&s->dims, n, s->x, expand ? &ex : NULL, expand ? o->xo : NULL, s->fn,
-                            s->base, s->scale, s->norm, o->pre, o->z, o->u, NULL, pre_only, stream);
+                            s->base, s->scale, s->norm, o->pre, o->z, o->u, NULL, z_apart, stream);
 }
 
 static void check(const shape *s, uint32_t n, bool expand, const outputs *ref, const outputs *got,
@@ -158,22 +159,29 @@ static void check(const shape *s, uint32_t n, bool expand, const outputs *ref, c
              expand ? "expanded first" : "no expand");
     outputs_poison(ref, s);
     outputs_poison(got, s);
-    int rc = collapse(s, n, expand, ref, false, stream);
+    bool apart = true;
+    int rc = collapse(s, n, expand, ref, NULL, stream);
     if (rc == 0)
-        rc = collapse(s, n, expand, got, true, stream);
+        rc = collapse(s, n, expand, got, &apart, stream);
     if (rc == 0)
         rc = dsv4_cuda_sync(stream);
     ok(rc == 0 && same(got->pre, ref->pre, n * N) && same(got->u, ref->u, n * H) &&
            (!expand || same(got->xo, ref->xo, n * N * H)) &&
-           pre_rows_alone(got->z, ref->z, n, N, s->mix),
-       "%s: pre's rows alone: pre, u%s the bits of all rows', z's other rows unwritten (%d)", what,
-       expand ? ", the expanded streams" : "", rc);
-    if (rc == 0)
+           (apart ? pre_rows_alone(got->z, ref->z, n, N, s->mix)
+                  : same(got->z, ref->z, n * s->mix)),
+       "%s: pre, u%s the bits of one launch's, z %s (%d)", what,
+       expand ? ", the expanded streams" : "",
+       apart ? "past pre's rows unwritten (left apart)" : "whole (nothing left apart)", rc);
+    if (n == 1 || n == MAX_TOK)
+        ok(apart == (n == MAX_TOK), "%s: %s", what,
+           n == 1 ? "the rest of z has room beside the collapse: nothing left apart"
+                  : "the collapse's clusters fill the GPU: the rest of z left apart");
+    if (rc == 0 && apart)
         rc = dsv4_cuda_hc_mix_z(&s->dims, n, expand ? got->xo : s->x, s->fn, got->z, stream);
     if (rc == 0)
         rc = dsv4_cuda_sync(stream);
-    ok(rc == 0 && same(got->z, ref->z, n * s->mix), "%s: the rest of z apart: its bits (%d)", what,
-       rc);
+    ok(rc == 0 && same(got->z, ref->z, n * s->mix), "%s: z%s: one launch's bits (%d)", what,
+       apart ? " with the rest computed apart" : "", rc);
 }
 
 int main(void)
@@ -183,7 +191,7 @@ int main(void)
                           tokens[] = {1, 10, 16, 64, MAX_TOK};
     const size_t ns = sizeof(streams) / sizeof(streams[0]),
                  nh = sizeof(hiddens) / sizeof(hiddens[0]), nt = sizeof(tokens) / sizeof(tokens[0]);
-    plan((int)(ns * nh * nt * 2 * 2));
+    plan((int)(ns * nh * (nt * 2 + 2) * 2)); /* two checks a case, one more at 1 and 200 */
     void *stream;
     if (dsv4_cuda_stream_new(&stream) != 0)
         bail_out("no CUDA stream");

@@ -234,7 +234,7 @@ typedef int (*producer)(fixture *f, float *rows, const dsv4_cuda_split_out *us);
 static int collapse(fixture *f, float *rows, const dsv4_cuda_split_out *us)
 {
     return dsv4_cuda_hc_pre(&f->dims, CROWS, f->x, NULL, NULL, f->fn, f->base, f->scale, f->norm,
-                            f->pre, f->z, rows, us, false, f->stream);
+                            f->pre, f->z, rows, us, NULL, f->stream);
 }
 
 /* the RMSNorm of CROWS rows (the q norm before wq_b), in place over a copy of x's */
