@@ -7,6 +7,7 @@
 
 #ifdef HAVE_CUDA
 #include <cuda_runtime_api.h>
+#include <stdlib.h>
 
 static void gpu_check(cudaError_t e, const char *what)
 {
@@ -58,6 +59,24 @@ void gpu_get(void *host, const void *dev, size_t n)
 void gpu_sync(void)
 {
     gpu_check(cudaDeviceSynchronize(), "the kernels");
+}
+
+float gpu_uniform(uint32_t *rng)
+{
+    *rng = *rng * 1664525u + 1013904223u;
+    return (float)(*rng >> 8) / (float)(1u << 24) * 2.0f - 1.0f;
+}
+
+float *gpu_random(size_t n, uint32_t *rng)
+{
+    float *h = malloc(n * sizeof(float)), *d = gpu_alloc(n * sizeof(float));
+    if (!h)
+        bail_out("out of memory");
+    for (size_t i = 0; i < n; i++)
+        h[i] = gpu_uniform(rng);
+    gpu_put(d, h, n * sizeof(float));
+    free(h);
+    return d;
 }
 #else
 void gpu_require(void)

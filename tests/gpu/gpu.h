@@ -5,6 +5,7 @@
 #define DSV4_TESTS_GPU_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* Skips the test unless a CUDA device is usable; then prints its name as a diagnostic. */
 void gpu_require(void);
@@ -23,5 +24,9 @@ void gpu_put(void *dev, const void *host, size_t n);
 void gpu_get(void *host, const void *dev, size_t n);
 /* Waits for the default stream and bails out on an asynchronous error. */
 void gpu_sync(void);
+/* The next value in [-1, 1) of the linear congruential sequence whose state is *rng. */
+float gpu_uniform(uint32_t *rng);
+/* n floats of device memory (gpu_alloc), the next n values of gpu_uniform(rng). */
+float *gpu_random(size_t n, uint32_t *rng);
 
 #endif

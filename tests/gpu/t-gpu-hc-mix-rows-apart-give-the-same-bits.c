@@ -24,24 +24,6 @@
 
 static uint32_t rng = 4242;
 
-static float uniform(void)
-{
-    rng = rng * 1664525u + 1013904223u;
-    return (float)(rng >> 8) / (float)(1u << 24) * 2.0f - 1.0f;
-}
-
-static float *random_dev(size_t n)
-{
-    float *h = malloc(n * sizeof(float)), *d = gpu_alloc(n * sizeof(float));
-    if (!h)
-        bail_out("out of memory");
-    for (size_t i = 0; i < n; i++)
-        h[i] = uniform();
-    gpu_put(d, h, n * sizeof(float));
-    free(h);
-    return d;
-}
-
 /* What one launch writes: pre, z, u and the expanded streams. */
 typedef struct outputs {
     float *pre, *z, *u, *xo;
@@ -89,14 +71,14 @@ static void shape_init(shape *s, uint32_t streams, uint32_t hidden)
     s->dims = (dsv4_cuda_dims){
         .hidden = hidden, .hc_mult = streams, .hc_iters = 20, .eps = 1e-6f, .hc_eps = 1e-6f};
     s->mix = (2 + N) * N;
-    s->x = random_dev(MAX_TOK * N * H);
-    s->fn = random_dev(s->mix * N * H);
-    s->base = random_dev(s->mix);
-    s->scale = random_dev(3);
-    s->norm = random_dev(H);
-    s->y = random_dev(MAX_TOK * H);
-    s->post = random_dev(MAX_TOK * N);
-    s->comb = random_dev(MAX_TOK * N * N);
+    s->x = gpu_random(MAX_TOK * N * H, &rng);
+    s->fn = gpu_random(s->mix * N * H, &rng);
+    s->base = gpu_random(s->mix, &rng);
+    s->scale = gpu_random(3, &rng);
+    s->norm = gpu_random(H, &rng);
+    s->y = gpu_random(MAX_TOK * H, &rng);
+    s->post = gpu_random(MAX_TOK * N, &rng);
+    s->comb = gpu_random(MAX_TOK * N * N, &rng);
 }
 
 static void shape_free(shape *s)

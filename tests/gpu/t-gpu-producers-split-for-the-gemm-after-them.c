@@ -52,24 +52,6 @@ typedef struct fixture {
 
 static uint32_t rng = 12345;
 
-static float uniform(void)
-{
-    rng = rng * 1664525u + 1013904223u;
-    return (float)(rng >> 8) / (float)(1u << 24) * 2.0f - 1.0f;
-}
-
-static float *random_dev(size_t n)
-{
-    float *h = malloc(n * sizeof(float)), *d = gpu_alloc(n * sizeof(float));
-    if (!h)
-        bail_out("out of memory");
-    for (size_t i = 0; i < n; i++)
-        h[i] = uniform();
-    gpu_put(d, h, n * sizeof(float));
-    free(h);
-    return d;
-}
-
 /* count matrices of out x in, random, stored in fmt (values it holds exactly: sixty-fourths
  * for bf16, quarters for fp8) */
 static dsv4_cuda_weight weight(void *stream, dsv4_cuda_wfmt fmt, uint32_t count, size_t out,
@@ -80,7 +62,7 @@ static dsv4_cuda_weight weight(void *stream, dsv4_cuda_wfmt fmt, uint32_t count,
     if (!h)
         bail_out("out of memory");
     for (size_t i = 0; i < n; i++)
-        h[i] = (float)((int)(uniform() * steps)) / steps;
+        h[i] = (float)((int)(gpu_uniform(&rng) * steps)) / steps;
     float *src = gpu_alloc(n * sizeof(float));
     gpu_put(src, h, n * sizeof(float));
     free(h);
@@ -326,8 +308,8 @@ int main(void)
     f.fp8 = weight(f.stream, DSV4_CUDA_W_FP8, GROUPS, OUT, HID);
     f.wide = weight(f.stream, DSV4_CUDA_W_BF16, 1, COUT, CHID);
     f.narrow = weight(f.stream, DSV4_CUDA_W_BF16, 1, OUT / 2, CHID);
-    f.u = random_dev((size_t)TOKENS * HID);
-    f.gu = random_dev((size_t)TOKENS * TOP_K * 2 * INTER);
+    f.u = gpu_random((size_t)TOKENS * HID, &rng);
+    f.gu = gpu_random((size_t)TOKENS * TOP_K * 2 * INTER, &rng);
     f.xe = gpu_alloc((size_t)TOKENS * TOP_K * HID * sizeof(float));
     f.he = gpu_alloc((size_t)TOKENS * TOP_K * INTER * sizeof(float));
     f.y = gpu_alloc((size_t)TOKENS * TOP_K * OUT * sizeof(float));
@@ -337,11 +319,11 @@ int main(void)
     size_t mix = (2 + HC) * HC;
     f.dims = (dsv4_cuda_dims){
         .hidden = CHID, .hc_mult = HC, .hc_iters = 20, .eps = 1e-6f, .hc_eps = 1e-6f};
-    f.x = random_dev((size_t)CROWS * HC * CHID);
-    f.fn = random_dev(mix * HC * CHID);
-    f.base = random_dev(mix);
-    f.scale = random_dev(3);
-    f.norm = random_dev(CHID);
+    f.x = gpu_random((size_t)CROWS * HC * CHID, &rng);
+    f.fn = gpu_random(mix * HC * CHID, &rng);
+    f.base = gpu_random(mix, &rng);
+    f.scale = gpu_random(3, &rng);
+    f.norm = gpu_random(CHID, &rng);
     f.pre = gpu_alloc((size_t)CROWS * HC * sizeof(float));
     f.z = gpu_alloc((size_t)CROWS * mix * sizeof(float));
     f.cu = gpu_alloc((size_t)CROWS * CHID * sizeof(float));
