@@ -1398,9 +1398,11 @@ static int fc_layers(dsv4_fwd_cuda *f, bool prefenced, dsv4_kv_layer_view *views
         /* each collapse applies the block before's expand (none before the first), the
          * MoE's once its shared expert is done. The MoE's collapse leaves the mix rows past
          * pre's to the side stream where they would not fit beside it, and they run beside
-         * the routing: H100, its collapses 3-5 us shorter, decode 1.01x at batch 64; beside
-         * wq_b's persistent grid, after the attention's, they slowed it more than the
-         * collapse gained (bench/results/2026-12-07-hc-moe-rows-apart-h100.md) */
+         * the routing: H100, its collapses 3-5 us shorter, decode 1.01x at batch 64
+         * (bench/results/2026-12-07-hc-moe-rows-apart-h100.md). The attention's rows
+         * apart slowed wq_b's persistent grid forked after the collapse, and forked later
+         * lost at batch 128 what they gained at 64
+         * (bench/results/2026-12-07-hc-attn-rows-fork-placements-h100.md) */
         size_t H = c->hidden, A = fc_attn_cols(c, c->layer_kind[l]).width,
                F = c->n_experts + 2 * c->moe_inter;
         const dsv4_cuda_split_out as = fc_split_for(f, &w->attn_in, A, H, H, f->ap),

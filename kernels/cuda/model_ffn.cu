@@ -627,9 +627,8 @@ static int dsv4_hc_fit_get(dsv4_hc_fit *f, K kern, const dsv4_hc_device *dv,
  * MG) rows), else one; the collapse (group 0) then waits on the fewest rows. Where the
  * first layout does not fit, DSV4_HC_COLLAPSE launches group 0 with pre's rows alone, and
  * DSV4_HC_REST the groups past it alone, their passes of MG rows shared evenly by as many
- * groups as fit (at least one; none empty).
- * Every layout sums a token's values in the same order: the same bits. NM: the streams
- * the loops run over; V: the columns a load takes. */
+ * groups as fit (at least one; none empty). Every layout sums a token's values in the same
+ * order: the same bits. NM: the streams the loops run over; V: the columns a load takes. */
 template <bool HEAD, uint32_t TOK, uint32_t NM, uint32_t V>
 static int dsv4_hc_collapse_go(const dsv4_cuda_dims *d, uint32_t n, uint32_t tpc,
                                const dsv4_hc_args &a, const dsv4_hc_device *dv, int dev,
