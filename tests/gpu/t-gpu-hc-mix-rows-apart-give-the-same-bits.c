@@ -6,7 +6,7 @@
  * bits; where it says not, z is that launch's already. For 4 and 6 streams, hidden sizes
  * that take 16-byte loads and that do not, with and without the block before's expand, at
  * token counts whose launches split the rows into different groups (1, 10, 16: a cluster a
- * token; 64, 200: four tokens a cluster, 200 more clusters than fit the GPU at once). */
+ * token; 64, 200: four tokens a cluster, at 200 more clusters than fit the GPU at once). */
 #include "config.h"
 
 #include "tests/gpu/gpu.h"
